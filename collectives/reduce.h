@@ -1,0 +1,78 @@
+/*
+ * Element-wise reduction kernels of the host device: the arithmetic every host path
+ * (flag, bulk direct, bulk staged) shares, so that every path and every rank produces
+ * bit-identical results.
+ */
+#ifndef ARCOMM_COLL_REDUCE_H
+#define ARCOMM_COLL_REDUCE_H
+
+#include "arcomm.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * One reduction of nsrc sources into ndst destinations:
+ *
+ *   for i in [0, count):
+ *     acc = widen(src[0][i]) op widen(src[1][i]) op ... op widen(src[nsrc-1][i])
+ *           (always in source order 0, 1, 2, ...: the rank order)
+ *     for j in [0, ndst):
+ *       dst[j][i] = narrow(acc + widen(addend[j][(offset + i) % addend_count]))  (SUM)
+ *       dst[j][i] = narrow(acc)                                                  (no addend)
+ *
+ * widen: f16 and bf16 to f32, f32 stays f32, f64/i32/i64 stay themselves.  When
+ *   round_bf16 is set (dst_dtype and src_dtype F32 only), every source value is first
+ *   rounded to bf16 (round to nearest even, NaN stays NaN) and back: the host-side
+ *   emulation of BF16 wire narrowing, identical to reading bf16 staged values.
+ *   When src_dtype is BF16 and dst_dtype is F32, the sources are narrowed wire values.
+ * narrow: round once to dst_dtype (f16/bf16 round to nearest even; NaN, Inf and
+ *   subnormals right).
+ * i32/i64 SUM wraps around (two's complement), no UB.
+ * MAX/MIN on floats: NaN propagates (if any source is NaN the result is a NaN);
+ *   which NaN, and which of -0.0/+0.0 when they tie, is fixed by the inputs alone
+ *   (the same on every rank, every run, every ISA).
+ * addend: NULL, or an array of ndst pointers (entries may be NULL), each of
+ *   addend_count elements of dst_dtype; only with op SUM.  offset is the element
+ *   index of dst[j][0] within the whole tensor, so that a row-broadcast bias lines up
+ *   when a slice starts mid-row.
+ * nt_store: use non-temporal stores for dst (large outputs that no one reads soon).
+ *
+ * Sources and destinations may alias only exactly (dst[j] == src[k], in-place); any
+ * alignment is allowed.  Vectorised (AVX-512 / AVX2 / SSE, chosen at run time).
+ */
+struct coll_reduce_args {
+    void *const *dst;       /* ndst destination pointers */
+    int ndst;               /* >= 1 */
+    comm_dtype_t dst_dtype; /* the user's dtype */
+    const void *const *src; /* nsrc source pointers */
+    int nsrc;               /* >= 1 */
+    comm_dtype_t src_dtype; /* == dst_dtype, or COMM_BF16 when dst_dtype is F32 */
+    bool round_bf16;        /* round F32 sources through bf16 first */
+    size_t count;           /* elements */
+    comm_op_t op;
+    const void *const *addend; /* NULL or ndst pointers (entries may be NULL) */
+    size_t addend_count;       /* elements in each addend row (divides the tensor) */
+    size_t offset;             /* element index of dst[*][0] in the tensor */
+    bool nt_store;
+};
+
+void coll_reduce(const struct coll_reduce_args *args);
+
+/*
+ * Narrows count f32 values to bf16 (round to nearest even, NaN kept NaN, quiet):
+ * the wire format of BF16 narrowing.
+ */
+void coll_f32_to_bf16(uint16_t *dst, const float *src, size_t count);
+
+/* Scalar conversions, exact and matching the vector paths bit for bit. */
+float coll_f16_to_f32(uint16_t h);
+uint16_t coll_f32_to_f16(float f);
+float coll_bf16_to_f32(uint16_t b);
+uint16_t coll_f32_to_bf16_1(float f);
+
+/* Which instruction set coll_reduce uses on this machine ("avx512", "avx2", "generic"). */
+const char *coll_reduce_isa(void);
+
+#endif /* ARCOMM_COLL_REDUCE_H */

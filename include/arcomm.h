@@ -1,0 +1,136 @@
+/*
+ * arcomm — collective communication between the threads, processes and devices of
+ * one host.  The public API; the only installed header.  See api.md for the
+ * normative semantics and README.md for a complete example.
+ */
+#ifndef ARCOMM_H
+#define ARCOMM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ARCOMM_VERSION_MAJOR 0
+#define ARCOMM_VERSION_MINOR 1
+
+typedef struct comm comm_t; /* opaque */
+
+typedef enum comm_status {
+    COMM_OK = 0,
+    COMM_ERR_INVALID = -1,     /* bad argument or configuration */
+    COMM_ERR_NOMEM = -2,
+    COMM_ERR_UNSUPPORTED = -3, /* dtype, op, device or transport not available */
+    COMM_ERR_SYSTEM = -4,      /* an OS, driver or runtime call failed */
+    COMM_ERR_TIMEOUT = -5,     /* a peer did not arrive within the timeout */
+    COMM_ERR_PEER = -6,        /* a peer failed, exited or aborted */
+    COMM_ERR_MISMATCH = -7,    /* ranks disagree on count, dtype or op */
+    COMM_ERR_ABORTED = -8,     /* comm_abort was called on this communicator */
+} comm_status_t;
+
+typedef enum comm_dtype {
+    COMM_F32 = 0,
+    COMM_F16 = 1,
+    COMM_BF16 = 2,
+    COMM_F64 = 3,
+    COMM_I32 = 4,
+    COMM_I64 = 5,
+} comm_dtype_t;
+
+typedef enum comm_op { COMM_SUM = 0, COMM_MAX = 1, COMM_MIN = 2 } comm_op_t;
+
+typedef enum comm_device {
+    COMM_DEVICE_HOST = 0,
+    COMM_DEVICE_CUDA = 1,
+    COMM_DEVICE_HEXAGON = 2,
+} comm_device_t;
+
+#define COMM_ID_BYTES 64
+typedef struct comm_id {
+    char str[COMM_ID_BYTES]; /* NUL-terminated, printable */
+} comm_id_t;
+
+typedef struct comm_config {
+    size_t size;            /* sizeof(comm_config_t); set by comm_config_init */
+    int nranks;             /* >= 1 */
+    int rank;               /* 0 .. nranks-1 */
+    comm_id_t id;           /* the same on every rank of one communicator */
+    comm_device_t device;   /* where the buffers passed to collectives live */
+    int device_index;       /* GPU ordinal / HTP session; -1 = derive from local rank */
+    const char *transport;  /* NULL = automatic; else a transport name ("shm", ...) */
+    int timeout_ms;         /* 0 = default (ARCOMM_TIMEOUT_MS, else 120000); < 0 = never */
+} comm_config_t;
+
+/* Fills *cfg with defaults (nranks 1, rank 0, host device, automatic transport). */
+void comm_config_init(comm_config_t *cfg);
+
+/* Makes a fresh communicator id: 128 bits from the OS random source, printable. */
+comm_status_t comm_id_new(comm_id_t *id);
+
+/*
+ * Joins the communicator named by cfg->id as cfg->rank of cfg->nranks.  Every rank
+ * calls it (from its own thread or process); it returns once all ranks have joined,
+ * or with COMM_ERR_TIMEOUT after the timeout.  *comm is written only on success.
+ */
+comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg);
+
+/* comm_init from ARCOMM_RANK, ARCOMM_SIZE, ARCOMM_ID (set by arrun). */
+comm_status_t comm_init_env(comm_t **comm);
+
+/*
+ * Sums (or takes the max/min of) count elements over all ranks into every rank's
+ * recvbuf.  sendbuf == recvbuf is in place.  Host: blocks until done, stream NULL.
+ * CUDA: ordered on stream (a cudaStream_t), returns once enqueued.
+ */
+comm_status_t comm_allreduce(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                             comm_dtype_t dtype, comm_op_t op, void *stream);
+
+/*
+ * A SUM allreduce whose result on each rank is then increased by that rank's addend:
+ * element by element when addend_count == count, else the same row of addend_count
+ * elements added to every row (addend_count must divide count).
+ */
+comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                 const void *addend, size_t addend_count, size_t count,
+                                 comm_dtype_t dtype, void *stream);
+
+/* Returns once every rank has entered the barrier. */
+comm_status_t comm_barrier(comm_t *comm);
+
+/*
+ * Breaks the communicator: a collective blocked on it (in any thread) returns
+ * COMM_ERR_ABORTED, peers return COMM_ERR_PEER.  Safe from any thread, at any time.
+ */
+comm_status_t comm_abort(comm_t *comm);
+
+/* Frees every resource of the communicator, also after an error.  comm may be NULL. */
+comm_status_t comm_destroy(comm_t *comm);
+
+/*
+ * Memory in the communicator's shared segment: process ranks that allreduce such
+ * buffers take the one-pass path too.  64-byte aligned.  Not collective.
+ */
+comm_status_t comm_mem_alloc(comm_t *comm, size_t bytes, void **ptr);
+comm_status_t comm_mem_free(comm_t *comm, void *ptr);
+
+int comm_rank(const comm_t *comm);                /* -1 when comm is NULL */
+int comm_size(const comm_t *comm);                /* -1 when comm is NULL */
+const char *comm_transport_name(const comm_t *comm);
+const char *comm_status_string(comm_status_t status);
+/*
+ * The detail of the last error on comm ("" when none).  With comm == NULL: the
+ * reason the calling thread's last comm_init, comm_init_env or comm_id_new failed.
+ */
+const char *comm_last_error(const comm_t *comm);
+
+/* Additions to api.md. */
+
+/* The size in bytes of one element of dtype, or 0 for an unknown dtype. */
+size_t comm_dtype_size(comm_dtype_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ARCOMM_H */

@@ -1,0 +1,418 @@
+/*
+ * arbench's output formats; see bench_report.h for the CSV columns and the JSON
+ * schema in bench_write_json.
+ */
+#include "bench_report.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const ratio_doc =
+    "ratio = peer time / arcomm time (medians): > 1 means arcomm is faster";
+
+void bench_meta_fill(struct bench_meta *m, int argc, char **argv)
+{
+    memset(m, 0, sizeof(*m));
+    if (gethostname(m->host, sizeof(m->host) - 1))
+        strcpy(m->host, "?");
+    strcpy(m->cpu, "?");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof(line), f)) {
+            char *colon = strchr(line, ':');
+            if (strncmp(line, "model name", 10) == 0 && colon) {
+                colon += 1 + (colon[1] == ' ');
+                colon[strcspn(colon, "\n")] = '\0';
+                snprintf(m->cpu, sizeof(m->cpu), "%s", colon);
+                break;
+            }
+        }
+        fclose(f);
+    }
+    m->nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(m->date, sizeof(m->date), "%Y-%m-%d %H:%M:%S %z", &tm);
+    size_t used = 0;
+    for (int i = 0; i < argc && used < sizeof(m->command); i++) {
+        bool quote = argv[i][0] == '\0' || strpbrk(argv[i], " \t\"'") != NULL;
+        used += (size_t)snprintf(m->command + used, sizeof(m->command) - used,
+                                 quote ? "%s'%s'" : "%s%s", i ? " " : "", argv[i]);
+    }
+    strcpy(m->transport, "?");
+}
+
+static bool has_peer(const struct bench_report *rep)
+{
+    return rep->peer_name != NULL;
+}
+
+void bench_print_header(FILE *f, const struct bench_report *rep)
+{
+    const struct bench_opts *o = rep->opts;
+    const struct bench_meta *m = &rep->meta;
+
+    fprintf(f, "# arbench: allreduce benchmark of arcomm\n");
+    fprintf(f, "# host: %s  cpu: %s  nproc: %ld\n", m->host, m->cpu, m->nproc);
+    fprintf(f, "# date: %s\n", m->date);
+    fprintf(f, "# command: %s\n", m->command);
+    fprintf(f, "# arcomm %d.%d  transport: %s  ranks: %d (%s)  device: %s\n",
+            ARCOMM_VERSION_MAJOR, ARCOMM_VERSION_MINOR, m->transport, o->nranks, m->mode,
+            bench_device_name(o->device));
+    fprintf(f, "# dtype: %s  op: %s  %s  check: %s  iters: ", bench_dtype_name(o->dtype),
+            bench_op_name(o->op), o->inplace ? "in-place" : "out-of-place",
+            o->check ? "yes" : "no");
+    if (o->iters > 0)
+        fprintf(f, "%d", o->iters);
+    else
+        fprintf(f, "auto (~0.2 s per size, 20..10000)");
+    if (o->warmup >= 0)
+        fprintf(f, "  warmup: %d", o->warmup);
+    else
+        fprintf(f, "  warmup: 10%% of iters, >= 5");
+    fprintf(f, "  rounds: %d%s\n", o->rounds, o->rounds > 1 ? " (median reported)" : "");
+    fprintf(f, "# time: each call timed on every rank (CLOCK_MONOTONIC), back to back; per call "
+               "the slowest rank; median and p90 over calls\n");
+    fprintf(f, "# algbw = size / time; busbw = algbw * 2(n-1)/n (nccl-tests; 0 when n = 1)\n");
+    if (o->check)
+        fprintf(f, "# #wrong: elements outside tolerance of a float64 reference, summed over "
+                   "ranks, +1 if ranks differ bitwise\n");
+    if (has_peer(rep))
+        fprintf(f, "# peer: %s  %s\n", rep->peer_name, ratio_doc);
+    fprintf(f, "#\n");
+    fprintf(f, "# %10s %12s %6s %6s  %10s %10s %8s %8s %7s", "size", "count", "type", "redop",
+            "time(us)", "p90(us)", "algbw", "busbw", "#wrong");
+    if (has_peer(rep))
+        fprintf(f, " | %10s %10s %8s %8s %7s | %6s", "time(us)", "p90(us)", "algbw", "busbw",
+                "#wrong", "ratio");
+    fprintf(f, "\n# %10s %12s %6s %6s  %10s %10s %8s %8s %7s", "(B)", "(elems)", "", "",
+            rep->name ? rep->name : "arcomm", "", "(GB/s)", "(GB/s)", "");
+    if (has_peer(rep))
+        fprintf(f, " | %10s %10s %8s %8s %7s | %6s", rep->peer_name, "", "(GB/s)", "(GB/s)", "",
+                "");
+    fprintf(f, "\n");
+}
+
+static void print_cols(FILE *f, const struct bench_result *r)
+{
+    char wrong[32];
+    if (r->wrong < 0)
+        strcpy(wrong, "N/A");
+    else
+        snprintf(wrong, sizeof(wrong), "%lld", (long long)r->wrong);
+    fprintf(f, "%10.2f %10.2f %8.3f %8.3f %7s", r->time_us, r->p90_us, r->algbw, r->busbw,
+            wrong);
+}
+
+void bench_print_row(FILE *f, const struct bench_report *rep, const struct bench_row *row)
+{
+    const struct bench_opts *o = rep->opts;
+
+    fprintf(f, "  %10zu %12zu %6s %6s  ", row->a.bytes, row->a.count,
+            bench_dtype_name(o->dtype), bench_op_name(o->op));
+    print_cols(f, &row->a);
+    if (has_peer(rep)) {
+        fprintf(f, " | ");
+        print_cols(f, &row->p);
+        fprintf(f, " | %6.2f", row->a.time_us > 0 ? row->p.time_us / row->a.time_us : 0.0);
+    }
+    fprintf(f, "\n");
+    fflush(f);
+}
+
+void bench_print_table(FILE *f, const struct bench_report *rep)
+{
+    bench_print_header(f, rep);
+    for (size_t i = 0; i < rep->nrows; i++)
+        bench_print_row(f, rep, &rep->rows[i]);
+}
+
+/* ---- CSV ---- */
+
+static const char *const sweep_cols =
+    "size,count,type,op,nranks,iters,time_us,p90_us,algbw_gbs,busbw_gbs,wrong";
+
+static void csv_result(FILE *f, const struct bench_result *r)
+{
+    fprintf(f, "%d,%.4f,%.4f,%.6f,%.6f,%lld", r->iters, r->time_us, r->p90_us, r->algbw,
+            r->busbw, (long long)r->wrong);
+}
+
+void bench_csv_sweep(FILE *f, const struct bench_meta *m, const struct bench_opts *o,
+                     int nranks, const struct bench_result *res, size_t n)
+{
+    fprintf(f, "# transport: %s\n# host: %s\n# date: %s\n%s\n", m->transport, m->host, m->date,
+            sweep_cols);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "%zu,%zu,%s,%s,%d,", res[i].bytes, res[i].count, bench_dtype_name(o->dtype),
+                bench_op_name(o->op), nranks);
+        csv_result(f, &res[i]);
+        fprintf(f, "\n");
+    }
+    fflush(f);
+}
+
+int bench_csv_read(FILE *f, struct bench_result *res, size_t max, char *transport,
+                   size_t transport_len)
+{
+    char line[1024];
+    size_t n = 0;
+    bool header = false;
+
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "# transport: ", 13) == 0 && transport) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(transport, transport_len, "%s", line + 13);
+            continue;
+        }
+        if (strncmp(line, sweep_cols, strlen(sweep_cols)) == 0) {
+            header = true;
+            continue;
+        }
+        if (!header || n >= max)
+            continue;
+        struct bench_result *r = &res[n];
+        char type[16], op[16];
+        int nranks;
+        long long wrong;
+        /* Anything else on stdout (a library's chatter) simply does not parse. */
+        if (sscanf(line, "%zu,%zu,%15[^,],%15[^,],%d,%d,%lf,%lf,%lf,%lf,%lld", &r->bytes,
+                   &r->count, type, op, &nranks, &r->iters, &r->time_us, &r->p90_us,
+                   &r->algbw, &r->busbw, &wrong) == 11) {
+            r->wrong = wrong;
+            n++;
+        }
+    }
+    return n ? (int)n : -1;
+}
+
+int bench_write_csv(const char *path, const struct bench_report *rep)
+{
+    const struct bench_opts *o = rep->opts;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return -1;
+    }
+    if (!has_peer(rep)) {
+        struct bench_result res[BENCH_MAX_SIZES];
+        for (size_t i = 0; i < rep->nrows; i++)
+            res[i] = rep->rows[i].a;
+        bench_csv_sweep(f, &rep->meta, o, o->nranks, res, rep->nrows);
+    } else {
+        fprintf(f, "# transport: %s\n# host: %s\n# date: %s\n# %s\n", rep->meta.transport,
+                rep->meta.host, rep->meta.date, ratio_doc);
+        fprintf(f, "size,count,type,op,nranks,arcomm_iters,arcomm_time_us,arcomm_p90_us,"
+                   "arcomm_algbw_gbs,arcomm_busbw_gbs,arcomm_wrong,peer,peer_iters,"
+                   "peer_time_us,peer_p90_us,peer_algbw_gbs,peer_busbw_gbs,peer_wrong,ratio\n");
+        for (size_t i = 0; i < rep->nrows; i++) {
+            const struct bench_row *row = &rep->rows[i];
+            fprintf(f, "%zu,%zu,%s,%s,%d,", row->a.bytes, row->a.count,
+                    bench_dtype_name(o->dtype), bench_op_name(o->op), o->nranks);
+            csv_result(f, &row->a);
+            fprintf(f, ",%s,", rep->peer_name);
+            csv_result(f, &row->p);
+            fprintf(f, ",%.4f\n", row->a.time_us > 0 ? row->p.time_us / row->a.time_us : 0.0);
+        }
+    }
+    if (fclose(f)) {
+        perror(path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- JSON ---- */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_result(FILE *f, const struct bench_result *r)
+{
+    fprintf(f, "{\"iters\": %d, \"time_us\": %.4f, \"p90_us\": %.4f, \"algbw_gbs\": %.6f, "
+               "\"busbw_gbs\": %.6f, \"wrong\": ",
+            r->iters, r->time_us, r->p90_us, r->algbw, r->busbw);
+    if (r->wrong < 0)
+        fprintf(f, "null}");
+    else
+        fprintf(f, "%lld}", (long long)r->wrong);
+}
+
+/*
+ * Schema: { "tool": "arbench", "machine": {"host", "cpu", "nproc"}, "date", "command",
+ *   "arcomm_version", "transport", "mode", "nranks", "device", "dtype", "op", "inplace",
+ *   "check", "rounds", "time_stat", "busbw_def", "peer": null | "mpi" | "nccl",
+ *   "ratio_def", "rows": [ { "size", "count", "arcomm": {iters, time_us, p90_us,
+ *   algbw_gbs, busbw_gbs, wrong (null without --check)}, "peer": {...} | null,
+ *   "ratio": number | null } ] }
+ */
+int bench_write_json(const char *path, const struct bench_report *rep)
+{
+    const struct bench_opts *o = rep->opts;
+    const struct bench_meta *m = &rep->meta;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return -1;
+    }
+    fprintf(f, "{\n  \"tool\": \"arbench\",\n  \"machine\": {\"host\": ");
+    json_str(f, m->host);
+    fprintf(f, ", \"cpu\": ");
+    json_str(f, m->cpu);
+    fprintf(f, ", \"nproc\": %ld},\n  \"date\": ", m->nproc);
+    json_str(f, m->date);
+    fprintf(f, ",\n  \"command\": ");
+    json_str(f, m->command);
+    fprintf(f, ",\n  \"arcomm_version\": \"%d.%d\",\n  \"transport\": ", ARCOMM_VERSION_MAJOR,
+            ARCOMM_VERSION_MINOR);
+    json_str(f, m->transport);
+    fprintf(f, ",\n  \"mode\": \"%s\",\n  \"nranks\": %d,\n  \"device\": \"%s\",\n", m->mode,
+            o->nranks, bench_device_name(o->device));
+    fprintf(f, "  \"dtype\": \"%s\",\n  \"op\": \"%s\",\n  \"inplace\": %s,\n  \"check\": %s,\n",
+            bench_dtype_name(o->dtype), bench_op_name(o->op), o->inplace ? "true" : "false",
+            o->check ? "true" : "false");
+    fprintf(f, "  \"rounds\": %d,\n  \"time_stat\": \"per call the slowest rank; median and "
+               "p90 over calls; median over rounds\",\n", o->rounds);
+    fprintf(f, "  \"busbw_def\": \"algbw * 2(n-1)/n, 0 when n = 1\",\n  \"peer\": ");
+    if (has_peer(rep))
+        fprintf(f, "\"%s\",\n  \"ratio_def\": \"%s\",\n", rep->peer_name, ratio_doc);
+    else
+        fprintf(f, "null,\n  \"ratio_def\": null,\n");
+    fprintf(f, "  \"rows\": [");
+    for (size_t i = 0; i < rep->nrows; i++) {
+        const struct bench_row *row = &rep->rows[i];
+        fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"arcomm\": ", i ? "," : "",
+                row->a.bytes, row->a.count);
+        json_result(f, &row->a);
+        fprintf(f, ", \"peer\": ");
+        if (has_peer(rep)) {
+            json_result(f, &row->p);
+            fprintf(f, ", \"ratio\": %.4f}",
+                    row->a.time_us > 0 ? row->p.time_us / row->a.time_us : 0.0);
+        } else {
+            fprintf(f, "null, \"ratio\": null}");
+        }
+    }
+    fprintf(f, "\n  ]\n}\n");
+    if (fclose(f)) {
+        perror(path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- gnuplot ---- */
+
+static bool in_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char buf[4096];
+    while (path && *path) {
+        size_t len = strcspn(path, ":");
+        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, len ? path : ".", prog);
+        if (access(buf, X_OK) == 0)
+            return true;
+        path += len + (path[len] == ':');
+    }
+    return false;
+}
+
+/* A gnuplot single-quoted string: a quote is written twice. */
+static void gp_str(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputc('\'', f);
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+int bench_plot(const char *path, const struct bench_report *rep)
+{
+    const struct bench_opts *o = rep->opts;
+    if (!in_path("gnuplot")) {
+        fprintf(stderr, "arbench: gnuplot not found in PATH, not writing the plot %s "
+                        "(install gnuplot-nox)\n", path);
+        return 0;
+    }
+    FILE *gp = popen("gnuplot", "w");
+    if (!gp) {
+        perror("arbench: gnuplot");
+        return -1;
+    }
+    fprintf(gp, "set terminal pngcairo size 1000,600 noenhanced\nset output ");
+    gp_str(gp, path);
+    fprintf(gp, "\nset title 'allreduce %s %s, %d ranks (%s), %s: %s'\n",
+            bench_dtype_name(o->dtype), bench_op_name(o->op), o->nranks, rep->meta.mode,
+            rep->meta.host, o->inplace ? "in-place" : "out-of-place");
+    fprintf(gp, "set logscale x 2\nset format x '%%.0b%%BB'\nset xlabel 'size per rank'\n"
+                "set ylabel 'busbw (GB/s), median time'\nset grid\nset key top left\n"
+                "$data << EOD\n");
+    for (size_t i = 0; i < rep->nrows; i++)
+        fprintf(gp, "%zu %.6f %.6f\n", rep->rows[i].a.bytes, rep->rows[i].a.busbw,
+                has_peer(rep) ? rep->rows[i].p.busbw : 0.0);
+    fprintf(gp, "EOD\nplot $data using 1:2 with linespoints lw 2 title 'arcomm (%s)'",
+            rep->meta.transport);
+    if (has_peer(rep))
+        fprintf(gp, ", $data using 1:3 with linespoints lw 2 title '%s'", rep->peer_name);
+    fprintf(gp, "\n");
+    int st = pclose(gp);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "arbench: gnuplot failed writing %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- rounds, progress ---- */
+
+void bench_result_median(const struct bench_result *rounds, int nrounds, int nranks,
+                         struct bench_result *out)
+{
+    double t[100], p[100];
+    *out = rounds[0];
+    for (int i = 0; i < nrounds; i++) {
+        t[i] = rounds[i].time_us;
+        p[i] = rounds[i].p90_us;
+        if (rounds[i].wrong > out->wrong)
+            out->wrong = rounds[i].wrong;
+    }
+    out->time_us = bench_median(t, (size_t)nrounds);
+    out->p90_us = bench_median(p, (size_t)nrounds);
+    out->algbw = out->time_us > 0 ? (double)out->bytes / out->time_us * 1e-3 : 0.0;
+    out->busbw = bench_busbw(out->algbw, nranks);
+}
+
+void bench_progress(const char *what, size_t done, size_t total, size_t bytes)
+{
+    if (!isatty(STDERR_FILENO))
+        return;
+    fprintf(stderr, "\r\033[K%s: size %zu B (%zu/%zu)", what, bytes, done + 1, total);
+    fflush(stderr);
+}
+
+void bench_progress_end(void)
+{
+    if (isatty(STDERR_FILENO))
+        fprintf(stderr, "\r\033[K");
+}

@@ -1,0 +1,79 @@
+/*
+ * arbench's output: the header, the nccl-tests style table, CSV, JSON and the
+ * gnuplot chart, and the CSV reader through which arbench takes the results of a
+ * child sweep (arbench-mpi under mpirun, or arbench ranks under arrun).
+ *
+ * CSV of one sweep (--csv-stdout, and --csv without --compare), one row per size:
+ *   size,count,type,op,nranks,iters,time_us,p90_us,algbw_gbs,busbw_gbs,wrong
+ * With --compare, --csv writes
+ *   size,count,type,op,nranks,arcomm_iters,arcomm_time_us,arcomm_p90_us,
+ *   arcomm_algbw_gbs,arcomm_busbw_gbs,arcomm_wrong,peer,peer_iters,peer_time_us,
+ *   peer_p90_us,peer_algbw_gbs,peer_busbw_gbs,peer_wrong,ratio
+ * size is bytes per rank; wrong is -1 without --check; ratio = peer_time_us /
+ * arcomm_time_us (> 1: arcomm faster).  Lines starting with '#' are metadata
+ * ("# key: value") and are skipped by CSV readers that honour comments.
+ */
+#ifndef ARBENCH_BENCH_REPORT_H
+#define ARBENCH_BENCH_REPORT_H
+
+#include "bench_common.h"
+
+#include <stdio.h>
+
+#define BENCH_MAX_SIZES 128
+
+/* Where and how the numbers were taken. */
+struct bench_meta {
+    char host[256];
+    char cpu[256];
+    long nproc;
+    char date[64];
+    char command[4096];
+    char transport[64]; /* comm_transport_name, or the peer's name */
+    const char *mode;   /* "threads", "procs" */
+};
+
+/* One size of a report: arcomm, and the peer when comparing. */
+struct bench_row {
+    struct bench_result a;
+    struct bench_result p; /* valid when the report has a peer */
+};
+
+struct bench_report {
+    const struct bench_opts *opts;
+    struct bench_meta meta;
+    const char *name;      /* what is measured: NULL is "arcomm" */
+    const char *peer_name; /* NULL: no comparison */
+    struct bench_row rows[BENCH_MAX_SIZES];
+    size_t nrows;
+};
+
+void bench_meta_fill(struct bench_meta *m, int argc, char **argv);
+void bench_print_header(FILE *f, const struct bench_report *rep);
+void bench_print_row(FILE *f, const struct bench_report *rep, const struct bench_row *row);
+void bench_print_table(FILE *f, const struct bench_report *rep);
+
+/* One sweep's CSV, with the metadata lines the reader below takes back. */
+void bench_csv_sweep(FILE *f, const struct bench_meta *m, const struct bench_opts *o,
+                     int nranks, const struct bench_result *res, size_t n);
+/*
+ * Reads what bench_csv_sweep wrote (other lines are ignored).  Returns the number of
+ * rows, or -1 when none was found; copies "# transport:" into transport if non-NULL.
+ */
+int bench_csv_read(FILE *f, struct bench_result *res, size_t max, char *transport,
+                   size_t transport_len);
+
+int bench_write_csv(const char *path, const struct bench_report *rep);
+int bench_write_json(const char *path, const struct bench_report *rep);
+/* Returns 0 also when gnuplot is missing (after saying so): the numbers matter more. */
+int bench_plot(const char *path, const struct bench_report *rep);
+
+/* The median over rounds of one size (time, p90), bandwidths from the median time. */
+void bench_result_median(const struct bench_result *rounds, int nrounds, int nranks,
+                         struct bench_result *out);
+
+/* "\r"-overwritten progress on stderr, only when stderr is a terminal. */
+void bench_progress(const char *what, size_t done, size_t total, size_t bytes);
+void bench_progress_end(void);
+
+#endif /* ARBENCH_BENCH_REPORT_H */

@@ -1,0 +1,575 @@
+/*
+ * arbench: the allreduce benchmark of arcomm, in the manner of nccl-tests'
+ * all_reduce_perf.  Three ways to run:
+ *
+ *   threads (default)  N threads of this process, one rank each;
+ *   --procs            this program again, N times, under `arrun -n N`: the launcher
+ *                      reads the ranks' CSV (--csv-stdout) and reports;
+ *   under arrun        (ARCOMM_RANK set) one process rank, through comm_init_env.
+ *
+ * --compare mpi runs the same sweep through arbench-mpi under mpirun after the arcomm
+ * sweep (R rounds of both with --rounds R) and prints both side by side.
+ */
+#include "bench_common.h"
+#include "bench_report.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef ARBENCH_HAVE_NCCL
+#define ARBENCH_HAVE_NCCL 0
+#endif
+#ifndef ARBENCH_MPIRUN
+#define ARBENCH_MPIRUN "mpirun"
+#endif
+
+static const char usage[] =
+    "usage: arbench [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPE] [-o OP]\n"
+    "               [--inplace] [--check] [--iters N] [--warmup N] [--rounds R]\n"
+    "               [--device host|cuda|hexagon] [--compare mpi|nccl]\n"
+    "               [--csv FILE] [--json FILE] [--plot FILE.png]\n"
+    "Times comm_allreduce over a sweep of sizes, like nccl-tests' all_reduce_perf.\n"
+    "  -n, --nranks N     ranks (default 2): threads of this process, or with --procs\n"
+    "                     processes started through arrun\n"
+    "  --procs            process ranks (arbench re-launches itself as arrun -n N arbench)\n"
+    "  -b, -e SIZE        first and last size in bytes per rank (default 4 and 64M;\n"
+    "                     K, M, G suffixes are powers of 1024)\n"
+    "  -f FACTOR          each size is the previous one times FACTOR (default 2)\n"
+    "  -d DTYPE           f32 (default) f16 bf16 f64 i32 i64\n"
+    "  -o OP              sum (default) max min\n"
+    "  --inplace          sendbuf == recvbuf\n"
+    "  --check            one more call per size on fresh random data: every element\n"
+    "                     against a float64 reference, all ranks bit-identical (#wrong)\n"
+    "  --iters N          timed calls per size (default: ~0.2 s worth, 20..10000)\n"
+    "  --warmup N         untimed calls first (default 10% of iters, at least 5)\n"
+    "  --rounds R         run the sweeps R times, report the median (default 1)\n"
+    "  --device D         where the buffers live: host (default), cuda, hexagon\n"
+    "  --compare mpi      the same sweep through MPI_Allreduce (arbench-mpi under\n"
+    "                     mpirun), side by side; ratio = mpi time / arcomm time\n"
+    "  --compare nccl     the same against NCCL (builds with CUDA and NCCL)\n"
+    "  --csv FILE         the table as CSV; --json FILE as JSON; --plot FILE.png busbw\n"
+    "                     against size through gnuplot\n"
+    "  -h, --help         this text\n"
+    "Time per size: every call timed on every rank, back to back; per call the slowest\n"
+    "rank; median and p90 over calls.  algbw = size/time, busbw = algbw*2(n-1)/n\n"
+    "(0 for one rank).  Exit status: 0 ok, 1 a call failed or #wrong > 0, 2 usage.\n";
+
+/* Device backends: host now; CUDA and Hexagon fill their entry when they arrive. */
+static const struct bench_device *const devices[] = {
+    [COMM_DEVICE_HOST] = &bench_device_host,
+    [COMM_DEVICE_CUDA] = NULL,
+    [COMM_DEVICE_HEXAGON] = NULL,
+};
+
+static int coll_arcomm(void *ctx, const void *send, void *recv, size_t count,
+                       comm_dtype_t dtype, comm_op_t op)
+{
+    comm_t *comm = ctx;
+    comm_status_t st = comm_allreduce(comm, send, recv, count, dtype, op, NULL);
+    if (st != COMM_OK) {
+        fprintf(stderr, "arbench: rank %d: comm_allreduce(count %zu) failed: %s: %s\n",
+                comm_rank(comm), count, comm_status_string(st), comm_last_error(comm));
+        return -1;
+    }
+    return 0;
+}
+
+/* Only host is built in: a device that comm_init accepts still needs its backend. */
+static const struct bench_device *device_backend(comm_device_t dev)
+{
+    const struct bench_device *d = (unsigned)dev < 3 ? devices[dev] : NULL;
+    if (!d)
+        fprintf(stderr, "arbench: device %s: this arbench has no buffer backend for it\n",
+                bench_device_name(dev));
+    return d;
+}
+
+static int init_failed(comm_status_t st)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT; /* every thread rank may fail alike */
+
+    /* comm_last_error(NULL) is per thread: this is the failing thread's reason. */
+    if (!atomic_flag_test_and_set(&said))
+        fprintf(stderr, "arbench: comm_init: %s: %s\n", comm_status_string(st),
+                comm_last_error(NULL));
+    return st == COMM_ERR_UNSUPPORTED ? BENCH_EXIT_USAGE : BENCH_EXIT_FAIL;
+}
+
+/* ---- thread ranks ---- */
+
+struct thr_shared {
+    const struct bench_opts *opts;
+    comm_id_t id;
+    pthread_barrier_t bar;
+    void **ptrs;               /* each rank's published buffer, for struct bench_sync */
+    const size_t *sizes;
+    size_t nsizes;
+    struct bench_result *res;  /* rank 0 writes one per size */
+    struct bench_report *live; /* print rows as they come (rank 0), or NULL */
+    char transport[64];
+    atomic_int exit_code;      /* first failure wins; the others see it */
+};
+
+struct thr_rank {
+    struct thr_shared *sh;
+    int rank;
+};
+
+/* Shared memory and a barrier: the benchmark's bookkeeping never uses the library. */
+static int thr_reduce(void *ctx, void *vals, size_t n, enum bench_red red)
+{
+    struct thr_rank *t = ctx;
+    struct thr_shared *sh = t->sh;
+    size_t esz = red == BENCH_MAX_F64 ? sizeof(double) : sizeof(int64_t);
+    void *tmp = malloc(n > 0 ? n * esz : 1);
+    if (!tmp) {
+        fprintf(stderr, "arbench: out of memory\n");
+        exit(BENCH_EXIT_FAIL);
+    }
+    sh->ptrs[t->rank] = vals;
+    pthread_barrier_wait(&sh->bar);
+    memcpy(tmp, sh->ptrs[0], n * esz);
+    for (int r = 1; r < sh->opts->nranks; r++) {
+        for (size_t i = 0; i < n; i++) {
+            if (red == BENCH_MAX_F64) {
+                double *d = tmp, x = ((const double *)sh->ptrs[r])[i];
+                d[i] = x > d[i] ? x : d[i];
+            } else {
+                int64_t *d = tmp, x = ((const int64_t *)sh->ptrs[r])[i];
+                d[i] = red == BENCH_SUM_I64 ? (int64_t)((uint64_t)d[i] + (uint64_t)x)
+                       : red == BENCH_MAX_I64 ? (x > d[i] ? x : d[i])
+                                              : (x < d[i] ? x : d[i]);
+            }
+        }
+    }
+    pthread_barrier_wait(&sh->bar); /* everyone has read every rank's values */
+    memcpy(vals, tmp, n * esz);
+    free(tmp);
+    return 0;
+}
+
+static int thr_same_bytes(void *ctx, const void *buf, size_t bytes, bool *same)
+{
+    struct thr_rank *t = ctx;
+    struct thr_shared *sh = t->sh;
+    int64_t differ = 0;
+
+    sh->ptrs[t->rank] = (void *)buf;
+    pthread_barrier_wait(&sh->bar);
+    /* Each rank compares itself with rank 0: thread ranks see each other's memory. */
+    differ = memcmp(buf, sh->ptrs[0], bytes) != 0;
+    pthread_barrier_wait(&sh->bar);
+    thr_reduce(ctx, &differ, 1, BENCH_SUM_I64);
+    *same = differ == 0;
+    return 0;
+}
+
+static void thr_fail(struct thr_shared *sh, int code)
+{
+    int zero = 0;
+    atomic_compare_exchange_strong(&sh->exit_code, &zero, code);
+    /* A rank that gave up leaves the others blocked in barriers: end the process. */
+    fflush(stdout);
+    exit(atomic_load(&sh->exit_code));
+}
+
+static void *thr_main(void *arg)
+{
+    struct thr_rank *t = arg;
+    struct thr_shared *sh = t->sh;
+    const struct bench_opts *o = sh->opts;
+    comm_config_t cfg;
+    comm_t *comm = NULL;
+
+    comm_config_init(&cfg);
+    cfg.nranks = o->nranks;
+    cfg.rank = t->rank;
+    cfg.id = sh->id;
+    cfg.device = o->device;
+    cfg.device_index = -1;
+    comm_status_t st = comm_init(&comm, &cfg);
+    if (st != COMM_OK)
+        thr_fail(sh, init_failed(st));
+    const struct bench_device *dev = device_backend(o->device);
+    if (!dev)
+        thr_fail(sh, BENCH_EXIT_USAGE);
+
+    struct bench_coll coll = { .allreduce = coll_arcomm, .ctx = comm };
+    struct bench_sync sync = { .reduce = thr_reduce, .same_bytes = thr_same_bytes, .ctx = t };
+    struct bench_rank r = { .rank = t->rank, .nranks = o->nranks, .opts = o, .coll = &coll,
+                            .sync = &sync, .dev = dev };
+    if (t->rank == 0) {
+        snprintf(sh->transport, sizeof(sh->transport), "%s", comm_transport_name(comm));
+        if (sh->live) {
+            snprintf(sh->live->meta.transport, sizeof(sh->live->meta.transport), "%s",
+                     sh->transport);
+            bench_print_header(stdout, sh->live);
+        }
+    }
+    for (size_t i = 0; i < sh->nsizes; i++) {
+        struct bench_result res;
+        if (t->rank == 0)
+            bench_progress("arbench", i, sh->nsizes, sh->sizes[i]);
+        if (bench_run_size(&r, sh->sizes[i], &res))
+            thr_fail(sh, BENCH_EXIT_FAIL);
+        if (t->rank != 0)
+            continue;
+        sh->res[i] = res;
+        if (sh->live) {
+            bench_progress_end();
+            bench_print_row(stdout, sh->live, &(struct bench_row){ .a = res });
+        }
+    }
+    if (t->rank == 0)
+        bench_progress_end();
+    comm_destroy(comm);
+    return NULL;
+}
+
+static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t nsizes,
+                       struct bench_result *res, struct bench_report *live, char *transport)
+{
+    struct thr_shared sh = { .opts = o, .sizes = sizes, .nsizes = nsizes, .res = res,
+                             .live = live };
+    struct thr_rank *ranks = calloc((size_t)o->nranks, sizeof(*ranks));
+    pthread_t *tids = calloc((size_t)o->nranks, sizeof(*tids));
+    sh.ptrs = calloc((size_t)o->nranks, sizeof(*sh.ptrs));
+    if (!ranks || !tids || !sh.ptrs) {
+        fprintf(stderr, "arbench: out of memory\n");
+        return BENCH_EXIT_FAIL;
+    }
+    comm_status_t st = comm_id_new(&sh.id);
+    if (st != COMM_OK) {
+        fprintf(stderr, "arbench: comm_id_new: %s: %s\n", comm_status_string(st),
+                comm_last_error(NULL));
+        return BENCH_EXIT_FAIL;
+    }
+    pthread_barrier_init(&sh.bar, NULL, (unsigned)o->nranks);
+    for (int i = 0; i < o->nranks; i++) {
+        ranks[i] = (struct thr_rank){ .sh = &sh, .rank = i };
+        int err = pthread_create(&tids[i], NULL, thr_main, &ranks[i]);
+        if (err) {
+            fprintf(stderr, "arbench: pthread_create: %s\n", strerror(err));
+            exit(BENCH_EXIT_FAIL); /* the started ranks wait in comm_init */
+        }
+    }
+    for (int i = 0; i < o->nranks; i++)
+        pthread_join(tids[i], NULL);
+    pthread_barrier_destroy(&sh.bar);
+    snprintf(transport, 64, "%s", sh.transport);
+    free(sh.ptrs);
+    free(tids);
+    free(ranks);
+    return BENCH_EXIT_OK;
+}
+
+/* ---- a process rank under arrun ---- */
+
+static int comm_reduce(void *ctx, void *vals, size_t n, enum bench_red red)
+{
+    comm_t *comm = ctx;
+    static const comm_op_t ops[] = { [BENCH_MAX_F64] = COMM_MAX, [BENCH_SUM_I64] = COMM_SUM,
+                                     [BENCH_MAX_I64] = COMM_MAX, [BENCH_MIN_I64] = COMM_MIN };
+    comm_status_t st = comm_allreduce(comm, vals, vals, n,
+                                      red == BENCH_MAX_F64 ? COMM_F64 : COMM_I64, ops[red], NULL);
+    if (st != COMM_OK) {
+        fprintf(stderr, "arbench: rank %d: bookkeeping allreduce failed: %s: %s\n",
+                comm_rank(comm), comm_status_string(st), comm_last_error(comm));
+        return -1;
+    }
+    return 0;
+}
+
+static int run_rank(const struct bench_opts *o, int argc, char **argv)
+{
+    comm_t *comm = NULL;
+    comm_status_t st = comm_init_env(&comm);
+    if (st != COMM_OK)
+        return init_failed(st);
+    int rank = comm_rank(comm), rc = BENCH_EXIT_OK;
+    struct bench_opts opts = *o;
+    opts.nranks = comm_size(comm);
+
+    const struct bench_device *dev = device_backend(opts.device);
+    if (!dev) {
+        comm_destroy(comm);
+        return BENCH_EXIT_USAGE;
+    }
+    struct bench_report *rep = calloc(1, sizeof(*rep));
+    size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&opts, sizes, BENCH_MAX_SIZES);
+    struct bench_coll coll = { .allreduce = coll_arcomm, .ctx = comm };
+    struct bench_sync sync = { .reduce = comm_reduce, .same_bytes = NULL, .ctx = comm };
+    struct bench_rank r = { .rank = rank, .nranks = opts.nranks, .opts = &opts, .coll = &coll,
+                            .sync = &sync, .dev = dev };
+    if (!rep) {
+        comm_destroy(comm);
+        return BENCH_EXIT_FAIL;
+    }
+    rep->opts = &opts;
+    bench_meta_fill(&rep->meta, argc, argv);
+    rep->meta.mode = "procs";
+    snprintf(rep->meta.transport, sizeof(rep->meta.transport), "%s", comm_transport_name(comm));
+    if (rank == 0 && !opts.csv_stdout)
+        bench_print_header(stdout, rep);
+    for (size_t i = 0; i < n; i++) {
+        struct bench_row *row = &rep->rows[i];
+        if (rank == 0)
+            bench_progress("arbench", i, n, sizes[i]);
+        if (bench_run_size(&r, sizes[i], &row->a)) {
+            rc = BENCH_EXIT_FAIL;
+            break;
+        }
+        rep->nrows++;
+        if (rank == 0 && !opts.csv_stdout) {
+            bench_progress_end();
+            bench_print_row(stdout, rep, row);
+        }
+        if (row->a.wrong > 0)
+            rc = BENCH_EXIT_FAIL;
+    }
+    if (rank == 0) {
+        bench_progress_end();
+        if (opts.csv_stdout) {
+            struct bench_result res[BENCH_MAX_SIZES];
+            for (size_t i = 0; i < rep->nrows; i++)
+                res[i] = rep->rows[i].a;
+            bench_csv_sweep(stdout, &rep->meta, &opts, opts.nranks, res, rep->nrows);
+        }
+        if ((opts.csv_path && bench_write_csv(opts.csv_path, rep)) ||
+            (opts.json_path && bench_write_json(opts.json_path, rep)) ||
+            (opts.plot_path && bench_plot(opts.plot_path, rep)))
+            rc = BENCH_EXIT_FAIL;
+    }
+    free(rep);
+    comm_destroy(comm);
+    return rc;
+}
+
+/* ---- child sweeps: arrun (process ranks) and mpirun (the MPI peer) ---- */
+
+/* The directory of this executable, for finding arrun and arbench-mpi beside it. */
+static int self_dir(char *buf, size_t len, char *exe, size_t exe_len)
+{
+    ssize_t n = readlink("/proc/self/exe", exe, exe_len - 1);
+    if (n <= 0) {
+        perror("arbench: readlink /proc/self/exe");
+        return -1;
+    }
+    exe[n] = '\0';
+    snprintf(buf, len, "%s", exe);
+    char *slash = strrchr(buf, '/');
+    if (slash)
+        *slash = '\0';
+    return 0;
+}
+
+/* Runs argv with its stdout read as one sweep's CSV; stderr passes through. */
+static int run_child(char **argv, struct bench_result *res, size_t max, char *transport)
+{
+    int fds[2];
+    if (pipe(fds)) {
+        perror("arbench: pipe");
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("arbench: fork");
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execvp(argv[0], argv);
+        fprintf(stderr, "arbench: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    int n = f ? bench_csv_read(f, res, max, transport, 64) : -1;
+    if (f)
+        fclose(f);
+    else
+        close(fds[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != BENCH_EXIT_FAIL)) {
+        fprintf(stderr, "arbench: %s %s %d\n", argv[0],
+                WIFEXITED(st) ? "exited with status" : "was killed by signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        return -1;
+    }
+    if (n < 0)
+        fprintf(stderr, "arbench: no results from %s\n", argv[0]);
+    return n;
+}
+
+/* arrun beside us: ../arrun/arrun in the build tree, arrun when installed, else PATH. */
+static int run_procs(const struct bench_opts *o, struct bench_result *res, size_t nsizes,
+                     char *transport)
+{
+    char dir[PATH_MAX], exe[PATH_MAX], arrun[PATH_MAX + 16], nbuf[16], sweep[1024];
+    char *argv[40];
+    int k = 0;
+
+    if (self_dir(dir, sizeof(dir), exe, sizeof(exe)))
+        return -1;
+    snprintf(arrun, sizeof(arrun), "%s/../arrun/arrun", dir);
+    if (access(arrun, X_OK)) {
+        snprintf(arrun, sizeof(arrun), "%s/arrun", dir);
+        if (access(arrun, X_OK))
+            snprintf(arrun, sizeof(arrun), "arrun");
+    }
+    snprintf(nbuf, sizeof(nbuf), "%d", o->nranks);
+    argv[k++] = arrun;
+    argv[k++] = "-n";
+    argv[k++] = nbuf;
+    argv[k++] = exe;
+    k += bench_sweep_args(o, argv + k, sweep, sizeof(sweep));
+    argv[k++] = "--device";
+    argv[k++] = (char *)bench_device_name(o->device);
+    argv[k++] = "--csv-stdout";
+    argv[k] = NULL;
+    int n = run_child(argv, res, nsizes, transport);
+    return n == (int)nsizes ? 0 : -1;
+}
+
+static int run_mpi(const struct bench_opts *o, struct bench_result *res, size_t nsizes)
+{
+    char dir[PATH_MAX], exe[PATH_MAX], prog[PATH_MAX + 16], nbuf[16], sweep[1024], tr[64];
+    char *argv[40];
+    int k = 0;
+
+    if (self_dir(dir, sizeof(dir), exe, sizeof(exe)))
+        return -1;
+    snprintf(prog, sizeof(prog), "%s/arbench-mpi", dir);
+    if (access(prog, X_OK)) {
+        fprintf(stderr, "arbench: --compare mpi: %s not found (built without Open MPI?)\n",
+                prog);
+        return -1;
+    }
+    snprintf(nbuf, sizeof(nbuf), "%d", o->nranks);
+    /* A build-time mpirun path when it still exists, else whatever PATH has. */
+    argv[k++] = access(ARBENCH_MPIRUN, X_OK) == 0 ? ARBENCH_MPIRUN : "mpirun";
+    argv[k++] = "--allow-run-as-root";
+    argv[k++] = "--oversubscribe";
+    argv[k++] = "-np";
+    argv[k++] = nbuf;
+    argv[k++] = prog;
+    k += bench_sweep_args(o, argv + k, sweep, sizeof(sweep));
+    argv[k++] = "--csv-stdout";
+    argv[k] = NULL;
+    int n = run_child(argv, res, nsizes, tr);
+    return n == (int)nsizes ? 0 : -1;
+}
+
+static void note(const char *what, int round, int rounds)
+{
+    if (isatty(STDERR_FILENO)) {
+        fprintf(stderr, "\r\033[Karbench: %s sweep, round %d/%d ...", what, round + 1, rounds);
+        fflush(stderr);
+    }
+}
+
+/* ---- the launcher: rounds of the arcomm sweep and the peer's, then the report ---- */
+
+static int run_sweeps(const struct bench_opts *o, int argc, char **argv)
+{
+    struct bench_report *rep = calloc(1, sizeof(*rep));
+    size_t sizes[BENCH_MAX_SIZES], nsizes = bench_sizes(o, sizes, BENCH_MAX_SIZES);
+    size_t per_round = nsizes * sizeof(struct bench_result);
+    struct bench_result *a = calloc((size_t)o->rounds, per_round);
+    struct bench_result *p = calloc((size_t)o->rounds, per_round);
+    int rc = BENCH_EXIT_OK;
+
+    if (!rep || !a || !p) {
+        fprintf(stderr, "arbench: out of memory\n");
+        return BENCH_EXIT_FAIL;
+    }
+    rep->opts = o;
+    rep->peer_name = o->peer == BENCH_PEER_MPI ? "mpi" : NULL;
+    bench_meta_fill(&rep->meta, argc, argv);
+    rep->meta.mode = o->procs ? "procs" : "threads";
+    /* One round, no peer, thread ranks: rows are printed as each size finishes. */
+    bool live = o->rounds == 1 && !rep->peer_name && !o->procs;
+
+    for (int round = 0; round < o->rounds; round++) {
+        struct bench_result *ar = a + (size_t)round * nsizes;
+        if (o->procs) {
+            note("arcomm", round, o->rounds);
+            if (run_procs(o, ar, nsizes, rep->meta.transport))
+                return BENCH_EXIT_FAIL;
+        } else {
+            rc = run_threads(o, sizes, nsizes, ar, live ? rep : NULL, rep->meta.transport);
+            if (rc)
+                return rc;
+        }
+        if (rep->peer_name) {
+            note("mpi", round, o->rounds);
+            if (run_mpi(o, p + (size_t)round * nsizes, nsizes))
+                return BENCH_EXIT_FAIL;
+        }
+    }
+    bench_progress_end();
+    rep->nrows = nsizes;
+    for (size_t i = 0; i < nsizes; i++) {
+        struct bench_result ra[100], rp[100];
+        for (int round = 0; round < o->rounds; round++) {
+            ra[round] = a[(size_t)round * nsizes + i];
+            rp[round] = p[(size_t)round * nsizes + i];
+        }
+        bench_result_median(ra, o->rounds, o->nranks, &rep->rows[i].a);
+        bench_result_median(rp, o->rounds, o->nranks, &rep->rows[i].p);
+        if (rep->rows[i].a.wrong > 0 || (rep->peer_name && rep->rows[i].p.wrong > 0))
+            rc = BENCH_EXIT_FAIL;
+    }
+    if (!live)
+        bench_print_table(stdout, rep);
+    if ((o->csv_path && bench_write_csv(o->csv_path, rep)) ||
+        (o->json_path && bench_write_json(o->json_path, rep)) ||
+        (o->plot_path && bench_plot(o->plot_path, rep)))
+        rc = BENCH_EXIT_FAIL;
+    free(p);
+    free(a);
+    free(rep);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts o;
+
+    bench_opts_init(&o);
+    int rc = bench_parse_args(&o, argc, argv, "arbench", usage);
+    if (rc)
+        return rc == 1 ? BENCH_EXIT_OK : BENCH_EXIT_USAGE;
+    if (o.peer == BENCH_PEER_NCCL) {
+        /* The NCCL peer arrives with the CUDA backend; until then no build has it. */
+        fprintf(stderr, ARBENCH_HAVE_NCCL ? "arbench: --compare nccl is not implemented yet\n"
+                                          : "arbench: --compare nccl needs a build with CUDA "
+                                            "and NCCL\n");
+        return BENCH_EXIT_USAGE;
+    }
+    if (getenv("ARCOMM_RANK")) {
+        if (o.peer != BENCH_PEER_NONE || o.rounds > 1) {
+            fprintf(stderr, "arbench: --compare and --rounds are for the launcher: run "
+                            "arbench --procs instead of arrun arbench\n");
+            return BENCH_EXIT_USAGE;
+        }
+        return run_rank(&o, argc, argv);
+    }
+    if (o.csv_stdout) {
+        fprintf(stderr, "arbench: --csv-stdout is internal (for ranks under arrun)\n%s", usage);
+        return BENCH_EXIT_USAGE;
+    }
+    return run_sweeps(&o, argc, argv);
+}

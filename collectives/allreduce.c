@@ -1,0 +1,102 @@
+/*
+ * Allreduce: picks the path for a validated call.  Small messages take the flag path;
+ * large ones the bulk path, one-pass where every rank can reach every buffer, staged
+ * otherwise.  Every rank picks alike: the size decides between flag and bulk (and the
+ * peers check it), the bulk handshake's published buffer kinds decide the rest.
+ */
+#include "coll.h"
+#include "reduce.h"
+#include "topo.h"
+
+#include <unistd.h>
+
+void coll_host_resolve_knobs(struct rt_knobs *k, int nranks)
+{
+    (void)nranks;
+    /* Measured on the 2-core development machine (docs/PERFORMANCE.md): up to 16 KiB a
+     * single round trip with one copy in and n reads beats the bulk path's two. */
+    if (k->flag_threshold == RT_SIZE_AUTO)
+        k->flag_threshold = 16 * 1024;
+    /* Host shared memory is not a narrow link: keep every bit unless asked. */
+    if (k->bf16_threshold == RT_SIZE_AUTO)
+        k->bf16_threshold = RT_SIZE_OFF;
+    if (k->nt_threshold == RT_SIZE_AUTO) {
+        /* Streaming stores pay once the outputs no longer fit the last-level cache. */
+        const struct rt_topo_summary *t = rt_topo_summary();
+        size_t llc = t->l3_bytes ? t->l3_bytes : t->l2_bytes ? t->l2_bytes : 8u << 20;
+        k->nt_threshold = llc;
+    }
+    /* The flag path stages a whole message in one slot. */
+    size_t slot = (k->shm_slot_bytes + 4095) / 4096 * 4096;
+    if (k->flag_threshold != RT_SIZE_OFF && k->flag_threshold > slot)
+        k->flag_threshold = slot;
+    if (k->flag_threshold == RT_SIZE_OFF)
+        k->flag_threshold = 0;
+}
+
+const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)
+{
+    return bytes <= k->flag_threshold ? "flag" : "bulk";
+}
+
+/* How peers may reach this rank's buffers: same process, in the segment, or not. */
+static uint32_t reach(const struct comm *c, const struct coll_call *call, size_t bytes,
+                      uint64_t *send, uint64_t *recv, uint64_t *addend)
+{
+    if (c->same_process) {
+        *send = (uintptr_t)call->send;
+        *recv = (uintptr_t)call->recv;
+        *addend = (uintptr_t)call->addend;
+        return SHM_BUF_SAME_PROC;
+    }
+    const struct shm_comm *s = c->shm;
+    size_t addend_bytes = call->addend ? call->addend_count * comm_dtype_size(call->dtype) : 0;
+    if (shm_contains(s, call->send, bytes) && shm_contains(s, call->recv, bytes) &&
+        (call->addend == NULL || shm_contains(s, call->addend, addend_bytes))) {
+        *send = (uint64_t)((const uint8_t *)call->send - s->base);
+        *recv = (uint64_t)((uint8_t *)call->recv - s->base);
+        *addend = call->addend ? (uint64_t)((const uint8_t *)call->addend - s->base) : 0;
+        return SHM_BUF_IN_SEG;
+    }
+    return 0;
+}
+
+static comm_status_t host_allreduce(struct comm *c, const struct coll_call *call)
+{
+    size_t bytes = call->count * comm_dtype_size(call->dtype);
+    bool narrow = coll_narrows(&c->knobs, call->dtype, bytes);
+    if (bytes <= c->knobs.flag_threshold)
+        return coll_allreduce_flag(c, call, narrow);
+
+    struct shm_arrival mine = {
+        .count = call->count,
+        .dtype = (uint8_t)call->dtype,
+        .op = (uint8_t)call->op,
+        .path = SHM_PATH_BULK,
+        .addend_count = call->addend ? call->addend_count : 0,
+    };
+    mine.flags = reach(c, call, bytes, &mine.send, &mine.recv, &mine.addend);
+    mine.flags |= (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u);
+    coll_arrive(c, &mine);
+    comm_status_t st = coll_wait_arrivals(c, "allreduce (bulk path handshake)");
+    if (st != COMM_OK)
+        return st;
+    uint32_t all = SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG;
+    for (int p = 0; p < c->nranks; p++)
+        all &= shm_arrival_at(c->shm, c->seq, p)->flags;
+    if (all != 0)
+        return coll_allreduce_direct(c, call, narrow);
+    return coll_allreduce_staged(c, call, narrow);
+}
+
+comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call)
+{
+    switch (c->device) {
+    case COMM_DEVICE_HOST:
+        return host_allreduce(c, call);
+    default:
+        rt_error(c, COMM_ERR_UNSUPPORTED, "rank %d: no collectives for this device in this build",
+                 c->rank);
+        return COMM_ERR_UNSUPPORTED;
+    }
+}

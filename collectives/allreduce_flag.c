@@ -1,0 +1,57 @@
+/*
+ * The flag path (small messages): each rank copies its input into its staging slot,
+ * publishes its arrival word, waits for every peer's, and sums all slots in rank order
+ * into its output.  One round trip between the ranks; every rank computes the same sum
+ * in the same order, so the results are bit-identical.
+ */
+#include "coll.h"
+#include "reduce.h"
+
+#include <string.h>
+
+comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, bool narrow)
+{
+    struct shm_comm *s = c->shm;
+    size_t esize = comm_dtype_size(call->dtype);
+    uint32_t slot = call->count ? coll_next_stage_slot(c) : 0;
+
+    if (call->count) {
+        void *mine = shm_slot(s, c->rank, slot);
+        if (narrow)
+            coll_f32_to_bf16(mine, call->send, call->count);
+        else
+            memcpy(mine, call->send, call->count * esize);
+    }
+    struct shm_arrival arrival = {
+        .count = call->count,
+        .dtype = (uint8_t)call->dtype,
+        .op = (uint8_t)call->op,
+        .path = SHM_PATH_FLAG,
+        .flags = (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u),
+        .addend_count = call->addend ? call->addend_count : 0,
+    };
+    coll_arrive(c, &arrival);
+    comm_status_t st = coll_wait_arrivals(c, "allreduce (flag path)");
+    if (st != COMM_OK || call->count == 0)
+        return st;
+
+    const void *src[c->nranks];
+    for (int p = 0; p < c->nranks; p++)
+        src[p] = p == c->rank && !narrow ? call->send : shm_slot(s, p, slot);
+    void *dst[1] = {call->recv};
+    const void *addend[1] = {call->addend};
+    struct coll_reduce_args args = {
+        .dst = dst,
+        .ndst = 1,
+        .dst_dtype = call->dtype,
+        .src = src,
+        .nsrc = c->nranks,
+        .src_dtype = narrow ? COMM_BF16 : call->dtype,
+        .count = call->count,
+        .op = call->op,
+        .addend = call->addend ? addend : NULL,
+        .addend_count = call->addend_count,
+    };
+    coll_reduce(&args);
+    return COMM_OK;
+}

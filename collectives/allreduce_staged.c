@@ -1,0 +1,177 @@
+/*
+ * The staged bulk path, for process ranks whose buffers peers cannot reach: a
+ * reduce-scatter and an all-gather through the staging slots, in rounds.  In round k
+ * every rank owns chunk k of its slice.  Each rank's slot holds one region per rank:
+ *
+ *   1. stage: copy my input's chunk of every peer's slice into my region for that peer
+ *   2. sync
+ *   3. reduce my chunk: my own input plus every peer's region for me (rank order), into
+ *      my output and into my own region (the result for the peers)
+ *   4. sync
+ *   5. gather: copy every peer's result region into my output
+ *
+ * Rounds alternate between the two slots: a slot is written again two phases after it
+ * was read, and a phase ends only when every peer has entered the next one.  A rank
+ * moves 2x its bytes through memory per round (stage + gather), less than a staged
+ * copy of the whole input, and the own slice is never copied at all.
+ */
+#include "coll.h"
+#include "reduce.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct staged {
+    struct comm *c;
+    const struct coll_call *call;
+    bool narrow;
+    size_t esize;      /* of the user's dtype */
+    size_t wire_esize; /* of staged inputs: 2 when narrowed */
+    size_t chunk;      /* elements of one region */
+    size_t lo[256], hi[256];
+};
+
+static void *region(const struct staged *st, int owner, uint32_t slot, int p)
+{
+    return (char *)shm_slot(st->c->shm, owner, slot) + (size_t)p * st->chunk * st->esize;
+}
+
+/* Element range of rank p's chunk in round k ([lo, lo) when p's slice is done). */
+static void chunk_range(const struct staged *st, int p, size_t k, size_t *lo, size_t *hi)
+{
+    size_t l = st->lo[p] + k * st->chunk;
+    *lo = l < st->hi[p] ? l : st->hi[p];
+    *hi = st->hi[p] - *lo < st->chunk ? st->hi[p] : *lo + st->chunk;
+}
+
+static void stage_out(const struct staged *st, uint32_t slot, size_t k)
+{
+    const struct comm *c = st->c;
+    for (int p = 0; p < c->nranks; p++) {
+        size_t lo, hi;
+        chunk_range(st, p, k, &lo, &hi);
+        if (p == c->rank || hi == lo)
+            continue;
+        const char *from = (const char *)st->call->send + lo * st->esize;
+        if (st->narrow)
+            coll_f32_to_bf16(region(st, c->rank, slot, p), (const float *)from, hi - lo);
+        else
+            memcpy(region(st, c->rank, slot, p), from, (hi - lo) * st->esize);
+    }
+}
+
+static void reduce_own(const struct staged *st, uint32_t slot, size_t k)
+{
+    struct comm *c = st->c;
+    const struct coll_call *call = st->call;
+    size_t lo, hi;
+    chunk_range(st, c->rank, k, &lo, &hi);
+    if (hi == lo)
+        return;
+    const void *src[c->nranks];
+    for (int p = 0; p < c->nranks; p++)
+        src[p] = region(st, p, slot, c->rank);
+    if (st->narrow) {
+        /* Own contribution rounded through bf16 like everyone else's wire values. */
+        coll_f32_to_bf16(c->scratch, (const float *)call->send + lo, hi - lo);
+        src[c->rank] = c->scratch;
+    } else {
+        src[c->rank] = (const char *)call->send + lo * st->esize;
+    }
+    void *dst[2] = {(char *)call->recv + lo * st->esize, region(st, c->rank, slot, c->rank)};
+    const void *addend[2] = {call->addend, NULL};
+    struct coll_reduce_args args = {
+        .dst = dst,
+        .ndst = 2,
+        .dst_dtype = call->dtype,
+        .src = src,
+        .nsrc = c->nranks,
+        .src_dtype = st->narrow ? COMM_BF16 : call->dtype,
+        .count = hi - lo,
+        .op = call->op,
+        .addend = call->addend ? addend : NULL,
+        .addend_count = call->addend_count,
+        .offset = lo,
+    };
+    coll_reduce(&args);
+}
+
+static void gather(const struct staged *st, uint32_t slot, size_t k)
+{
+    const struct comm *c = st->c;
+    const struct coll_call *call = st->call;
+    for (int p = 0; p < c->nranks; p++) {
+        size_t lo, hi;
+        chunk_range(st, p, k, &lo, &hi);
+        if (p == c->rank || hi == lo)
+            continue;
+        void *to = (char *)call->recv + lo * st->esize;
+        const void *from = region(st, p, slot, p);
+        if (call->addend == NULL) {
+            memcpy(to, from, (hi - lo) * st->esize);
+            continue;
+        }
+        void *dst[1] = {to};
+        const void *src[1] = {from};
+        const void *addend[1] = {call->addend};
+        struct coll_reduce_args args = {
+            .dst = dst,
+            .ndst = 1,
+            .dst_dtype = call->dtype,
+            .src = src,
+            .nsrc = 1,
+            .src_dtype = call->dtype,
+            .count = hi - lo,
+            .op = COMM_SUM,
+            .addend = addend,
+            .addend_count = call->addend_count,
+            .offset = lo,
+        };
+        coll_reduce(&args);
+    }
+}
+
+comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call, bool narrow)
+{
+    struct staged st = {
+        .c = c,
+        .call = call,
+        .narrow = narrow,
+        .esize = comm_dtype_size(call->dtype),
+    };
+    st.wire_esize = narrow ? 2 : st.esize;
+    /* One region per rank in a slot; 64-byte multiples keep regions on their own lines. */
+    size_t region_bytes = c->shm->slot_bytes / (size_t)c->nranks / 64 * 64;
+    st.chunk = region_bytes / st.esize;
+    size_t longest = 0;
+    for (int p = 0; p < c->nranks; p++) {
+        coll_slice(call->count, st.esize, c->nranks, p, &st.lo[p], &st.hi[p]);
+        if (st.hi[p] - st.lo[p] > longest)
+            longest = st.hi[p] - st.lo[p];
+    }
+    size_t rounds = (longest + st.chunk - 1) / st.chunk;
+    if (narrow && c->scratch == NULL) {
+        c->scratch = malloc(c->shm->slot_bytes);
+        if (c->scratch == NULL) {
+            rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for a %llu-byte scratch buffer",
+                     c->rank, (unsigned long long)c->shm->slot_bytes);
+            return COMM_ERR_NOMEM;
+        }
+    }
+    comm_status_t status = COMM_OK;
+    for (size_t k = 0; k < rounds && status == COMM_OK; k++) {
+        uint32_t slot = coll_next_stage_slot(c);
+        stage_out(&st, slot, k);
+        shm_progress_publish(c);
+        status = shm_progress_wait_all(c, "allreduce (staged path, reduce-scatter)");
+        if (status != COMM_OK)
+            break;
+        reduce_own(&st, slot, k);
+        shm_progress_publish(c);
+        status = shm_progress_wait_all(c, "allreduce (staged path, all-gather)");
+        if (status != COMM_OK)
+            break;
+        gather(&st, slot, k);
+    }
+    return status;
+}

@@ -1,0 +1,70 @@
+/*
+ * The collective algorithms.  The runtime validates a call and hands it here; the
+ * host paths are built on the shm transport's primitives.
+ */
+#ifndef ARCOMM_COLL_H
+#define ARCOMM_COLL_H
+
+#include "comm_internal.h"
+#include "knobs.h"
+#include "shm/shm.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* One validated collective call. */
+struct coll_call {
+    const void *send;
+    void *recv;
+    const void *addend;  /* comm_allreduce_add, else NULL */
+    size_t addend_count; /* with addend */
+    size_t count;
+    comm_dtype_t dtype;
+    comm_op_t op;
+    void *stream;
+};
+
+comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call);
+comm_status_t coll_barrier(struct comm *c);
+
+/* Turns the "auto" knobs of the host paths into numbers for this host and rank count. */
+void coll_host_resolve_knobs(struct rt_knobs *k, int nranks);
+
+/* Which host path a message of bytes (of dtype) takes: "flag" or "bulk". */
+const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes);
+
+/* Is f32 narrowed to bf16 for a message of bytes? */
+static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, size_t bytes)
+{
+    return dtype == COMM_F32 && k->bf16_threshold != RT_SIZE_OFF && bytes >= k->bf16_threshold;
+}
+
+const char *coll_dtype_name(comm_dtype_t dtype);
+const char *coll_op_name(comm_op_t op);
+
+/* host_common.c: the arrival handshake every host call starts with. */
+
+/* Fills and publishes this rank's arrival word for call c->seq (status OK, seq last). */
+void coll_arrive(struct comm *c, const struct shm_arrival *mine);
+
+/*
+ * Waits for every peer's arrival at call c->seq, then checks they agree with this
+ * rank's (count, dtype, op, path): COMM_ERR_MISMATCH on every rank otherwise.
+ */
+comm_status_t coll_wait_arrivals(struct comm *c, const char *what);
+
+/* The [lo, hi) element range rank r reduces out of count (64-byte aligned cuts). */
+void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_t *hi);
+
+/* Alternating staging slot for the next phase that writes staging (all ranks alike). */
+static inline uint32_t coll_next_stage_slot(struct comm *c)
+{
+    return c->stage_slot++;
+}
+
+/* The host paths. */
+comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, bool narrow);
+comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call, bool narrow);
+comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call, bool narrow);
+
+#endif /* ARCOMM_COLL_H */

@@ -1,0 +1,165 @@
+/*
+ * The public collective entry points: validate on this rank, number the call, hand it
+ * to collectives/, and break the communicator on every rank when anything fails.  A
+ * rank that rejects its arguments still publishes the failure, so that its peers
+ * return COMM_ERR_PEER at once instead of waiting for it.
+ */
+#include "comm_internal.h"
+#include "coll.h"
+
+#include <stdint.h>
+
+static comm_status_t rt_break(struct comm *c, comm_status_t status)
+{
+    int expected = 0;
+    atomic_compare_exchange_strong(&c->broken, &expected, (int)status);
+    c->ops->publish_failure(c, status, c->errmsg, true);
+    return status;
+}
+
+/* A broken communicator answers at once with the status that broke it. */
+static comm_status_t check_usable(struct comm *c)
+{
+    int broken = atomic_load(&c->broken);
+    if (broken != 0)
+        return (comm_status_t)broken;
+    if (atomic_load(&c->aborted)) {
+        rt_error(c, COMM_ERR_ABORTED, "rank %d: comm_abort was called on this communicator",
+                 c->rank);
+        return rt_break(c, COMM_ERR_ABORTED);
+    }
+    return COMM_OK;
+}
+
+static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return alen && blen && x < y + blen && y < x + alen;
+}
+
+static comm_status_t validate(struct comm *c, const struct coll_call *call, bool add)
+{
+    const char *fn = add ? "comm_allreduce_add" : "comm_allreduce";
+    size_t esize = comm_dtype_size(call->dtype);
+    if (esize == 0) {
+        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank,
+                 fn, (int)call->dtype);
+        return COMM_ERR_INVALID;
+    }
+    if ((unsigned)call->op > COMM_MIN) {
+        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: op %d is not a comm_op_t", c->rank, fn,
+                 (int)call->op);
+        return COMM_ERR_INVALID;
+    }
+    if (call->count > SIZE_MAX / 2 / esize) {
+        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: count %zu is too large", c->rank, fn,
+                 call->count);
+        return COMM_ERR_INVALID;
+    }
+    if (c->device == COMM_DEVICE_HOST && call->stream != NULL) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: stream must be NULL on a host communicator (it is %p)", c->rank,
+                 fn, call->stream);
+        return COMM_ERR_INVALID;
+    }
+    if (add) {
+        bool bad_count = call->count > 0 &&
+                         (call->addend_count == 0 || call->addend_count > call->count ||
+                          call->count % call->addend_count != 0);
+        if (bad_count) {
+            rt_error(c, COMM_ERR_INVALID,
+                     "rank %d: %s: addend_count %zu must equal count %zu (residual) or divide it "
+                     "(a bias row)",
+                     c->rank, fn, call->addend_count, call->count);
+            return COMM_ERR_INVALID;
+        }
+    }
+    if (call->count == 0)
+        return COMM_OK;
+    size_t bytes = call->count * esize;
+    if (call->send == NULL || call->recv == NULL || (add && call->addend == NULL)) {
+        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: %s is NULL with count %zu", c->rank, fn,
+                 call->send == NULL ? "sendbuf" : call->recv == NULL ? "recvbuf" : "addend",
+                 call->count);
+        return COMM_ERR_INVALID;
+    }
+    if (call->send != call->recv && overlaps(call->send, bytes, call->recv, bytes)) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: sendbuf %p and recvbuf %p overlap without being equal (in place "
+                 "means sendbuf == recvbuf)",
+                 c->rank, fn, call->send, call->recv);
+        return COMM_ERR_INVALID;
+    }
+    if (add && overlaps(call->addend, call->addend_count * esize, call->recv, bytes)) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: addend %p overlaps recvbuf %p: peers write recvbuf while the "
+                 "addend is read; pass a separate addend",
+                 c->rank, fn, call->addend, call->recv);
+        return COMM_ERR_INVALID;
+    }
+    return COMM_OK;
+}
+
+static comm_status_t run(struct comm *c, const struct coll_call *call, bool add)
+{
+    comm_status_t st = check_usable(c);
+    if (st != COMM_OK)
+        return st;
+    st = validate(c, call, add);
+    if (st == COMM_OK)
+        st = coll_allreduce(c, call);
+    if (st != COMM_OK)
+        return rt_break(c, st);
+    c->seq++;
+    return COMM_OK;
+}
+
+ARCOMM_API comm_status_t comm_allreduce(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        size_t count, comm_dtype_t dtype, comm_op_t op,
+                                        void *stream)
+{
+    if (comm == NULL)
+        return COMM_ERR_INVALID;
+    struct coll_call call = {
+        .send = sendbuf,
+        .recv = recvbuf,
+        .count = count,
+        .dtype = dtype,
+        .op = op,
+        .stream = stream,
+    };
+    return run(comm, &call, false);
+}
+
+ARCOMM_API comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            const void *addend, size_t addend_count,
+                                            size_t count, comm_dtype_t dtype, void *stream)
+{
+    if (comm == NULL)
+        return COMM_ERR_INVALID;
+    struct coll_call call = {
+        .send = sendbuf,
+        .recv = recvbuf,
+        .addend = addend,
+        .addend_count = addend_count,
+        .count = count,
+        .dtype = dtype,
+        .op = COMM_SUM,
+        .stream = stream,
+    };
+    return run(comm, &call, true);
+}
+
+ARCOMM_API comm_status_t comm_barrier(comm_t *comm)
+{
+    if (comm == NULL)
+        return COMM_ERR_INVALID;
+    comm_status_t st = check_usable(comm);
+    if (st != COMM_OK)
+        return st;
+    st = coll_barrier(comm);
+    if (st != COMM_OK)
+        return rt_break(comm, st);
+    comm->seq++;
+    return COMM_OK;
+}

@@ -1,0 +1,336 @@
+/*
+ * The communicator's lifecycle: comm_init (validate, knobs, transport, rendezvous),
+ * comm_init_env, comm_destroy, comm_abort, comm_mem_alloc/free and the accessors.
+ */
+#include "comm_internal.h"
+#include "coll.h"
+#include "id.h"
+#include "topo.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The largest communicator: staged-path bookkeeping is sized for it. */
+#define RT_MAX_RANKS 256
+
+void rt_init_error_clear(void);
+
+ARCOMM_API void comm_config_init(comm_config_t *cfg)
+{
+    if (cfg == NULL)
+        return;
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->size = sizeof(*cfg);
+    cfg->nranks = 1;
+    cfg->rank = 0;
+    cfg->device = COMM_DEVICE_HOST;
+    cfg->device_index = -1;
+    cfg->transport = NULL;
+    cfg->timeout_ms = 0;
+}
+
+ARCOMM_API size_t comm_dtype_size(comm_dtype_t dtype)
+{
+    switch (dtype) {
+    case COMM_F32:
+    case COMM_I32:
+        return 4;
+    case COMM_F16:
+    case COMM_BF16:
+        return 2;
+    case COMM_F64:
+    case COMM_I64:
+        return 8;
+    }
+    return 0;
+}
+
+/* Expands %h (host name) and %p (pid) in a log file pattern. */
+static void expand_log_path(const char *pattern, char *out, size_t len)
+{
+    size_t o = 0;
+    for (const char *p = pattern; *p && o + 1 < len; p++) {
+        if (p[0] == '%' && (p[1] == 'h' || p[1] == 'p')) {
+            char piece[HOST_NAME_MAX + 1];
+            if (p[1] == 'h') {
+                if (gethostname(piece, sizeof(piece)) != 0)
+                    snprintf(piece, sizeof(piece), "unknown");
+                piece[HOST_NAME_MAX] = '\0';
+            } else {
+                snprintf(piece, sizeof(piece), "%d", (int)getpid());
+            }
+            o += (size_t)snprintf(out + o, len - o, "%s", piece);
+            if (o >= len)
+                o = len - 1;
+            p++;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
+static comm_status_t check_config(const comm_config_t *cfg, char *why, size_t len)
+{
+    if (cfg->size < offsetof(comm_config_t, timeout_ms) + sizeof(cfg->timeout_ms)) {
+        snprintf(why, len, "cfg->size is %zu: fill the config with comm_config_init first",
+                 cfg->size);
+        return COMM_ERR_INVALID;
+    }
+    if (cfg->nranks < 1 || cfg->nranks > RT_MAX_RANKS) {
+        snprintf(why, len, "nranks %d is out of range 1..%d", cfg->nranks, RT_MAX_RANKS);
+        return COMM_ERR_INVALID;
+    }
+    if (cfg->rank < 0 || cfg->rank >= cfg->nranks) {
+        snprintf(why, len, "rank %d is out of range 0..%d for nranks %d", cfg->rank,
+                 cfg->nranks - 1, cfg->nranks);
+        return COMM_ERR_INVALID;
+    }
+    if ((unsigned)cfg->device > COMM_DEVICE_HEXAGON) {
+        snprintf(why, len, "rank %d: device %d is not a comm_device_t", cfg->rank,
+                 (int)cfg->device);
+        return COMM_ERR_INVALID;
+    }
+    char idwhy[128];
+    if (!rt_id_valid(&cfg->id, idwhy, sizeof(idwhy))) {
+        snprintf(why, len, "rank %d: %s; make one with comm_id_new on one rank and pass it to all",
+                 cfg->rank, idwhy);
+        return COMM_ERR_INVALID;
+    }
+    return COMM_OK;
+}
+
+ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
+{
+    char why[RT_ERRMSG_BYTES];
+    rt_init_error_clear();
+    if (comm == NULL || cfg == NULL) {
+        rt_init_error(NULL, COMM_ERR_INVALID, "comm_init: %s is NULL",
+                      comm == NULL ? "comm" : "cfg");
+        return COMM_ERR_INVALID;
+    }
+    comm_status_t status = check_config(cfg, why, sizeof(why));
+    if (status != COMM_OK) {
+        rt_init_error(NULL, status, "comm_init: %s", why);
+        return status;
+    }
+
+    struct comm *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        rt_init_error(NULL, COMM_ERR_NOMEM, "comm_init: rank %d: out of memory", cfg->rank);
+        return COMM_ERR_NOMEM;
+    }
+    c->rank = cfg->rank;
+    c->nranks = cfg->nranks;
+    c->device = cfg->device;
+    c->device_index = cfg->device_index;
+    c->id = cfg->id;
+
+    status = rt_knobs_load(&c->knobs, why, sizeof(why));
+    if (status != COMM_OK) {
+        rt_init_error(NULL, status, "comm_init: rank %d: %s", c->rank, why);
+        goto err_free;
+    }
+    if (cfg->timeout_ms != 0) {
+        c->knobs.timeout_ms = cfg->timeout_ms;
+        c->knobs.source[rt_knob_find("ARCOMM_TIMEOUT_MS")] = RT_SRC_CONFIG;
+    }
+    c->timeout_ms = c->knobs.timeout_ms < 0 ? -1 : c->knobs.timeout_ms;
+    if (cfg->transport != NULL) {
+        snprintf(c->knobs.transport, sizeof(c->knobs.transport), "%s", cfg->transport);
+        c->knobs.source[rt_knob_find("ARCOMM_TRANSPORT")] = RT_SRC_CONFIG;
+    }
+    coll_host_resolve_knobs(&c->knobs, c->nranks);
+
+    if (c->knobs.log_file[0] != '\0') {
+        char path[PATH_MAX];
+        expand_log_path(c->knobs.log_file, path, sizeof(path));
+        c->log = fopen(path, "ae");
+        if (c->log == NULL) {
+            rt_init_error(&c->knobs, COMM_ERR_INVALID,
+                          "comm_init: rank %d: cannot open ARCOMM_LOG_FILE %s: %s", c->rank, path,
+                          strerror(errno));
+            status = COMM_ERR_INVALID;
+            goto err_free;
+        }
+        c->log_owned = true;
+    }
+
+    struct transport_probe probe = {.nranks = c->nranks, .device = c->device};
+    c->ops = rt_transport_pick(&probe, c->knobs.transport, why, sizeof(why));
+    if (c->ops == NULL) {
+        status = c->knobs.transport[0] ? COMM_ERR_INVALID : COMM_ERR_UNSUPPORTED;
+        rt_init_error(&c->knobs, status, "comm_init: rank %d: %s", c->rank, why);
+        goto err_log;
+    }
+
+    /* Spinning only pays when every rank has a core; oversubscribed, yield early so the
+     * peer we wait for gets the CPU. */
+    const struct rt_topo_summary *topo = rt_topo_summary();
+    c->oversubscribed = c->nranks > topo->pus;
+    c->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : c->oversubscribed ? 2000 : 50000;
+
+    status = c->ops->setup(c);
+    if (status != COMM_OK) {
+        rt_init_error(&c->knobs, status, "comm_init: %s", c->errmsg);
+        goto err_log;
+    }
+    rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,
+           c->id.str, c->nranks, c->ops->name);
+    *comm = c;
+    return COMM_OK;
+
+err_log:
+    if (c->log_owned)
+        fclose(c->log);
+err_free:
+    free(c);
+    return status;
+}
+
+/* Parses a non-negative decimal integer environment variable. */
+static bool env_int(const char *name, int *out, bool required, char *why, size_t len)
+{
+    const char *v = getenv(name);
+    if (v == NULL) {
+        if (required)
+            snprintf(why, len, "%s is not set (start the program with arrun, or set it)", name);
+        return !required;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < 0 || x > INT_MAX) {
+        snprintf(why, len, "%s=\"%.32s\" is not a non-negative integer", name, v);
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
+ARCOMM_API comm_status_t comm_init_env(comm_t **comm)
+{
+    char why[256];
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    int local_rank = -1;
+    if (!env_int("ARCOMM_RANK", &cfg.rank, true, why, sizeof(why)) ||
+        !env_int("ARCOMM_SIZE", &cfg.nranks, true, why, sizeof(why)) ||
+        !env_int("ARCOMM_LOCAL_RANK", &local_rank, false, why, sizeof(why)))
+        goto err_invalid;
+    const char *id = getenv("ARCOMM_ID");
+    if (id == NULL) {
+        snprintf(why, sizeof(why), "ARCOMM_ID is not set (start the program with arrun)");
+        goto err_invalid;
+    }
+    if (strlen(id) >= COMM_ID_BYTES) {
+        snprintf(why, sizeof(why), "ARCOMM_ID is %zu characters long, not an arcomm id",
+                 strlen(id));
+        goto err_invalid;
+    }
+    snprintf(cfg.id.str, sizeof(cfg.id.str), "%s", id);
+    char idwhy[128];
+    if (!rt_id_valid(&cfg.id, idwhy, sizeof(idwhy))) {
+        snprintf(why, sizeof(why), "ARCOMM_ID: %s", idwhy);
+        goto err_invalid;
+    }
+    const char *dev = getenv("ARCOMM_DEVICE");
+    if (dev != NULL) {
+        if (strcmp(dev, "host") == 0)
+            cfg.device = COMM_DEVICE_HOST;
+        else if (strcmp(dev, "cuda") == 0)
+            cfg.device = COMM_DEVICE_CUDA;
+        else if (strcmp(dev, "hexagon") == 0)
+            cfg.device = COMM_DEVICE_HEXAGON;
+        else {
+            snprintf(why, sizeof(why), "ARCOMM_DEVICE=\"%.32s\" is not host, cuda or hexagon",
+                     dev);
+            goto err_invalid;
+        }
+    }
+    cfg.device_index = local_rank;
+    return comm_init(comm, &cfg);
+
+err_invalid:
+    rt_init_error(NULL, COMM_ERR_INVALID, "comm_init_env: %s", why);
+    return COMM_ERR_INVALID;
+}
+
+ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
+{
+    if (comm == NULL)
+        return COMM_OK;
+    /* Peers still waiting for a call this rank will never make learn at once. */
+    if (atomic_load(&comm->broken) == 0 && comm->ops != NULL && comm->nranks > 1) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "rank %d left the communicator (comm_destroy) after %u calls",
+                 comm->rank, comm->seq);
+        comm->ops->publish_failure(comm, COMM_ERR_PEER, msg, true);
+    }
+    if (comm->ops != NULL)
+        comm->ops->teardown(comm);
+    free(comm->scratch);
+    if (comm->log_owned)
+        fclose(comm->log);
+    free(comm);
+    return COMM_OK;
+}
+
+ARCOMM_API comm_status_t comm_abort(comm_t *comm)
+{
+    if (comm == NULL) {
+        rt_init_error(NULL, COMM_ERR_INVALID, "comm_abort: comm is NULL");
+        return COMM_ERR_INVALID;
+    }
+    /* Only atomics and the segment here: a collective may be running in another thread. */
+    atomic_store(&comm->aborted, 1);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "rank %d called comm_abort", comm->rank);
+    comm->ops->publish_failure(comm, COMM_ERR_ABORTED, msg, false);
+    comm->ops->wake(comm);
+    return COMM_OK;
+}
+
+ARCOMM_API comm_status_t comm_mem_alloc(comm_t *comm, size_t bytes, void **ptr)
+{
+    if (comm == NULL) {
+        rt_init_error(NULL, COMM_ERR_INVALID, "comm_mem_alloc: comm is NULL");
+        return COMM_ERR_INVALID;
+    }
+    if (ptr == NULL || bytes == 0) {
+        rt_error(comm, COMM_ERR_INVALID, "rank %d: comm_mem_alloc: %s", comm->rank,
+                 ptr == NULL ? "ptr is NULL" : "bytes is 0");
+        return COMM_ERR_INVALID;
+    }
+    return comm->ops->mem_alloc(comm, bytes, ptr);
+}
+
+ARCOMM_API comm_status_t comm_mem_free(comm_t *comm, void *ptr)
+{
+    if (comm == NULL) {
+        rt_init_error(NULL, COMM_ERR_INVALID, "comm_mem_free: comm is NULL");
+        return COMM_ERR_INVALID;
+    }
+    if (ptr == NULL)
+        return COMM_OK;
+    return comm->ops->mem_free(comm, ptr);
+}
+
+ARCOMM_API int comm_rank(const comm_t *comm)
+{
+    return comm ? comm->rank : -1;
+}
+
+ARCOMM_API int comm_size(const comm_t *comm)
+{
+    return comm ? comm->nranks : -1;
+}
+
+ARCOMM_API const char *comm_transport_name(const comm_t *comm)
+{
+    return comm && comm->ops ? comm->ops->name : "";
+}

@@ -1,0 +1,72 @@
+/*
+ * The communicator as the runtime, the transports and the collectives see it.
+ */
+#ifndef ARCOMM_RT_COMM_INTERNAL_H
+#define ARCOMM_RT_COMM_INTERNAL_H
+
+#include "arcomm.h"
+#include "knobs.h"
+#include "transport.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Public entry points are the only symbols the shared library exports. */
+#define ARCOMM_API __attribute__((visibility("default")))
+
+#define RT_ERRMSG_BYTES 512
+
+struct comm {
+    int rank;
+    int nranks;
+    comm_device_t device;
+    int device_index;
+    comm_id_t id;
+    struct rt_knobs knobs;
+    long timeout_ms;               /* effective: config, else knob; < 0 = never */
+
+    const struct transport_ops *ops; /* the transport serving this communicator */
+    void *xport;                     /* the transport's private state */
+    struct shm_comm *shm;            /* the shared segment, as mapped here (shm.h) */
+
+    uint32_t seq;                  /* number of the next collective call */
+    uint64_t steps;                /* progress steps this rank has published */
+    uint32_t stage_slot;           /* staging slot of the next phase (alternates) */
+    void *scratch;                 /* private scratch of shm slot size (staged path) */
+    bool oversubscribed;           /* more local ranks than usable cores */
+    bool same_process;             /* every rank lives in this process */
+    long spin_ns;                  /* effective spin phase */
+
+    _Atomic int broken;            /* 0, or the status that broke the communicator */
+    _Atomic int aborted;           /* set by comm_abort, from any thread */
+    _Atomic int published;         /* this rank's failure went out to the peers */
+    char errmsg[RT_ERRMSG_BYTES];  /* comm_last_error */
+
+    FILE *log;                     /* NULL = stderr */
+    bool log_owned;
+};
+
+/* Records an error on c (message for comm_last_error) and logs it once. */
+void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Records an init failure for comm_last_error(NULL) in this thread and logs it. */
+void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+void rt_log(const struct comm *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/*
+ * Marks the communicator broken with status: records the message, publishes the
+ * failure to every peer (the transport's fail hook), and returns status.
+ */
+comm_status_t rt_fail(struct comm *c, comm_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+uint64_t rt_now_ns(void);
+
+#endif /* ARCOMM_RT_COMM_INTERNAL_H */

@@ -1,0 +1,92 @@
+/*
+ * The knob table: every ARCOMM_* setting, declared once (name, type, default, doc),
+ * parsed into a communicator at comm_init.  Nothing else in arcomm calls getenv.
+ */
+#ifndef ARCOMM_RT_KNOBS_H
+#define ARCOMM_RT_KNOBS_H
+
+#include "arcomm.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A size knob set to "off": the feature it gates never applies. */
+#define RT_SIZE_OFF SIZE_MAX
+/* A size knob left at "auto": the transport picks (a measured default). */
+#define RT_SIZE_AUTO (SIZE_MAX - 1)
+
+enum rt_log_level {
+    RT_LOG_NONE = 0,
+    RT_LOG_ERROR,
+    RT_LOG_WARN,
+    RT_LOG_INFO,
+    RT_LOG_DEBUG,
+    RT_LOG_TRACE,
+};
+
+enum rt_knob_type {
+    RT_KNOB_INT,    /* long, decimal */
+    RT_KNOB_SIZE,   /* size_t bytes, K/M/G suffixes (powers of two), "off", "auto" */
+    RT_KNOB_BOOL,   /* 0/1, yes/no, on/off, true/false */
+    RT_KNOB_STRING, /* up to RT_KNOB_STR_MAX - 1 bytes */
+    RT_KNOB_LOGLEVEL,
+};
+
+enum rt_knob_source {
+    RT_SRC_DEFAULT = 0,
+    RT_SRC_ENV,    /* the ARCOMM_* environment variable */
+    RT_SRC_CONFIG, /* a field of comm_config_t */
+};
+
+#define RT_KNOB_STR_MAX 256
+
+/* Parsed values; one per communicator. */
+struct rt_knobs {
+    int log_level;                  /* enum rt_log_level */
+    char log_file[RT_KNOB_STR_MAX]; /* "" = stderr; %h host, %p pid */
+    long timeout_ms;                /* < 0 = never */
+    char transport[RT_KNOB_STR_MAX];/* "" = automatic */
+    size_t flag_threshold;          /* host: largest message on the flag path */
+    size_t bf16_threshold;          /* f32 narrowed to bf16 on the wire at or above */
+    size_t shm_slot_bytes;          /* staging slot per rank (two per rank) */
+    size_t mem_pool_bytes;          /* comm_mem_alloc arena per rank */
+    size_t nt_threshold;            /* bulk outputs at or above: streaming stores */
+    long spin_ns;                   /* busy-poll this long before yielding */
+    long yield_ns;                  /* then sched_yield this long before sleeping */
+    bool numa;                      /* bind staging memory to the writer's node */
+    size_t copy_threshold;          /* cuda: copy-engine path at or above */
+    size_t copy_chunk_bytes;        /* cuda: copy-engine chunk, auto = clamp(n/4,..) */
+    enum rt_knob_source source[16]; /* where each knob's value came from, by index */
+};
+
+struct rt_knob_desc {
+    const char *name; /* ARCOMM_... */
+    enum rt_knob_type type;
+    const char *def; /* default, as text */
+    const char *doc; /* one line */
+    size_t offset;   /* of the value in struct rt_knobs */
+};
+
+extern const struct rt_knob_desc rt_knob_table[];
+extern const size_t rt_knob_count;
+
+/*
+ * Fills *k from the defaults and the environment.  On a malformed value returns
+ * COMM_ERR_INVALID and writes what was wrong (the variable, its value, the accepted
+ * forms) into err.
+ */
+comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen);
+
+/* The value of knob i as text ("64K", "off", "warn", ...). */
+void rt_knob_format(const struct rt_knobs *k, size_t i, char *buf, size_t len);
+
+/* The index of a knob by name, or -1. */
+int rt_knob_find(const char *name);
+
+const char *rt_knob_source_name(enum rt_knob_source src);
+
+/* Parses "64K", "1M", "off", "auto", "123". Returns false when malformed. */
+bool rt_parse_size(const char *text, size_t *out);
+
+#endif /* ARCOMM_RT_KNOBS_H */

@@ -1,0 +1,141 @@
+/*
+ * The shared-memory segment of one communicator: what every rank maps, byte for byte.
+ * Rank 0 creates it; the others check it before trusting a byte (segment.c).
+ *
+ *   offset 0            struct shm_header          (one page)
+ *   off_ranks           struct shm_rank[nranks]    (two cache lines each)
+ *   off_arrival         struct shm_arrival[2][nranks]  (one cache line each)
+ *   off_staging         rank r: slot 0, slot 1     (slot_bytes each, page aligned)
+ *   off_pool            rank r: pool_bytes         (comm_mem_alloc arena, page aligned)
+ *
+ * Every field written by more than one rank is atomic; every field a peer polls sits on
+ * a cache line that only its owner writes, so a waiter's spin never steals the line
+ * from the writer more than once per publication.
+ */
+#ifndef ARCOMM_SHM_LAYOUT_H
+#define ARCOMM_SHM_LAYOUT_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHM_CACHE_LINE 64
+#define SHM_PAGE 4096
+#define SHM_MAGIC 0x41524353484d3031ull /* "ARCSHM01" */
+#define SHM_VERSION 1u
+#define SHM_SLOTS 2
+#define SHM_ERRMSG_BYTES 192
+#define SHM_NAME_MAX 80
+
+/* Header: written by rank 0 before it publishes magic; read-only afterwards, except
+ * the lines marked otherwise. */
+struct shm_header {
+    /* --- line 0: identity and geometry, immutable once magic is set --- */
+    _Atomic uint64_t magic;  /* SHM_MAGIC, stored last with release order */
+    uint32_t version;        /* SHM_VERSION: the layout of this file */
+    uint32_t nranks;         /* ranks in the communicator */
+    uint64_t total_bytes;    /* size of the whole segment */
+    uint64_t slot_bytes;     /* bytes of each staging slot (two per rank) */
+    uint64_t pool_bytes;     /* bytes of each rank's comm_mem_alloc arena */
+    uint32_t owner_uid;      /* effective uid of rank 0 (also checked with fstat) */
+    uint32_t header_bytes;   /* sizeof(struct shm_header), as built by rank 0 */
+    uint64_t off_ranks;      /* offset of struct shm_rank[nranks] */
+    /* --- line 1 --- */
+    alignas(SHM_CACHE_LINE) uint64_t off_arrival; /* offset of struct shm_arrival[2][n] */
+    uint64_t off_staging;    /* offset of the staging slots */
+    uint64_t off_pool;       /* offset of the pools */
+    char transport[16];      /* transport that created it, NUL-terminated */
+    uint8_t pad1[24];
+    /* --- line 2: rendezvous, written by every rank during comm_init --- */
+    alignas(SHM_CACHE_LINE) _Atomic uint32_t attached; /* ranks that have joined */
+    _Atomic int32_t init_status;   /* COMM_OK, or why some rank gave up joining */
+    _Atomic int32_t init_rank;     /* the rank that set init_status */
+    uint8_t pad2[52];
+    /* --- line 3: the doorbell that sleeping waiters block on (futex) --- */
+    alignas(SHM_CACHE_LINE) _Atomic uint32_t bell; /* bumped when a sleeper must wake */
+    _Atomic uint32_t sleepers;     /* waiters blocked on bell right now */
+    uint8_t pad3[56];
+};
+
+/* Per-rank state: line 0 is written once at join; line 1 by its owner during calls. */
+struct shm_rank {
+    /* --- line 0: identity, written by the owner at join --- */
+    _Atomic uint32_t claimed;      /* 1 once a rank joined with this number */
+    int32_t pid;                   /* owner's process id */
+    uint64_t start_time;           /* owner's start time (/proc/pid/stat field 22) */
+    int32_t numa_node;             /* node its staging memory is bound to, -1 none */
+    uint8_t pad0[SHM_CACHE_LINE - 20];
+    /* --- line 1: progress of multi-step algorithms --- */
+    alignas(SHM_CACHE_LINE) _Atomic uint64_t progress; /* steps completed, monotonic */
+    _Atomic int32_t status;        /* sticky: COMM_OK, or the error that broke it */
+    uint32_t failed_seq;           /* call number where status was set */
+    uint8_t pad1[SHM_CACHE_LINE - 16];
+    /* --- lines 2..4: the owner's error text, valid once status != COMM_OK --- */
+    char errmsg[SHM_ERRMSG_BYTES];
+};
+
+/* Path a rank takes for a call: the peers must agree. */
+enum shm_path {
+    SHM_PATH_FLAG = 1,
+    SHM_PATH_BULK = 2,
+    SHM_PATH_BARRIER = 3,
+};
+
+/* Buffer flags of an arrival. */
+#define SHM_BUF_SAME_PROC 0x1u /* send/recv/addend are raw pointers of owner's process */
+#define SHM_BUF_IN_SEG 0x2u    /* send/recv/addend are offsets into the segment */
+#define SHM_BUF_NARROW 0x4u    /* f32 travels as bf16 */
+#define SHM_BUF_ADD 0x8u       /* fused add: addend/addend_count valid */
+
+/*
+ * One cache line per (slot, rank); the only writer is the owning rank.  A call with
+ * number seq uses slot seq % 2.  The owner writes every other field, then status,
+ * then seq (release); a reader loads seq (acquire), then the rest.
+ */
+struct shm_arrival {
+    _Atomic uint32_t seq;    /* call number this rank has reached (wraps; signed compare) */
+    _Atomic int32_t status;  /* COMM_OK, or the error this rank hit in this call */
+    uint64_t count;          /* elements: what the peers must agree on ... */
+    uint8_t dtype;           /* ... comm_dtype_t */
+    uint8_t op;              /* ... comm_op_t */
+    uint8_t path;            /* ... enum shm_path */
+    uint8_t pad;
+    uint32_t flags;          /* SHM_BUF_* */
+    uint64_t send;           /* sendbuf: pointer or offset (flags say which) */
+    uint64_t recv;           /* recvbuf: pointer or offset */
+    uint64_t addend;         /* addend: pointer or offset, with SHM_BUF_ADD */
+    uint64_t addend_count;   /* addend row length, with SHM_BUF_ADD */
+} __attribute__((aligned(SHM_CACHE_LINE)));
+
+_Static_assert(sizeof(struct shm_header) == 4 * SHM_CACHE_LINE, "header is four lines");
+_Static_assert(sizeof(struct shm_rank) == 5 * SHM_CACHE_LINE, "rank record is five lines");
+_Static_assert(sizeof(struct shm_arrival) == SHM_CACHE_LINE, "an arrival is one line");
+_Static_assert(offsetof(struct shm_header, attached) == 2 * SHM_CACHE_LINE, "line 2");
+_Static_assert(offsetof(struct shm_header, bell) == 3 * SHM_CACHE_LINE, "line 3");
+_Static_assert(offsetof(struct shm_rank, progress) == SHM_CACHE_LINE, "progress on line 1");
+
+/* Geometry of a segment for nranks ranks; every offset page aligned. */
+struct shm_geometry {
+    uint64_t off_ranks, off_arrival, off_staging, off_pool, total_bytes;
+};
+
+static inline uint64_t shm_align_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+static inline struct shm_geometry shm_geometry_compute(uint32_t nranks, uint64_t slot_bytes,
+                                                       uint64_t pool_bytes)
+{
+    struct shm_geometry g;
+    g.off_ranks = shm_align_up(sizeof(struct shm_header), SHM_CACHE_LINE);
+    g.off_arrival = shm_align_up(g.off_ranks + nranks * sizeof(struct shm_rank), SHM_CACHE_LINE);
+    g.off_staging = shm_align_up(g.off_arrival + SHM_SLOTS * nranks * sizeof(struct shm_arrival),
+                                 SHM_PAGE);
+    g.off_pool = g.off_staging + (uint64_t)nranks * SHM_SLOTS * slot_bytes;
+    g.total_bytes = g.off_pool + (uint64_t)nranks * pool_bytes;
+    return g;
+}
+
+#endif /* ARCOMM_SHM_LAYOUT_H */

@@ -1,0 +1,78 @@
+/*
+ * The shm transport's ops table: ranks of one host (threads or processes) that share
+ * the communicator's segment.  The host collectives (collectives/) are built on the
+ * primitives in shm.h.
+ */
+#include "shm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static bool shm_probe(const struct transport_probe *p, char *why, size_t len)
+{
+    if (p->device != COMM_DEVICE_HOST) {
+        snprintf(why, len, "shm serves host buffers only");
+        return false;
+    }
+    return true;
+}
+
+static comm_status_t shm_setup(struct comm *c)
+{
+    return shm_segment_create_or_attach(c);
+}
+
+static void shm_teardown(struct comm *c)
+{
+    shm_segment_detach(c);
+}
+
+static void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg,
+                                bool in_call)
+{
+    struct shm_comm *s = c->shm;
+    if (s == NULL)
+        return;
+    struct shm_rank *me = &s->ranks[c->rank];
+    if (!atomic_exchange(&c->published, 1)) {
+        snprintf(me->errmsg, sizeof(me->errmsg), "%s", msg);
+        /* comm_abort's thread must not read c->seq: the owner may be updating it. */
+        me->failed_seq = in_call ? c->seq : UINT32_MAX;
+        atomic_store_explicit(&me->status, (int32_t)status, memory_order_release);
+    }
+    if (in_call) {
+        /* Peers waiting for this rank's arrival in this call see the failure at once. */
+        struct shm_arrival *a = shm_arrival_at(s, c->seq, c->rank);
+        atomic_store_explicit(&a->status, (int32_t)status, memory_order_relaxed);
+        atomic_store_explicit(&a->seq, c->seq, memory_order_release);
+    }
+    shm_ring_all(s);
+}
+
+static void shm_wake(struct comm *c)
+{
+    if (c->shm != NULL)
+        shm_ring_all(c->shm);
+}
+
+static comm_status_t shm_mem_alloc(struct comm *c, size_t bytes, void **ptr)
+{
+    return shm_pool_alloc(c, bytes, ptr);
+}
+
+static comm_status_t shm_mem_free(struct comm *c, void *ptr)
+{
+    return shm_pool_free(c, ptr);
+}
+
+const struct transport_ops shm_transport_ops = {
+    .name = "shm",
+    .device = COMM_DEVICE_HOST,
+    .probe = shm_probe,
+    .setup = shm_setup,
+    .teardown = shm_teardown,
+    .publish_failure = shm_publish_failure,
+    .wake = shm_wake,
+    .mem_alloc = shm_mem_alloc,
+    .mem_free = shm_mem_free,
+};

@@ -1,0 +1,95 @@
+/*
+ * The shared-memory transport: the communicator's segment as mapped in this process,
+ * and the primitives the host collectives are built from (staging slots, arrival
+ * words, progress words, waiting).
+ */
+#ifndef ARCOMM_SHM_H
+#define ARCOMM_SHM_H
+
+#include "comm_internal.h"
+#include "layout.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct shm_pool_block;
+
+struct shm_comm {
+    char name[SHM_NAME_MAX];     /* "/arcomm-<hex>", for shm_unlink */
+    bool unlinked;               /* the name is gone (normally right after rendezvous) */
+    uint8_t *base;               /* the whole segment, mapped here */
+    size_t size;
+    struct shm_header *hdr;
+    struct shm_rank *ranks;      /* [nranks] */
+    struct shm_arrival *arrival; /* [SHM_SLOTS][nranks] */
+    uint8_t *staging;            /* rank r slot s at (r * SHM_SLOTS + s) * slot_bytes */
+    uint64_t slot_bytes;
+    uint8_t *pool;               /* rank r's arena at r * pool_bytes */
+    uint64_t pool_bytes;
+    struct shm_pool_block *blocks; /* this rank's arena: blocks in address order */
+};
+
+extern const struct transport_ops shm_transport_ops;
+
+/* segment.c */
+comm_status_t shm_segment_create_or_attach(struct comm *c);
+void shm_segment_detach(struct comm *c);
+/* The shared-memory name of a communicator id ("/arcomm-<hex>"). */
+void shm_segment_name(const comm_id_t *id, char *name, size_t len);
+
+/* pool.c: comm_mem_alloc arenas. */
+comm_status_t shm_pool_alloc(struct comm *c, size_t bytes, void **ptr);
+comm_status_t shm_pool_free(struct comm *c, void *ptr);
+void shm_pool_release(struct comm *c);
+
+static inline struct shm_arrival *shm_arrival_at(const struct shm_comm *s, uint32_t seq, int rank)
+{
+    return &s->arrival[(seq % SHM_SLOTS) * s->hdr->nranks + (uint32_t)rank];
+}
+
+static inline void *shm_slot(const struct shm_comm *s, int rank, uint32_t seq)
+{
+    return s->staging + ((uint64_t)rank * SHM_SLOTS + seq % SHM_SLOTS) * s->slot_bytes;
+}
+
+/* Is [p, p + len) inside the segment? */
+static inline bool shm_contains(const struct shm_comm *s, const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    return b >= s->base && len <= s->size && (size_t)(b - s->base) <= s->size - len;
+}
+
+/* Wrap-aware: has a reached b? */
+static inline bool shm_seq_reached(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b) >= 0;
+}
+
+/* wait.c */
+
+/* A wait condition: 1 = ready, 0 = not yet, < 0 = a comm_status_t to fail with (the
+ * condition has already recorded the message with rt_error). */
+typedef int (*shm_ready_fn)(struct comm *c, void *arg);
+
+/*
+ * Waits until ready says so: spin (c->spin_ns), then sched_yield (yield_ns), then sleep
+ * on the doorbell futex.  Bounded by the timeout; ends early on comm_abort, on a peer's
+ * published failure, and on a dead peer process.  what names the stage in messages.
+ */
+comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char *what);
+
+/* After publishing a word peers may sleep on: wake them if any sleeps. */
+void shm_ring(struct shm_comm *s);
+/* Wakes every sleeper unconditionally (abort, teardown). */
+void shm_ring_all(struct shm_comm *s);
+
+/* Publishes this rank's progress step (release) and wakes sleepers. */
+void shm_progress_publish(struct comm *c);
+/* Waits until every peer's progress reached c->steps. */
+comm_status_t shm_progress_wait_all(struct comm *c, const char *what);
+
+/* Checks the peers' sticky status words; records the first failure seen. */
+comm_status_t shm_check_peers(struct comm *c);
+
+#endif /* ARCOMM_SHM_H */

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@
 static const char usage[] =
     "usage: arbench [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPE] [-o OP]\n"
     "               [--inplace] [--check] [--iters N] [--warmup N] [--rounds R]\n"
-    "               [--device host|cuda|hexagon] [--compare mpi|nccl]\n"
+    "               [--no-bind] [--device host|cuda|hexagon] [--compare mpi|nccl]\n"
     "               [--csv FILE] [--json FILE] [--plot FILE.png]\n"
     "Times comm_allreduce over a sweep of sizes, like nccl-tests' all_reduce_perf.\n"
     "  -n, --nranks N     ranks (default 2): threads of this process, or with --procs\n"
@@ -50,6 +51,9 @@ static const char usage[] =
     "  --iters N          timed calls per size (default: ~0.2 s worth, 20..10000)\n"
     "  --warmup N         untimed calls first (default 10% of iters, at least 5)\n"
     "  --rounds R         run the sweeps R times, report the median (default 1)\n"
+    "  --no-bind          let ranks float; by default each rank gets its own core,\n"
+    "                     round robin (threads here, arrun --bind core, mpirun's\n"
+    "                     default binding): unbound ranks may share a core and wait\n"
     "  --device D         where the buffers live: host (default), cuda, hexagon\n"
     "  --compare mpi      the same sweep through MPI_Allreduce (arbench-mpi under\n"
     "                     mpirun), side by side; ratio = mpi time / arcomm time\n"
@@ -97,8 +101,7 @@ static int init_failed(comm_status_t st)
 
     /* comm_last_error(NULL) is per thread: this is the failing thread's reason. */
     if (!atomic_flag_test_and_set(&said))
-        fprintf(stderr, "arbench: comm_init: %s: %s\n", comm_status_string(st),
-                comm_last_error(NULL));
+        fprintf(stderr, "arbench: %s (%s)\n", comm_last_error(NULL), comm_status_string(st));
     return st == COMM_ERR_UNSUPPORTED ? BENCH_EXIT_USAGE : BENCH_EXIT_FAIL;
 }
 
@@ -106,6 +109,8 @@ static int init_failed(comm_status_t st)
 
 struct thr_shared {
     const struct bench_opts *opts;
+    cpu_set_t cpus;            /* the process's CPUs, dealt out to the ranks in turn */
+    int ncpus;
     comm_id_t id;
     pthread_barrier_t bar;
     void **ptrs;               /* each rank's published buffer, for struct bench_sync */
@@ -188,6 +193,18 @@ static void *thr_main(void *arg)
     comm_config_t cfg;
     comm_t *comm = NULL;
 
+    if (!o->no_bind && sh->ncpus > 0) {
+        /* Like arrun --bind core: two spinning ranks that the scheduler put on one core
+         * would measure the scheduler, not the library. */
+        int want = t->rank % sh->ncpus, cpu = -1;
+        for (int c = 0; c < CPU_SETSIZE && want >= 0; c++)
+            if (CPU_ISSET(c, &sh->cpus) && want-- == 0)
+                cpu = c;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    }
     comm_config_init(&cfg);
     cfg.nranks = o->nranks;
     cfg.rank = t->rank;
@@ -251,6 +268,8 @@ static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t n
                 comm_last_error(NULL));
         return BENCH_EXIT_FAIL;
     }
+    if (sched_getaffinity(0, sizeof(sh.cpus), &sh.cpus) == 0)
+        sh.ncpus = CPU_COUNT(&sh.cpus);
     pthread_barrier_init(&sh.bar, NULL, (unsigned)o->nranks);
     for (int i = 0; i < o->nranks; i++) {
         ranks[i] = (struct thr_rank){ .sh = &sh, .rank = i };
@@ -433,6 +452,11 @@ static int run_procs(const struct bench_opts *o, struct bench_result *res, size_
     argv[k++] = arrun;
     argv[k++] = "-n";
     argv[k++] = nbuf;
+    if (o->no_bind) {
+        argv[k++] = "--bind";
+        argv[k++] = "none";
+    }
+    argv[k++] = "--";
     argv[k++] = exe;
     k += bench_sweep_args(o, argv + k, sweep, sizeof(sweep));
     argv[k++] = "--device";
@@ -462,6 +486,10 @@ static int run_mpi(const struct bench_opts *o, struct bench_result *res, size_t 
     argv[k++] = access(ARBENCH_MPIRUN, X_OK) == 0 ? ARBENCH_MPIRUN : "mpirun";
     argv[k++] = "--allow-run-as-root";
     argv[k++] = "--oversubscribe";
+    if (o->no_bind) {
+        argv[k++] = "--bind-to";
+        argv[k++] = "none";
+    }
     argv[k++] = "-np";
     argv[k++] = nbuf;
     argv[k++] = prog;

@@ -125,7 +125,8 @@ int main(int argc, char **argv)
     struct bench_coll coll = { .allreduce = coll_mpi, .ctx = &m };
     struct bench_sync sync = { .reduce = sync_mpi, .same_bytes = NULL, .ctx = NULL };
     struct bench_rank r = { .rank = rank, .nranks = size, .opts = &o, .coll = &coll,
-                            .sync = &sync, .dev = &bench_device_host };
+                            .sync = &sync, .dev = &bench_device_host,
+                            .stepwise_round = o.dtype == COMM_F16 || o.dtype == COMM_BF16 };
     rep->opts = &o;
     rep->name = "mpi";
     bench_meta_fill(&rep->meta, argc, argv);

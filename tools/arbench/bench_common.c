@@ -112,7 +112,7 @@ static int parse_int(const char *s, int min, int *out)
 
 enum {
     OPT_PROCS = 256, OPT_INPLACE, OPT_CHECK, OPT_ITERS, OPT_WARMUP, OPT_DEVICE,
-    OPT_COMPARE, OPT_CSV, OPT_JSON, OPT_PLOT, OPT_ROUNDS, OPT_CSV_STDOUT,
+    OPT_COMPARE, OPT_CSV, OPT_JSON, OPT_PLOT, OPT_ROUNDS, OPT_CSV_STDOUT, OPT_NO_BIND,
 };
 
 static const struct option long_opts[] = {
@@ -134,6 +134,7 @@ static const struct option long_opts[] = {
     { "plot", required_argument, NULL, OPT_PLOT },
     { "rounds", required_argument, NULL, OPT_ROUNDS },
     { "csv-stdout", no_argument, NULL, OPT_CSV_STDOUT },
+    { "no-bind", no_argument, NULL, OPT_NO_BIND },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -215,6 +216,7 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
                 return usage_error(prog, usage, "bad --rounds", optarg);
             break;
         case OPT_CSV_STDOUT: o->csv_stdout = true; break;
+        case OPT_NO_BIND: o->no_bind = true; break;
         case 'h':
             fputs(usage, stdout);
             return 1;
@@ -478,10 +480,11 @@ static double ulp_of(comm_dtype_t dtype, double x)
  * Float64 reference per element, recomputed from the seed (no copy of the peers'
  * inputs is kept).  Tolerances: f32 relative 1e-5 * nranks and f64 1e-12 * nranks of
  * sum |x| (the error bound of any summation order); f16/bf16 two ulps of the output
- * type plus the f32 accumulation bound; ints, and max/min of any type, exact.
+ * type plus the f32 accumulation bound (plus half an ulp of sum |x| per step when the
+ * sum is rounded after every step); ints, and max/min of any type, exact.
  */
 int64_t bench_check(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
-                    uint64_t seed, int nranks)
+                    uint64_t seed, int nranks, bool stepwise_round)
 {
     bool is_int = dtype == COMM_I32 || dtype == COMM_I64;
     int64_t wrong = 0;
@@ -511,7 +514,11 @@ int64_t bench_check(const void *out, size_t count, comm_dtype_t dtype, comm_op_t
             switch (dtype) {
             case COMM_F32: tol = 1e-5 * nranks * sumabs; break;
             case COMM_F64: tol = 1e-12 * nranks * sumabs; break;
-            default: tol = 2.0 * ulp_of(dtype, fabs(ref)) + nranks * 0x1.0p-23 * sumabs;
+            default:
+                tol = 2.0 * ulp_of(dtype, fabs(ref)) + nranks * 0x1.0p-23 * sumabs;
+                /* Each of the n-1 partial sums, at most sum |x|, rounded once more. */
+                if (stepwise_round)
+                    tol += 0.5 * (nranks - 1) * ulp_of(dtype, sumabs);
             }
         }
         /* Written as a negated <= so that a NaN (an element never written) is wrong. */
@@ -612,7 +619,8 @@ static int check_size(const struct bench_rank *r, void *send, void *recv, void *
         d->to_host(d->ctx, hrecv, recv, bytes))
         return -1;
 
-    int64_t wrong = bench_check(hrecv, count, o->dtype, o->op, seed, r->nranks);
+    int64_t wrong = bench_check(hrecv, count, o->dtype, o->op, seed, r->nranks,
+                                r->stepwise_round);
     int rc = r->sync->same_bytes ? r->sync->same_bytes(r->sync->ctx, hrecv, bytes, &same)
                                  : same_by_hash(r->sync, hrecv, bytes, &same);
     if (rc || r->sync->reduce(r->sync->ctx, &wrong, 1, BENCH_SUM_I64))

@@ -42,6 +42,7 @@ struct bench_opts {
     const char *json_path;   /* --json */
     const char *plot_path;   /* --plot */
     bool csv_stdout;         /* --csv-stdout: machine output for a parent arbench */
+    bool no_bind;            /* --no-bind: ranks float (default: one core each) */
 };
 
 /* What one size measured; identical on every rank once bench_run_size returns. */
@@ -105,6 +106,9 @@ struct bench_rank {
     const struct bench_coll *coll;
     const struct bench_sync *sync;
     const struct bench_device *dev;
+    /* f16/bf16 rounded to the output type after every pairwise step (an MPI user op)
+     * rather than once after an f32 sum (arcomm's contract): a wider tolerance. */
+    bool stepwise_round;
 };
 
 void bench_opts_init(struct bench_opts *o);
@@ -139,7 +143,7 @@ uint64_t bench_seed(size_t bytes, comm_dtype_t dtype, comm_op_t op);
 void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank);
 /* Elements of out outside the dtype's tolerance of the float64 reference. */
 int64_t bench_check(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
-                    uint64_t seed, int nranks);
+                    uint64_t seed, int nranks, bool stepwise_round);
 uint64_t bench_fnv1a(const void *buf, size_t bytes);
 /* inout[j] = inout[j] op in[j] for f16 or bf16, in f32 and rounded once (MPI's op). */
 void bench_half_reduce(void *inout, const void *in, size_t n, comm_dtype_t dtype,

@@ -76,7 +76,8 @@ void bench_print_header(FILE *f, const struct bench_report *rep)
         fprintf(f, "  warmup: %d", o->warmup);
     else
         fprintf(f, "  warmup: 10%% of iters, >= 5");
-    fprintf(f, "  rounds: %d%s\n", o->rounds, o->rounds > 1 ? " (median reported)" : "");
+    fprintf(f, "  rounds: %d%s  binding: %s\n", o->rounds,
+            o->rounds > 1 ? " (median reported)" : "", o->no_bind ? "none" : "one core per rank");
     fprintf(f, "# time: each call timed on every rank (CLOCK_MONOTONIC), back to back; per call "
                "the slowest rank; median and p90 over calls\n");
     fprintf(f, "# algbw = size / time; busbw = algbw * 2(n-1)/n (nccl-tests; 0 when n = 1)\n");

@@ -72,8 +72,8 @@ static const struct bench_device *const devices[] = {
     [COMM_DEVICE_HEXAGON] = NULL,
 };
 
-static int coll_arcomm(void *ctx, const void *send, void *recv, size_t count,
-                       comm_dtype_t dtype, comm_op_t op)
+static int coll_arcomm(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                       comm_op_t op)
 {
     comm_t *comm = ctx;
     comm_status_t st = comm_allreduce(comm, send, recv, count, dtype, op, NULL);
@@ -109,17 +109,17 @@ static int init_failed(comm_status_t st)
 
 struct thr_shared {
     const struct bench_opts *opts;
-    cpu_set_t cpus;            /* the process's CPUs, dealt out to the ranks in turn */
+    cpu_set_t cpus; /* the process's CPUs, dealt out to the ranks in turn */
     int ncpus;
     comm_id_t id;
     pthread_barrier_t bar;
-    void **ptrs;               /* each rank's published buffer, for struct bench_sync */
+    void **ptrs; /* each rank's published buffer, for struct bench_sync */
     const size_t *sizes;
     size_t nsizes;
     struct bench_result *res;  /* rank 0 writes one per size */
     struct bench_report *live; /* print rows as they come (rank 0), or NULL */
     char transport[64];
-    atomic_int exit_code;      /* first failure wins; the others see it */
+    atomic_int exit_code; /* first failure wins; the others see it */
 };
 
 struct thr_rank {
@@ -148,7 +148,7 @@ static int thr_reduce(void *ctx, void *vals, size_t n, enum bench_red red)
                 d[i] = x > d[i] ? x : d[i];
             } else {
                 int64_t *d = tmp, x = ((const int64_t *)sh->ptrs[r])[i];
-                d[i] = red == BENCH_SUM_I64 ? (int64_t)((uint64_t)d[i] + (uint64_t)x)
+                d[i] = red == BENCH_SUM_I64   ? (int64_t)((uint64_t)d[i] + (uint64_t)x)
                        : red == BENCH_MAX_I64 ? (x > d[i] ? x : d[i])
                                               : (x < d[i] ? x : d[i]);
             }
@@ -218,10 +218,10 @@ static void *thr_main(void *arg)
     if (!dev)
         thr_fail(sh, BENCH_EXIT_USAGE);
 
-    struct bench_coll coll = { .allreduce = coll_arcomm, .ctx = comm };
-    struct bench_sync sync = { .reduce = thr_reduce, .same_bytes = thr_same_bytes, .ctx = t };
-    struct bench_rank r = { .rank = t->rank, .nranks = o->nranks, .opts = o, .coll = &coll,
-                            .sync = &sync, .dev = dev };
+    struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = comm};
+    struct bench_sync sync = {.reduce = thr_reduce, .same_bytes = thr_same_bytes, .ctx = t};
+    struct bench_rank r = {
+        .rank = t->rank, .nranks = o->nranks, .opts = o, .coll = &coll, .sync = &sync, .dev = dev};
     if (t->rank == 0) {
         snprintf(sh->transport, sizeof(sh->transport), "%s", comm_transport_name(comm));
         if (sh->live) {
@@ -241,7 +241,7 @@ static void *thr_main(void *arg)
         sh->res[i] = res;
         if (sh->live) {
             bench_progress_end();
-            bench_print_row(stdout, sh->live, &(struct bench_row){ .a = res });
+            bench_print_row(stdout, sh->live, &(struct bench_row){.a = res});
         }
     }
     if (t->rank == 0)
@@ -253,8 +253,7 @@ static void *thr_main(void *arg)
 static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t nsizes,
                        struct bench_result *res, struct bench_report *live, char *transport)
 {
-    struct thr_shared sh = { .opts = o, .sizes = sizes, .nsizes = nsizes, .res = res,
-                             .live = live };
+    struct thr_shared sh = {.opts = o, .sizes = sizes, .nsizes = nsizes, .res = res, .live = live};
     struct thr_rank *ranks = calloc((size_t)o->nranks, sizeof(*ranks));
     pthread_t *tids = calloc((size_t)o->nranks, sizeof(*tids));
     sh.ptrs = calloc((size_t)o->nranks, sizeof(*sh.ptrs));
@@ -272,7 +271,7 @@ static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t n
         sh.ncpus = CPU_COUNT(&sh.cpus);
     pthread_barrier_init(&sh.bar, NULL, (unsigned)o->nranks);
     for (int i = 0; i < o->nranks; i++) {
-        ranks[i] = (struct thr_rank){ .sh = &sh, .rank = i };
+        ranks[i] = (struct thr_rank){.sh = &sh, .rank = i};
         int err = pthread_create(&tids[i], NULL, thr_main, &ranks[i]);
         if (err) {
             fprintf(stderr, "arbench: pthread_create: %s\n", strerror(err));
@@ -294,13 +293,15 @@ static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t n
 static int comm_reduce(void *ctx, void *vals, size_t n, enum bench_red red)
 {
     comm_t *comm = ctx;
-    static const comm_op_t ops[] = { [BENCH_MAX_F64] = COMM_MAX, [BENCH_SUM_I64] = COMM_SUM,
-                                     [BENCH_MAX_I64] = COMM_MAX, [BENCH_MIN_I64] = COMM_MIN };
+    static const comm_op_t ops[] = {[BENCH_MAX_F64] = COMM_MAX,
+                                    [BENCH_SUM_I64] = COMM_SUM,
+                                    [BENCH_MAX_I64] = COMM_MAX,
+                                    [BENCH_MIN_I64] = COMM_MIN};
     comm_status_t st = comm_allreduce(comm, vals, vals, n,
                                       red == BENCH_MAX_F64 ? COMM_F64 : COMM_I64, ops[red], NULL);
     if (st != COMM_OK) {
-        fprintf(stderr, "arbench: rank %d: bookkeeping allreduce failed: %s: %s\n",
-                comm_rank(comm), comm_status_string(st), comm_last_error(comm));
+        fprintf(stderr, "arbench: rank %d: bookkeeping allreduce failed: %s: %s\n", comm_rank(comm),
+                comm_status_string(st), comm_last_error(comm));
         return -1;
     }
     return 0;
@@ -323,10 +324,14 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     }
     struct bench_report *rep = calloc(1, sizeof(*rep));
     size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&opts, sizes, BENCH_MAX_SIZES);
-    struct bench_coll coll = { .allreduce = coll_arcomm, .ctx = comm };
-    struct bench_sync sync = { .reduce = comm_reduce, .same_bytes = NULL, .ctx = comm };
-    struct bench_rank r = { .rank = rank, .nranks = opts.nranks, .opts = &opts, .coll = &coll,
-                            .sync = &sync, .dev = dev };
+    struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = comm};
+    struct bench_sync sync = {.reduce = comm_reduce, .same_bytes = NULL, .ctx = comm};
+    struct bench_rank r = {.rank = rank,
+                           .nranks = opts.nranks,
+                           .opts = &opts,
+                           .coll = &coll,
+                           .sync = &sync,
+                           .dev = dev};
     if (!rep) {
         comm_destroy(comm);
         return BENCH_EXIT_FAIL;
@@ -477,8 +482,7 @@ static int run_mpi(const struct bench_opts *o, struct bench_result *res, size_t 
         return -1;
     snprintf(prog, sizeof(prog), "%s/arbench-mpi", dir);
     if (access(prog, X_OK)) {
-        fprintf(stderr, "arbench: --compare mpi: %s not found (built without Open MPI?)\n",
-                prog);
+        fprintf(stderr, "arbench: --compare mpi: %s not found (built without Open MPI?)\n", prog);
         return -1;
     }
     snprintf(nbuf, sizeof(nbuf), "%d", o->nranks);

@@ -48,8 +48,8 @@ static int coll_mpi(void *ctx, const void *send, void *recv, size_t count, comm_
     (void)dtype;
     (void)op;
     /* In place is MPI_IN_PLACE, as an MPI application would call it. */
-    int err = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, m->type,
-                            m->op, MPI_COMM_WORLD);
+    int err = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, m->type, m->op,
+                            MPI_COMM_WORLD);
     if (err != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
@@ -65,9 +65,7 @@ static int sync_mpi(void *ctx, void *vals, size_t n, enum bench_red red)
     (void)ctx;
     MPI_Datatype t = red == BENCH_MAX_F64 ? MPI_DOUBLE : MPI_INT64_T;
     MPI_Op op = red == BENCH_SUM_I64 ? MPI_SUM : red == BENCH_MIN_I64 ? MPI_MIN : MPI_MAX;
-    return MPI_Allreduce(MPI_IN_PLACE, vals, (int)n, t, op, MPI_COMM_WORLD) == MPI_SUCCESS
-               ? 0
-               : -1;
+    return MPI_Allreduce(MPI_IN_PLACE, vals, (int)n, t, op, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -104,10 +102,10 @@ int main(int argc, char **argv)
     o.device = COMM_DEVICE_HOST;
 
     static const MPI_Datatype types[] = {
-        [COMM_F32] = MPI_FLOAT, [COMM_F16] = MPI_UINT16_T, [COMM_BF16] = MPI_UINT16_T,
-        [COMM_F64] = MPI_DOUBLE, [COMM_I32] = MPI_INT32_T, [COMM_I64] = MPI_INT64_T,
+        [COMM_F32] = MPI_FLOAT,  [COMM_F16] = MPI_UINT16_T, [COMM_BF16] = MPI_UINT16_T,
+        [COMM_F64] = MPI_DOUBLE, [COMM_I32] = MPI_INT32_T,  [COMM_I64] = MPI_INT64_T,
     };
-    struct mpi_ctx m = { .type = types[o.dtype] };
+    struct mpi_ctx m = {.type = types[o.dtype]};
     if (o.dtype == COMM_F16 || o.dtype == COMM_BF16) {
         half_dtype = o.dtype;
         half_op = o.op;
@@ -122,11 +120,15 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, BENCH_EXIT_FAIL);
     }
     size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&o, sizes, BENCH_MAX_SIZES);
-    struct bench_coll coll = { .allreduce = coll_mpi, .ctx = &m };
-    struct bench_sync sync = { .reduce = sync_mpi, .same_bytes = NULL, .ctx = NULL };
-    struct bench_rank r = { .rank = rank, .nranks = size, .opts = &o, .coll = &coll,
-                            .sync = &sync, .dev = &bench_device_host,
-                            .stepwise_round = o.dtype == COMM_F16 || o.dtype == COMM_BF16 };
+    struct bench_coll coll = {.allreduce = coll_mpi, .ctx = &m};
+    struct bench_sync sync = {.reduce = sync_mpi, .same_bytes = NULL, .ctx = NULL};
+    struct bench_rank r = {.rank = rank,
+                           .nranks = size,
+                           .opts = &o,
+                           .coll = &coll,
+                           .sync = &sync,
+                           .dev = &bench_device_host,
+                           .stepwise_round = o.dtype == COMM_F16 || o.dtype == COMM_BF16};
     rep->opts = &o;
     rep->name = "mpi";
     bench_meta_fill(&rep->meta, argc, argv);

@@ -13,24 +13,21 @@
 #include <time.h>
 
 /* Auto iteration count: aim at this much time per size, within these bounds. */
-#define BENCH_TARGET_S 0.2
+#define BENCH_TARGET_S  0.2
 #define BENCH_MIN_ITERS 20
 #define BENCH_MAX_ITERS 10000
-#define BENCH_PROBE_S 0.01
+#define BENCH_PROBE_S   0.01
 
 static const char *const dtype_names[] = {
     [COMM_F32] = "f32", [COMM_F16] = "f16", [COMM_BF16] = "bf16",
     [COMM_F64] = "f64", [COMM_I32] = "i32", [COMM_I64] = "i64",
 };
 static const size_t dtype_sizes[] = {
-    [COMM_F32] = 4, [COMM_F16] = 2, [COMM_BF16] = 2,
-    [COMM_F64] = 8, [COMM_I32] = 4, [COMM_I64] = 8,
+    [COMM_F32] = 4, [COMM_F16] = 2, [COMM_BF16] = 2, [COMM_F64] = 8, [COMM_I32] = 4, [COMM_I64] = 8,
 };
-static const char *const op_names[] = { [COMM_SUM] = "sum", [COMM_MAX] = "max",
-                                        [COMM_MIN] = "min" };
-static const char *const device_names[] = { [COMM_DEVICE_HOST] = "host",
-                                            [COMM_DEVICE_CUDA] = "cuda",
-                                            [COMM_DEVICE_HEXAGON] = "hexagon" };
+static const char *const op_names[] = {[COMM_SUM] = "sum", [COMM_MAX] = "max", [COMM_MIN] = "min"};
+static const char *const device_names[] = {
+    [COMM_DEVICE_HOST] = "host", [COMM_DEVICE_CUDA] = "cuda", [COMM_DEVICE_HEXAGON] = "hexagon"};
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -86,10 +83,23 @@ int bench_parse_size(const char *s, size_t *out)
         return -1;
     unsigned shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'B' || *end == 'b')
         end++;
@@ -111,32 +121,43 @@ static int parse_int(const char *s, int min, int *out)
 }
 
 enum {
-    OPT_PROCS = 256, OPT_INPLACE, OPT_CHECK, OPT_ITERS, OPT_WARMUP, OPT_DEVICE,
-    OPT_COMPARE, OPT_CSV, OPT_JSON, OPT_PLOT, OPT_ROUNDS, OPT_CSV_STDOUT, OPT_NO_BIND,
+    OPT_PROCS = 256,
+    OPT_INPLACE,
+    OPT_CHECK,
+    OPT_ITERS,
+    OPT_WARMUP,
+    OPT_DEVICE,
+    OPT_COMPARE,
+    OPT_CSV,
+    OPT_JSON,
+    OPT_PLOT,
+    OPT_ROUNDS,
+    OPT_CSV_STDOUT,
+    OPT_NO_BIND,
 };
 
 static const struct option long_opts[] = {
-    { "nranks", required_argument, NULL, 'n' },
-    { "procs", no_argument, NULL, OPT_PROCS },
-    { "minbytes", required_argument, NULL, 'b' },
-    { "maxbytes", required_argument, NULL, 'e' },
-    { "stepfactor", required_argument, NULL, 'f' },
-    { "datatype", required_argument, NULL, 'd' },
-    { "op", required_argument, NULL, 'o' },
-    { "inplace", no_argument, NULL, OPT_INPLACE },
-    { "check", no_argument, NULL, OPT_CHECK },
-    { "iters", required_argument, NULL, OPT_ITERS },
-    { "warmup", required_argument, NULL, OPT_WARMUP },
-    { "device", required_argument, NULL, OPT_DEVICE },
-    { "compare", required_argument, NULL, OPT_COMPARE },
-    { "csv", required_argument, NULL, OPT_CSV },
-    { "json", required_argument, NULL, OPT_JSON },
-    { "plot", required_argument, NULL, OPT_PLOT },
-    { "rounds", required_argument, NULL, OPT_ROUNDS },
-    { "csv-stdout", no_argument, NULL, OPT_CSV_STDOUT },
-    { "no-bind", no_argument, NULL, OPT_NO_BIND },
-    { "help", no_argument, NULL, 'h' },
-    { NULL, 0, NULL, 0 },
+    {"nranks", required_argument, NULL, 'n'},
+    {"procs", no_argument, NULL, OPT_PROCS},
+    {"minbytes", required_argument, NULL, 'b'},
+    {"maxbytes", required_argument, NULL, 'e'},
+    {"stepfactor", required_argument, NULL, 'f'},
+    {"datatype", required_argument, NULL, 'd'},
+    {"op", required_argument, NULL, 'o'},
+    {"inplace", no_argument, NULL, OPT_INPLACE},
+    {"check", no_argument, NULL, OPT_CHECK},
+    {"iters", required_argument, NULL, OPT_ITERS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"compare", required_argument, NULL, OPT_COMPARE},
+    {"csv", required_argument, NULL, OPT_CSV},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"plot", required_argument, NULL, OPT_PLOT},
+    {"rounds", required_argument, NULL, OPT_ROUNDS},
+    {"csv-stdout", no_argument, NULL, OPT_CSV_STDOUT},
+    {"no-bind", no_argument, NULL, OPT_NO_BIND},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
 };
 
 static int usage_error(const char *prog, const char *usage, const char *what, const char *arg)
@@ -158,7 +179,9 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
             if (parse_int(optarg, 1, &o->nranks) || o->nranks > 4096)
                 return usage_error(prog, usage, "bad rank count", optarg);
             break;
-        case OPT_PROCS: o->procs = true; break;
+        case OPT_PROCS:
+            o->procs = true;
+            break;
         case 'b':
             if (bench_parse_size(optarg, &o->min_bytes))
                 return usage_error(prog, usage, "bad size", optarg);
@@ -176,8 +199,7 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
         }
         case 'd':
             if ((v = lookup(dtype_names, NELEM(dtype_names), optarg)) < 0)
-                return usage_error(prog, usage, "unknown dtype (f32 f16 bf16 f64 i32 i64)",
-                                   optarg);
+                return usage_error(prog, usage, "unknown dtype (f32 f16 bf16 f64 i32 i64)", optarg);
             o->dtype = (comm_dtype_t)v;
             break;
         case 'o':
@@ -185,8 +207,12 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
                 return usage_error(prog, usage, "unknown op (sum max min)", optarg);
             o->op = (comm_op_t)v;
             break;
-        case OPT_INPLACE: o->inplace = true; break;
-        case OPT_CHECK: o->check = true; break;
+        case OPT_INPLACE:
+            o->inplace = true;
+            break;
+        case OPT_CHECK:
+            o->check = true;
+            break;
         case OPT_ITERS:
             if (parse_int(optarg, 1, &o->iters))
                 return usage_error(prog, usage, "bad --iters", optarg);
@@ -208,15 +234,25 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
             else
                 return usage_error(prog, usage, "unknown --compare (mpi nccl)", optarg);
             break;
-        case OPT_CSV: o->csv_path = optarg; break;
-        case OPT_JSON: o->json_path = optarg; break;
-        case OPT_PLOT: o->plot_path = optarg; break;
+        case OPT_CSV:
+            o->csv_path = optarg;
+            break;
+        case OPT_JSON:
+            o->json_path = optarg;
+            break;
+        case OPT_PLOT:
+            o->plot_path = optarg;
+            break;
         case OPT_ROUNDS:
             if (parse_int(optarg, 1, &o->rounds) || o->rounds > 100)
                 return usage_error(prog, usage, "bad --rounds", optarg);
             break;
-        case OPT_CSV_STDOUT: o->csv_stdout = true; break;
-        case OPT_NO_BIND: o->no_bind = true; break;
+        case OPT_CSV_STDOUT:
+            o->csv_stdout = true;
+            break;
+        case OPT_NO_BIND:
+            o->no_bind = true;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 1;
@@ -240,27 +276,34 @@ int bench_sweep_args(const struct bench_opts *o, char **argv, char *buf, size_t 
     char *p;
 
 /* Appends one formatted argument; the caller's buffer is sized for the worst case. */
-#define ADD(...)                                                                      \
-    do {                                                                              \
-        p = buf + used;                                                               \
-        used += (size_t)snprintf(p, used < buflen ? buflen - used : 0, __VA_ARGS__) + 1; \
-        argv[n++] = p;                                                                \
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        p = buf + used;                                                                            \
+        used += (size_t)snprintf(p, used < buflen ? buflen - used : 0, __VA_ARGS__) + 1;           \
+        argv[n++] = p;                                                                             \
     } while (0)
 
-    ADD("-b"); ADD("%zu", o->min_bytes);
-    ADD("-e"); ADD("%zu", o->max_bytes);
-    ADD("-f"); ADD("%.17g", o->factor);
-    ADD("-d"); ADD("%s", bench_dtype_name(o->dtype));
-    ADD("-o"); ADD("%s", bench_op_name(o->op));
+    ADD("-b");
+    ADD("%zu", o->min_bytes);
+    ADD("-e");
+    ADD("%zu", o->max_bytes);
+    ADD("-f");
+    ADD("%.17g", o->factor);
+    ADD("-d");
+    ADD("%s", bench_dtype_name(o->dtype));
+    ADD("-o");
+    ADD("%s", bench_op_name(o->op));
     if (o->inplace)
         ADD("--inplace");
     if (o->check)
         ADD("--check");
     if (o->iters > 0) {
-        ADD("--iters"); ADD("%d", o->iters);
+        ADD("--iters");
+        ADD("%d", o->iters);
     }
     if (o->warmup >= 0) {
-        ADD("--warmup"); ADD("%d", o->warmup);
+        ADD("--warmup");
+        ADD("%d", o->warmup);
     }
 #undef ADD
     argv[n] = NULL;
@@ -318,222 +361,6 @@ double bench_busbw(double algbw, int nranks)
 {
     /* nccl-tests' allreduce factor; it makes n = 1 report 0 (nothing crosses a link). */
     return algbw * 2.0 * (double)(nranks - 1) / (double)nranks;
-}
-
-/* ---- test data ---- */
-
-static uint64_t mix64(uint64_t x)
-{
-    /* splitmix64's finalizer: a counter-based generator, so any rank can recompute
-     * any other rank's element j without storing it. */
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-uint64_t bench_seed(size_t bytes, comm_dtype_t dtype, comm_op_t op)
-{
-    return mix64((uint64_t)bytes * 0x100000001b3ull ^ ((uint64_t)dtype << 40) ^
-                 ((uint64_t)op << 48));
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    float f;
-    if (exp == 0)
-        f = ldexpf((float)man, -24); /* zero and subnormals */
-    else if (exp == 31)
-        f = man ? NAN : INFINITY;
-    else
-        f = ldexpf((float)(man | 0x400), (int)exp - 25);
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u |= sign;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Round to nearest even, with subnormals, infinities and NaN (MPI's f16 op needs them). */
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t absu = u & 0x7fffffff;
-    if (absu > 0x7f800000)
-        return sign | 0x7e00; /* quiet NaN */
-    if (absu >= 0x47800000)
-        return sign | 0x7c00; /* 65536 and up, Inf included */
-    if (absu < 0x38800000) {
-        /* Below 2^-14: scaling by 2^24 is exact and rintf rounds to nearest even; 1024
-         * is the smallest normal, which that encoding already spells. */
-        float a;
-        memcpy(&a, &absu, 4);
-        return sign | (uint16_t)rintf(a * 0x1.0p24f);
-    }
-    uint32_t man = absu & 0x7fffff;
-    uint32_t h = ((((absu >> 23) - 127 + 15)) << 10) | (man >> 13);
-    uint32_t rest = man & 0x1fff;
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
-        h++; /* a carry into the exponent is right, up to Inf */
-    return (uint16_t)(sign | h);
-}
-
-static float bf16_to_f32(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffff) > 0x7f800000)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN, not rounded into Inf */
-    u += 0x7fff + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
-double bench_value(comm_dtype_t dtype, uint64_t seed, int rank, size_t j)
-{
-    uint64_t u = mix64(seed ^ mix64(((uint64_t)rank << 48) ^ (uint64_t)j));
-    double sign = (u & 1) ? -1.0 : 1.0;
-    /* Magnitudes in [0.5, 2): never zero, no overflow for any rank count, and sums
-     * that f16 still represents for up to ~16000 ranks. */
-    double mag = 0.5 + 1.5 * (double)(u >> 11) * 0x1.0p-53;
-
-    switch (dtype) {
-    case COMM_F32: return (double)(float)(sign * mag);
-    case COMM_F16: return (double)f16_to_f32(f32_to_f16((float)(sign * mag)));
-    case COMM_BF16: return (double)bf16_to_f32(f32_to_bf16((float)(sign * mag)));
-    case COMM_F64: return sign * mag;
-    case COMM_I32: return sign * (double)(1 + (u >> 40) % 1000);
-    case COMM_I64: return sign * (double)(1 + (u >> 20) % 1000000000);
-    }
-    return 0.0;
-}
-
-void bench_half_reduce(void *inout, const void *in, size_t n, comm_dtype_t dtype,
-                       comm_op_t op)
-{
-    uint16_t *a = inout;
-    const uint16_t *b = in;
-    bool f16 = dtype == COMM_F16;
-
-    for (size_t j = 0; j < n; j++) {
-        float x = f16 ? f16_to_f32(a[j]) : bf16_to_f32(a[j]);
-        float y = f16 ? f16_to_f32(b[j]) : bf16_to_f32(b[j]);
-        float r = op == COMM_SUM ? x + y : op == COMM_MAX ? (y > x ? y : x) : (y < x ? y : x);
-        a[j] = f16 ? f32_to_f16(r) : f32_to_bf16(r);
-    }
-}
-
-void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank)
-{
-    for (size_t j = 0; j < count; j++) {
-        double v = bench_value(dtype, seed, rank, j);
-        switch (dtype) {
-        case COMM_F32: ((float *)buf)[j] = (float)v; break;
-        case COMM_F16: ((uint16_t *)buf)[j] = f32_to_f16((float)v); break;
-        case COMM_BF16: ((uint16_t *)buf)[j] = f32_to_bf16((float)v); break;
-        case COMM_F64: ((double *)buf)[j] = v; break;
-        case COMM_I32: ((int32_t *)buf)[j] = (int32_t)v; break;
-        case COMM_I64: ((int64_t *)buf)[j] = (int64_t)v; break;
-        }
-    }
-}
-
-/* Poison: NaN bytes for floats; for ints a value no sum of bench_value can reach. */
-static void poison(void *buf, size_t bytes, comm_dtype_t dtype)
-{
-    memset(buf, dtype == COMM_I32 || dtype == COMM_I64 ? 0x7f : 0xff, bytes);
-}
-
-static double read_elem(const void *buf, size_t j, comm_dtype_t dtype)
-{
-    switch (dtype) {
-    case COMM_F32: return ((const float *)buf)[j];
-    case COMM_F16: return f16_to_f32(((const uint16_t *)buf)[j]);
-    case COMM_BF16: return bf16_to_f32(((const uint16_t *)buf)[j]);
-    case COMM_F64: return ((const double *)buf)[j];
-    case COMM_I32: return ((const int32_t *)buf)[j];
-    case COMM_I64: return (double)((const int64_t *)buf)[j];
-    }
-    return NAN;
-}
-
-/* One unit in the last place of the output type at magnitude x. */
-static double ulp_of(comm_dtype_t dtype, double x)
-{
-    int mant = dtype == COMM_F16 ? 10 : 7;
-    int emin = dtype == COMM_F16 ? -14 : -126;
-    int e = x > 0 ? ilogb(x) : emin;
-    return ldexp(1.0, (e < emin ? emin : e) - mant);
-}
-
-/*
- * Float64 reference per element, recomputed from the seed (no copy of the peers'
- * inputs is kept).  Tolerances: f32 relative 1e-5 * nranks and f64 1e-12 * nranks of
- * sum |x| (the error bound of any summation order); f16/bf16 two ulps of the output
- * type plus the f32 accumulation bound (plus half an ulp of sum |x| per step when the
- * sum is rounded after every step); ints, and max/min of any type, exact.
- */
-int64_t bench_check(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
-                    uint64_t seed, int nranks, bool stepwise_round)
-{
-    bool is_int = dtype == COMM_I32 || dtype == COMM_I64;
-    int64_t wrong = 0;
-
-    for (size_t j = 0; j < count; j++) {
-        double ref = 0.0, sumabs = 0.0;
-        int64_t iref = 0;
-        for (int r = 0; r < nranks; r++) {
-            double x = bench_value(dtype, seed, r, j);
-            if (op == COMM_SUM) {
-                ref += x;
-                sumabs += fabs(x);
-                iref += (int64_t)x;
-            } else if (r == 0 || (op == COMM_MAX ? x > ref : x < ref)) {
-                ref = x;
-                iref = (int64_t)x;
-            }
-        }
-        if (is_int) {
-            int64_t got = dtype == COMM_I32 ? ((const int32_t *)out)[j]
-                                            : ((const int64_t *)out)[j];
-            wrong += got != iref;
-            continue;
-        }
-        double got = read_elem(out, j, dtype), tol = 0.0;
-        if (op == COMM_SUM) {
-            switch (dtype) {
-            case COMM_F32: tol = 1e-5 * nranks * sumabs; break;
-            case COMM_F64: tol = 1e-12 * nranks * sumabs; break;
-            default:
-                tol = 2.0 * ulp_of(dtype, fabs(ref)) + nranks * 0x1.0p-23 * sumabs;
-                /* Each of the n-1 partial sums, at most sum |x|, rounded once more. */
-                if (stepwise_round)
-                    tol += 0.5 * (nranks - 1) * ulp_of(dtype, sumabs);
-            }
-        }
-        /* Written as a negated <= so that a NaN (an element never written) is wrong. */
-        wrong += !(fabs(got - ref) <= tol);
-    }
-    return wrong;
-}
-
-uint64_t bench_fnv1a(const void *buf, size_t bytes)
-{
-    const unsigned char *p = buf;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < bytes; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
 }
 
 /* ---- host device ---- */
@@ -601,8 +428,8 @@ static int call(const struct bench_rank *r, const void *send, void *recv, size_t
 }
 
 /* The extra, untimed call of --check: fresh inputs, poisoned output, every element. */
-static int check_size(const struct bench_rank *r, void *send, void *recv, void *hsend,
-                      void *hrecv, size_t count, size_t bytes, int64_t *wrong_out)
+static int check_size(const struct bench_rank *r, void *send, void *recv, void *hsend, void *hrecv,
+                      size_t count, size_t bytes, int64_t *wrong_out)
 {
     const struct bench_opts *o = r->opts;
     const struct bench_device *d = r->dev;
@@ -611,7 +438,7 @@ static int check_size(const struct bench_rank *r, void *send, void *recv, void *
 
     bench_fill(hsend, count, o->dtype, seed, r->rank);
     if (!o->inplace) {
-        poison(hrecv, bytes, o->dtype);
+        bench_poison(hrecv, bytes, o->dtype);
         if (d->to_device(d->ctx, recv, hrecv, bytes))
             return -1;
     }
@@ -619,16 +446,14 @@ static int check_size(const struct bench_rank *r, void *send, void *recv, void *
         d->to_host(d->ctx, hrecv, recv, bytes))
         return -1;
 
-    int64_t wrong = bench_check(hrecv, count, o->dtype, o->op, seed, r->nranks,
-                                r->stepwise_round);
+    int64_t wrong = bench_check(hrecv, count, o->dtype, o->op, seed, r->nranks, r->stepwise_round);
     int rc = r->sync->same_bytes ? r->sync->same_bytes(r->sync->ctx, hrecv, bytes, &same)
                                  : same_by_hash(r->sync, hrecv, bytes, &same);
     if (rc || r->sync->reduce(r->sync->ctx, &wrong, 1, BENCH_SUM_I64))
         return -1;
     if (!same) {
         if (r->rank == 0)
-            fprintf(stderr, "arbench: size %zu: the ranks' outputs are not bit-identical\n",
-                    bytes);
+            fprintf(stderr, "arbench: size %zu: the ranks' outputs are not bit-identical\n", bytes);
         wrong += 1;
     }
     *wrong_out = wrong;
@@ -681,8 +506,9 @@ int bench_run_size(const struct bench_rank *r, size_t bytes, struct bench_result
             }
         }
         double want = BENCH_TARGET_S / (est > 1e-9 ? est : 1e-9);
-        iters = want < BENCH_MIN_ITERS ? BENCH_MIN_ITERS
-                : want > BENCH_MAX_ITERS ? BENCH_MAX_ITERS : (int)want;
+        iters = want < BENCH_MIN_ITERS   ? BENCH_MIN_ITERS
+                : want > BENCH_MAX_ITERS ? BENCH_MAX_ITERS
+                                         : (int)want;
     }
     int warmup = o->warmup >= 0 ? o->warmup : (iters / 10 > 5 ? iters / 10 : 5);
     times = malloc(sizeof(*times) * (size_t)iters);

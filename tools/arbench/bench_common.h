@@ -16,45 +16,45 @@
 #include <stdint.h>
 
 /* Exit codes shared by both programs. */
-#define BENCH_EXIT_OK 0
-#define BENCH_EXIT_FAIL 1  /* a call failed, or --check found wrong elements */
+#define BENCH_EXIT_OK    0
+#define BENCH_EXIT_FAIL  1 /* a call failed, or --check found wrong elements */
 #define BENCH_EXIT_USAGE 2 /* bad usage, or a device / peer this build lacks */
 
 enum bench_peer { BENCH_PEER_NONE = 0, BENCH_PEER_MPI, BENCH_PEER_NCCL };
 
 /* The command line of both programs; arbench-mpi ignores what it has no use for. */
 struct bench_opts {
-    int nranks;          /* -n: ranks (threads, or processes with --procs) */
-    bool procs;          /* --procs: process ranks under arrun */
-    size_t min_bytes;    /* -b: first size, bytes per rank */
-    size_t max_bytes;    /* -e: last size */
-    double factor;       /* -f: each size is the previous one times this */
-    comm_dtype_t dtype;  /* -d */
-    comm_op_t op;        /* -o */
-    bool inplace;        /* --inplace: sendbuf == recvbuf */
-    bool check;          /* --check: verify one extra call per size */
-    int iters;           /* --iters: timed calls per size; 0 = chosen per size */
-    int warmup;          /* --warmup: untimed calls first; -1 = 10% of iters, >= 5 */
-    int rounds;          /* --rounds: repeat the sweeps, report the median */
+    int nranks;         /* -n: ranks (threads, or processes with --procs) */
+    bool procs;         /* --procs: process ranks under arrun */
+    size_t min_bytes;   /* -b: first size, bytes per rank */
+    size_t max_bytes;   /* -e: last size */
+    double factor;      /* -f: each size is the previous one times this */
+    comm_dtype_t dtype; /* -d */
+    comm_op_t op;       /* -o */
+    bool inplace;       /* --inplace: sendbuf == recvbuf */
+    bool check;         /* --check: verify one extra call per size */
+    int iters;          /* --iters: timed calls per size; 0 = chosen per size */
+    int warmup;         /* --warmup: untimed calls first; -1 = 10% of iters, >= 5 */
+    int rounds;         /* --rounds: repeat the sweeps, report the median */
     comm_device_t device;
-    enum bench_peer peer;    /* --compare */
-    const char *csv_path;    /* --csv */
-    const char *json_path;   /* --json */
-    const char *plot_path;   /* --plot */
-    bool csv_stdout;         /* --csv-stdout: machine output for a parent arbench */
-    bool no_bind;            /* --no-bind: ranks float (default: one core each) */
+    enum bench_peer peer;  /* --compare */
+    const char *csv_path;  /* --csv */
+    const char *json_path; /* --json */
+    const char *plot_path; /* --plot */
+    bool csv_stdout;       /* --csv-stdout: machine output for a parent arbench */
+    bool no_bind;          /* --no-bind: ranks float (default: one core each) */
 };
 
 /* What one size measured; identical on every rank once bench_run_size returns. */
 struct bench_result {
-    size_t bytes;        /* count * element size: bytes per rank */
-    size_t count;        /* elements per rank */
-    int iters;           /* timed calls */
-    double time_us;      /* median over calls of the slowest rank's time */
-    double p90_us;       /* 90th percentile, same series */
-    double algbw;        /* GB/s: bytes / time */
-    double busbw;        /* GB/s: algbw * 2(n-1)/n */
-    int64_t wrong;       /* --check: see bench_check; -1 when not checked */
+    size_t bytes;   /* count * element size: bytes per rank */
+    size_t count;   /* elements per rank */
+    int iters;      /* timed calls */
+    double time_us; /* median over calls of the slowest rank's time */
+    double p90_us;  /* 90th percentile, same series */
+    double algbw;   /* GB/s: bytes / time */
+    double busbw;   /* GB/s: algbw * 2(n-1)/n */
+    int64_t wrong;  /* --check: see bench_check; -1 when not checked */
 };
 
 /*
@@ -93,8 +93,8 @@ extern const struct bench_device bench_device_host;
 
 /* The allreduce under test: returns 0, or non-zero after printing why. */
 struct bench_coll {
-    int (*allreduce)(void *ctx, const void *send, void *recv, size_t count,
-                     comm_dtype_t dtype, comm_op_t op);
+    int (*allreduce)(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                     comm_op_t op);
     void *ctx;
 };
 
@@ -142,12 +142,13 @@ double bench_value(comm_dtype_t dtype, uint64_t seed, int rank, size_t j);
 uint64_t bench_seed(size_t bytes, comm_dtype_t dtype, comm_op_t op);
 void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank);
 /* Elements of out outside the dtype's tolerance of the float64 reference. */
-int64_t bench_check(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
-                    uint64_t seed, int nranks, bool stepwise_round);
+int64_t bench_check(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed,
+                    int nranks, bool stepwise_round);
 uint64_t bench_fnv1a(const void *buf, size_t bytes);
+/* Poison: NaN bytes for floats; for ints a value no sum of bench_value can reach. */
+void bench_poison(void *buf, size_t bytes, comm_dtype_t dtype);
 /* inout[j] = inout[j] op in[j] for f16 or bf16, in f32 and rounded once (MPI's op). */
-void bench_half_reduce(void *inout, const void *in, size_t n, comm_dtype_t dtype,
-                       comm_op_t op);
+void bench_half_reduce(void *inout, const void *in, size_t n, comm_dtype_t dtype, comm_op_t op);
 
 /* Monotonic clock in seconds. */
 double bench_now(void);

@@ -16,9 +16,12 @@ static const char *const ratio_doc =
 
 void bench_meta_fill(struct bench_meta *m, int argc, char **argv)
 {
+    char host[256] = "?";
+
     memset(m, 0, sizeof(*m));
-    if (gethostname(m->host, sizeof(m->host) - 1))
-        strcpy(m->host, "?");
+    if (gethostname(host, sizeof(host) - 1))
+        strcpy(host, "?");
+    snprintf(m->host, sizeof(m->host), "%s", host);
     strcpy(m->cpu, "?");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
@@ -62,9 +65,8 @@ void bench_print_header(FILE *f, const struct bench_report *rep)
     fprintf(f, "# host: %s  cpu: %s  nproc: %ld\n", m->host, m->cpu, m->nproc);
     fprintf(f, "# date: %s\n", m->date);
     fprintf(f, "# command: %s\n", m->command);
-    fprintf(f, "# arcomm %d.%d  transport: %s  ranks: %d (%s)  device: %s\n",
-            ARCOMM_VERSION_MAJOR, ARCOMM_VERSION_MINOR, m->transport, o->nranks, m->mode,
-            bench_device_name(o->device));
+    fprintf(f, "# arcomm %d.%d  transport: %s  ranks: %d (%s)  device: %s\n", ARCOMM_VERSION_MAJOR,
+            ARCOMM_VERSION_MINOR, m->transport, o->nranks, m->mode, bench_device_name(o->device));
     fprintf(f, "# dtype: %s  op: %s  %s  check: %s  iters: ", bench_dtype_name(o->dtype),
             bench_op_name(o->op), o->inplace ? "in-place" : "out-of-place",
             o->check ? "yes" : "no");
@@ -107,16 +109,15 @@ static void print_cols(FILE *f, const struct bench_result *r)
         strcpy(wrong, "N/A");
     else
         snprintf(wrong, sizeof(wrong), "%lld", (long long)r->wrong);
-    fprintf(f, "%10.2f %10.2f %8.3f %8.3f %7s", r->time_us, r->p90_us, r->algbw, r->busbw,
-            wrong);
+    fprintf(f, "%10.2f %10.2f %8.3f %8.3f %7s", r->time_us, r->p90_us, r->algbw, r->busbw, wrong);
 }
 
 void bench_print_row(FILE *f, const struct bench_report *rep, const struct bench_row *row)
 {
     const struct bench_opts *o = rep->opts;
 
-    fprintf(f, "  %10zu %12zu %6s %6s  ", row->a.bytes, row->a.count,
-            bench_dtype_name(o->dtype), bench_op_name(o->op));
+    fprintf(f, "  %10zu %12zu %6s %6s  ", row->a.bytes, row->a.count, bench_dtype_name(o->dtype),
+            bench_op_name(o->op));
     print_cols(f, &row->a);
     if (has_peer(rep)) {
         fprintf(f, " | ");
@@ -141,12 +142,12 @@ static const char *const sweep_cols =
 
 static void csv_result(FILE *f, const struct bench_result *r)
 {
-    fprintf(f, "%d,%.4f,%.4f,%.6f,%.6f,%lld", r->iters, r->time_us, r->p90_us, r->algbw,
-            r->busbw, (long long)r->wrong);
+    fprintf(f, "%d,%.4f,%.4f,%.6f,%.6f,%lld", r->iters, r->time_us, r->p90_us, r->algbw, r->busbw,
+            (long long)r->wrong);
 }
 
-void bench_csv_sweep(FILE *f, const struct bench_meta *m, const struct bench_opts *o,
-                     int nranks, const struct bench_result *res, size_t n)
+void bench_csv_sweep(FILE *f, const struct bench_meta *m, const struct bench_opts *o, int nranks,
+                     const struct bench_result *res, size_t n)
 {
     fprintf(f, "# transport: %s\n# host: %s\n# date: %s\n%s\n", m->transport, m->host, m->date,
             sweep_cols);
@@ -183,9 +184,9 @@ int bench_csv_read(FILE *f, struct bench_result *res, size_t max, char *transpor
         int nranks;
         long long wrong;
         /* Anything else on stdout (a library's chatter) simply does not parse. */
-        if (sscanf(line, "%zu,%zu,%15[^,],%15[^,],%d,%d,%lf,%lf,%lf,%lf,%lld", &r->bytes,
-                   &r->count, type, op, &nranks, &r->iters, &r->time_us, &r->p90_us,
-                   &r->algbw, &r->busbw, &wrong) == 11) {
+        if (sscanf(line, "%zu,%zu,%15[^,],%15[^,],%d,%d,%lf,%lf,%lf,%lf,%lld", &r->bytes, &r->count,
+                   type, op, &nranks, &r->iters, &r->time_us, &r->p90_us, &r->algbw, &r->busbw,
+                   &wrong) == 11) {
             r->wrong = wrong;
             n++;
         }
@@ -214,8 +215,8 @@ int bench_write_csv(const char *path, const struct bench_report *rep)
                    "peer_time_us,peer_p90_us,peer_algbw_gbs,peer_busbw_gbs,peer_wrong,ratio\n");
         for (size_t i = 0; i < rep->nrows; i++) {
             const struct bench_row *row = &rep->rows[i];
-            fprintf(f, "%zu,%zu,%s,%s,%d,", row->a.bytes, row->a.count,
-                    bench_dtype_name(o->dtype), bench_op_name(o->op), o->nranks);
+            fprintf(f, "%zu,%zu,%s,%s,%d,", row->a.bytes, row->a.count, bench_dtype_name(o->dtype),
+                    bench_op_name(o->op), o->nranks);
             csv_result(f, &row->a);
             fprintf(f, ",%s,", rep->peer_name);
             csv_result(f, &row->p);
@@ -248,8 +249,9 @@ static void json_str(FILE *f, const char *s)
 
 static void json_result(FILE *f, const struct bench_result *r)
 {
-    fprintf(f, "{\"iters\": %d, \"time_us\": %.4f, \"p90_us\": %.4f, \"algbw_gbs\": %.6f, "
-               "\"busbw_gbs\": %.6f, \"wrong\": ",
+    fprintf(f,
+            "{\"iters\": %d, \"time_us\": %.4f, \"p90_us\": %.4f, \"algbw_gbs\": %.6f, "
+            "\"busbw_gbs\": %.6f, \"wrong\": ",
             r->iters, r->time_us, r->p90_us, r->algbw, r->busbw);
     if (r->wrong < 0)
         fprintf(f, "null}");
@@ -290,8 +292,10 @@ int bench_write_json(const char *path, const struct bench_report *rep)
     fprintf(f, "  \"dtype\": \"%s\",\n  \"op\": \"%s\",\n  \"inplace\": %s,\n  \"check\": %s,\n",
             bench_dtype_name(o->dtype), bench_op_name(o->op), o->inplace ? "true" : "false",
             o->check ? "true" : "false");
-    fprintf(f, "  \"rounds\": %d,\n  \"time_stat\": \"per call the slowest rank; median and "
-               "p90 over calls; median over rounds\",\n", o->rounds);
+    fprintf(f,
+            "  \"rounds\": %d,\n  \"time_stat\": \"per call the slowest rank; median and "
+            "p90 over calls; median over rounds\",\n",
+            o->rounds);
     fprintf(f, "  \"busbw_def\": \"algbw * 2(n-1)/n, 0 when n = 1\",\n  \"peer\": ");
     if (has_peer(rep))
         fprintf(f, "\"%s\",\n  \"ratio_def\": \"%s\",\n", rep->peer_name, ratio_doc);
@@ -352,8 +356,10 @@ int bench_plot(const char *path, const struct bench_report *rep)
 {
     const struct bench_opts *o = rep->opts;
     if (!in_path("gnuplot")) {
-        fprintf(stderr, "arbench: gnuplot not found in PATH, not writing the plot %s "
-                        "(install gnuplot-nox)\n", path);
+        fprintf(stderr,
+                "arbench: gnuplot not found in PATH, not writing the plot %s "
+                "(install gnuplot-nox)\n",
+                path);
         return 0;
     }
     FILE *gp = popen("gnuplot", "w");

@@ -54,8 +54,8 @@ void bench_print_row(FILE *f, const struct bench_report *rep, const struct bench
 void bench_print_table(FILE *f, const struct bench_report *rep);
 
 /* One sweep's CSV, with the metadata lines the reader below takes back. */
-void bench_csv_sweep(FILE *f, const struct bench_meta *m, const struct bench_opts *o,
-                     int nranks, const struct bench_result *res, size_t n);
+void bench_csv_sweep(FILE *f, const struct bench_meta *m, const struct bench_opts *o, int nranks,
+                     const struct bench_result *res, size_t n);
 /*
  * Reads what bench_csv_sweep wrote (other lines are ignored).  Returns the number of
  * rows, or -1 when none was found; copies "# transport:" into transport if non-NULL.

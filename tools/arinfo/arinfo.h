@@ -1,0 +1,89 @@
+/*
+ * arinfo: what arcomm sees on this host (topology, accelerators, transports, paths,
+ * knobs), as text or JSON.  One struct carries the options and what was loaded; each
+ * section prints itself in both forms.
+ */
+#ifndef ARINFO_H
+#define ARINFO_H
+
+#include "json.h"
+#include "knobs.h"
+
+#include <hwloc.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* The JSON schema this build writes; bumped only when a key changes meaning or goes. */
+#define ARINFO_SCHEMA "arcomm.arinfo/1"
+
+#define ARINFO_MAX_SIZES 64
+
+enum arinfo_section {
+    ARINFO_SEC_HOST = 1u << 0,
+    ARINFO_SEC_TOPOLOGY = 1u << 1,
+    ARINFO_SEC_PCI = 1u << 2,
+    ARINFO_SEC_CUDA = 1u << 3,
+    ARINFO_SEC_HEXAGON = 1u << 4,
+    ARINFO_SEC_TRANSPORTS = 1u << 5,
+    ARINFO_SEC_PATHS = 1u << 6,
+    ARINFO_SEC_CONFIG = 1u << 7,
+};
+
+struct arinfo {
+    /* Options. */
+    bool json;
+    unsigned sections; /* enum arinfo_section bits to print */
+    int nranks;        /* local ranks of the communicator asked about */
+    size_t sizes[ARINFO_MAX_SIZES];
+    size_t nsizes;
+    const char *topology_file; /* --topology, else NULL */
+
+    /* What was loaded. */
+    hwloc_topology_t topo;    /* with PCI and OS devices; apart from the runtime's */
+    struct rt_knobs knobs;    /* from the defaults and the environment */
+    struct rt_knobs resolved; /* knobs after coll_host_resolve_knobs(nranks) */
+    char **unknown_env;       /* ARCOMM_* names set but not knobs, sorted */
+    size_t unknown_count;
+
+    FILE *out;
+    bool text_started; /* a line was printed: titles then start with a blank */
+    struct json js;    /* the writer, when json */
+};
+
+/* format.c: formatting shared by the sections. */
+
+/* Bytes for people: "32 KiB", "1.5 MiB", "64 GiB". */
+void arinfo_fmt_bytes(unsigned long long bytes, char *buf, size_t len);
+/* Bytes as a knob would spell them: "4", "64K", "16M"; exact, else plain bytes. */
+void arinfo_fmt_size(size_t bytes, char *buf, size_t len);
+/* A section title in text mode. */
+void arinfo_title(struct arinfo *ai, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints s in text mode with control characters shown as '?': one line stays one line. */
+void arinfo_put_clean(FILE *f, const char *s);
+
+/* topo_print.c */
+int arinfo_topo_load(struct arinfo *ai);
+void print_host(struct arinfo *ai);
+void print_topology(struct arinfo *ai);
+void print_pci(struct arinfo *ai);
+/*
+ * The NUMA nodes (a nodeset of os indexes) a PCI device, named by its bus id
+ * "dddd:bb:dd.f", is local to; NULL when hwloc does not know the device or its
+ * locality.  The CUDA section matches CUDA ordinals to PCI devices this way.
+ */
+hwloc_const_bitmap_t arinfo_pci_numa(struct arinfo *ai, const char *busid);
+
+/* config_print.c */
+/* Loads and resolves the knobs; exits 2 with rt_knobs_load's message when malformed. */
+void arinfo_knobs_load(struct arinfo *ai);
+void arinfo_warn_unknown_env(struct arinfo *ai);
+void print_transports(struct arinfo *ai);
+void print_paths(struct arinfo *ai);
+void print_config(struct arinfo *ai);
+
+/* cuda_section.c, hexagon_section.c: filled in by the transports' owners. */
+void print_cuda(struct arinfo *ai);
+void print_hexagon(struct arinfo *ai);
+
+#endif /* ARINFO_H */

@@ -1,0 +1,365 @@
+/*
+ * The knobs (--config), the transports built and the pick a communicator would make,
+ * and the allreduce path of each message size.  Everything here goes through the
+ * library's own tables and functions (rt_knob_table, rt_transport_pick,
+ * coll_host_resolve_knobs): arinfo reports what comm_init would decide, never a copy.
+ */
+#include "arinfo.h"
+#include "coll.h"
+#include "transport.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+/* Set by arrun for its ranks, read by comm_init_env: not knobs, and not typos. */
+static const char *const arrun_vars[] = {
+    "ARCOMM_RANK",       "ARCOMM_SIZE", "ARCOMM_LOCAL_RANK",
+    "ARCOMM_LOCAL_SIZE", "ARCOMM_ID",   "ARCOMM_DEVICE",
+};
+#define N_ARRUN_VARS (sizeof(arrun_vars) / sizeof(arrun_vars[0]))
+
+/* Switches of arcomm's own test suite (ARCOMM_TEST_QUICK): not the library's. */
+#define TEST_PREFIX "ARCOMM_TEST_"
+
+void arinfo_knobs_load(struct arinfo *ai)
+{
+    char err[512];
+    if (rt_knobs_load(&ai->knobs, err, sizeof(err)) != COMM_OK) {
+        fprintf(stderr, "arinfo: %s\n", err);
+        exit(2);
+    }
+    ai->resolved = ai->knobs;
+    coll_host_resolve_knobs(&ai->resolved, ai->nranks);
+}
+
+static const char *device_name(comm_device_t d)
+{
+    switch (d) {
+    case COMM_DEVICE_HOST:
+        return "host";
+    case COMM_DEVICE_CUDA:
+        return "cuda";
+    case COMM_DEVICE_HEXAGON:
+        return "hexagon";
+    }
+    return "unknown";
+}
+
+static const char *type_name(enum rt_knob_type t)
+{
+    switch (t) {
+    case RT_KNOB_INT:
+        return "int";
+    case RT_KNOB_SIZE:
+        return "size";
+    case RT_KNOB_BOOL:
+        return "bool";
+    case RT_KNOB_STRING:
+        return "string";
+    case RT_KNOB_LOGLEVEL:
+        return "loglevel";
+    }
+    return "unknown";
+}
+
+/* Edit distance, for "did you mean": knob names are short, so O(n*m) is nothing. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return (size_t)-1;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The closest known name within three edits, or NULL. */
+static const char *suggest(const char *name)
+{
+    const char *best = NULL;
+    size_t best_d = 4;
+    for (size_t i = 0; i < rt_knob_count + N_ARRUN_VARS; i++) {
+        const char *cand =
+            i < rt_knob_count ? rt_knob_table[i].name : arrun_vars[i - rt_knob_count];
+        size_t d = distance(name, cand);
+        if (d < best_d) {
+            best_d = d;
+            best = cand;
+        }
+    }
+    return best;
+}
+
+static bool known_var(const char *name)
+{
+    if (rt_knob_find(name) >= 0 || strncmp(name, TEST_PREFIX, strlen(TEST_PREFIX)) == 0)
+        return true;
+    for (size_t i = 0; i < N_ARRUN_VARS; i++)
+        if (strcmp(name, arrun_vars[i]) == 0)
+            return true;
+    return false;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void arinfo_warn_unknown_env(struct arinfo *ai)
+{
+    size_t cap = 0;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "ARCOMM_", 7) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+        char *name = strndup(*e, len);
+        if (name == NULL)
+            break;
+        if (known_var(name)) {
+            free(name);
+            continue;
+        }
+        if (ai->unknown_count == cap) {
+            cap = cap ? 2 * cap : 8;
+            char **grown = realloc(ai->unknown_env, cap * sizeof(*grown));
+            if (grown == NULL) {
+                free(name);
+                break;
+            }
+            ai->unknown_env = grown;
+        }
+        ai->unknown_env[ai->unknown_count++] = name;
+    }
+    if (ai->unknown_count == 0)
+        return;
+    qsort(ai->unknown_env, ai->unknown_count, sizeof(char *), cmp_str);
+    for (size_t i = 0; i < ai->unknown_count; i++) {
+        const char *s = suggest(ai->unknown_env[i]);
+        fprintf(stderr, "arinfo: warning: ");
+        arinfo_put_clean(stderr, ai->unknown_env[i]);
+        fprintf(stderr, " is set but is no arcomm knob%s%s%s\n", s ? " (did you mean " : "",
+                s ? s : "", s ? "?)" : "");
+    }
+}
+
+void print_transports(struct arinfo *ai)
+{
+    struct json *js = &ai->js;
+    const char *requested = ai->knobs.transport[0] ? ai->knobs.transport : NULL;
+    char why[256] = "";
+    struct transport_probe want = {.nranks = ai->nranks, .device = COMM_DEVICE_HOST};
+    const struct transport_ops *pick = rt_transport_pick(&want, requested, why, sizeof(why));
+
+    if (ai->json)
+        json_array_begin(js, "transports");
+    else
+        arinfo_title(ai, "Transports (built: %zu; probed for %d local rank%s)", rt_transport_count,
+                     ai->nranks, ai->nranks == 1 ? "" : "s");
+    for (size_t i = 0; i < rt_transport_count; i++) {
+        const struct transport_ops *t = rt_transports[i];
+        /* Each transport is asked about buffers of its own device: a CUDA transport
+         * always refuses host buffers, which would say nothing. */
+        struct transport_probe p = {.nranks = ai->nranks, .device = t->device};
+        char reason[256] = "";
+        bool ok = t->probe(&p, reason, sizeof(reason));
+        if (ai->json) {
+            json_object_begin(js, NULL);
+            json_string(js, "name", t->name);
+            json_string(js, "device", device_name(t->device));
+            json_bool(js, "probe_ok", ok);
+            json_string(js, "probe_reason", ok ? NULL : reason);
+            json_bool(js, "picked", t == pick);
+            json_object_end(js);
+        } else {
+            fprintf(ai->out, "  %-8s %-8s %s", t->name, device_name(t->device),
+                    ok ? "probe ok" : "probe failed: ");
+            if (!ok)
+                arinfo_put_clean(ai->out, reason);
+            fprintf(ai->out, "%s\n", t == pick ? "  <- picked for host buffers" : "");
+        }
+    }
+    if (ai->json) {
+        json_array_end(js);
+        json_object_begin(js, "transport_pick");
+        json_string(js, "device", "host");
+        json_int(js, "nranks", ai->nranks);
+        json_string(js, "requested", requested);
+        json_string(js, "picked", pick ? pick->name : NULL);
+        json_string(js, "reason", pick ? NULL : why);
+        json_object_end(js);
+        return;
+    }
+    if (rt_transport_count == 0)
+        fprintf(ai->out, "  none\n");
+    if (requested) {
+        fprintf(ai->out, "  ARCOMM_TRANSPORT=");
+        arinfo_put_clean(ai->out, requested);
+        fputc('\n', ai->out);
+    }
+    if (pick == NULL) {
+        fprintf(ai->out, "  no transport for host buffers: ");
+        arinfo_put_clean(ai->out, why);
+        fputc('\n', ai->out);
+    }
+}
+
+static const char bulk_text[] =
+    "bulk (one-pass for thread ranks or comm_mem buffers, staged for process ranks)";
+
+void print_paths(struct arinfo *ai)
+{
+    const struct rt_knobs *k = &ai->resolved;
+    struct json *js = &ai->js;
+    char flag[32], bf16[32], nt[32];
+    arinfo_fmt_size(k->flag_threshold, flag, sizeof(flag));
+    if (k->bf16_threshold == RT_SIZE_OFF)
+        snprintf(bf16, sizeof(bf16), "off");
+    else
+        arinfo_fmt_size(k->bf16_threshold, bf16, sizeof(bf16));
+    if (k->nt_threshold == RT_SIZE_OFF)
+        snprintf(nt, sizeof(nt), "off");
+    else
+        arinfo_fmt_size(k->nt_threshold, nt, sizeof(nt));
+
+    if (ai->json) {
+        json_array_begin(js, "paths");
+    } else {
+        arinfo_title(ai, "Allreduce paths (host buffers, %d rank%s)", ai->nranks,
+                     ai->nranks == 1 ? "" : "s");
+        fprintf(ai->out,
+                "  flag path up to %s; f32 travels as bf16 from %s; one-pass bulk outputs use "
+                "streaming stores from %s\n",
+                flag, bf16, nt);
+        fprintf(ai->out, "  %-10s %-12s %s\n", "SIZE", "F32 AS BF16", "PATH");
+    }
+    for (size_t i = 0; i < ai->nsizes; i++) {
+        size_t bytes = ai->sizes[i];
+        char size[32];
+        arinfo_fmt_size(bytes, size, sizeof(size));
+        const char *path = coll_host_path_name(k, bytes);
+        bool bulk = strcmp(path, "bulk") == 0;
+        bool narrow = coll_narrows(k, COMM_F32, bytes);
+        if (ai->json) {
+            json_object_begin(js, NULL);
+            json_string(js, "size", size);
+            json_uint(js, "bytes", bytes);
+            json_string(js, "device", "host");
+            json_string(js, "path", path);
+            if (bulk) {
+                json_object_begin(js, "bulk_variant");
+                json_string(js, "thread_ranks_or_comm_mem", "one-pass");
+                json_string(js, "process_ranks", "staged");
+                json_object_end(js);
+            } else {
+                json_null(js, "bulk_variant");
+            }
+            json_bool(js, "f32_as_bf16", narrow);
+            json_bool(js, "one_pass_streaming_stores",
+                      bulk && k->nt_threshold != RT_SIZE_OFF && bytes >= k->nt_threshold);
+            json_object_end(js);
+        } else {
+            fprintf(ai->out, "  %-10s %-12s %s\n", size, narrow ? "yes" : "no",
+                    bulk ? bulk_text : path);
+        }
+    }
+    if (ai->json)
+        json_array_end(js);
+}
+
+/* The value as loaded, and as the library will use it when that differs. */
+static void knob_values(struct arinfo *ai, size_t i, char *value, size_t vlen, char *eff,
+                        size_t elen)
+{
+    rt_knob_format(&ai->knobs, i, value, vlen);
+    rt_knob_format(&ai->resolved, i, eff, elen);
+}
+
+/* The VALUE column: "16K (auto)" when the library resolved an automatic value. */
+static void knob_shown(struct arinfo *ai, size_t i, char *buf, size_t len)
+{
+    char value[RT_KNOB_STR_MAX], eff[RT_KNOB_STR_MAX];
+    knob_values(ai, i, value, sizeof(value), eff, sizeof(eff));
+    if (strcmp(value, eff) == 0)
+        snprintf(buf, len, "%s", value[0] ? value : "\"\"");
+    else if (strcmp(value, "auto") == 0)
+        snprintf(buf, len, "%s (auto)", eff);
+    else
+        snprintf(buf, len, "%s (effective %s)", value, eff);
+}
+
+void print_config(struct arinfo *ai)
+{
+    char value[RT_KNOB_STR_MAX], eff[RT_KNOB_STR_MAX], shown[2 * RT_KNOB_STR_MAX + 32];
+    struct json *js = &ai->js;
+    if (ai->json) {
+        json_array_begin(js, "config");
+        for (size_t i = 0; i < rt_knob_count; i++) {
+            const struct rt_knob_desc *d = &rt_knob_table[i];
+            knob_values(ai, i, value, sizeof(value), eff, sizeof(eff));
+            json_object_begin(js, NULL);
+            json_string(js, "name", d->name);
+            json_string(js, "type", type_name(d->type));
+            json_string(js, "value", value);
+            json_string(js, "effective", eff);
+            json_string(js, "default", d->def);
+            json_string(js, "source", rt_knob_source_name(ai->knobs.source[i]));
+            json_string(js, "doc", d->doc);
+            json_object_end(js);
+        }
+        json_array_end(js);
+        json_array_begin_inline(js, "unknown_environment");
+        for (size_t i = 0; i < ai->unknown_count; i++)
+            json_string(js, NULL, ai->unknown_env[i]);
+        json_array_end(js);
+        return;
+    }
+
+    /* Column widths from the content, so that the DOC column lines up. */
+    size_t wname = strlen("NAME"), wvalue = strlen("VALUE"), wsrc = strlen("SOURCE");
+    for (size_t i = 0; i < rt_knob_count; i++) {
+        knob_shown(ai, i, shown, sizeof(shown));
+        size_t n = strlen(rt_knob_table[i].name), v = strlen(shown);
+        size_t src = strlen(rt_knob_source_name(ai->knobs.source[i]));
+        wname = n > wname ? n : wname;
+        wvalue = v > wvalue ? v : wvalue;
+        wsrc = src > wsrc ? src : wsrc;
+    }
+    arinfo_title(ai, "Knobs (%zu; values for %d rank%s)", rt_knob_count, ai->nranks,
+                 ai->nranks == 1 ? "" : "s");
+    fprintf(ai->out, "  %-*s  %-*s  %-*s  %s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
+            (int)wsrc, "SOURCE", "DOC");
+    for (size_t i = 0; i < rt_knob_count; i++) {
+        const struct rt_knob_desc *d = &rt_knob_table[i];
+        knob_shown(ai, i, shown, sizeof(shown));
+        fprintf(ai->out, "  %-*s  ", (int)wname, d->name);
+        arinfo_put_clean(ai->out, shown);
+        fprintf(ai->out, "%*s  %-*s  %s\n", (int)(wvalue - strlen(shown)), "", (int)wsrc,
+                rt_knob_source_name(ai->knobs.source[i]), d->doc);
+    }
+    if (ai->unknown_count > 0) {
+        fprintf(ai->out, "  not knobs, yet set:");
+        for (size_t i = 0; i < ai->unknown_count; i++) {
+            fputc(' ', ai->out);
+            arinfo_put_clean(ai->out, ai->unknown_env[i]);
+        }
+        fputc('\n', ai->out);
+    }
+}

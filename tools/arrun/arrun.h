@@ -1,0 +1,108 @@
+/*
+ * arrun — the launcher: what its parts share (arrun.c: the job's event loop,
+ * options.c: the command line, spawn.c: one rank's process, label.c: "[rank] " output,
+ * bind.c: hwloc placement).  Not installed; nothing outside tools/arrun includes it.
+ */
+#ifndef ARRUN_H
+#define ARRUN_H
+
+#include <stdbool.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <hwloc.h>
+
+/* Exit statuses of arrun itself (a failed rank's own status is passed through). */
+#define ARRUN_EXIT_ERROR   1   /* arrun could not do its job (fork, pipe, id, ...) */
+#define ARRUN_EXIT_USAGE   2   /* bad command line or program not found */
+#define ARRUN_EXIT_TIMEOUT 124 /* --timeout expired, as timeout(1) says */
+
+enum arrun_bind {
+    ARRUN_BIND_NONE,
+    ARRUN_BIND_CORE, /* default: rank i on core i % ncores */
+    ARRUN_BIND_NUMA, /* rank i on the cpus of NUMA node i % nnodes */
+};
+
+struct arrun_opts {
+    int nranks;           /* -n, >= 1 */
+    enum arrun_bind bind; /* --bind */
+    double timeout_s;     /* --timeout; 0 = none */
+    double grace_s;       /* --grace: SIGTERM to SIGKILL */
+    bool label;           /* --label */
+    char **argv;          /* PROGRAM ARGS..., NULL-terminated (points into main's argv) */
+    char *path;           /* PROGRAM resolved through PATH, as execvp would (malloc'd) */
+    int verbose;          /* 0 quiet, 1 info, 2 debug: from ARCOMM_LOG_LEVEL */
+};
+
+/*
+ * Placement: one cpuset per rank, computed before any fork so that a child only
+ * has to apply its own.  sets == NULL means the ranks run unbound.
+ */
+struct arrun_binding {
+    hwloc_topology_t topo;
+    hwloc_bitmap_t *sets; /* nranks entries, or NULL */
+    int nranks;
+};
+
+/* Returns -1 to go on with the job, else the status arrun exits with (usage: 2, help: 0). */
+int arrun_parse_options(int argc, char **argv, struct arrun_opts *o);
+
+int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b);
+void arrun_binding_free(struct arrun_binding *b);
+
+/*
+ * One output stream of one rank under --label.  The buffer starts with the
+ * "[rank] " prefix followed by the bytes of the line not yet complete, so a whole
+ * line leaves in one write(2) without another copy.
+ */
+struct label_stream {
+    int fd;            /* read end of the rank's pipe; -1 once closed */
+    int dest;          /* STDOUT_FILENO or STDERR_FILENO of arrun */
+    char *buf;         /* prefix, then the pending partial line */
+    size_t prefix_len; /* strlen("[rank] ") */
+    size_t len;        /* bytes used in buf, prefix included */
+    size_t cap;        /* bytes allocated */
+};
+
+int label_stream_init(struct label_stream *s, int rank, int fd, int dest);
+/* Reads what is there; returns 1 while the stream is open, 0 at EOF (fd closed), -1 on error. */
+int label_stream_pump(struct label_stream *s);
+/* Writes a pending partial line (with a newline added) and closes the fd. */
+void label_stream_finish(struct label_stream *s);
+void label_stream_free(struct label_stream *s);
+/* True once a write to dest failed with EPIPE: that destination is gone. */
+bool label_dest_broken(int dest);
+
+struct arrun_rank {
+    pid_t pid;   /* 0 if never started */
+    bool exited; /* seen exiting (still a zombie until the job ends) */
+    int code;    /* exit status, when exited by exit */
+    int signo;   /* terminating signal, when killed; 0 otherwise */
+    bool core;   /* dumped core */
+    struct label_stream out, err;
+};
+
+/* What a child needs to turn itself into rank `rank`. */
+struct arrun_spawn {
+    const struct arrun_opts *opts;
+    const struct arrun_binding *binding;
+    const char *id;            /* ARCOMM_ID for every rank */
+    pid_t pgid;                /* the job's process group; 0 for the first rank (it makes it) */
+    pid_t parent;              /* arrun's pid, to detect a parent that died before prctl */
+    const sigset_t *orig_mask; /* arrun's signal mask before it blocked signals */
+    bool pipe_ignored;         /* SIGPIPE was ignored when arrun started */
+    bool stdin_null;           /* rank 0 too gets /dev/null: arrun's stdin is a terminal */
+};
+
+/*
+ * Forks rank `rank` and waits until it has called exec.  Returns 0 and fills
+ * r->pid (and r->out/r->err under --label); or -errno when the fork or exec failed,
+ * with the message already printed (r->pid is set if a child was made).
+ */
+int arrun_spawn_rank(const struct arrun_spawn *sp, int rank, struct arrun_rank *r);
+
+/* "arrun: " + message + "\n" on stderr in one write, so it never splits a line. */
+void arrun_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif /* ARRUN_H */

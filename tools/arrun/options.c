@@ -1,0 +1,247 @@
+/*
+ * arrun's command line: options, the usage text, and the program looked up the way
+ * execvp would, so that every mistake is reported before any rank starts.
+ */
+#include "arrun.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef ARRUN_VERSION
+#define ARRUN_VERSION "unknown"
+#endif
+
+#define ARRUN_MAX_RANKS 65536 /* a sanity bound: each rank is a process of this host */
+#define ARRUN_GRACE_S   3.0
+
+static const char usage_line[] = "usage: arrun -n N [--bind none|core|numa] [--timeout SEC] "
+                                 "[--grace SEC] [--label] [--] PROGRAM [ARGS...]\n";
+
+static const char usage_text[] =
+    "Starts N copies of PROGRAM as the ranks of one arcomm job on this host.\n"
+    "\n"
+    "  -n N            number of ranks (1 or more)\n"
+    "  --bind WHAT     where ranks run, through hwloc: core (default; one core per rank,\n"
+    "                  round robin), numa (NUMA nodes, round robin) or none\n"
+    "  --timeout SEC   end the whole job after SEC seconds (fractions allowed); exit 124\n"
+    "  --grace SEC     seconds between SIGTERM and SIGKILL when ending ranks (default 3)\n"
+    "  --label         prefix every output line with \"[rank] \"\n"
+    "  -h, --help      print this help and exit\n"
+    "  --version       print the version and exit\n"
+    "\n"
+    "Each rank gets ARCOMM_RANK, ARCOMM_SIZE, ARCOMM_LOCAL_RANK, ARCOMM_LOCAL_SIZE and\n"
+    "ARCOMM_ID (a fresh id for every job), so comm_init_env() joins the job.\n"
+    "When a rank fails, the others get SIGTERM, then SIGKILL after the grace period.\n"
+    "\n"
+    "Exit status: 0 when every rank exits 0; else the status of the first rank that\n"
+    "failed (128+N for signal N); 124 on --timeout; 128+N when arrun gets signal N\n"
+    "(SIGINT, SIGTERM, SIGHUP are passed on to every rank); 2 for bad usage; 1 when\n"
+    "arrun itself cannot run the job.\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    arrun_msg("%s", what);
+    fprintf(stderr, "%sTry 'arrun --help' for more.\n", usage_line);
+    return ARRUN_EXIT_USAGE;
+}
+
+static int parse_seconds(const char *text, bool allow_zero, double *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(text, &end);
+    if (errno || end == text || *end != '\0' || !isfinite(v) || v < 0 || (v == 0 && !allow_zero) ||
+        v > 1e9)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* 0, or -errno: what execve would say about this file. */
+static int check_executable(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) < 0)
+        return -errno;
+    if (S_ISDIR(st.st_mode))
+        return -EISDIR;
+    if (!S_ISREG(st.st_mode) || access(path, X_OK) < 0)
+        return -EACCES;
+    return 0;
+}
+
+/*
+ * The file execvp would run: PROGRAM itself when it has a '/', else the first
+ * executable PROGRAM in PATH (confstr's default path when PATH is unset; an empty
+ * element is the current directory).  Checked before any fork so that a typo is a
+ * usage error, not N failed ranks.
+ */
+static int find_program(const char *name, char **out)
+{
+    const char *path = getenv("PATH");
+    char default_path[256];
+    int status = -ENOENT;
+    size_t name_len = strlen(name);
+
+    if (name_len == 0)
+        return -ENOENT;
+    if (strchr(name, '/')) {
+        status = check_executable(name);
+        if (status == 0 && !(*out = strdup(name)))
+            status = -ENOMEM;
+        return status;
+    }
+    if (!path) {
+        if (confstr(_CS_PATH, default_path, sizeof(default_path)) == 0)
+            snprintf(default_path, sizeof(default_path), "/bin:/usr/bin");
+        path = default_path;
+    }
+    for (const char *dir = path;; dir++) {
+        const char *end = strchrnul(dir, ':');
+        int dir_len = (int)(end - dir);
+        size_t cap = (size_t)dir_len + name_len + 3;
+        char *candidate = malloc(cap);
+        int rc;
+
+        if (!candidate)
+            return -ENOMEM;
+        if (dir_len == 0)
+            snprintf(candidate, cap, "./%s", name);
+        else
+            snprintf(candidate, cap, "%.*s/%s", dir_len, dir, name);
+        rc = check_executable(candidate);
+        if (rc == 0) {
+            *out = candidate;
+            return 0;
+        }
+        free(candidate);
+        /* Like execvp: a match that cannot be run beats "not found". */
+        if (rc == -EACCES)
+            status = rc;
+        dir = end;
+        if (*dir == '\0')
+            break;
+    }
+    return status;
+}
+
+static int log_verbosity(void)
+{
+    const char *level = getenv("ARCOMM_LOG_LEVEL");
+
+    if (!level)
+        return 0;
+    if (strcmp(level, "info") == 0)
+        return 1;
+    if (strcmp(level, "debug") == 0 || strcmp(level, "trace") == 0)
+        return 2;
+    return 0;
+}
+
+/* Returns -1 to go on with the job, else the status arrun exits with. */
+int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
+{
+    static const struct option longopts[] = {
+        {.name = "bind", .has_arg = required_argument, .val = 'b'},
+        {.name = "timeout", .has_arg = required_argument, .val = 't'},
+        {.name = "grace", .has_arg = required_argument, .val = 'g'},
+        {.name = "label", .has_arg = no_argument, .val = 'l'},
+        {.name = "help", .has_arg = no_argument, .val = 'h'},
+        {.name = "version", .has_arg = no_argument, .val = 'V'},
+        {0},
+    };
+    bool have_n = false;
+    int c, status;
+
+    memset(o, 0, sizeof(*o));
+    o->bind = ARRUN_BIND_CORE;
+    o->grace_s = ARRUN_GRACE_S;
+    o->verbose = log_verbosity();
+
+    opterr = 0;
+    /* '+': options end at PROGRAM, whose own options are its business. */
+    while ((c = getopt_long(argc, argv, "+:n:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n': {
+            char *end;
+            long n;
+            errno = 0;
+            n = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end != '\0')
+                return usage_error("-n needs a number of ranks, not '%s'", optarg);
+            if (n < 1 || n > ARRUN_MAX_RANKS)
+                return usage_error("-n must be between 1 and %d, not %ld", ARRUN_MAX_RANKS, n);
+            o->nranks = (int)n;
+            have_n = true;
+            break;
+        }
+        case 'b':
+            if (strcmp(optarg, "none") == 0)
+                o->bind = ARRUN_BIND_NONE;
+            else if (strcmp(optarg, "core") == 0)
+                o->bind = ARRUN_BIND_CORE;
+            else if (strcmp(optarg, "numa") == 0)
+                o->bind = ARRUN_BIND_NUMA;
+            else
+                return usage_error("--bind takes none, core or numa, not '%s'", optarg);
+            break;
+        case 't':
+            if (parse_seconds(optarg, false, &o->timeout_s) < 0)
+                return usage_error("--timeout needs seconds above 0, not '%s'", optarg);
+            break;
+        case 'g':
+            if (parse_seconds(optarg, true, &o->grace_s) < 0)
+                return usage_error("--grace needs seconds (0 or more), not '%s'", optarg);
+            break;
+        case 'l':
+            o->label = true;
+            break;
+        case 'h':
+            printf("%s%s", usage_line, usage_text);
+            return 0;
+        case 'V':
+            printf("arrun (arcomm) %s\n", ARRUN_VERSION);
+            return 0;
+        case ':':
+            return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default:
+            if (optopt)
+                return usage_error("unknown option '-%c'", optopt);
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (!have_n)
+        return usage_error("the number of ranks is missing: -n N");
+    if (optind >= argc)
+        return usage_error("no program to run");
+    o->argv = argv + optind;
+
+    status = find_program(o->argv[0], &o->path);
+    if (status == -ENOENT && !strchr(o->argv[0], '/'))
+        return usage_error("program '%s' not found in PATH", o->argv[0]);
+    if (status == -ENOMEM) {
+        arrun_msg("out of memory");
+        return ARRUN_EXIT_ERROR;
+    }
+    if (status < 0)
+        return usage_error("cannot run '%s': %s", o->argv[0], strerror(-status));
+    return -1;
+}

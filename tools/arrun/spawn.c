@@ -1,0 +1,190 @@
+/*
+ * arrun: one rank's process.  Between fork and exec the child joins the job's process
+ * group, asks to die with arrun, takes its stdio, its cpuset and its ARCOMM_*
+ * environment, and drops every other fd.  arrun is single-threaded, so the child may
+ * call malloc-using functions (setenv, hwloc) safely before exec.
+ */
+#include "arrun.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+/* Tells the parent why exec failed; the pipe closes on a successful exec. */
+static void __attribute__((noreturn)) child_fail(int report_fd, int err)
+{
+    ssize_t w = write(report_fd, &err, sizeof(err));
+    (void)w; /* nothing more can be done: the parent then sees EOF and a rank exiting 127 */
+    _exit(127);
+}
+
+static void set_env_int(const char *name, int value)
+{
+    char text[16];
+    snprintf(text, sizeof(text), "%d", value);
+    setenv(name, text, 1);
+}
+
+/* No fd of arrun's, nor any stray one arrun inherited, reaches the program. */
+static void cloexec_from_3(void)
+{
+    if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) == 0)
+        return;
+    /* Kernels before 5.11: mark them one by one. */
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536)
+        max = 65536;
+    for (int fd = 3; fd < max; fd++)
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+static void __attribute__((noreturn))
+child_exec(const struct arrun_spawn *sp, int rank, int report_fd, int out_fd, int err_fd)
+{
+    const struct arrun_opts *o = sp->opts;
+
+    /* Undo what arrun set up for itself: its blocked signals, its ignored SIGPIPE. */
+    signal(SIGPIPE, sp->pipe_ignored ? SIG_IGN : SIG_DFL);
+    sigprocmask(SIG_SETMASK, sp->orig_mask, NULL);
+
+    /*
+     * Die with arrun, also when it is SIGKILLed.  If arrun died before the prctl took
+     * effect, this child was already reparented: end it now rather than run orphaned.
+     */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != sp->parent)
+        _exit(127);
+
+    /* One group for the whole job, not arrun's, so that killpg() reaches every rank. */
+    if (setpgid(0, sp->pgid) < 0)
+        child_fail(report_fd, errno);
+
+    if (rank > 0 || sp->stdin_null) {
+        int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0)
+            child_fail(report_fd, errno);
+    }
+    if (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0)
+        child_fail(report_fd, errno);
+    if (err_fd >= 0 && dup2(err_fd, STDERR_FILENO) < 0)
+        child_fail(report_fd, errno);
+    cloexec_from_3();
+
+    if (sp->binding->sets) {
+        /*
+         * Only this thread exists now; the binding is inherited by exec and by every
+         * thread the program starts, so binding the thread binds the whole rank.
+         */
+        if (hwloc_set_cpubind(sp->binding->topo, sp->binding->sets[rank], HWLOC_CPUBIND_THREAD) < 0)
+            arrun_msg("warning: rank %d: cannot bind to its cpus: %s", rank, strerror(errno));
+    }
+
+    set_env_int("ARCOMM_RANK", rank);
+    set_env_int("ARCOMM_SIZE", o->nranks);
+    /* One host: local and global numbering are the same. */
+    set_env_int("ARCOMM_LOCAL_RANK", rank);
+    set_env_int("ARCOMM_LOCAL_SIZE", o->nranks);
+    setenv("ARCOMM_ID", sp->id, 1);
+
+    execv(o->path, o->argv);
+    child_fail(report_fd, errno);
+}
+
+static int label_pipe(int fds[2])
+{
+    /* Non-blocking read end: arrun drains whatever is there and returns to poll(). */
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -errno;
+    if (fcntl(fds[0], F_SETFL, O_NONBLOCK) < 0) {
+        int err = -errno;
+        close(fds[0]);
+        close(fds[1]);
+        return err;
+    }
+    return 0;
+}
+
+int arrun_spawn_rank(const struct arrun_spawn *sp, int rank, struct arrun_rank *r)
+{
+    int report[2], out[2] = {-1, -1}, err[2] = {-1, -1};
+    int status, child_errno = 0;
+    ssize_t n;
+    pid_t pid;
+
+    if (pipe2(report, O_CLOEXEC) < 0) {
+        status = -errno;
+        arrun_msg("cannot make a pipe for rank %d: %s", rank, strerror(errno));
+        return status;
+    }
+    if (sp->opts->label) {
+        status = label_pipe(out);
+        if (status == 0)
+            status = label_pipe(err);
+        if (status < 0) {
+            arrun_msg("cannot make the output pipes of rank %d: %s", rank, strerror(-status));
+            goto err_close;
+        }
+    }
+
+    pid = fork();
+    if (pid < 0) {
+        status = -errno;
+        arrun_msg("cannot start rank %d: fork: %s", rank, strerror(errno));
+        goto err_close;
+    }
+    if (pid == 0) {
+        close(report[0]);
+        child_exec(sp, rank, report[1], out[1], err[1]);
+    }
+    r->pid = pid;
+
+    /* The write ends belong to the child now; EOF on report means exec succeeded. */
+    close(report[1]);
+    report[1] = -1;
+    if (out[1] >= 0) {
+        close(out[1]);
+        close(err[1]);
+        out[1] = err[1] = -1;
+    }
+    do {
+        n = read(report[0], &child_errno, sizeof(child_errno));
+    } while (n < 0 && errno == EINTR);
+    close(report[0]);
+    report[0] = -1;
+    if (n == (ssize_t)sizeof(child_errno)) {
+        status = -child_errno;
+        arrun_msg("rank %d: cannot run %s: %s", rank, sp->opts->path, strerror(child_errno));
+        goto err_close;
+    }
+
+    if (sp->opts->label) {
+        if (label_stream_init(&r->out, rank, out[0], STDOUT_FILENO) < 0 ||
+            label_stream_init(&r->err, rank, err[0], STDERR_FILENO) < 0) {
+            status = -ENOMEM;
+            arrun_msg("out of memory for the output of rank %d", rank);
+            goto err_close;
+        }
+    }
+    return 0;
+
+err_close:
+    /* Closes what is still ours; a stream that took an fd owns it (label_stream_free). */
+    if (report[0] >= 0)
+        close(report[0]);
+    if (report[1] >= 0)
+        close(report[1]);
+    if (r->out.fd != out[0] && out[0] >= 0)
+        close(out[0]);
+    if (out[1] >= 0)
+        close(out[1]);
+    if (r->err.fd != err[0] && err[0] >= 0)
+        close(err[0]);
+    if (err[1] >= 0)
+        close(err[1]);
+    return status;
+}

@@ -50,6 +50,10 @@ const struct rt_knob_desc rt_knob_table[] = {
          "cuda: messages of at least this many bytes take the copy-engine path"),
     KNOB("ARCOMM_COPY_CHUNK_BYTES", RT_KNOB_SIZE, "auto", copy_chunk_bytes,
          "cuda: copy-engine chunk (auto = clamp(bytes/4, 512K, 2M))"),
+    KNOB("ARCOMM_CUDA_STAGING_BYTES", RT_KNOB_SIZE, "16M", cuda_staging_bytes,
+         "cuda: pinned host staging of the copy-engine path, per rank"),
+    KNOB("ARCOMM_CUDA_BLOCKS", RT_KNOB_INT, "0", cuda_blocks,
+         "cuda: kernel-path blocks pumping PCIe stores at most (0 = auto: 32)"),
 };
 
 const size_t rt_knob_count = sizeof(rt_knob_table) / sizeof(rt_knob_table[0]);

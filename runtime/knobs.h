@@ -57,7 +57,9 @@ struct rt_knobs {
     bool numa;                      /* bind staging memory to the writer's node */
     size_t copy_threshold;          /* cuda: copy-engine path at or above */
     size_t copy_chunk_bytes;        /* cuda: copy-engine chunk, auto = clamp(n/4,..) */
-    enum rt_knob_source source[16]; /* where each knob's value came from, by index */
+    size_t cuda_staging_bytes;      /* cuda: copy-path pinned staging per rank */
+    long cuda_blocks;               /* cuda: kernel-path blocks at most (0 = auto) */
+    enum rt_knob_source source[32]; /* where each knob's value came from, by index */
 };
 
 struct rt_knob_desc {

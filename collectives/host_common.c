@@ -61,7 +61,9 @@ static int arrivals_ready(struct comm *c, void *arg)
         if (!shm_seq_reached(atomic_load_explicit(&a->seq, memory_order_acquire), c->seq))
             return 0;
         int32_t st = atomic_load_explicit(&a->status, memory_order_relaxed);
-        if (st != COMM_OK) {
+        /* A peer that found a mismatch in this call saw every arrival of it: this rank
+         * will find the same mismatch itself, and report it as such, not as PEER. */
+        if (st != COMM_OK && st != COMM_ERR_MISMATCH) {
             const struct shm_rank *pr = &c->shm->ranks[w->next];
             rt_error(c, COMM_ERR_PEER, "rank %d: peer rank %d failed in call %u with %s: %.*s",
                      c->rank, w->next, c->seq, comm_status_string((comm_status_t)st),

@@ -18,6 +18,7 @@
 #define RT_MAX_RANKS 256
 
 void rt_init_error_clear(void);
+void rt_init_error_quiet(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 ARCOMM_API void comm_config_init(comm_config_t *cfg)
 {
@@ -176,7 +177,8 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
 
     status = c->ops->setup(c);
     if (status != COMM_OK) {
-        rt_init_error(&c->knobs, status, "comm_init: %s", c->errmsg);
+        /* Already logged where it was found. */
+        rt_init_error_quiet("comm_init: %s", c->errmsg);
         goto err_log;
     }
     rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,

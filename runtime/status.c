@@ -108,3 +108,11 @@ void rt_init_error_clear(void)
 {
     init_errmsg[0] = '\0';
 }
+
+void rt_init_error_quiet(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(init_errmsg, sizeof(init_errmsg), fmt, ap);
+    va_end(ap);
+}

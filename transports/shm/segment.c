@@ -131,6 +131,13 @@ err_unlink:
     return status;
 }
 
+static void record_init_failure(struct shm_header *h, int rank, comm_status_t status)
+{
+    int32_t ok = COMM_OK;
+    if (atomic_compare_exchange_strong(&h->init_status, &ok, (int32_t)status))
+        atomic_store(&h->init_rank, rank);
+}
+
 static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t deadline,
                                   int *fd_out)
 {
@@ -174,8 +181,10 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
         nap(&us);
     }
 
+    /* Writable: a rank that finds it cannot join says so in init_status, so the ranks
+     * already there fail at once instead of at the timeout. */
     struct shm_header *h =
-        mmap(NULL, sizeof(struct shm_header), PROT_READ, MAP_SHARED, fd, 0);
+        mmap(NULL, sizeof(struct shm_header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) {
         rt_error(c, COMM_ERR_SYSTEM, "rank %d: mmap of %s failed: %s", c->rank, s->name,
                  strerror(errno));
@@ -206,6 +215,7 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
                  "rank %d: rank 0 created the communicator for %u ranks, this rank was given "
                  "nranks %d: every rank must pass the same nranks",
                  c->rank, h->nranks, c->nranks);
+        record_init_failure(h, c->rank, COMM_ERR_INVALID);
         goto err_unmap;
     }
     if (strncmp(h->transport, c->ops->name, sizeof(h->transport)) != 0) {
@@ -213,6 +223,7 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
                  "rank %d: rank 0 uses transport \"%.16s\", this rank picked \"%s\": set the "
                  "same ARCOMM_TRANSPORT / config transport on every rank",
                  c->rank, h->transport, c->ops->name);
+        record_init_failure(h, c->rank, COMM_ERR_INVALID);
         goto err_unmap;
     }
     if (h->owner_uid != (uint32_t)geteuid() || g.total_bytes != h->total_bytes ||
@@ -269,12 +280,6 @@ static int bind_staging(struct comm *c, struct shm_comm *s)
     return node;
 }
 
-static void record_init_failure(struct shm_header *h, int rank, comm_status_t status)
-{
-    int32_t ok = COMM_OK;
-    if (atomic_compare_exchange_strong(&h->init_status, &ok, (int32_t)status))
-        atomic_store(&h->init_rank, rank);
-}
 
 comm_status_t shm_segment_create_or_attach(struct comm *c)
 {

@@ -57,7 +57,9 @@ comm_status_t shm_check_peers(struct comm *c)
         if (p == c->rank)
             continue;
         int32_t st = atomic_load_explicit(&s->ranks[p].status, memory_order_acquire);
-        if (st != COMM_OK) {
+        /* A mismatch is found in the handshake, after every rank arrived: each rank
+         * finds it there itself (coll_wait_arrivals), so it is not a peer failure. */
+        if (st != COMM_OK && st != COMM_ERR_MISMATCH) {
             rt_error(c, COMM_ERR_PEER, "rank %d: peer rank %d failed with %s: %.*s",
                      c->rank, p, comm_status_string((comm_status_t)st),
                      SHM_ERRMSG_BYTES, s->ranks[p].errmsg);

@@ -1,0 +1,403 @@
+/*
+ * The multi-rank harness (see harness.h).  The float64 reference decodes f16/bf16 by
+ * itself, not through arcomm's conversions, so a conversion bug cannot hide.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct h_rank *results;   /* shared mapping: [H_MAX_RANKS] */
+static uint8_t *outs;            /* shared mapping: [H_MAX_RANKS][H_OUT_BYTES] */
+
+double h_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+bool h_quick(void)
+{
+    const char *q = getenv("ARCOMM_TEST_QUICK");
+    return q != NULL && q[0] == '1';
+}
+
+void h_fail(struct h_rank *r, const char *fmt, ...)
+{
+    if (r->errors++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = snprintf(r->first_error, sizeof(r->first_error), "rank %d: ", r->rank);
+        vsnprintf(r->first_error + n, sizeof(r->first_error) - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* Every id the tests made: only their segments are ours to look for (other jobs may
+ * run on the machine at the same time). */
+static comm_id_t made[4096];
+static int nmade;
+
+void h_id_new(comm_id_t *id)
+{
+    if (comm_id_new(id) != COMM_OK)
+        abort();
+    if (nmade < 4096)
+        made[nmade++] = *id;
+}
+
+int h_shm_leftovers(void)
+{
+    int n = 0;
+    for (int i = 0; i < nmade; i++) {
+        char path[128];
+        snprintf(path, sizeof(path), "/dev/shm/arcomm-%s", made[i].str + 5);
+        if (access(path, F_OK) == 0) {
+            fprintf(stderr, "left behind: %s\n", path);
+            n++;
+        }
+    }
+    return n;
+}
+
+uint64_t h_rand(uint64_t *s)
+{
+    /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void h_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank)
+{
+    uint64_t s = seed * 1000003u + (uint64_t)rank * 7919u + 1;
+    for (size_t i = 0; i < count; i++) {
+        uint64_t x = h_rand(&s);
+        switch (dtype) {
+        case COMM_F32: {
+            /* Non-zero, mixed signs and magnitudes in [2^-4, 2^4). */
+            float f = ldexpf(1.0f + (float)(x & 0xffffff) / 16777216.0f, (int)((x >> 24) % 8) - 4);
+            ((float *)buf)[i] = (x >> 40) & 1 ? -f : f;
+            break;
+        }
+        case COMM_F64: {
+            double f = ldexp(1.0 + (double)(x & 0xfffffffffffull) / 17592186044416.0,
+                             (int)((x >> 44) % 8) - 4);
+            ((double *)buf)[i] = (x >> 52) & 1 ? -f : f;
+            break;
+        }
+        case COMM_F16: /* exponent field 11..18: 2^-4 .. 2^3 */
+            ((uint16_t *)buf)[i] =
+                (uint16_t)(((x >> 20) & 1) << 15 | (11 + (x >> 10) % 8) << 10 | (x & 0x3ff));
+            break;
+        case COMM_BF16: /* exponent field 123..130 */
+            ((uint16_t *)buf)[i] =
+                (uint16_t)(((x >> 20) & 1) << 15 | (123 + (x >> 10) % 8) << 7 | (x & 0x7f));
+            break;
+        case COMM_I32:
+            ((int32_t *)buf)[i] = (int32_t)(uint32_t)x;
+            break;
+        case COMM_I64:
+            ((int64_t *)buf)[i] = (int64_t)x;
+            break;
+        }
+    }
+}
+
+void h_poison(void *buf, size_t count, comm_dtype_t dtype)
+{
+    size_t es = comm_dtype_size(dtype);
+    if (dtype == COMM_I32 || dtype == COMM_I64)
+        memset(buf, 0x5b, count * es);
+    else
+        memset(buf, 0xff, count * es); /* NaN in every float format */
+}
+
+static double half_to_double(uint16_t h)
+{
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+static double bf16_to_double(uint16_t b)
+{
+    int e = (b >> 7) & 0xff, m = b & 0x7f;
+    double v = e == 0 ? ldexp(m, -133) : e == 255 ? (m ? NAN : INFINITY) : ldexp(128 + m, e - 134);
+    return b & 0x8000 ? -v : v;
+}
+
+double h_get(const void *buf, size_t i, comm_dtype_t dtype)
+{
+    switch (dtype) {
+    case COMM_F32:
+        return ((const float *)buf)[i];
+    case COMM_F64:
+        return ((const double *)buf)[i];
+    case COMM_F16:
+        return half_to_double(((const uint16_t *)buf)[i]);
+    case COMM_BF16:
+        return bf16_to_double(((const uint16_t *)buf)[i]);
+    case COMM_I32:
+        return ((const int32_t *)buf)[i];
+    case COMM_I64:
+        return (double)((const int64_t *)buf)[i];
+    }
+    return NAN;
+}
+
+static uint64_t get_int(const void *buf, size_t i, comm_dtype_t dtype)
+{
+    return dtype == COMM_I32 ? (uint64_t)(int64_t)((const int32_t *)buf)[i]
+                             : (uint64_t)((const int64_t *)buf)[i];
+}
+
+/* bf16 rounding of an f32 value, done independently of arcomm (round to nearest even). */
+static double round_bf16(double v)
+{
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* One unit in the last place of v in dtype (floats), for the rounding bound. */
+static double ulp(double v, comm_dtype_t dtype)
+{
+    int bits = dtype == COMM_F16 ? 11 : dtype == COMM_BF16 ? 8 : dtype == COMM_F32 ? 24 : 53;
+    double min = dtype == COMM_F16 ? ldexp(1, -24) : dtype == COMM_BF16 ? ldexp(1, -133) : 0;
+    int e;
+    frexp(fabs(v), &e);
+    double u = ldexp(1, e - bits);
+    return u > min ? u : min;
+}
+
+long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
+             uint64_t seed, int nranks, const void *addend, size_t addend_count, bool narrow)
+{
+    size_t es = comm_dtype_size(dtype);
+    uint8_t *in[H_MAX_RANKS];
+    for (int p = 0; p < nranks; p++) {
+        in[p] = malloc(count * es + 1);
+        h_fill(in[p], count, dtype, seed, p);
+    }
+    bool ints = dtype == COMM_I32 || dtype == COMM_I64;
+    double eps = dtype == COMM_F64 ? ldexp(1, -52) : ldexp(1, -23);
+    long wrong = 0;
+    for (size_t i = 0; i < count; i++) {
+        bool ok;
+        double got = h_get(out, i, dtype), want = 0, mag = 0;
+        if (ints) {
+            uint64_t acc = get_int(in[0], i, dtype);
+            for (int p = 1; p < nranks; p++) {
+                uint64_t v = get_int(in[p], i, dtype);
+                if (op == COMM_SUM)
+                    acc += v;
+                else if (op == COMM_MAX)
+                    acc = (int64_t)v > (int64_t)acc ? v : acc;
+                else
+                    acc = (int64_t)v < (int64_t)acc ? v : acc;
+            }
+            if (addend)
+                acc += get_int(addend, i % addend_count, dtype);
+            if (dtype == COMM_I32)
+                acc = (uint64_t)(int64_t)(int32_t)(uint32_t)acc;
+            ok = get_int(out, i, dtype) == acc;
+            want = (double)(int64_t)acc;
+        } else {
+            for (int p = 0; p < nranks; p++) {
+                double v = h_get(in[p], i, dtype);
+                if (narrow)
+                    v = round_bf16(v);
+                if (p == 0 || op == COMM_SUM)
+                    want = p == 0 ? v : want + v;
+                else if (op == COMM_MAX)
+                    want = v > want ? v : want;
+                else
+                    want = v < want ? v : want;
+                mag += fabs(v);
+            }
+            if (addend) {
+                double a = h_get(addend, i % addend_count, dtype);
+                want += a;
+                mag += fabs(a);
+            }
+            double tol = op == COMM_SUM ? 2.0 * (nranks + 1) * eps * mag : 0;
+            if (narrow)
+                tol += ldexp(mag, -8);
+            if (dtype == COMM_F16 || dtype == COMM_BF16)
+                tol += ulp(want, dtype);
+            ok = fabs(got - want) <= tol; /* false for NaN (poison left in place) */
+        }
+        if (!ok) {
+            if (wrong == 0)
+                h_fail(r, "element %zu of %zu (%s op %d, %d ranks): got %.17g, want %.17g", i,
+                       count, dtype == COMM_F32 ? "f32" : dtype == COMM_F16 ? "f16"
+                              : dtype == COMM_BF16 ? "bf16" : dtype == COMM_F64 ? "f64"
+                              : dtype == COMM_I32 ? "i32" : "i64",
+                       (int)op, nranks, got, want);
+            else
+                r->errors++;
+            wrong++;
+        }
+    }
+    for (int p = 0; p < nranks; p++)
+        free(in[p]);
+    return wrong;
+}
+
+static void rank_main(struct h_rank *r, const struct h_job *job)
+{
+    if (!job->no_init) {
+        comm_config_t cfg;
+        comm_config_init(&cfg);
+        cfg.nranks = r->nranks;
+        cfg.rank = r->rank;
+        cfg.id = r->id;
+        cfg.timeout_ms = job->timeout_ms ? job->timeout_ms : 60000;
+        comm_status_t st = comm_init(&r->comm, &cfg);
+        if (st != COMM_OK) {
+            h_fail(r, "comm_init: %s: %s", comm_status_string(st), comm_last_error(NULL));
+            return;
+        }
+    }
+    job->body(r);
+    if (!job->no_init)
+        comm_destroy(r->comm);
+}
+
+static void *thread_main(void *arg)
+{
+    struct h_rank *r = arg;
+    const struct h_job *job = r->arg;
+    r->arg = job->arg;
+    rank_main(r, job);
+    return NULL;
+}
+
+static void map_results(void)
+{
+    if (results != NULL)
+        return;
+    results = mmap(NULL, sizeof(struct h_rank) * H_MAX_RANKS, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    outs = mmap(NULL, (size_t)H_OUT_BYTES * H_MAX_RANKS, PROT_READ | PROT_WRITE,
+                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (results == MAP_FAILED || outs == MAP_FAILED) {
+        perror("harness mmap");
+        abort();
+    }
+}
+
+struct h_rank *h_run(const struct h_job *job)
+{
+    map_results();
+    comm_id_t id;
+    h_id_new(&id);
+    for (int r = 0; r < job->nranks; r++) {
+        struct h_rank *x = &results[r];
+        memset(x, 0, sizeof(*x));
+        x->rank = r;
+        x->nranks = job->nranks;
+        x->procs = job->procs;
+        x->id = id;
+        x->out = outs + (size_t)r * H_OUT_BYTES;
+        x->arg = (void *)job;
+    }
+    if (!job->procs) {
+        pthread_t t[H_MAX_RANKS];
+        for (int r = 0; r < job->nranks; r++)
+            pthread_create(&t[r], NULL, thread_main, &results[r]);
+        for (int r = 0; r < job->nranks; r++)
+            pthread_join(t[r], NULL);
+        return results;
+    }
+
+    pid_t pid[H_MAX_RANKS];
+    fflush(NULL);
+    for (int r = 0; r < job->nranks; r++) {
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            results[r].arg = job->arg;
+            rank_main(&results[r], job);
+            _exit(0);
+        }
+    }
+    double start = h_now_ms();
+    bool killed = false;
+    int live = job->nranks;
+    while (live > 0) {
+        for (int r = 0; r < job->nranks; r++) {
+            if (pid[r] <= 0)
+                continue;
+            int ws;
+            if (waitpid(pid[r], &ws, WNOHANG) == pid[r]) {
+                if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) && r != job->kill_rank)
+                    h_fail(&results[r], "process rank died (wait status 0x%x)", ws);
+                pid[r] = 0;
+                live--;
+            }
+        }
+        double t = h_now_ms() - start;
+        if (!killed && job->kill_rank >= 0 && t >= job->kill_after_ms && pid[job->kill_rank] > 0) {
+            kill(pid[job->kill_rank], SIGKILL);
+            results[job->kill_rank].elapsed_s = t / 1e3; /* when it was killed */
+            killed = true;
+        }
+        if (t > 180000) {
+            for (int r = 0; r < job->nranks; r++) {
+                if (pid[r] > 0) {
+                    h_fail(&results[r], "process rank hung for 180 s: killed");
+                    kill(pid[r], SIGKILL);
+                }
+            }
+        }
+        usleep(1000);
+    }
+    return results;
+}
+
+static struct {
+    char *name;
+    char *old;
+} pushed[32];
+static int npushed;
+
+void h_env_push(const char *name, const char *value)
+{
+    const char *old = getenv(name);
+    pushed[npushed].name = strdup(name);
+    pushed[npushed].old = old ? strdup(old) : NULL;
+    npushed++;
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+}
+
+void h_env_pop(void)
+{
+    while (npushed > 0) {
+        npushed--;
+        if (pushed[npushed].old)
+            setenv(pushed[npushed].name, pushed[npushed].old, 1);
+        else
+            unsetenv(pushed[npushed].name);
+        free(pushed[npushed].name);
+        free(pushed[npushed].old);
+    }
+}

@@ -1,0 +1,87 @@
+/*
+ * Multi-rank test harness: run one body on N thread ranks (one process) or N process
+ * ranks (forked children), each with its own communicator, and collect per-rank error
+ * counts and output bytes so the parent can compare every rank bit for bit.
+ */
+#ifndef ARCOMM_TEST_HARNESS_H
+#define ARCOMM_TEST_HARNESS_H
+
+#include "arcomm.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define H_MAX_RANKS 8
+#define H_OUT_BYTES (8u << 20) /* per rank: room for one output to compare */
+
+struct h_rank {
+    int rank;
+    int nranks;
+    bool procs;         /* process ranks */
+    comm_id_t id;
+    comm_t *comm;       /* initialised by the harness unless job.no_init */
+    void *arg;          /* the job's arg */
+    long errors;        /* the body adds its failures here */
+    char first_error[512];
+    uint8_t *out;       /* H_OUT_BYTES to copy an output into, for bit comparison */
+    size_t out_len;     /* bytes the body stored in out */
+    int status;         /* a comm_status_t the body wants to report */
+    double elapsed_s;   /* the body may time something */
+};
+
+typedef void (*h_body_fn)(struct h_rank *r);
+
+struct h_job {
+    int nranks;
+    bool procs;
+    bool no_init;       /* the body calls comm_init itself */
+    int timeout_ms;     /* communicator timeout (0 = 60 s) */
+    h_body_fn body;
+    void *arg;
+    int kill_rank;      /* procs: SIGKILL this rank ... (-1 = none) */
+    int kill_after_ms;  /* ... this long after the start */
+};
+
+/* Runs the job; returns the per-rank results (valid until the next h_run). */
+struct h_rank *h_run(const struct h_job *job);
+
+/* Records a failure in r (keeps the first message). */
+void h_fail(struct h_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A fresh id, remembered so h_shm_leftovers can look for its segment. */
+void h_id_new(comm_id_t *id);
+
+/* Counts segments of the ids the tests made that are still in /dev/shm. */
+int h_shm_leftovers(void);
+
+/* Deterministic random numbers for (seed, rank). */
+uint64_t h_rand(uint64_t *state);
+void h_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank);
+/* Poisons count elements (NaN for floats, a pattern for ints). */
+void h_poison(void *buf, size_t count, comm_dtype_t dtype);
+
+/* Element i of buf as a double (exact for every dtype but large i64). */
+double h_get(const void *buf, size_t i, comm_dtype_t dtype);
+
+/*
+ * Checks out[0..count) against the float64 reduction of every rank's h_fill data
+ * (plus addend, when given: addend_count elements of dtype, row-broadcast), with a
+ * bound that fits dtype and op; narrow: inputs were rounded through bf16.  Returns the
+ * number of wrong elements and describes the first in r.
+ */
+long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
+             uint64_t seed, int nranks, const void *addend, size_t addend_count, bool narrow);
+
+/* ms since an arbitrary start. */
+double h_now_ms(void);
+
+/* The harness runs lighter sweeps in sanitizer builds (ARCOMM_TEST_QUICK=1). */
+bool h_quick(void);
+
+/* Sets an environment variable for the test, remembering the old value; h_env_pop
+ * restores everything pushed. */
+void h_env_push(const char *name, const char *value);
+void h_env_pop(void);
+
+#endif /* ARCOMM_TEST_HARNESS_H */

@@ -1,0 +1,200 @@
+/*
+ * Endurance: 10,000 back-to-back calls (every result checked), paths alternating call
+ * by call (slot reuse across paths), two communicators used at once, and 8 ranks on
+ * the machine's 2 cores.
+ */
+#include "harness.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static void expect_clean(struct h_rank *res, int n)
+{
+    for (int r = 0; r < n; r++)
+        if (res[r].errors)
+            fail_msg("%ld errors; first: %s", res[r].errors, res[r].first_error);
+    assert_int_equal(h_shm_leftovers(), 0);
+}
+
+/* Each call's data differs (seeded by the call number), so a stale slot shows. */
+static void back_to_back_body(struct h_rank *r)
+{
+    long calls = *(long *)r->arg;
+    enum { N = 16 };
+    float x[N], y[N];
+    for (long i = 0; i < calls && r->errors == 0; i++) {
+        h_fill(x, N, COMM_F32, (uint64_t)i, r->rank);
+        comm_status_t st = comm_allreduce(r->comm, x, y, N, COMM_F32, COMM_SUM, NULL);
+        if (st != COMM_OK) {
+            h_fail(r, "call %ld: %s", i, comm_last_error(r->comm));
+            break;
+        }
+        h_check(r, y, N, COMM_F32, COMM_SUM, (uint64_t)i, r->nranks, NULL, 0, false);
+    }
+}
+
+static void back_to_back_threads(void **s)
+{
+    (void)s;
+    long calls = 10000;
+    struct h_job job = {.nranks = 2, .body = back_to_back_body, .arg = &calls, .kill_rank = -1};
+    expect_clean(h_run(&job), 2);
+}
+
+static void back_to_back_procs(void **s)
+{
+    (void)s;
+    long calls = 10000;
+    struct h_job job = {.nranks = 2, .procs = true, .body = back_to_back_body, .arg = &calls,
+                        .kill_rank = -1};
+    expect_clean(h_run(&job), 2);
+}
+
+static void oversubscribed_8(void **s)
+{
+    (void)s;
+    long calls = h_quick() ? 300 : 2000;
+    struct h_job job = {.nranks = 8, .body = back_to_back_body, .arg = &calls, .kill_rank = -1};
+    expect_clean(h_run(&job), 8);
+}
+
+/* Flag, bulk and barrier interleaved: every path reuses slots another just used. */
+static void mixed_body(struct h_rank *r)
+{
+    static const size_t counts[] = {3, 70000, 1, 5000, 300000, 0, 4096, 16385};
+    float *x = malloc(300000 * 4), *y = malloc(300000 * 4);
+    int rounds = h_quick() ? 10 : 60;
+    for (int i = 0; i < rounds * 8 && r->errors == 0; i++) {
+        size_t n = counts[i % 8];
+        if (i % 5 == 4) {
+            comm_status_t st = comm_barrier(r->comm);
+            if (st != COMM_OK)
+                h_fail(r, "barrier %d: %s", i, comm_last_error(r->comm));
+        }
+        h_fill(x, n, COMM_F32, (uint64_t)i, r->rank);
+        h_poison(y, n, COMM_F32);
+        comm_status_t st = comm_allreduce(r->comm, x, y, n, COMM_F32, COMM_SUM, NULL);
+        if (st != COMM_OK) {
+            h_fail(r, "call %d: %s", i, comm_last_error(r->comm));
+            break;
+        }
+        h_check(r, y, n, COMM_F32, COMM_SUM, (uint64_t)i, r->nranks, NULL, 0, false);
+    }
+    free(x);
+    free(y);
+}
+
+static void mixed_threads_3(void **s)
+{
+    (void)s;
+    struct h_job job = {.nranks = 3, .body = mixed_body, .kill_rank = -1};
+    expect_clean(h_run(&job), 3);
+}
+
+static void mixed_procs_3(void **s)
+{
+    (void)s;
+    h_env_push("ARCOMM_SHM_SLOT_BYTES", "64K");
+    struct h_job job = {.nranks = 3, .procs = true, .body = mixed_body, .kill_rank = -1};
+    struct h_rank *res = h_run(&job);
+    h_env_pop();
+    expect_clean(res, 3);
+}
+
+/* Two communicators over the same ranks, calls interleaved; and a third one of other
+ * threads running beside them. */
+struct two {
+    comm_id_t second;
+    comm_id_t other_group;
+};
+
+static void *other_group_rank(void *arg)
+{
+    struct h_rank *r = arg;
+    const struct two *t = r->arg;
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = 2;
+    cfg.rank = r->rank;
+    cfg.id = t->other_group;
+    comm_t *c;
+    if (comm_init(&c, &cfg) != COMM_OK) {
+        h_fail(r, "other group: %s", comm_last_error(NULL));
+        return NULL;
+    }
+    float x[100], y[100];
+    for (int i = 0; i < 500; i++) {
+        h_fill(x, 100, COMM_F32, 1000u + (uint64_t)i, r->rank);
+        if (comm_allreduce(c, x, y, 100, COMM_F32, COMM_SUM, NULL) != COMM_OK) {
+            h_fail(r, "other group call %d: %s", i, comm_last_error(c));
+            break;
+        }
+        h_check(r, y, 100, COMM_F32, COMM_SUM, 1000u + (uint64_t)i, 2, NULL, 0, false);
+    }
+    comm_destroy(c);
+    return NULL;
+}
+
+static void two_comms_body(struct h_rank *r)
+{
+    const struct two *t = r->arg;
+    struct h_rank side = {.rank = r->rank, .nranks = 2, .arg = r->arg};
+    pthread_t th;
+    pthread_create(&th, NULL, other_group_rank, &side);
+
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = r->nranks;
+    cfg.rank = r->nranks - 1 - r->rank; /* a different rank order on the second one */
+    cfg.id = t->second;
+    comm_t *b;
+    if (comm_init(&b, &cfg) != COMM_OK) {
+        h_fail(r, "second communicator: %s", comm_last_error(NULL));
+        pthread_join(th, NULL);
+        return;
+    }
+    double x[3000], y[3000], z[3000];
+    for (int i = 0; i < 300 && r->errors == 0; i++) {
+        size_t n = i % 2 ? 3000 : 10;
+        h_fill(x, n, COMM_F64, (uint64_t)i, r->rank);
+        h_fill(y, n, COMM_F64, 500u + (uint64_t)i, cfg.rank);
+        if (comm_allreduce(r->comm, x, x, n, COMM_F64, COMM_MAX, NULL) != COMM_OK ||
+            comm_allreduce(b, y, z, n, COMM_F64, COMM_SUM, NULL) != COMM_OK) {
+            h_fail(r, "call %d failed", i);
+            break;
+        }
+        h_check(r, x, n, COMM_F64, COMM_MAX, (uint64_t)i, r->nranks, NULL, 0, false);
+        h_check(r, z, n, COMM_F64, COMM_SUM, 500u + (uint64_t)i, r->nranks, NULL, 0, false);
+    }
+    comm_destroy(b);
+    pthread_join(th, NULL);
+    if (side.errors)
+        h_fail(r, "%s", side.first_error);
+}
+
+static void two_comms(void **s)
+{
+    (void)s;
+    struct two t;
+    h_id_new(&t.second);
+    h_id_new(&t.other_group);
+    struct h_job job = {.nranks = 2, .body = two_comms_body, .arg = &t, .kill_rank = -1};
+    expect_clean(h_run(&job), 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(back_to_back_threads), cmocka_unit_test(back_to_back_procs),
+        cmocka_unit_test(oversubscribed_8),     cmocka_unit_test(mixed_threads_3),
+        cmocka_unit_test(mixed_procs_3),        cmocka_unit_test(two_comms),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,108 @@
+/*
+ * The CUDA transport: GPUs of one host (thread or process ranks) that meet in mapped,
+ * portable pinned host memory (the communicator's shm segment, registered with CUDA),
+ * over PCIe, with or without NVLink between them.  The collectives built on it are in
+ * collectives/cuda/.
+ */
+#ifndef ARCOMM_CUDA_COMM_H
+#define ARCOMM_CUDA_COMM_H
+
+#include "comm_internal.h"
+#include "cuda/layout.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Stream memory operations, reached through the runtime (no link with libcuda). */
+typedef CUresult (*cuda_wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*cuda_write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+/* The knobs as the CUDA paths use them, "auto" resolved (cuda_resolve_knobs). */
+struct cuda_knobs {
+    uint64_t copy_threshold; /* bytes at or above: copy-engine path (UINT64_MAX = never) */
+    uint64_t bf16_threshold; /* f32 bytes at or above: bf16 wire (UINT64_MAX = never) */
+    uint64_t chunk_knob;     /* copy chunk bytes, 0 = clamp(n/4, 512K, 2M) */
+    uint64_t staging_bytes;  /* copy-path staging per rank */
+    uint32_t blocks;         /* kernel-path blocks at most */
+};
+
+/* This rank's CUDA state (c->xport). */
+struct cuda_comm {
+    int device;                  /* CUDA ordinal */
+    struct cuda_knobs k;
+    struct cuda_geometry g;
+    uint8_t *regions;            /* rank 0's region as mapped here; rank r's follows */
+    uint8_t *dregions;           /* the same, as this GPU addresses it */
+    size_t registered_bytes;     /* registered with cudaHostRegister, 0 = not */
+    bool leaked;                 /* streams never drained: mapping kept on purpose */
+
+    cudaStream_t sd;             /* copy path: D2H (and narrowing) */
+    cudaStream_t sh;             /* copy path: H2D */
+    cudaEvent_t ev_start;        /* caller stream -> sd */
+    cudaEvent_t ev_done;         /* end of the last call, on its stream */
+    void *last_stream;           /* stream of the last call (calls are serialized) */
+    bool have_last;
+
+    uint8_t *tmp;                /* device: [nranks - 1][tslots][chunk_max] fetched chunks */
+    uint32_t tslots;
+    uint32_t *done;              /* device: [tslots] blocks finished per chunk */
+    uint16_t *narrow;            /* device: [cslots][chunk_max / 2] bf16 chunks */
+
+    uint32_t kround;             /* kernel-path rounds so far (same on every rank) */
+    uint32_t cchunk;             /* copy-path chunks so far (same on every rank) */
+
+    cuda_wait_value_fn wait_value;
+    cuda_write_value_fn write_value;
+};
+
+extern const struct transport_ops cuda_transport_ops;
+
+static inline struct cuda_comm *cuda_of(const struct comm *c)
+{
+    return (struct cuda_comm *)c->xport;
+}
+
+static inline struct cuda_ctrl *cuda_ctrl_of(const struct cuda_comm *x, int rank)
+{
+    return (struct cuda_ctrl *)(x->regions + cuda_region_off(&x->g, rank));
+}
+
+/* The device address of a host address inside the regions. */
+static inline CUdeviceptr cuda_dev_addr(const struct cuda_comm *x, const void *host)
+{
+    return (CUdeviceptr)(uintptr_t)(x->dregions + ((const uint8_t *)host - x->regions));
+}
+
+/*
+ * Makes c's device current in this thread, remembering the caller's (restored by
+ * cuda_device_leave): one thread may drive several GPUs in turn.
+ */
+comm_status_t cuda_device_enter(struct comm *c, int *prev);
+void cuda_device_leave(int prev);
+
+/*
+ * What this rank's GPU or a peer reported since the last call: COMM_OK, or the
+ * failure, recorded with rt_error (rank, stage, call).
+ */
+comm_status_t cuda_check_device(struct comm *c);
+
+/* Writes release values into every copy-path counter so no stream wait stays blocked. */
+void cuda_release_waits(struct comm *c);
+
+/* topo.c: the PCI bus id of a CUDA ordinal and what hwloc knows of it. */
+struct cuda_gpu_info {
+    int ordinal;
+    char busid[32];       /* "0000:19:00.0" */
+    char name[128];
+    int numa_node;        /* hwloc: NUMA node near the GPU, -1 unknown */
+    bool hwloc_found;     /* hwloc lists a PCI device with that bus id */
+    unsigned vendor, device_id, pci_class;
+};
+
+/* Fills info for every CUDA device (at most max); returns how many, -1 without CUDA. */
+int cuda_topo_list(struct cuda_gpu_info *info, int max);
+
+#endif /* ARCOMM_CUDA_COMM_H */

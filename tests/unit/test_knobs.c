@@ -1,0 +1,124 @@
+/*
+ * The knob table: defaults parse, sizes and booleans parse and reject garbage with a
+ * message naming the variable, the environment wins over defaults and says so, and
+ * every knob formats back to text.
+ */
+#include "knobs.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static void clear_env(void)
+{
+    for (size_t i = 0; i < rt_knob_count; i++)
+        unsetenv(rt_knob_table[i].name);
+}
+
+static int setup(void **s)
+{
+    (void)s;
+    clear_env();
+    return 0;
+}
+
+static void defaults(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[256] = "";
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    for (size_t i = 0; i < rt_knob_count; i++) {
+        assert_int_equal(k.source[i], RT_SRC_DEFAULT);
+        assert_true(strncmp(rt_knob_table[i].name, "ARCOMM_", 7) == 0);
+        assert_true(strlen(rt_knob_table[i].doc) > 10);
+        assert_int_equal(rt_knob_find(rt_knob_table[i].name), (int)i);
+        char buf[64];
+        rt_knob_format(&k, i, buf, sizeof(buf));
+        assert_true(buf[0] != '\0' || rt_knob_table[i].def[0] == '\0');
+    }
+    assert_int_equal(k.timeout_ms, 120000);
+    assert_int_equal(k.log_level, RT_LOG_WARN);
+    assert_int_equal(k.shm_slot_bytes, 1u << 20);
+    assert_int_equal(k.flag_threshold, RT_SIZE_AUTO);
+    assert_int_equal(rt_knob_find("ARCOMM_NOPE"), -1);
+}
+
+static void sizes(void **s)
+{
+    (void)s;
+    size_t v;
+    assert_true(rt_parse_size("0", &v) && v == 0);
+    assert_true(rt_parse_size("4096", &v) && v == 4096);
+    assert_true(rt_parse_size("64K", &v) && v == 65536);
+    assert_true(rt_parse_size("64k", &v) && v == 65536);
+    assert_true(rt_parse_size("1M", &v) && v == 1u << 20);
+    assert_true(rt_parse_size("2GiB", &v) && v == 2ull << 30);
+    assert_true(rt_parse_size("3MB", &v) && v == 3u << 20);
+    assert_true(rt_parse_size("off", &v) && v == RT_SIZE_OFF);
+    assert_true(rt_parse_size("auto", &v) && v == RT_SIZE_AUTO);
+    assert_false(rt_parse_size("", &v));
+    assert_false(rt_parse_size("-1", &v));
+    assert_false(rt_parse_size("12Q", &v));
+    assert_false(rt_parse_size("1MM", &v));
+    assert_false(rt_parse_size("99999999999999999999", &v));
+    assert_false(rt_parse_size("17179869184G", &v));
+}
+
+static void environment(void **s)
+{
+    (void)s;
+    setenv("ARCOMM_TIMEOUT_MS", "250", 1);
+    setenv("ARCOMM_FLAG_THRESHOLD", "8K", 1);
+    setenv("ARCOMM_NUMA", "off", 1);
+    setenv("ARCOMM_LOG_LEVEL", "DEBUG", 1);
+    struct rt_knobs k;
+    char err[256] = "";
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_int_equal(k.timeout_ms, 250);
+    assert_int_equal(k.flag_threshold, 8192);
+    assert_false(k.numa);
+    assert_int_equal(k.log_level, RT_LOG_DEBUG);
+    assert_int_equal(k.source[rt_knob_find("ARCOMM_TIMEOUT_MS")], RT_SRC_ENV);
+    assert_int_equal(k.source[rt_knob_find("ARCOMM_YIELD_NS")], RT_SRC_DEFAULT);
+    assert_string_equal(rt_knob_source_name(RT_SRC_ENV), "environment");
+    char buf[32];
+    rt_knob_format(&k, (size_t)rt_knob_find("ARCOMM_FLAG_THRESHOLD"), buf, sizeof(buf));
+    assert_string_equal(buf, "8K");
+    clear_env();
+}
+
+static void malformed(void **s)
+{
+    (void)s;
+    static const char *const bad[][2] = {
+        {"ARCOMM_TIMEOUT_MS", "12s"},  {"ARCOMM_SHM_SLOT_BYTES", "big"},
+        {"ARCOMM_NUMA", "maybe"},      {"ARCOMM_LOG_LEVEL", "loud"},
+        {"ARCOMM_SPIN_NS", ""},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        struct rt_knobs k;
+        char err[256] = "";
+        assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_ERR_INVALID);
+        assert_non_null(strstr(err, bad[i][0]));
+        assert_non_null(strstr(err, "expected"));
+        unsetenv(bad[i][0]);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(defaults, setup),
+        cmocka_unit_test_setup(sizes, setup),
+        cmocka_unit_test_setup(environment, setup),
+        cmocka_unit_test_setup(malformed, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -32,15 +32,20 @@
  * i32/i64 SUM wraps around (two's complement), no UB.
  * MAX/MIN on floats: NaN propagates (if any source is NaN the result is a NaN);
  *   which NaN, and which of -0.0/+0.0 when they tie, is fixed by the inputs alone
- *   (the same on every rank, every run, every ISA).
+ *   (the same on every rank, every run, every ISA): the first NaN in source order,
+ *   bits unchanged, and on a tie the earlier source.  SUM: a NaN source gives the
+ *   first NaN in source order, made quiet (Inf - Inf gives the CPU's default NaN).
  * addend: NULL, or an array of ndst pointers (entries may be NULL), each of
- *   addend_count elements of dst_dtype; only with op SUM.  offset is the element
- *   index of dst[j][0] within the whole tensor, so that a row-broadcast bias lines up
- *   when a slice starts mid-row.
+ *   addend_count elements of dst_dtype; only with op SUM (ignored with MAX/MIN, and
+ *   when addend_count is 0).  offset is the element index of dst[j][0] within the
+ *   whole tensor, so that a row-broadcast bias lines up when a slice starts mid-row.
+ *   The addend is added in f32 (f64 for F64, wrapping for integers) after the sum of
+ *   the sources, and the result rounded once to dst_dtype.
  * nt_store: use non-temporal stores for dst (large outputs that no one reads soon).
  *
  * Sources and destinations may alias only exactly (dst[j] == src[k], in-place); any
- * alignment is allowed.  Vectorised (AVX-512 / AVX2 / SSE, chosen at run time).
+ * alignment is allowed.  Vectorised (AVX-512 / AVX2 / portable C, chosen once at run
+ * time); every instruction set gives the same bits for every input.
  */
 struct coll_reduce_args {
     void *const *dst;       /* ndst destination pointers */
@@ -74,5 +79,14 @@ uint16_t coll_f32_to_bf16_1(float f);
 
 /* Which instruction set coll_reduce uses on this machine ("avx512", "avx2", "generic"). */
 const char *coll_reduce_isa(void);
+
+/*
+ * For tests: makes coll_reduce (and coll_f32_to_bf16) use the named instruction set
+ * ("generic", "avx2", "avx512"), so every one this machine has can be compared with the
+ * others bit for bit; NULL or "auto" goes back to the machine's best.  Returns false,
+ * changing nothing, when this machine cannot run isa.  Not meant to race with
+ * reductions in other threads.
+ */
+bool coll_reduce_force_isa(const char *isa);
 
 #endif /* ARCOMM_COLL_REDUCE_H */

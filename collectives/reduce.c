@@ -1,0 +1,231 @@
+/*
+ * coll_reduce: the host reduction every host path shares.  It picks the kernels of the
+ * best instruction set once (reduce_isa.h), then walks the tensor in blocks of a few
+ * KiB: all sources of one block are reduced into an accumulator that stays in L1, and
+ * the fan-out to every destination (with its addend, narrowed, maybe streamed) reads
+ * it from there, so memory sees each source read once and each destination written
+ * once.
+ */
+#include "reduce.h"
+#include "reduce_isa.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+/*
+ * Accumulator bytes per block: small enough that the accumulator, the block of every
+ * source and the destinations' lines fit in a 32 KiB L1 together for a few sources,
+ * large enough that the per-block overhead (calls, nt alignment heads) is noise.
+ */
+#define COLL_REDUCE_BLOCK_BYTES 8192
+
+static pthread_once_t reduce_once = PTHREAD_ONCE_INIT;
+static const struct coll_reduce_ops *reduce_best = &coll_reduce_ops_generic;
+/* Set by coll_reduce_force_isa (tests only); NULL means the machine's best. */
+static _Atomic(const struct coll_reduce_ops *) reduce_forced;
+
+#if defined(__x86_64__)
+static bool cpu_has_avx512(void)
+{
+    /* __builtin_cpu_supports also checks that the OS saves the zmm/ymm state (XCR0). */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+
+static bool cpu_has_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+#endif
+
+static void reduce_detect(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (cpu_has_avx512())
+        reduce_best = &coll_reduce_ops_avx512;
+    else if (cpu_has_avx2())
+        reduce_best = &coll_reduce_ops_avx2;
+#endif
+}
+
+const struct coll_reduce_ops *coll_reduce_ops_current(void)
+{
+    const struct coll_reduce_ops *forced;
+
+    pthread_once(&reduce_once, reduce_detect);
+    forced = atomic_load_explicit(&reduce_forced, memory_order_acquire);
+    return forced ? forced : reduce_best;
+}
+
+const struct coll_reduce_ops *coll_reduce_ops_find(const char *isa)
+{
+    pthread_once(&reduce_once, reduce_detect);
+    if (!isa)
+        return NULL;
+    if (strcmp(isa, "generic") == 0)
+        return &coll_reduce_ops_generic;
+#if defined(__x86_64__)
+    if (strcmp(isa, "avx2") == 0 && cpu_has_avx2())
+        return &coll_reduce_ops_avx2;
+    if (strcmp(isa, "avx512") == 0 && cpu_has_avx512())
+        return &coll_reduce_ops_avx512;
+#endif
+    return NULL;
+}
+
+bool coll_reduce_force_isa(const char *isa)
+{
+    const struct coll_reduce_ops *ops = NULL;
+
+    if (isa && strcmp(isa, "auto") != 0) {
+        ops = coll_reduce_ops_find(isa);
+        if (!ops)
+            return false;
+    }
+    atomic_store_explicit(&reduce_forced, ops, memory_order_release);
+    return true;
+}
+
+const char *coll_reduce_isa(void)
+{
+    return coll_reduce_ops_current()->name;
+}
+
+static size_t reduce_dtype_size(comm_dtype_t dtype)
+{
+    switch (dtype) {
+    case COMM_F16:
+    case COMM_BF16:
+        return 2;
+    case COMM_F32:
+    case COMM_I32:
+        return 4;
+    case COMM_F64:
+    case COMM_I64:
+        return 8;
+    }
+    return 0;
+}
+
+/* f32 for the float dtypes of 32 bits and less, else the dtype itself. */
+static bool reduce_acc_is_f32(comm_dtype_t dtype)
+{
+    return dtype == COMM_F32 || dtype == COMM_F16 || dtype == COMM_BF16;
+}
+
+static void reduce_block(const struct coll_reduce_ops *ops, const struct coll_reduce_args *args,
+                         enum coll_rd_kind kind, void *out, size_t i0, size_t n)
+{
+    switch (args->dst_dtype) {
+    case COMM_F64:
+        ops->reduce_f64(out, args->src, args->nsrc, args->op, i0, n);
+        break;
+    case COMM_I32:
+        ops->reduce_i32(out, args->src, args->nsrc, args->op, i0, n);
+        break;
+    case COMM_I64:
+        ops->reduce_i64(out, args->src, args->nsrc, args->op, i0, n);
+        break;
+    default:
+        ops->reduce_f32(out, args->src, args->nsrc, kind, args->op, i0, n);
+        break;
+    }
+}
+
+static void reduce_emit(const struct coll_reduce_ops *ops, comm_dtype_t dtype, void *dst,
+                        const void *acc, const void *addend, size_t n, bool nt)
+{
+    if (reduce_acc_is_f32(dtype))
+        ops->emit_f32(dst, dtype, acc, addend, n, nt);
+    else if (addend)
+        ops->emit_add(dst, dtype, acc, addend, n, nt);
+    else
+        ops->copy(dst, acc, n * reduce_dtype_size(dtype), nt);
+}
+
+/*
+ * One destination block of n elements starting at tensor element offset + i0, with the
+ * addend row lined up: addend element (offset + i0 + t) % addend_count goes with t.
+ * Rows shorter than the block are tiled into tile (one block of dst dtype) first, so
+ * that a short bias row still gets whole vectors.
+ */
+static void reduce_emit_addend(const struct coll_reduce_ops *ops,
+                               const struct coll_reduce_args *args, void *dst, const void *acc,
+                               const void *addend, size_t i0, size_t n, unsigned char *tile)
+{
+    const size_t esz = reduce_dtype_size(args->dst_dtype);
+    const size_t acc_esz = reduce_acc_is_f32(args->dst_dtype) ? 4 : esz;
+    const size_t rows = args->addend_count;
+    size_t a = (size_t)((args->offset % rows + i0 % rows) % rows);
+    const unsigned char *row = addend;
+
+    if (rows < n) {
+        for (size_t t = 0; t < n;) {
+            size_t m = rows - a < n - t ? rows - a : n - t;
+            memcpy(tile + t * esz, row + a * esz, m * esz);
+            t += m;
+            a = 0;
+        }
+        reduce_emit(ops, args->dst_dtype, dst, acc, tile, n, args->nt_store);
+        return;
+    }
+    for (size_t t = 0; t < n;) {
+        size_t m = rows - a < n - t ? rows - a : n - t;
+        reduce_emit(ops, args->dst_dtype, (unsigned char *)dst + t * esz,
+                    (const unsigned char *)acc + t * acc_esz, row + a * esz, m, args->nt_store);
+        t += m;
+        a = 0;
+    }
+}
+
+void coll_reduce(const struct coll_reduce_args *args)
+{
+    const struct coll_reduce_ops *ops = coll_reduce_ops_current();
+    const comm_dtype_t dtype = args->dst_dtype;
+    const size_t esz = reduce_dtype_size(dtype);
+    const size_t acc_esz = reduce_acc_is_f32(dtype) ? 4 : esz;
+    const size_t block = COLL_REDUCE_BLOCK_BYTES / acc_esz;
+    const bool with_addend = args->op == COMM_SUM && args->addend && args->addend_count > 0;
+    enum coll_rd_kind kind = coll_rd_kind_of(dtype);
+    _Alignas(64) unsigned char acc_buf[COLL_REDUCE_BLOCK_BYTES];
+    _Alignas(64) unsigned char tile[COLL_REDUCE_BLOCK_BYTES];
+    bool direct;
+
+    assert(args->nsrc >= 1 && args->ndst >= 1 && esz != 0);
+    assert(args->src_dtype == dtype || (args->src_dtype == COMM_BF16 && dtype == COMM_F32));
+    assert(!args->round_bf16 || dtype == COMM_F32);
+    if (args->src_dtype == COMM_BF16)
+        kind = COLL_RD_BF16;
+    else if (args->round_bf16 && dtype == COMM_F32)
+        kind = COLL_RD_F32_BF16;
+
+    /*
+     * Where the accumulator already is the destination's type, reduce straight into
+     * dst[0] (saves a pass through L1) and fan out from its block, still hot in L1.
+     * Not with streaming stores: those evict what the fan-out would read back.
+     */
+    direct = !reduce_acc_is_f32(dtype) || dtype == COMM_F32;
+    direct = direct && !args->nt_store && !(with_addend && args->addend[0]);
+
+    for (size_t i0 = 0, n; i0 < args->count; i0 += n) {
+        void *out = direct ? (unsigned char *)args->dst[0] + i0 * esz : (void *)acc_buf;
+
+        n = args->count - i0 < block ? args->count - i0 : block;
+        reduce_block(ops, args, kind, out, i0, n);
+        for (int j = direct ? 1 : 0; j < args->ndst; j++) {
+            unsigned char *d = (unsigned char *)args->dst[j] + i0 * esz;
+            const void *addend = with_addend ? args->addend[j] : NULL;
+
+            if (addend)
+                reduce_emit_addend(ops, args, d, out, addend, i0, n, tile);
+            else
+                reduce_emit(ops, dtype, d, out, NULL, n, args->nt_store);
+        }
+    }
+    if (args->nt_store && ops->fence)
+        ops->fence();
+}

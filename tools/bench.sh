@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: set up, build, and run the 2-rank host allreduce benchmark against
+# Open MPI (f32 sum, 4 B to 64 MiB, results checked), thread ranks then process ranks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh build
+echo "== arbench: 2 thread ranks vs Open MPI (2 processes)"
+./build/tools/arbench/arbench -n 2 -b 4 -e 64M --compare mpi --check "$@"
+echo "== arbench: 2 process ranks (arrun) vs Open MPI (2 processes)"
+./build/tools/arbench/arbench -n 2 --procs -b 4 -e 64M --compare mpi --check "$@"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what arcomm builds and tests with (Debian 12, as root) when it is missing,
+# then configures and builds a release tree in build/ (or $1).  Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Tools and libraries: the build (meson, hwloc, libnuma, cmocka), the Open MPI peer of
+# arbench, gnuplot for its plots, python3 for the JSON tests, and the Hexagon cross
+# toolchain plus qemu for the DSP-side tests.
+pkgs=(build-essential meson ninja-build pkg-config libhwloc-dev hwloc libnuma-dev
+      libcmocka-dev openmpi-bin libopenmpi-dev gnuplot-nox python3 clang lld
+      qemu-user-static)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nvcc is not on PATH by default where the CUDA toolkit lives in /usr/local/cuda.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+build=${1:-build}
+shift || true
+if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" --buildtype=release "$@" >/dev/null
+fi
+ninja -C "$build" >/dev/null
+echo "setup: built $build" >&2

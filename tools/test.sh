@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: a release build with -Werror (all suites), an
+# ASan+UBSan build and a TSan build (the runtime's unit and multi-rank suites, lighter
+# sweeps).  Ends with one line: "N passed, N failed, N skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh build-ci --werror || { echo "0 passed, 1 failed"; exit 1; }
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+status=0
+run_suite() { # build-dir, label, extra meson test args...
+    local dir=$1 label=$2
+    shift 2
+    echo "== $label"
+    meson test -C "$dir" --num-processes 2 --print-errorlogs "$@" || status=1
+}
+
+run_suite build-ci "release build, every suite"
+
+if [ ! -f build-asan/build.ninja ]; then
+    meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
+        -Db_lundef=false -Dcuda=disabled >/dev/null || status=1
+fi
+ninja -C build-asan >/dev/null || status=1
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+ARCOMM_TEST_QUICK=1 run_suite build-asan "ASan+UBSan build" --suite unit --suite multi --suite reduce
+
+if [ ! -f build-tsan/build.ninja ]; then
+    meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false \
+        -Dcuda=disabled >/dev/null || status=1
+fi
+ninja -C build-tsan >/dev/null || status=1
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ARCOMM_TEST_QUICK=1 \
+run_suite build-tsan "TSan build" --suite unit --suite multi
+
+# One plain summary line over the three runs, from meson's own JSON logs.
+python3 - build-ci build-asan build-tsan <<'PY'
+import json, sys, os
+passed = failed = skipped = 0
+for d in sys.argv[1:]:
+    path = os.path.join(d, "meson-logs", "testlog.json")
+    if not os.path.exists(path):
+        failed += 1
+        continue
+    for line in open(path):
+        r = json.loads(line)["result"]
+        if r in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        elif r == "SKIP":
+            skipped += 1
+        else:
+            failed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed else 0)
+PY
+summary=$?
+[ $status -eq 0 ] && exit $summary || exit 1

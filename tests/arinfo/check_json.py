@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Checks arinfo --json against the schema in docs/arinfo-json.md.
+
+    check_json.py ARINFO TOPOLOGY.xml
+
+Runs arinfo on the fixed topology (and once on this machine) with a clean environment
+plus a few knobs, parses the output with Python's strict JSON parser and checks every
+top-level key, the topology, the accelerators and their NUMA nodes, the transports,
+the paths, and the knobs, including a knob value full of bytes that need escaping.
+"""
+import json
+import os
+import subprocess
+import sys
+
+TOP_KEYS = ['schema', 'arcomm_version', 'build', 'nranks', 'host', 'topology',
+            'pci_accelerators', 'cuda', 'hexagon', 'transports', 'transport_pick', 'paths',
+            'config', 'unknown_environment']
+# A log file name with quotes, a backslash, control bytes, UTF-8 and a byte that is
+# not UTF-8: the JSON must still parse, and say the same thing (U+FFFD for the byte).
+LOG_FILE = b'/tmp/a "q" \\ \n\t\x01\x7f \xc3\xa9 \xff end'
+LOG_FILE_DECODED = '/tmp/a "q" \\ \n\t\x01\x7f \u00e9 \ufffd end'
+
+
+def run(arinfo, args, extra=None):
+    env = {k: v for k, v in os.environb.items()
+           if not k.startswith(b'ARCOMM_') and not k.startswith(b'HWLOC_')}
+    env.update(extra or {})
+    p = subprocess.run([arinfo, '--json'] + args, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=50)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    return json.loads(p.stdout.decode('utf-8')), p.stderr.decode('utf-8', 'replace')
+
+
+def walk(node):
+    yield node
+    for key in ('memory_children', 'children'):
+        for child in node.get(key, []):
+            yield from walk(child)
+
+
+def check_full(d, this_system):
+    assert list(d) == TOP_KEYS, list(d)
+    assert d['schema'] == 'arcomm.arinfo/1'
+    assert isinstance(d['arcomm_version'], str) and d['arcomm_version']
+    assert set(d['build']) == {'numa', 'cuda', 'hexagon'}
+    assert all(isinstance(v, bool) for v in d['build'].values())
+    assert d['nranks'] == 2
+    assert set(d['host']) == {'name', 'os', 'os_release', 'architecture', 'cpu_vendor',
+                              'cpu_model'}
+    t = d['topology']
+    assert t['this_system'] is this_system
+    nodes = list(walk(t['tree']))
+    assert t['tree']['type'] == 'Machine'
+    assert sum(n['type'] == 'PU' for n in nodes) == t['pus'] > 0
+    assert sum(n['type'] == 'Core' for n in nodes) == t['cores'] > 0
+    assert sum(n['type'] == 'NUMANode' for n in nodes) == t['numa_nodes'] == len(t['numa'])
+    assert sum(n['memory_bytes'] for n in t['numa']) == t['memory_bytes']
+    for a in d['pci_accelerators']:
+        assert a['kind'] in ('gpu', 'npu')
+        assert len(a['bus_id']) == 12 and a['bus_id'][4] == ':' and a['bus_id'][10] == '.'
+        assert all(isinstance(n, int) for n in a['numa_nodes'])
+    assert d['cuda']['built'] == d['build']['cuda']
+    assert isinstance(d['cuda']['devices'], list)
+    assert len(d['cuda']['peer_links']) == len(d['cuda']['devices'])
+    if not d['cuda']['devices']:
+        assert d['cuda']['note']
+    assert d['hexagon']['built'] == d['build']['hexagon']
+    if not d['hexagon']['built']:
+        assert d['hexagon']['emulated'] is None and d['hexagon']['sessions'] == []
+    names = [x['name'] for x in d['transports']]
+    assert 'shm' in names
+    assert sum(x['picked'] for x in d['transports']) == 1
+    pick = d['transport_pick']
+    assert pick == {'device': 'host', 'nranks': 2, 'requested': None, 'picked': 'shm',
+                    'reason': None}, pick
+    for x in d['transports']:
+        assert x['probe_ok'] == (x['probe_reason'] is None)
+    sizes = [p['bytes'] for p in d['paths']]
+    assert sizes == [4, 64, 1 << 10, 16 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20], sizes
+    for p in d['paths']:
+        assert p['path'] in ('flag', 'bulk') and p['device'] == 'host'
+        assert (p['bulk_variant'] is not None) == (p['path'] == 'bulk')
+        if p['bulk_variant']:
+            assert p['bulk_variant'] == {'thread_ranks_or_comm_mem': 'one-pass',
+                                         'process_ranks': 'staged'}
+        assert isinstance(p['f32_as_bf16'], bool)
+    # Paths are ordered by size, so the flag path comes first and never after bulk.
+    kinds = [p['path'] for p in d['paths']]
+    assert kinds == sorted(kinds, key=lambda k: k == 'bulk'), kinds
+    for c in d['config']:
+        assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'doc'}
+        assert c['name'].startswith('ARCOMM_') and c['doc']
+        assert c['type'] in ('int', 'size', 'bool', 'string', 'loglevel')
+        assert c['source'] in ('default', 'environment')
+
+
+def main():
+    arinfo, xml = sys.argv[1], sys.argv[2]
+    extra = {b'ARCOMM_TIMEOUT_MS': b'4321', b'ARCOMM_LOG_FILE': LOG_FILE,
+             b'ARCOMM_BOGUS_KNOB': b'1', b'ARCOMM_RANK': b'0'}
+    d, err = run(arinfo, ['--topology', xml], extra)
+    check_full(d, this_system=False)
+    assert d['host'] == {'name': 'golden-host', 'os': 'Linux', 'os_release': '6.1.0-golden',
+                         'architecture': 'x86_64', 'cpu_vendor': 'GenuineIntel',
+                         'cpu_model': 'Example Xeon CPU @ 2.00GHz'}, d['host']
+    t = d['topology']
+    assert (t['packages'], t['numa_nodes'], t['cores'], t['pus']) == (2, 2, 8, 16)
+    assert t['numa'] == [{'os_index': 0, 'memory_bytes': 32 << 30, 'cpus': '0-7'},
+                         {'os_index': 1, 'memory_bytes': 32 << 30, 'cpus': '8-15'}]
+    levels = {n['cache']['level'] for n in walk(t['tree']) if 'cache' in n}
+    assert levels == {1, 2, 3}, levels
+    acc = d['pci_accelerators']
+    assert [(a['kind'], a['bus_id'], a['vendor'], a['numa_nodes']) for a in acc] == [
+        ('gpu', '0000:17:00.0', 'NVIDIA', [0]), ('gpu', '0000:2a:00.0', 'NVIDIA', [0]),
+        ('gpu', '0000:9a:00.0', 'NVIDIA', [1]), ('gpu', '0000:ab:00.0', 'NVIDIA', [1]),
+        ('npu', '0000:b5:00.0', 'Qualcomm', [1])], acc
+    assert acc[0]['class_id'] == '0302' and acc[0]['vendor_id'] == '10de'
+    assert acc[0]['os_devices'] == ['cuda0'] and acc[0]['local_cpus'] == '0-7'
+    assert acc[4]['class_id'] == '1200' and acc[4]['name'] == 'Cloud AI 100'
+    cfg = {c['name']: c for c in d['config']}
+    assert cfg['ARCOMM_TIMEOUT_MS']['source'] == 'environment'
+    assert cfg['ARCOMM_TIMEOUT_MS']['value'] == '4321'
+    assert cfg['ARCOMM_LOG_FILE']['value'] == LOG_FILE_DECODED, cfg['ARCOMM_LOG_FILE']
+    assert cfg['ARCOMM_FLAG_THRESHOLD']['value'] == 'auto'
+    assert cfg['ARCOMM_FLAG_THRESHOLD']['effective'] not in ('auto', '')
+    # The streaming-store threshold follows the XML's 16 MiB L3, not this machine's.
+    assert cfg['ARCOMM_NT_THRESHOLD']['effective'] == '16M', cfg['ARCOMM_NT_THRESHOLD']
+    assert sum(c['source'] == 'environment' for c in d['config']) == 2
+    assert d['unknown_environment'] == ['ARCOMM_BOGUS_KNOB'], d['unknown_environment']
+    assert 'ARCOMM_BOGUS_KNOB' in err and 'ARCOMM_RANK' not in err, err
+
+    # This machine: whatever it has, the document has the same shape.
+    d, _ = run(arinfo, [])
+    check_full(d, this_system=True)
+
+    # --no-host and --only narrow the document; the header keys stay.
+    d, _ = run(arinfo, ['--topology', xml, '--no-host'])
+    assert 'host' not in d and 'config' in d
+    d, _ = run(arinfo, ['--topology', xml, '--only', 'pci,paths', '--sizes', '1G', '-n', '4'])
+    assert list(d) == ['schema', 'arcomm_version', 'build', 'nranks', 'pci_accelerators',
+                       'paths'], list(d)
+    assert d['nranks'] == 4 and [p['bytes'] for p in d['paths']] == [1 << 30]
+    print('arinfo --json: ok')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,303 @@
+/*
+ * arinfo's command line against the library's own tables: --config lists every knob
+ * of rt_knob_table with its source and the value comm_init would use, a malformed
+ * knob exits 2 with rt_knobs_load's message, typos of ARCOMM_* names are warned about
+ * (arrun's variables are not), and usage errors exit 2.
+ *
+ *   test_arinfo_cli ARINFO TOPOLOGY.xml
+ */
+#include "coll.h"
+#include "knobs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+extern char **environ;
+
+static const char *arinfo_path;
+static const char *xml_path;
+
+struct run {
+    int status; /* exit status, or -1 when killed */
+    char *out;
+    char *err;
+};
+
+static char *slurp(int fd)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    lseek(fd, 0, SEEK_SET);
+    for (;;) {
+        if (len + 1 == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        ssize_t n = read(fd, buf + len, cap - len - 1);
+        assert_true(n >= 0);
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    close(fd);
+    return buf;
+}
+
+static int tmpfd(void)
+{
+    char name[] = "/tmp/test_arinfo_cli.XXXXXX";
+    int fd = mkstemp(name);
+    assert_true(fd >= 0);
+    unlink(name);
+    return fd;
+}
+
+/*
+ * Runs arinfo with args (NULL-terminated) in this environment less every ARCOMM_* and
+ * HWLOC_* variable, plus env ("NAME=VALUE", NULL-terminated): knobs at their defaults
+ * unless a test sets one.
+ */
+static struct run run_arinfo(const char *const *env, const char *const *args)
+{
+    const char *envp[256];
+    size_t ne = 0;
+    for (char **e = environ; *e && ne < 200; e++)
+        if (strncmp(*e, "ARCOMM_", 7) != 0 && strncmp(*e, "HWLOC_", 6) != 0)
+            envp[ne++] = *e;
+    for (; env && *env && ne < 255; env++)
+        envp[ne++] = *env;
+    envp[ne] = NULL;
+    const char *argv[32] = {arinfo_path};
+    size_t na = 1;
+    for (; args && *args && na < 31; args++)
+        argv[na++] = *args;
+    argv[na] = NULL;
+
+    int out = tmpfd(), err = tmpfd();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(out, 1);
+        dup2(err, 2);
+        execve(arinfo_path, (char *const *)argv, (char *const *)envp);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        assert_int_equal(errno, EINTR);
+    struct run r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1};
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+static void run_free(struct run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* The line of out that starts with "  NAME " (a --config row), or fails. */
+static const char *config_row(const char *out, const char *name, char *line, size_t len)
+{
+    char head[128];
+    snprintf(head, sizeof(head), "\n  %s ", name);
+    const char *p = strstr(out, head);
+    if (p == NULL)
+        fail_msg("--config has no row for %s:\n%s", name, out);
+    p += 1;
+    const char *nl = strchr(p, '\n');
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    assert_true(n < len);
+    memcpy(line, p, n);
+    line[n] = '\0';
+    return line;
+}
+
+/* The knobs as comm_init would resolve them for nranks, with no ARCOMM_* set here. */
+static void expected_knobs(struct rt_knobs *k, int nranks)
+{
+    char err[256];
+    assert_int_equal(rt_knobs_load(k, err, sizeof(err)), COMM_OK);
+    coll_host_resolve_knobs(k, nranks);
+}
+
+static void config_lists_every_knob(void **state)
+{
+    (void)state;
+    const char *env[] = {"ARCOMM_TIMEOUT_MS=4321", NULL};
+    const char *args[] = {"--config", "--topology", xml_path, NULL};
+    struct run r = run_arinfo(env, args);
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.err, "");
+    struct rt_knobs k;
+    expected_knobs(&k, 2);
+    char line[1024], want[RT_KNOB_STR_MAX];
+    for (size_t i = 0; i < rt_knob_count; i++) {
+        const struct rt_knob_desc *d = &rt_knob_table[i];
+        config_row(r.out, d->name, line, sizeof(line));
+        bool from_env = strcmp(d->name, "ARCOMM_TIMEOUT_MS") == 0;
+        if (strstr(line, from_env ? "  environment  " : "  default  ") == NULL)
+            fail_msg("%s: wrong source in \"%s\"", d->name, line);
+        if (strstr(line, d->doc) == NULL)
+            fail_msg("%s: doc missing in \"%s\"", d->name, line);
+        rt_knob_format(&k, i, want, sizeof(want));
+        if (from_env)
+            assert_non_null(strstr(line, "  4321  "));
+        else if (strcmp(d->def, "auto") == 0 && strcmp(want, "auto") != 0)
+            assert_non_null(strstr(line, strcat(want, " (auto)")));
+        else if (want[0] != '\0')
+            assert_non_null(strstr(line, want));
+    }
+    run_free(&r);
+}
+
+static void malformed_knob_exits_2(void **state)
+{
+    (void)state;
+    const char *env[] = {"ARCOMM_SHM_SLOT_BYTES=12Q", NULL};
+    const char *modes[][3] = {{"--config", NULL}, {"--json", NULL}, {NULL}};
+    for (size_t m = 0; m < 3; m++) {
+        struct run r = run_arinfo(env, modes[m]);
+        assert_int_equal(r.status, 2);
+        assert_string_equal(r.out, "");
+        assert_non_null(strstr(r.err, "ARCOMM_SHM_SLOT_BYTES=\"12Q\" is not valid"));
+        run_free(&r);
+    }
+}
+
+static void typos_warned_arrun_vars_not(void **state)
+{
+    (void)state;
+    const char *env[] = {
+        "ARCOMM_FLAG_TRESHOLD=1", "ARCOMM_RANK=0", "ARCOMM_SIZE=2",      "ARCOMM_LOCAL_RANK=0",
+        "ARCOMM_LOCAL_SIZE=2",    "ARCOMM_ID=x",   "ARCOMM_DEVICE=host", NULL};
+    const char *args[] = {"--config", NULL};
+    struct run r = run_arinfo(env, args);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.err, "ARCOMM_FLAG_TRESHOLD is set but is no arcomm knob "
+                                  "(did you mean ARCOMM_FLAG_THRESHOLD?)"));
+    assert_non_null(strstr(r.out, "not knobs, yet set: ARCOMM_FLAG_TRESHOLD\n"));
+    const char *arrun[] = {"ARCOMM_RANK", "ARCOMM_SIZE", "ARCOMM_LOCAL", "ARCOMM_ID",
+                           "ARCOMM_DEVICE"};
+    for (size_t i = 0; i < 5; i++)
+        if (strstr(r.err, arrun[i]) != NULL)
+            fail_msg("arrun's %s reported as a typo: %s", arrun[i], r.err);
+    run_free(&r);
+}
+
+static void usage_errors_exit_2(void **state)
+{
+    (void)state;
+    const char *bad[][4] = {
+        {"--sizes", "12Q", NULL}, {"--sizes", "off", NULL}, {"-n", "0", NULL}, {"-n", "two", NULL},
+        {"--only", "gpus", NULL}, {"stray", NULL},          {"--bogus", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct run r = run_arinfo(NULL, bad[i]);
+        if (r.status != 2)
+            fail_msg("arinfo %s %s: exit %d, not 2", bad[i][0], bad[i][1] ? bad[i][1] : "",
+                     r.status);
+        assert_string_equal(r.out, "");
+        assert_true(strlen(r.err) > 0);
+        run_free(&r);
+    }
+    const char *help[] = {"--help", NULL};
+    struct run r = run_arinfo(NULL, help);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "usage: arinfo [--json] [--config] [--sizes LIST] [-n RANKS]"));
+    run_free(&r);
+}
+
+static void missing_topology_exits_1(void **state)
+{
+    (void)state;
+    const char *args[] = {"--topology", "/nonexistent/topology.xml", NULL};
+    struct run r = run_arinfo(NULL, args);
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "/nonexistent/topology.xml"));
+    run_free(&r);
+}
+
+/* Each size lands on the path coll_host_path_name gives, around the flag threshold. */
+static void paths_follow_the_threshold(void **state)
+{
+    (void)state;
+    struct rt_knobs k;
+    expected_knobs(&k, 4);
+    size_t t = k.flag_threshold;
+    char sizes[64];
+    snprintf(sizes, sizeof(sizes), "%zu,%zu", t, t + 1);
+    const char *args[] = {"--only", "paths", "-n", "4", "--sizes", sizes, NULL};
+    struct run r = run_arinfo(NULL, args);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "(host buffers, 4 ranks)"));
+    char line[256];
+    snprintf(line, sizeof(line), "\n  %-10zu %-12s %s\n", t + 1, "no",
+             "bulk (one-pass for thread ranks or comm_mem buffers, staged for process ranks)");
+    assert_string_equal(coll_host_path_name(&k, t + 1), "bulk");
+    assert_non_null(strstr(r.out, line));
+    run_free(&r);
+
+    /* Narrowing from 1K on: every size at or above says yes. */
+    const char *env[] = {"ARCOMM_BF16_THRESHOLD=1K", NULL};
+    const char *args2[] = {"--only", "paths", "--sizes", "1023,1K", NULL};
+    r = run_arinfo(env, args2);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "\n  1023       no "));
+    assert_non_null(strstr(r.out, "\n  1K         yes "));
+    run_free(&r);
+}
+
+static void named_transport_is_honoured(void **state)
+{
+    (void)state;
+    const char *env[] = {"ARCOMM_TRANSPORT=nosuch", NULL};
+    const char *args[] = {"--only", "transports", NULL};
+    struct run r = run_arinfo(env, args);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "ARCOMM_TRANSPORT=nosuch\n"));
+    assert_non_null(strstr(r.out, "no transport named \"nosuch\" in this build"));
+    assert_null(strstr(r.out, "<- picked"));
+    run_free(&r);
+
+    const char *env2[] = {"ARCOMM_TRANSPORT=shm", NULL};
+    r = run_arinfo(env2, args);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "  shm      host     probe ok  <- picked for host buffers\n"));
+    run_free(&r);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s ARINFO TOPOLOGY.xml\n", argv[0]);
+        return 2;
+    }
+    arinfo_path = argv[1];
+    xml_path = argv[2];
+    /* expected_knobs() reads this process's environment: make it the children's. */
+    for (size_t i = 0; i < rt_knob_count; i++)
+        unsetenv(rt_knob_table[i].name);
+    setenv("HWLOC_XMLFILE", xml_path, 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(config_lists_every_knob),     cmocka_unit_test(malformed_knob_exits_2),
+        cmocka_unit_test(typos_warned_arrun_vars_not), cmocka_unit_test(usage_errors_exit_2),
+        cmocka_unit_test(missing_topology_exits_1),    cmocka_unit_test(paths_follow_the_threshold),
+        cmocka_unit_test(named_transport_is_honoured),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

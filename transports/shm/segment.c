@@ -9,6 +9,7 @@
 #include "arcomm_build.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,103 @@ static void nap(unsigned *us)
 static bool past(uint64_t deadline)
 {
     return deadline != 0 && rt_now_ns() >= deadline;
+}
+
+/*
+ * One mapping per segment per process: thread ranks of one process share it, so they
+ * see each other's words at the same addresses (the sanitizers can follow the
+ * synchronisation; a transport registers the memory with a driver once), and a
+ * process maps each segment once however many of its threads are ranks.
+ */
+struct shm_mapping {
+    char name[SHM_NAME_MAX];
+    uint8_t *base;
+    size_t size;
+    int refs;     /* communicators of this process on this mapping */
+    int ext_refs; /* holders of the transport's per-process state (shm_mapping_ext_hold) */
+    struct shm_mapping *next;
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_mapping *registry;
+
+static void mapping_add(struct shm_comm *s)
+{
+    struct shm_mapping *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return; /* then this mapping is simply not shared */
+    snprintf(m->name, sizeof(m->name), "%s", s->name);
+    m->base = s->base;
+    m->size = s->size;
+    m->refs = 1;
+    pthread_mutex_lock(&registry_lock);
+    m->next = registry;
+    registry = m;
+    pthread_mutex_unlock(&registry_lock);
+    s->mapping = m;
+}
+
+static bool mapping_find(struct shm_comm *s)
+{
+    pthread_mutex_lock(&registry_lock);
+    struct shm_mapping *m = registry;
+    while (m != NULL && strcmp(m->name, s->name) != 0)
+        m = m->next;
+    if (m != NULL) {
+        m->refs++;
+        s->base = m->base;
+        s->size = m->size;
+        s->mapping = m;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return m != NULL;
+}
+
+static void mapping_release(struct shm_comm *s)
+{
+    struct shm_mapping *m = s->mapping;
+    if (m == NULL) {
+        munmap(s->base, s->size);
+        return;
+    }
+    pthread_mutex_lock(&registry_lock);
+    bool last = --m->refs == 0;
+    if (last) {
+        struct shm_mapping **pp = &registry;
+        while (*pp != m)
+            pp = &(*pp)->next;
+        *pp = m->next;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (last) {
+        munmap(m->base, m->size);
+        free(m);
+    }
+    s->mapping = NULL;
+}
+
+comm_status_t shm_mapping_ext_hold(struct comm *c, shm_ext_setup_fn setup)
+{
+    struct shm_comm *s = c->shm;
+    comm_status_t st = COMM_OK;
+    pthread_mutex_lock(&registry_lock);
+    int *refs = s->mapping ? &s->mapping->ext_refs : &s->ext_refs_private;
+    if (*refs == 0)
+        st = setup(c, s->base, s->size);
+    if (st == COMM_OK)
+        ++*refs;
+    pthread_mutex_unlock(&registry_lock);
+    return st;
+}
+
+void shm_mapping_ext_release(struct comm *c, shm_ext_teardown_fn teardown)
+{
+    struct shm_comm *s = c->shm;
+    pthread_mutex_lock(&registry_lock);
+    int *refs = s->mapping ? &s->mapping->ext_refs : &s->ext_refs_private;
+    if (*refs > 0 && --*refs == 0)
+        teardown(s->base, s->size);
+    pthread_mutex_unlock(&registry_lock);
 }
 
 static comm_status_t create_segment(struct comm *c, struct shm_comm *s, int *fd_out)
@@ -122,6 +220,7 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, int *fd_
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
     s->base = base;
     s->size = g.total_bytes;
+    mapping_add(s);
     *fd_out = fd;
     return COMM_OK;
 
@@ -145,6 +244,10 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
     int fd;
     struct stat st;
     for (;;) {
+        if (mapping_find(s)) {
+            *fd_out = -1;
+            return COMM_OK; /* a rank of this process made it: checked already */
+        }
         fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
         if (fd >= 0) {
             if (fstat(fd, &st) != 0) {
@@ -246,8 +349,14 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
         close(fd);
         return COMM_ERR_SYSTEM;
     }
-    s->base = base;
-    s->size = total;
+    /* Two threads of one process may both have opened it: share the first mapping. */
+    if (mapping_find(s)) {
+        munmap(base, total);
+    } else {
+        s->base = base;
+        s->size = total;
+        mapping_add(s);
+    }
     *fd_out = fd;
     return COMM_OK;
 
@@ -295,7 +404,8 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
                                         : open_segment(c, s, deadline, &fd);
     if (status != COMM_OK)
         goto err_free;
-    close(fd); /* the mapping keeps the segment; no fd outlives comm_init */
+    if (fd >= 0)
+        close(fd); /* the mapping keeps the segment; no fd outlives comm_init */
 
     struct shm_header *h = (struct shm_header *)s->base;
     s->hdr = h;
@@ -371,7 +481,7 @@ err_unmap:
         shm_unlink(s->name);
         s->unlinked = true;
     }
-    munmap(s->base, s->size);
+    mapping_release(s);
     c->shm = NULL;
 err_free:
     free(s);
@@ -386,7 +496,7 @@ void shm_segment_detach(struct comm *c)
     shm_pool_release(c);
     if (!s->unlinked && c->rank == 0)
         shm_unlink(s->name);
-    munmap(s->base, s->size);
+    mapping_release(s);
     free(s);
     c->shm = NULL;
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 struct shm_pool_block;
+struct shm_mapping;
 
 struct shm_comm {
     char name[SHM_NAME_MAX];     /* "/arcomm-<hex>", for shm_unlink */
@@ -28,6 +29,8 @@ struct shm_comm {
     uint8_t *pool;               /* rank r's arena at r * pool_bytes */
     uint64_t pool_bytes;
     struct shm_pool_block *blocks; /* this rank's arena: blocks in address order */
+    struct shm_mapping *mapping;   /* the process-wide mapping record (segment.c) */
+    int ext_refs_private;          /* ext holders when the mapping is not shared */
 };
 
 extern const struct transport_ops shm_transport_ops;
@@ -37,6 +40,16 @@ comm_status_t shm_segment_create_or_attach(struct comm *c);
 void shm_segment_detach(struct comm *c);
 /* The shared-memory name of a communicator id ("/arcomm-<hex>"). */
 void shm_segment_name(const comm_id_t *id, char *name, size_t len);
+
+/*
+ * Per-process state a transport keeps on the mapping (CUDA registers it with the
+ * driver once per process, however many thread ranks share it): setup runs for the
+ * first holder, teardown for the last, both under the registry lock.
+ */
+typedef comm_status_t (*shm_ext_setup_fn)(struct comm *c, void *base, size_t size);
+typedef void (*shm_ext_teardown_fn)(void *base, size_t size);
+comm_status_t shm_mapping_ext_hold(struct comm *c, shm_ext_setup_fn setup);
+void shm_mapping_ext_release(struct comm *c, shm_ext_teardown_fn teardown);
 
 /* pool.c: comm_mem_alloc arenas. */
 comm_status_t shm_pool_alloc(struct comm *c, size_t bytes, void **ptr);

@@ -26,14 +26,23 @@ struct staged {
     const struct coll_call *call;
     bool narrow;
     size_t esize;      /* of the user's dtype */
-    size_t wire_esize; /* of staged inputs: 2 when narrowed */
+    size_t res_esize;  /* of a result region: f32 accumulators for f16/bf16 */
     size_t chunk;      /* elements of one region */
     size_t lo[256], hi[256];
 };
 
+/* Regions are sized for the wider of an input element and a result element. */
 static void *region(const struct staged *st, int owner, uint32_t slot, int p)
 {
-    return (char *)shm_slot(st->c->shm, owner, slot) + (size_t)p * st->chunk * st->esize;
+    size_t wide = st->esize > st->res_esize ? st->esize : st->res_esize;
+    return (char *)shm_slot(st->c->shm, owner, slot) + (size_t)p * st->chunk * wide;
+}
+
+/* f16/bf16 results travel as their f32 accumulators, so that every rank adds its own
+ * addend and rounds once, and all ranks round the same value the same way. */
+static bool acc_results(const struct staged *st)
+{
+    return st->call->dtype == COMM_F16 || st->call->dtype == COMM_BF16;
 }
 
 /* Element range of rank p's chunk in round k ([lo, lo) when p's slice is done). */
@@ -82,7 +91,8 @@ static void reduce_own(const struct staged *st, uint32_t slot, size_t k)
     const void *addend[2] = {call->addend, NULL};
     struct coll_reduce_args args = {
         .dst = dst,
-        .ndst = 2,
+        .ndst = acc_results(st) ? 1 : 2,
+        .acc_out = acc_results(st) ? region(st, c->rank, slot, c->rank) : NULL,
         .dst_dtype = call->dtype,
         .src = src,
         .nsrc = c->nranks,
@@ -107,7 +117,7 @@ static void gather(const struct staged *st, uint32_t slot, size_t k)
             continue;
         void *to = (char *)call->recv + lo * st->esize;
         const void *from = region(st, p, slot, p);
-        if (call->addend == NULL) {
+        if (call->addend == NULL && !acc_results(st)) {
             memcpy(to, from, (hi - lo) * st->esize);
             continue;
         }
@@ -120,10 +130,10 @@ static void gather(const struct staged *st, uint32_t slot, size_t k)
             .dst_dtype = call->dtype,
             .src = src,
             .nsrc = 1,
-            .src_dtype = call->dtype,
+            .src_dtype = acc_results(st) ? COMM_F32 : call->dtype,
             .count = hi - lo,
             .op = COMM_SUM,
-            .addend = addend,
+            .addend = call->addend ? addend : NULL,
             .addend_count = call->addend_count,
             .offset = lo,
         };
@@ -139,10 +149,10 @@ comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call
         .narrow = narrow,
         .esize = comm_dtype_size(call->dtype),
     };
-    st.wire_esize = narrow ? 2 : st.esize;
+    st.res_esize = acc_results(&st) ? sizeof(float) : st.esize;
     /* One region per rank in a slot; 64-byte multiples keep regions on their own lines. */
     size_t region_bytes = c->shm->slot_bytes / (size_t)c->nranks / 64 * 64;
-    st.chunk = region_bytes / st.esize;
+    st.chunk = region_bytes / (st.esize > st.res_esize ? st.esize : st.res_esize);
     size_t longest = 0;
     for (int p = 0; p < c->nranks; p++) {
         coll_slice(call->count, st.esize, c->nranks, p, &st.lo[p], &st.hi[p]);

@@ -196,7 +196,11 @@ void coll_reduce(const struct coll_reduce_args *args)
     bool direct;
 
     assert(args->nsrc >= 1 && args->ndst >= 1 && esz != 0);
-    assert(args->src_dtype == dtype || (args->src_dtype == COMM_BF16 && dtype == COMM_F32));
+    /* Sources that already are f32 accumulators of an f16/bf16 result: only narrow. */
+    const bool src_is_acc = args->src_dtype == COMM_F32 && (dtype == COMM_F16 || dtype == COMM_BF16);
+    assert(args->src_dtype == dtype || (args->src_dtype == COMM_BF16 && dtype == COMM_F32) ||
+           (src_is_acc && args->nsrc == 1));
+    assert(args->acc_out == NULL || dtype == COMM_F16 || dtype == COMM_BF16);
     assert(!args->round_bf16 || dtype == COMM_F32);
     if (args->src_dtype == COMM_BF16)
         kind = COLL_RD_BF16;
@@ -209,13 +213,18 @@ void coll_reduce(const struct coll_reduce_args *args)
      * Not with streaming stores: those evict what the fan-out would read back.
      */
     direct = !reduce_acc_is_f32(dtype) || dtype == COMM_F32;
-    direct = direct && !args->nt_store && !(with_addend && args->addend[0]);
+    direct = direct && !args->nt_store && !(with_addend && args->addend[0]) && !src_is_acc;
 
     for (size_t i0 = 0, n; i0 < args->count; i0 += n) {
         void *out = direct ? (unsigned char *)args->dst[0] + i0 * esz : (void *)acc_buf;
 
         n = args->count - i0 < block ? args->count - i0 : block;
-        reduce_block(ops, args, kind, out, i0, n);
+        if (src_is_acc)
+            out = (unsigned char *)args->src[0] + i0 * acc_esz;
+        else
+            reduce_block(ops, args, kind, out, i0, n);
+        if (args->acc_out)
+            ops->copy(args->acc_out + i0, out, n * sizeof(float), false);
         for (int j = direct ? 1 : 0; j < args->ndst; j++) {
             unsigned char *d = (unsigned char *)args->dst[j] + i0 * esz;
             const void *addend = with_addend ? args->addend[j] : NULL;

@@ -42,6 +42,8 @@
  *   The addend is added in f32 (f64 for F64, wrapping for integers) after the sum of
  *   the sources, and the result rounded once to dst_dtype.
  * nt_store: use non-temporal stores for dst (large outputs that no one reads soon).
+ * src_dtype F32 with dst_dtype F16/BF16 and nsrc 1: the source holds accumulators
+ *   (an acc_out of another call); they are only narrowed (with the addend first).
  *
  * Sources and destinations may alias only exactly (dst[j] == src[k], in-place); any
  * alignment is allowed.  Vectorised (AVX-512 / AVX2 / portable C, chosen once at run
@@ -53,7 +55,7 @@ struct coll_reduce_args {
     comm_dtype_t dst_dtype; /* the user's dtype */
     const void *const *src; /* nsrc source pointers */
     int nsrc;               /* >= 1 */
-    comm_dtype_t src_dtype; /* == dst_dtype, or COMM_BF16 when dst_dtype is F32 */
+    comm_dtype_t src_dtype; /* == dst_dtype, BF16 when dst_dtype is F32, or F32 (see above) */
     bool round_bf16;        /* round F32 sources through bf16 first */
     size_t count;           /* elements */
     comm_op_t op;
@@ -61,6 +63,10 @@ struct coll_reduce_args {
     size_t addend_count;       /* elements in each addend row (divides the tensor) */
     size_t offset;             /* element index of dst[*][0] in the tensor */
     bool nt_store;
+    /* NULL, or count f32 values that receive the accumulator before the addend and the
+     * rounding (dst_dtype F16/BF16 only): what a peer needs to add its own addend and
+     * still round once (the staged path's result regions). */
+    float *acc_out;
 };
 
 void coll_reduce(const struct coll_reduce_args *args);

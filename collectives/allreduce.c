@@ -5,7 +5,11 @@
  * peers check it), the bulk handshake's published buffer kinds decide the rest.
  */
 #include "coll.h"
+#include "arcomm_build.h"
 #include "reduce.h"
+#if ARCOMM_HAVE_CUDA
+#include "cuda/coll_cuda.h"
+#endif
 #include "topo.h"
 
 #include <unistd.h>
@@ -94,6 +98,10 @@ comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call)
     switch (c->device) {
     case COMM_DEVICE_HOST:
         return host_allreduce(c, call);
+#if ARCOMM_HAVE_CUDA
+    case COMM_DEVICE_CUDA:
+        return coll_cuda_allreduce(c, call);
+#endif
     default:
         rt_error(c, COMM_ERR_UNSUPPORTED, "rank %d: no collectives for this device in this build",
                  c->rank);

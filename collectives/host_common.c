@@ -3,6 +3,10 @@
  * share: names, slicing, knob resolution.
  */
 #include "coll.h"
+#include "arcomm_build.h"
+#if ARCOMM_HAVE_CUDA
+#include "cuda/coll_cuda.h"
+#endif
 
 #include <stdio.h>
 #include <string.h>
@@ -133,6 +137,14 @@ void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_
 
 comm_status_t coll_barrier(struct comm *c)
 {
+#if ARCOMM_HAVE_CUDA
+    /* A CUDA rank's GPU may have failed after its last call returned: say so here. */
+    if (c->device == COMM_DEVICE_CUDA) {
+        comm_status_t st = coll_cuda_check(c);
+        if (st != COMM_OK)
+            return st;
+    }
+#endif
     struct shm_arrival mine = {.path = SHM_PATH_BARRIER};
     coll_arrive(c, &mine);
     return coll_wait_arrivals(c, "comm_barrier");

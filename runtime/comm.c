@@ -145,7 +145,12 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
         snprintf(c->knobs.transport, sizeof(c->knobs.transport), "%s", cfg->transport);
         c->knobs.source[rt_knob_find("ARCOMM_TRANSPORT")] = RT_SRC_CONFIG;
     }
+    /* cuda: "auto" bf16 narrowing means on for the CUDA paths (cuda_resolve_knobs), so
+     * the host resolution (auto = off) applies to host communicators only. */
+    size_t bf16_raw = c->knobs.bf16_threshold;
     coll_host_resolve_knobs(&c->knobs, c->nranks);
+    if (c->device == COMM_DEVICE_CUDA)
+        c->knobs.bf16_threshold = bf16_raw;
 
     if (c->knobs.log_file[0] != '\0') {
         char path[PATH_MAX];

@@ -3,13 +3,20 @@
  * between them.
  */
 #include "transport.h"
+#include "arcomm_build.h"
 #include "shm/shm.h"
+#if ARCOMM_HAVE_CUDA
+#include "cuda/cuda_ops.h"
+#endif
 
 #include <stdio.h>
 #include <string.h>
 
 const struct transport_ops *const rt_transports[] = {
     &shm_transport_ops,
+#if ARCOMM_HAVE_CUDA
+    &cuda_transport_ops, /* CUDA buffers; shm's probe refuses them */
+#endif
 };
 
 const size_t rt_transport_count = sizeof(rt_transports) / sizeof(rt_transports[0]);

@@ -49,10 +49,11 @@ struct cuda_comm {
     uint8_t *tmp;                /* device: [nranks - 1][tslots][chunk_max] fetched chunks */
     uint32_t tslots;
     uint32_t *done;              /* device: [tslots] blocks finished per chunk */
-    uint16_t *narrow;            /* device: [cslots][chunk_max / 2] bf16 chunks */
+    uint16_t *narrow;            /* device: bf16 copy of a narrowed f32 input */
+    size_t narrow_bytes;
 
-    uint32_t kround;             /* kernel-path rounds so far (same on every rank) */
-    uint32_t cchunk;             /* copy-path chunks so far (same on every rank) */
+    uint64_t kround;             /* kernel-path rounds so far (same on every rank) */
+    uint64_t cchunk;             /* copy-path chunks so far (same on every rank) */
 
     cuda_wait_value_fn wait_value;
     cuda_write_value_fn write_value;

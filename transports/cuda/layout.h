@@ -25,6 +25,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The arithmetic below runs on the host and in kernels alike. */
+#ifdef __CUDACC__
+#define CUDA_LAYOUT_FN static inline __host__ __device__
+#else
+#define CUDA_LAYOUT_FN static inline
+#endif
+
 #define CUDA_LINE 64
 #define CUDA_PAGE 4096
 #define CUDA_MAX_BLOCKS 64           /* kernel-path blocks: one token line each */
@@ -119,12 +126,12 @@ struct cuda_geometry {
     uint64_t region_bytes;  /* page aligned */
 };
 
-static inline uint64_t cuda_align_up(uint64_t v, uint64_t a)
+CUDA_LAYOUT_FN uint64_t cuda_align_up(uint64_t v, uint64_t a)
 {
     return (v + a - 1) / a * a;
 }
 
-static inline uint64_t cuda_min_u64(uint64_t a, uint64_t b)
+CUDA_LAYOUT_FN uint64_t cuda_min_u64(uint64_t a, uint64_t b)
 {
     return a < b ? a : b;
 }
@@ -133,7 +140,7 @@ static inline uint64_t cuda_min_u64(uint64_t a, uint64_t b)
  * staging_bytes: the copy-path staging of one rank; chunk_max: its slot (the largest
  * chunk).  At least two slots, so that one rank stages while its peers fetch.
  */
-static inline struct cuda_geometry cuda_geometry_compute(uint64_t staging_bytes,
+CUDA_LAYOUT_FN struct cuda_geometry cuda_geometry_compute(uint64_t staging_bytes,
                                                          uint64_t chunk_max)
 {
     struct cuda_geometry g;
@@ -149,7 +156,7 @@ static inline struct cuda_geometry cuda_geometry_compute(uint64_t staging_bytes,
 }
 
 /* Bytes of one element on the wire. */
-static inline uint32_t cuda_wire_size(uint32_t esize, int narrow)
+CUDA_LAYOUT_FN uint32_t cuda_wire_size(uint32_t esize, int narrow)
 {
     return narrow ? 2u : esize;
 }
@@ -158,7 +165,7 @@ static inline uint32_t cuda_wire_size(uint32_t esize, int narrow)
  * The copy-path chunk of a message of wire_bytes: the knob when set, else
  * clamp(wire_bytes / 4, 512 KiB, 2 MiB); a multiple of 64 bytes, at most chunk_max.
  */
-static inline uint64_t cuda_copy_chunk(uint64_t wire_bytes, uint64_t knob, uint64_t chunk_max)
+CUDA_LAYOUT_FN uint64_t cuda_copy_chunk(uint64_t wire_bytes, uint64_t knob, uint64_t chunk_max)
 {
     uint64_t c = knob;
     if (c == 0) {
@@ -170,7 +177,7 @@ static inline uint64_t cuda_copy_chunk(uint64_t wire_bytes, uint64_t knob, uint6
     return c ? c : CUDA_LINE;
 }
 
-static inline uint32_t cuda_div_up32(uint64_t a, uint64_t b)
+CUDA_LAYOUT_FN uint32_t cuda_div_up32(uint64_t a, uint64_t b)
 {
     return (uint32_t)((a + b - 1) / b);
 }
@@ -183,7 +190,7 @@ struct cuda_kplan {
 };
 
 /* Blocks: one per 2 KiB of a round's wire bytes, at least 1, at most max_blocks. */
-static inline struct cuda_kplan cuda_kplan_compute(uint64_t count, uint32_t wsize,
+CUDA_LAYOUT_FN struct cuda_kplan cuda_kplan_compute(uint64_t count, uint32_t wsize,
                                                    uint64_t kslot_bytes, uint32_t max_blocks)
 {
     struct cuda_kplan p;
@@ -201,7 +208,7 @@ static inline struct cuda_kplan cuda_kplan_compute(uint64_t count, uint32_t wsiz
  * Block b's [lo, hi) out of m elements split among nblocks, cut at multiples of
  * CUDA_VEC_ELEMS so that every block's vectors stay 16-byte aligned.
  */
-static inline void cuda_block_slice(uint64_t m, uint32_t nblocks, uint32_t b, uint64_t *lo,
+CUDA_LAYOUT_FN void cuda_block_slice(uint64_t m, uint32_t nblocks, uint32_t b, uint64_t *lo,
                                     uint64_t *hi)
 {
     uint64_t per = (m + nblocks - 1) / nblocks;
@@ -218,7 +225,7 @@ struct cuda_cplan {
     uint32_t chunks;
 };
 
-static inline struct cuda_cplan cuda_cplan_compute(uint64_t count, uint32_t wsize,
+CUDA_LAYOUT_FN struct cuda_cplan cuda_cplan_compute(uint64_t count, uint32_t wsize,
                                                    uint64_t knob, uint64_t chunk_max)
 {
     struct cuda_cplan p;
@@ -230,17 +237,17 @@ static inline struct cuda_cplan cuda_cplan_compute(uint64_t count, uint32_t wsiz
 }
 
 /* Byte offset of rank r's region, and of its pieces, from the start of rank 0's. */
-static inline uint64_t cuda_region_off(const struct cuda_geometry *g, int rank)
+CUDA_LAYOUT_FN uint64_t cuda_region_off(const struct cuda_geometry *g, int rank)
 {
     return (uint64_t)rank * g->region_bytes;
 }
 
-static inline uint64_t cuda_kslot_off(const struct cuda_geometry *g, int rank, uint32_t round)
+CUDA_LAYOUT_FN uint64_t cuda_kslot_off(const struct cuda_geometry *g, int rank, uint32_t round)
 {
     return cuda_region_off(g, rank) + g->off_kstage + (uint64_t)(round % CUDA_KSLOTS) * g->kslot_bytes;
 }
 
-static inline uint64_t cuda_cslot_off(const struct cuda_geometry *g, int rank, uint32_t chunk)
+CUDA_LAYOUT_FN uint64_t cuda_cslot_off(const struct cuda_geometry *g, int rank, uint32_t chunk)
 {
     return cuda_region_off(g, rank) + g->off_cstage + (uint64_t)(chunk % g->cslots) * g->chunk_max;
 }
@@ -249,7 +256,7 @@ static inline uint64_t cuda_cslot_off(const struct cuda_geometry *g, int rank, u
  * What the peers must agree on for one call, folded into 32 bits (never 0): a
  * disagreement shows as different descriptors on the two sides.
  */
-static inline uint32_t cuda_call_desc(uint64_t count, uint32_t dtype, uint32_t op, uint32_t path,
+CUDA_LAYOUT_FN uint32_t cuda_call_desc(uint64_t count, uint32_t dtype, uint32_t op, uint32_t path,
                                       int narrow, int add, uint64_t addend_count)
 {
     uint64_t v[4] = {count, ((uint64_t)dtype << 24) | ((uint64_t)op << 16) | (path << 8) |

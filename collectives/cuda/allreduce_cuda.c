@@ -1,0 +1,319 @@
+/*
+ * The CUDA allreduce, host side.  Nothing here waits for a peer: a call checks what the
+ * device reported since the last call, picks the path and enqueues it on the caller's
+ * stream (and the transport's copy streams), so one thread may drive every GPU in turn.
+ * Cross-rank order lives in mapped host memory: kernels spin on tokens, copy streams
+ * wait on counters with cuStreamWaitValue32 and publish with cuStreamWriteValue32.
+ */
+#include "coll_cuda.h"
+#include "cuda/cuda_comm.h"
+#include "kernels.h"
+
+#include <stdio.h>
+
+static const char *stage_name(int32_t stage)
+{
+    switch (stage) {
+    case CUDA_STAGE_KTOKEN:
+        return "kernel path, waiting for an arrival token";
+    case CUDA_STAGE_KDESC:
+        return "kernel path, comparing the call";
+    case CUDA_STAGE_CCALL:
+        return "copy-engine path, waiting for the peers to start the call";
+    case CUDA_STAGE_CDATA:
+        return "copy-engine path, waiting for chunks";
+    case CUDA_STAGE_CDESC:
+        return "copy-engine path, comparing the call";
+    }
+    return "host";
+}
+
+comm_status_t cuda_check_device(struct comm *c)
+{
+    struct cuda_comm *x = cuda_of(c);
+    const struct cuda_fail_line *d = &cuda_ctrl_of(x, c->rank)->dfail;
+    int32_t st = __atomic_load_n(&d->status, __ATOMIC_ACQUIRE);
+    if (st != COMM_OK) {
+        const char *stage = stage_name(d->stage);
+        switch (st) {
+        case COMM_ERR_TIMEOUT:
+            rt_error(c, COMM_ERR_TIMEOUT,
+                     "rank %d: GPU %d timed out after %ld ms in call %u (%s): rank %d did not "
+                     "arrive; check that every rank makes the same calls, or raise "
+                     "ARCOMM_TIMEOUT_MS",
+                     c->rank, x->device, c->timeout_ms, d->seq, stage, d->peer);
+            break;
+        case COMM_ERR_MISMATCH:
+            rt_error(c, COMM_ERR_MISMATCH,
+                     "rank %d: ranks disagree in call %u (%s): rank %d made a different "
+                     "allreduce (count, dtype, op, addend or path); every rank must make the "
+                     "same calls with the same count, dtype and op",
+                     c->rank, d->seq, stage, d->peer);
+            break;
+        case COMM_ERR_ABORTED:
+            rt_error(c, COMM_ERR_ABORTED,
+                     "rank %d: comm_abort was called while GPU %d waited in call %u (%s)",
+                     c->rank, x->device, d->seq, stage);
+            break;
+        default: {
+            int p = d->peer >= 0 && d->peer < c->nranks ? d->peer : 0;
+            const struct shm_rank *pr = &c->shm->ranks[p];
+            bool said = atomic_load_explicit(&pr->status, memory_order_acquire) != COMM_OK;
+            rt_error(c, (comm_status_t)st, "rank %d: GPU %d stopped in call %u (%s): rank %d failed: %.*s",
+                     c->rank, x->device, d->seq, stage, d->peer, SHM_ERRMSG_BYTES,
+                     said ? pr->errmsg : "its GPU reported a failure (see its error)");
+            break;
+        }
+        }
+        return (comm_status_t)st;
+    }
+    for (int p = 0; p < c->nranks; p++) {
+        const struct cuda_fail_line *pd = &cuda_ctrl_of(x, p)->dfail;
+        if (p == c->rank || __atomic_load_n(&pd->status, __ATOMIC_ACQUIRE) == COMM_OK)
+            continue;
+        rt_error(c, COMM_ERR_PEER, "rank %d: rank %d's GPU failed in call %u (%s) with %s",
+                 c->rank, p, pd->seq, stage_name(pd->stage),
+                 comm_status_string((comm_status_t)pd->status));
+        return COMM_ERR_PEER;
+    }
+    comm_status_t pst = shm_check_peers(c);
+    if (pst != COMM_OK)
+        return pst;
+    cudaError_t e = cudaStreamQuery(x->sd);
+    if (e == cudaSuccess || e == cudaErrorNotReady)
+        e = cudaStreamQuery(x->sh);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+        rt_error(c, COMM_ERR_SYSTEM, "rank %d: GPU %d reported %s on arcomm's copy streams",
+                 c->rank, x->device, cudaGetErrorString(e));
+        return COMM_ERR_SYSTEM;
+    }
+    return COMM_OK;
+}
+
+comm_status_t coll_cuda_check(struct comm *c)
+{
+    return cuda_check_device(c);
+}
+
+static comm_status_t launch_failed(struct comm *c, const char *what, int e)
+{
+    rt_error(c, COMM_ERR_SYSTEM, "rank %d: %s failed on GPU %d: %s", c->rank, what,
+             cuda_of(c)->device, cudaGetErrorString((cudaError_t)e));
+    (void)cudaGetLastError();
+    return COMM_ERR_SYSTEM;
+}
+
+static comm_status_t driver_failed(struct comm *c, const char *what, CUresult r)
+{
+    rt_error(c, COMM_ERR_SYSTEM, "rank %d: %s failed on GPU %d (CUresult %d)", c->rank, what,
+             cuda_of(c)->device, (int)r);
+    return COMM_ERR_SYSTEM;
+}
+
+static bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+static void fill_common(struct comm *c, const struct coll_call *call, bool narrow,
+                        enum cuda_path path, uint32_t release, struct cuda_kcommon *k)
+{
+    struct cuda_comm *x = cuda_of(c);
+    k->send = call->send;
+    k->recv = call->recv;
+    k->addend = call->addend;
+    k->count = call->count;
+    k->addend_count = call->addend ? call->addend_count : 0;
+    k->regions = x->dregions;
+    k->region_bytes = x->g.region_bytes;
+    k->timeout_ns = c->timeout_ms < 0 ? 0 : (uint64_t)c->timeout_ms * 1000000u;
+    k->seq = c->seq;
+    k->desc = cuda_call_desc(call->count, (uint32_t)call->dtype, (uint32_t)call->op,
+                             (uint32_t)path, narrow, call->addend != NULL, k->addend_count);
+    k->release = release;
+    k->rank = c->rank;
+    k->nranks = c->nranks;
+    k->dtype = (int32_t)call->dtype;
+    k->narrow = narrow;
+    k->vec = aligned16(call->send) && aligned16(call->recv) &&
+             (call->addend == NULL || aligned16(call->addend));
+}
+
+static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, bool narrow)
+{
+    struct cuda_comm *x = cuda_of(c);
+    uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
+    struct cuda_kplan plan = cuda_kplan_compute(call->count, wsize, x->g.kslot_bytes, x->k.blocks);
+    struct cuda_kpath_args a = {
+        .off_kstage = x->g.off_kstage,
+        .kslot_bytes = x->g.kslot_bytes,
+        .round_elems = plan.round_elems,
+        .rounds = plan.rounds,
+        .round_base = (uint32_t)x->kround,
+    };
+    fill_common(c, call, narrow, CUDA_PATH_KERNEL, (uint32_t)x->cchunk + CUDA_RELEASE, &a.c);
+    int e = cuda_launch_kpath(&a, plan.blocks, call->stream);
+    if (e != 0)
+        return launch_failed(c, "the kernel-path launch", e);
+    x->kround += plan.rounds;
+    return COMM_OK;
+}
+
+/* The bf16 copy of a narrowed input, grown in stream order on the D2H stream. */
+static comm_status_t narrow_buffer(struct comm *c, size_t bytes)
+{
+    struct cuda_comm *x = cuda_of(c);
+    if (x->narrow_bytes >= bytes)
+        return COMM_OK;
+    cudaError_t e = cudaSuccess;
+    if (x->narrow != NULL)
+        e = cudaFreeAsync(x->narrow, x->sd);
+    x->narrow = NULL;
+    x->narrow_bytes = 0;
+    if (e == cudaSuccess)
+        e = cudaMallocAsync((void **)&x->narrow, bytes, x->sd);
+    if (e != cudaSuccess)
+        return launch_failed(c, "cudaMallocAsync of the bf16 buffer", e);
+    x->narrow_bytes = bytes;
+    return COMM_OK;
+}
+
+static comm_status_t copy_path(struct comm *c, const struct coll_call *call, bool narrow)
+{
+    struct cuda_comm *x = cuda_of(c);
+    cudaStream_t stream = call->stream;
+    uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
+    struct cuda_cplan plan = cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
+    const uint8_t *src = call->send;
+    CUresult r;
+    int e;
+
+    if ((e = cudaEventRecord(x->ev_start, stream)) != 0 ||
+        (e = cudaStreamWaitEvent(x->sd, x->ev_start, 0)) != 0)
+        return launch_failed(c, "ordering the copy stream after the caller's", e);
+    if (narrow) {
+        comm_status_t st = narrow_buffer(c, call->count * 2);
+        if (st != COMM_OK)
+            return st;
+        if ((e = cuda_launch_narrow(call->send, x->narrow, call->count, x->sd)) != 0)
+            return launch_failed(c, "the bf16 narrowing launch", e);
+        src = (const uint8_t *)x->narrow;
+    }
+    struct cuda_ctrl *me = cuda_ctrl_of(x, c->rank);
+    uint64_t wire = call->count * wsize;
+    for (uint32_t k = 0; k < plan.chunks; k++) {
+        uint64_t g = x->cchunk + k;
+        uint32_t g32 = (uint32_t)g;
+        uint64_t off = (uint64_t)k * plan.chunk_bytes;
+        size_t len = (size_t)(wire - off < plan.chunk_bytes ? wire - off : plan.chunk_bytes);
+
+        /* D2H: wait until every peer fetched what the slot held, stage, publish. */
+        if (g >= x->g.cslots) {
+            for (int p = 0; p < c->nranks; p++) {
+                if (p == c->rank)
+                    continue;
+                r = x->wait_value(x->sd, cuda_dev_addr(x, &cuda_ctrl_of(x, p)->h2d.value),
+                                  (cuuint32_t)(g32 - x->g.cslots + 1), CU_STREAM_WAIT_VALUE_GEQ);
+                if (r != CUDA_SUCCESS)
+                    return driver_failed(c, "cuStreamWaitValue32 (staging slot free)", r);
+            }
+        }
+        uint8_t *slot = x->regions + cuda_cslot_off(&x->g, c->rank, g32);
+        if ((e = cudaMemcpyAsync(slot, src + off, len, cudaMemcpyDeviceToHost, x->sd)) != 0)
+            return launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
+        r = x->write_value(x->sd, cuda_dev_addr(x, &me->ready.value), (cuuint32_t)(g32 + 1), 0);
+        if (r != CUDA_SUCCESS)
+            return driver_failed(c, "cuStreamWriteValue32 (chunk staged)", r);
+
+        /* H2D: wait until the ring slot was summed, then fetch every peer's chunk. */
+        if (g >= x->tslots) {
+            r = x->wait_value(x->sh, cuda_dev_addr(x, &me->added.value),
+                              (cuuint32_t)(g32 - x->tslots + 1), CU_STREAM_WAIT_VALUE_GEQ);
+            if (r != CUDA_SUCCESS)
+                return driver_failed(c, "cuStreamWaitValue32 (ring slot free)", r);
+        }
+        for (int p = 0, q = 0; p < c->nranks; p++) {
+            if (p == c->rank)
+                continue;
+            r = x->wait_value(x->sh, cuda_dev_addr(x, &cuda_ctrl_of(x, p)->ready.value),
+                              (cuuint32_t)(g32 + 1), CU_STREAM_WAIT_VALUE_GEQ);
+            if (r != CUDA_SUCCESS)
+                return driver_failed(c, "cuStreamWaitValue32 (peer chunk staged)", r);
+            uint8_t *dst = x->tmp + ((uint64_t)q * x->tslots + g % x->tslots) * x->g.chunk_max;
+            const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, g32);
+            if ((e = cudaMemcpyAsync(dst, from, len, cudaMemcpyHostToDevice, x->sh)) != 0)
+                return launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
+            q++;
+        }
+        r = x->write_value(x->sh, cuda_dev_addr(x, &me->h2d.value), (cuuint32_t)(g32 + 1), 0);
+        if (r != CUDA_SUCCESS)
+            return driver_failed(c, "cuStreamWriteValue32 (chunk fetched)", r);
+    }
+
+    struct cuda_cadd_args a = {
+        .tmp = x->tmp,
+        .chunk_max = x->g.chunk_max,
+        .tslots = x->tslots,
+        .done = x->done,
+        .chunk_elems = plan.chunk_elems,
+        .chunks = plan.chunks,
+        .chunk_base = (uint32_t)x->cchunk,
+    };
+    fill_common(c, call, narrow, CUDA_PATH_COPY, (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE,
+                &a.c);
+    uint64_t per_block = 256u * 8u * 4u;
+    uint64_t want = (plan.chunk_elems + per_block - 1) / per_block;
+    unsigned blocks = (unsigned)(want < 1 ? 1 : want > 32 ? 32 : want);
+    if ((e = cuda_launch_cadd(&a, blocks, stream)) != 0)
+        return launch_failed(c, "the add-kernel launch", e);
+    x->cchunk += plan.chunks;
+    return COMM_OK;
+}
+
+comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
+{
+    struct cuda_comm *x = cuda_of(c);
+    /* The same answer on every rank, before any memory is touched. */
+    if (call->op != COMM_SUM ||
+        (call->dtype != COMM_F32 && call->dtype != COMM_F16 && call->dtype != COMM_BF16)) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: the CUDA transport sums f32, f16 and bf16; %s %s is not supported "
+                 "(use a host communicator for it)",
+                 c->rank, coll_op_name(call->op), coll_dtype_name(call->dtype));
+        return COMM_ERR_UNSUPPORTED;
+    }
+    comm_status_t st = cuda_check_device(c);
+    if (st != COMM_OK || call->count == 0)
+        return st;
+
+    int prev = 0;
+    st = cuda_device_enter(c, &prev);
+    if (st != COMM_OK)
+        return st;
+    cudaStream_t stream = call->stream;
+    int e;
+    /* Calls on one communicator run one after another whatever streams they use: the
+     * token and counter protocols count on it. */
+    if (x->have_last && x->last_stream != call->stream &&
+        (e = cudaStreamWaitEvent(stream, x->ev_done, 0)) != 0) {
+        st = launch_failed(c, "ordering after the previous call's stream", e);
+        goto out;
+    }
+    size_t bytes = call->count * comm_dtype_size(call->dtype);
+    bool narrow = call->dtype == COMM_F32 && bytes >= x->k.bf16_threshold;
+    if (bytes >= x->k.copy_threshold && c->nranks > 1)
+        st = copy_path(c, call, narrow);
+    else
+        st = kernel_path(c, call, narrow);
+    if (st != COMM_OK)
+        goto out;
+    if ((e = cudaEventRecord(x->ev_done, stream)) != 0) {
+        st = launch_failed(c, "cudaEventRecord", e);
+        goto out;
+    }
+    x->last_stream = call->stream;
+    x->have_last = true;
+out:
+    cuda_device_leave(prev);
+    return st;
+}

@@ -1,0 +1,16 @@
+/*
+ * The CUDA allreduce: path selection (kernel path below ARCOMM_COPY_THRESHOLD, copy
+ * engines from it), bf16 wire narrowing, and what collectives/allreduce.c calls.
+ */
+#ifndef ARCOMM_COLL_CUDA_H
+#define ARCOMM_COLL_CUDA_H
+
+#include "coll.h"
+
+/* A validated call on a CUDA communicator: enqueued on call->stream, or an error. */
+comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call);
+
+/* What the device reported since the last call (for comm_barrier and the like). */
+comm_status_t coll_cuda_check(struct comm *c);
+
+#endif /* ARCOMM_COLL_CUDA_H */

@@ -313,22 +313,6 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
                  c->rank, s->name, h->version, h->header_bytes, SHM_VERSION);
         goto err_unmap;
     }
-    if (h->nranks != (uint32_t)c->nranks) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: rank 0 created the communicator for %u ranks, this rank was given "
-                 "nranks %d: every rank must pass the same nranks",
-                 c->rank, h->nranks, c->nranks);
-        record_init_failure(h, c->rank, COMM_ERR_INVALID);
-        goto err_unmap;
-    }
-    if (strncmp(h->transport, c->ops->name, sizeof(h->transport)) != 0) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: rank 0 uses transport \"%.16s\", this rank picked \"%s\": set the "
-                 "same ARCOMM_TRANSPORT / config transport on every rank",
-                 c->rank, h->transport, c->ops->name);
-        record_init_failure(h, c->rank, COMM_ERR_INVALID);
-        goto err_unmap;
-    }
     if (h->owner_uid != (uint32_t)geteuid() || g.total_bytes != h->total_bytes ||
         g.off_ranks != h->off_ranks || g.off_arrival != h->off_arrival ||
         g.off_staging != h->off_staging || g.off_pool != h->off_pool ||
@@ -364,6 +348,32 @@ err_unmap:
     munmap(h, sizeof(*h));
     close(fd);
     return status;
+}
+
+/*
+ * What a joining rank must agree on with rank 0; checked on every path in (also when a
+ * thread of this process already mapped the segment).  A rank that cannot join says so
+ * in init_status, so the ranks already there fail at once instead of at the timeout.
+ */
+static comm_status_t check_joinable(struct comm *c, struct shm_header *h)
+{
+    if (h->nranks != (uint32_t)c->nranks) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: rank 0 created the communicator for %u ranks, this rank was given "
+                 "nranks %d: every rank must pass the same nranks",
+                 c->rank, h->nranks, c->nranks);
+        record_init_failure(h, c->rank, COMM_ERR_INVALID);
+        return COMM_ERR_INVALID;
+    }
+    if (strncmp(h->transport, c->ops->name, sizeof(h->transport)) != 0) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: rank 0 uses transport \"%.16s\", this rank picked \"%s\": set the "
+                 "same ARCOMM_TRANSPORT / config transport on every rank",
+                 c->rank, h->transport, c->ops->name);
+        record_init_failure(h, c->rank, COMM_ERR_INVALID);
+        return COMM_ERR_INVALID;
+    }
+    return COMM_OK;
 }
 
 /* Binds this rank's staging slots to its NUMA node before anyone touches them. */
@@ -416,6 +426,12 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     s->pool = s->base + h->off_pool;
     s->pool_bytes = h->pool_bytes;
     c->shm = s;
+
+    if (c->rank != 0) {
+        status = check_joinable(c, h);
+        if (status != COMM_OK)
+            goto err_unmap;
+    }
 
     struct shm_rank *me = &s->ranks[c->rank];
     uint32_t unclaimed = 0;

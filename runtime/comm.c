@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,11 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     const struct rt_topo_summary *topo = rt_topo_summary();
     c->oversubscribed = c->nranks > topo->pus;
     c->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : c->oversubscribed ? 2000 : 50000;
+    /* An unpinned rank may share its CPU with the peer it waits for (the scheduler does
+     * that under load): it then checks, and yields rather than spins. */
+    cpu_set_t mask;
+    c->same_cpu_check = c->nranks > 1 && sched_getaffinity(0, sizeof(mask), &mask) == 0 &&
+                        CPU_COUNT(&mask) > 1;
 
     status = c->ops->setup(c);
     if (status != COMM_OK) {

@@ -38,6 +38,7 @@ struct comm {
     void *scratch;                 /* private scratch of shm slot size (staged path) */
     bool oversubscribed;           /* more local ranks than usable cores */
     bool same_process;             /* every rank lives in this process */
+    bool same_cpu_check;           /* ranks unpinned: waiters check for a peer on their CPU */
     long spin_ns;                  /* effective spin phase */
 
     _Atomic int broken;            /* 0, or the status that broke the communicator */

@@ -31,6 +31,7 @@ static void rank_record(void **s)
     assert_int_equal(offsetof(struct shm_rank, start_time), 8);
     assert_int_equal(offsetof(struct shm_rank, progress), 64);
     assert_int_equal(offsetof(struct shm_rank, status), 72);
+    assert_int_equal(offsetof(struct shm_rank, cpu), 80);
     assert_int_equal(offsetof(struct shm_rank, errmsg), 128);
     assert_int_equal(_Alignof(struct shm_rank), 64);
 }

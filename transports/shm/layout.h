@@ -70,7 +70,9 @@ struct shm_rank {
     alignas(SHM_CACHE_LINE) _Atomic uint64_t progress; /* steps completed, monotonic */
     _Atomic int32_t status;        /* sticky: COMM_OK, or the error that broke it */
     uint32_t failed_seq;           /* call number where status was set */
-    uint8_t pad1[SHM_CACHE_LINE - 16];
+    _Atomic int32_t cpu;           /* CPU the owner last arrived from (-1 unknown): a
+                                    * waiter on the same CPU yields instead of spinning */
+    uint8_t pad1[SHM_CACHE_LINE - 20];
     /* --- lines 2..4: the owner's error text, valid once status != COMM_OK --- */
     char errmsg[SHM_ERRMSG_BYTES];
 };

@@ -446,6 +446,7 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     me->pid = (int32_t)getpid();
     me->start_time = rt_proc_start_time(getpid());
     me->numa_node = bind_staging(c, s);
+    atomic_store(&me->cpu, -1);
     atomic_fetch_add(&h->attached, 1);
 
     unsigned us = 20;

@@ -97,6 +97,9 @@ void shm_ring(struct shm_comm *s);
 /* Wakes every sleeper unconditionally (abort, teardown). */
 void shm_ring_all(struct shm_comm *s);
 
+/* Records the CPU this rank runs on, for waiters deciding whether to spin. */
+void shm_note_cpu(struct comm *c);
+
 /* Publishes this rank's progress step (release) and wakes sleepers. */
 void shm_progress_publish(struct comm *c);
 /* Waits until every peer's progress reached c->steps. */

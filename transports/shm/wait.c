@@ -90,6 +90,27 @@ static comm_status_t check_liveness(struct comm *c, const char *what)
 
 enum phase { PHASE_SPIN, PHASE_YIELD, PHASE_SLEEP };
 
+void shm_note_cpu(struct comm *c)
+{
+    if (c->same_cpu_check) {
+        int cpu = sched_getcpu();
+        struct shm_rank *me = &c->shm->ranks[c->rank];
+        if (atomic_load_explicit(&me->cpu, memory_order_relaxed) != cpu)
+            atomic_store_explicit(&me->cpu, cpu, memory_order_relaxed);
+    }
+}
+
+/* Does a peer share this thread's CPU?  Then spinning only keeps it from running. */
+static bool peer_on_my_cpu(struct comm *c)
+{
+    int cpu = sched_getcpu();
+    for (int p = 0; p < c->nranks; p++)
+        if (p != c->rank && atomic_load_explicit(&c->shm->ranks[p].cpu,
+                                                 memory_order_relaxed) == cpu)
+            return true;
+    return false;
+}
+
 comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char *what)
 {
     int r = ready(c, arg);
@@ -137,7 +158,7 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
             if (st != COMM_OK)
                 return st;
         }
-        if (phase == PHASE_SPIN && now >= yield_at)
+        if (phase == PHASE_SPIN && (now >= yield_at || (c->same_cpu_check && peer_on_my_cpu(c))))
             phase = PHASE_YIELD;
         if (phase == PHASE_YIELD && now >= sleep_at)
             phase = PHASE_SLEEP;

@@ -51,6 +51,7 @@ void coll_arrive(struct comm *c, const struct shm_arrival *mine)
     atomic_store_explicit(&a->status, COMM_OK, memory_order_relaxed);
     atomic_store_explicit(&a->seq, c->seq, memory_order_release);
     shm_ring(c->shm);
+    shm_note_cpu(c);
 }
 
 struct arrivals_arg {

@@ -10,6 +10,9 @@
 #if ARCOMM_HAVE_CUDA
 #include "cuda/coll_cuda.h"
 #endif
+#if ARCOMM_HAVE_HEXAGON
+#include "hexagon/hexagon_coll.h"
+#endif
 #include "topo.h"
 
 #include <unistd.h>
@@ -101,6 +104,10 @@ comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call)
 #if ARCOMM_HAVE_CUDA
     case COMM_DEVICE_CUDA:
         return coll_cuda_allreduce(c, call);
+#endif
+#if ARCOMM_HAVE_HEXAGON
+    case COMM_DEVICE_HEXAGON:
+        return coll_hexagon_allreduce(c, call);
 #endif
     default:
         rt_error(c, COMM_ERR_UNSUPPORTED, "rank %d: no collectives for this device in this build",

@@ -54,6 +54,16 @@ const struct rt_knob_desc rt_knob_table[] = {
          "cuda: pinned host staging of the copy-engine path, per rank"),
     KNOB("ARCOMM_CUDA_BLOCKS", RT_KNOB_INT, "0", cuda_blocks,
          "cuda: kernel-path blocks pumping PCIe stores at most (0 = auto: 32)"),
+    KNOB("ARCOMM_HEX_THREADS", RT_KNOB_INT, "4", hex_threads,
+         "hexagon: HVX worker threads of each HTP session (1..8)"),
+    KNOB("ARCOMM_HEX_VTCM_BYTES", RT_KNOB_SIZE, "8M", hex_vtcm_bytes,
+         "hexagon: VTCM of each HTP session; blocks shrink to fit it"),
+    KNOB("ARCOMM_HEX_FENCE_TIMEOUT_MS", RT_KNOB_INT, "-1", hex_fence_timeout_ms,
+         "hexagon: how long a session waits at a fence (-1 = ARCOMM_TIMEOUT_MS, never more)"),
+    KNOB("ARCOMM_HEX_MEM", RT_KNOB_STRING, "auto", hex_mem,
+         "hexagon: buffer memory: auto (rpcmem, else dma-heap, else memfd), or one of them"),
+    KNOB("ARCOMM_HEX_SEQ_START", RT_KNOB_INT, "0", hex_seq_start,
+         "hexagon: fence sequence a new session starts from (tests use it to cross 2^32)"),
 };
 
 const size_t rt_knob_count = sizeof(rt_knob_table) / sizeof(rt_knob_table[0]);

@@ -59,6 +59,11 @@ struct rt_knobs {
     size_t copy_chunk_bytes;        /* cuda: copy-engine chunk, auto = clamp(n/4,..) */
     size_t cuda_staging_bytes;      /* cuda: copy-path pinned staging per rank */
     long cuda_blocks;               /* cuda: kernel-path blocks at most (0 = auto) */
+    long hex_threads;               /* hexagon: HVX worker threads per session */
+    size_t hex_vtcm_bytes;          /* hexagon: VTCM per session */
+    long hex_fence_timeout_ms;      /* hexagon: fence wait (< 0: the comm's timeout) */
+    char hex_mem[RT_KNOB_STR_MAX];  /* hexagon: auto, rpcmem, dma-heap or memfd */
+    long hex_seq_start;             /* hexagon: first fence sequence (tests: wrap) */
     enum rt_knob_source source[32]; /* where each knob's value came from, by index */
 };
 

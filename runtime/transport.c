@@ -8,6 +8,9 @@
 #if ARCOMM_HAVE_CUDA
 #include "cuda/cuda_ops.h"
 #endif
+#if ARCOMM_HAVE_HEXAGON
+#include "hexagon/hexagon.h"
+#endif
 
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +19,9 @@ const struct transport_ops *const rt_transports[] = {
     &shm_transport_ops,
 #if ARCOMM_HAVE_CUDA
     &cuda_transport_ops, /* CUDA buffers; shm's probe refuses them */
+#endif
+#if ARCOMM_HAVE_HEXAGON
+    &hexagon_transport_ops,
 #endif
 };
 

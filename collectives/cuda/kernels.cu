@@ -379,6 +379,8 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
                     }
                     break;
                 }
+                /* The peer's staged data was written before its token. */
+                __threadfence_system();
                 if (s_err == 0 && j == 0 && call_agrees(c, p) < 0) {
                     record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, p);
                     s_err = COMM_ERR_MISMATCH;

@@ -37,7 +37,7 @@ tail -3 "$OUT/build.log"
 
 echo "== tests" | tee "$OUT/tests.log"
 "$B/tests/cuda/test_cuda_layout" >>"$OUT/tests.log" 2>&1 || rc=1
-timeout 560 "$B/tests/cuda/test_cuda" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^(ok|FAIL|PASS|SKIP|  )" \
+timeout 300 "$B/tests/cuda/test_cuda" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^(ok|FAIL|PASS|SKIP|  )" \
   || true
 grep -q "^PASS" "$OUT/tests.log" || rc=1
 

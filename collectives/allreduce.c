@@ -17,28 +17,36 @@
 
 #include <unistd.h>
 
-void coll_host_resolve_knobs(struct rt_knobs *k, int nranks)
+void coll_host_resolve_knobs(struct rt_knobs *k, int nranks, bool same_process)
 {
-    (void)nranks;
-    /* Measured on the 2-core development machine (docs/PERFORMANCE.md): up to 16 KiB a
-     * single round trip with one copy in and n reads beats the bulk path's two. */
-    if (k->flag_threshold == RT_SIZE_AUTO)
-        k->flag_threshold = 16 * 1024;
-    /* Host shared memory is not a narrow link: keep every bit unless asked. */
-    if (k->bf16_threshold == RT_SIZE_AUTO)
-        k->bf16_threshold = RT_SIZE_OFF;
-    if (k->nt_threshold == RT_SIZE_AUTO) {
-        /* Streaming stores pay once the outputs no longer fit the last-level cache. */
-        const struct rt_topo_summary *t = rt_topo_summary();
-        size_t llc = t->l3_bytes ? t->l3_bytes : t->l2_bytes ? t->l2_bytes : 8u << 20;
-        k->nt_threshold = llc;
-    }
     /* The flag path stages a whole message in one slot. */
     size_t slot = (k->shm_slot_bytes + 4095) / 4096 * 4096;
+    if (k->flag_threshold == RT_SIZE_AUTO) {
+        /*
+         * Measured on the 2-core development machine (docs/PERFORMANCE.md).  Thread
+         * ranks: the one-pass path reads each peer's input once and is as fast as the
+         * flag round trip from about 1 KiB on.  Process ranks: one copy in and n reads
+         * beat the staged path's three copies and three synchronisations up to the
+         * slot size for 2 ranks; the flag path's reads grow with n, the staged path's
+         * do not, so the crossover falls as 2 MiB / n.
+         */
+        size_t n = nranks > 0 ? (size_t)nranks : 1;
+        k->flag_threshold = same_process ? 1024 : (2u << 20) / n;
+    }
     if (k->flag_threshold != RT_SIZE_OFF && k->flag_threshold > slot)
         k->flag_threshold = slot;
     if (k->flag_threshold == RT_SIZE_OFF)
         k->flag_threshold = 0;
+    /* Host shared memory is not a narrow link: keep every bit unless asked. */
+    if (k->bf16_threshold == RT_SIZE_AUTO)
+        k->bf16_threshold = RT_SIZE_OFF;
+    if (k->nt_threshold == RT_SIZE_AUTO) {
+        /* Streaming stores pay once a call's inputs and outputs, all ranks' together,
+         * no longer fit the last-level cache: the outputs would only evict the inputs. */
+        const struct rt_topo_summary *t = rt_topo_summary();
+        size_t llc = t->l3_bytes ? t->l3_bytes : t->l2_bytes ? t->l2_bytes : 8u << 20;
+        k->nt_threshold = llc;
+    }
 }
 
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)

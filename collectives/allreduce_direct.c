@@ -52,7 +52,7 @@ comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call
             .addend = any_addend ? addend : NULL,
             .addend_count = call->addend_count,
             .offset = lo,
-            .nt_store = call->count * esize >= c->knobs.nt_threshold,
+            .nt_store = 2 * (size_t)n * call->count * esize >= c->knobs.nt_threshold,
         };
         coll_reduce(&args);
     }

@@ -27,8 +27,9 @@ struct coll_call {
 comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call);
 comm_status_t coll_barrier(struct comm *c);
 
-/* Turns the "auto" knobs of the host paths into numbers for this host and rank count. */
-void coll_host_resolve_knobs(struct rt_knobs *k, int nranks);
+/* Turns the "auto" knobs of the host paths into numbers for this host, rank count and
+ * kind of ranks (all threads of one process, or not). */
+void coll_host_resolve_knobs(struct rt_knobs *k, int nranks, bool same_process);
 
 /* Which host path a message of bytes (of dtype) takes: "flag" or "bulk". */
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes);

@@ -146,12 +146,6 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
         snprintf(c->knobs.transport, sizeof(c->knobs.transport), "%s", cfg->transport);
         c->knobs.source[rt_knob_find("ARCOMM_TRANSPORT")] = RT_SRC_CONFIG;
     }
-    /* cuda: "auto" bf16 narrowing means on for the CUDA paths (cuda_resolve_knobs), so
-     * the host resolution (auto = off) applies to host communicators only. */
-    size_t bf16_raw = c->knobs.bf16_threshold;
-    coll_host_resolve_knobs(&c->knobs, c->nranks);
-    if (c->device == COMM_DEVICE_CUDA)
-        c->knobs.bf16_threshold = bf16_raw;
 
     if (c->knobs.log_file[0] != '\0') {
         char path[PATH_MAX];
@@ -192,6 +186,13 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
         rt_init_error_quiet("comm_init: %s", c->errmsg);
         goto err_log;
     }
+    /* After setup: the host paths' defaults depend on whether all ranks are threads of
+     * this process.  cuda: "auto" bf16 narrowing means on for the CUDA paths (resolved
+     * by the transport in setup), so the host resolution applies to host devices only. */
+    size_t bf16_raw = c->knobs.bf16_threshold;
+    coll_host_resolve_knobs(&c->knobs, c->nranks, c->same_process);
+    if (c->device == COMM_DEVICE_CUDA)
+        c->knobs.bf16_threshold = bf16_raw;
     rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,
            c->id.str, c->nranks, c->ops->name);
     *comm = c;

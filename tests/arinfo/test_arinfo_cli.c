@@ -132,7 +132,7 @@ static void expected_knobs(struct rt_knobs *k, int nranks)
 {
     char err[256];
     assert_int_equal(rt_knobs_load(k, err, sizeof(err)), COMM_OK);
-    coll_host_resolve_knobs(k, nranks);
+    coll_host_resolve_knobs(k, nranks, false);
 }
 
 static void config_lists_every_knob(void **state)
@@ -246,8 +246,8 @@ static void paths_follow_the_threshold(void **state)
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "(host buffers, 4 ranks)"));
     char line[256];
-    snprintf(line, sizeof(line), "\n  %-10zu %-12s %s\n", t + 1, "no",
-             "bulk (one-pass for thread ranks or comm_mem buffers, staged for process ranks)");
+    snprintf(line, sizeof(line), "\n  %-10zu %-12s %-38s %s\n", t + 1, "no",
+             "bulk: staged (one-pass with comm_mem)", "bulk: one-pass");
     assert_string_equal(coll_host_path_name(&k, t + 1), "bulk");
     assert_non_null(strstr(r.out, line));
     run_free(&r);

@@ -31,7 +31,7 @@ void arinfo_knobs_load(struct arinfo *ai)
         exit(2);
     }
     ai->resolved = ai->knobs;
-    coll_host_resolve_knobs(&ai->resolved, ai->nranks);
+    coll_host_resolve_knobs(&ai->resolved, ai->nranks, false);
 }
 
 static const char *device_name(comm_device_t d)
@@ -221,15 +221,19 @@ void print_transports(struct arinfo *ai)
     }
 }
 
-static const char bulk_text[] =
-    "bulk (one-pass for thread ranks or comm_mem buffers, staged for process ranks)";
+/* Bulk on process ranks: staged, unless every buffer is from comm_mem_alloc. */
+static const char bulk_procs_text[] = "bulk: staged (one-pass with comm_mem)";
 
 void print_paths(struct arinfo *ai)
 {
     const struct rt_knobs *k = &ai->resolved;
     struct json *js = &ai->js;
-    char flag[32], bf16[32], nt[32];
+    char flag[32], flag_threads[32], bf16[32], nt[32];
     arinfo_fmt_size(k->flag_threshold, flag, sizeof(flag));
+    /* Thread ranks of one process have their own default (the one-pass path wins early). */
+    struct rt_knobs threads = ai->knobs;
+    coll_host_resolve_knobs(&threads, ai->nranks, true);
+    arinfo_fmt_size(threads.flag_threshold, flag_threads, sizeof(flag_threads));
     if (k->bf16_threshold == RT_SIZE_OFF)
         snprintf(bf16, sizeof(bf16), "off");
     else
@@ -245,10 +249,12 @@ void print_paths(struct arinfo *ai)
         arinfo_title(ai, "Allreduce paths (host buffers, %d rank%s)", ai->nranks,
                      ai->nranks == 1 ? "" : "s");
         fprintf(ai->out,
-                "  flag path up to %s; f32 travels as bf16 from %s; one-pass bulk outputs use "
-                "streaming stores from %s\n",
-                flag, bf16, nt);
-        fprintf(ai->out, "  %-10s %-12s %s\n", "SIZE", "F32 AS BF16", "PATH");
+                "  flag path up to %s (thread ranks of one process: up to %s); f32 travels as "
+                "bf16 from %s; one-pass calls moving %s or more (all ranks' inputs and outputs) "
+                "use streaming stores\n",
+                flag, flag_threads, bf16, nt);
+        fprintf(ai->out, "  %-10s %-12s %-38s %s\n", "SIZE", "F32 AS BF16", "PROCESS RANKS",
+                "THREAD RANKS");
     }
     for (size_t i = 0; i < ai->nsizes; i++) {
         size_t bytes = ai->sizes[i];
@@ -263,6 +269,7 @@ void print_paths(struct arinfo *ai)
             json_uint(js, "bytes", bytes);
             json_string(js, "device", "host");
             json_string(js, "path", path);
+            json_string(js, "path_thread_ranks", coll_host_path_name(&threads, bytes));
             if (bulk) {
                 json_object_begin(js, "bulk_variant");
                 json_string(js, "thread_ranks_or_comm_mem", "one-pass");
@@ -273,11 +280,14 @@ void print_paths(struct arinfo *ai)
             }
             json_bool(js, "f32_as_bf16", narrow);
             json_bool(js, "one_pass_streaming_stores",
-                      bulk && k->nt_threshold != RT_SIZE_OFF && bytes >= k->nt_threshold);
+                      bulk && k->nt_threshold != RT_SIZE_OFF &&
+                          2 * (size_t)ai->nranks * bytes >= k->nt_threshold);
             json_object_end(js);
         } else {
-            fprintf(ai->out, "  %-10s %-12s %s\n", size, narrow ? "yes" : "no",
-                    bulk ? bulk_text : path);
+            const char *tpath = coll_host_path_name(&threads, bytes);
+            fprintf(ai->out, "  %-10s %-12s %-38s %s\n", size, narrow ? "yes" : "no",
+                    bulk ? bulk_procs_text : path,
+                    strcmp(tpath, "bulk") == 0 ? "bulk: one-pass" : tpath);
         }
     }
     if (ai->json)

@@ -20,6 +20,8 @@ struct sweep {
     bool large_only; /* only the bulk-path counts */
     bool add;        /* comm_allreduce_add: residual and bias rows */
     bool narrow;     /* f32 travels as bf16 (ARCOMM_BF16_THRESHOLD=0) */
+    bool default_flag; /* keep the default flag threshold (else 16K: the large counts
+                        * take the bulk path whatever the default is) */
 };
 
 static const comm_dtype_t dtypes[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, COMM_I32, COMM_I64};
@@ -139,6 +141,8 @@ static void run_sweep(int nranks, bool procs, struct sweep sw)
 {
     if (sw.narrow)
         h_env_push("ARCOMM_BF16_THRESHOLD", "0");
+    if (!sw.default_flag)
+        h_env_push("ARCOMM_FLAG_THRESHOLD", "16K");
     struct h_job job = {
         .nranks = nranks, .procs = procs, .body = sweep_body, .arg = &sw, .kill_rank = -1};
     struct h_rank *res = h_run(&job);
@@ -162,6 +166,8 @@ static void threads_3(void **s) { (void)s; run_sweep(3, false, (struct sweep){0}
 static void threads_4(void **s) { (void)s; run_sweep(4, false, (struct sweep){0}); }
 static void threads_8(void **s) { (void)s; run_sweep(8, false, (struct sweep){0}); }
 static void procs_2(void **s) { (void)s; run_sweep(2, true, (struct sweep){0}); }
+static void procs_default_2(void **s) { (void)s; run_sweep(2, true, (struct sweep){.default_flag = true}); }
+static void threads_default_3(void **s) { (void)s; run_sweep(3, false, (struct sweep){.default_flag = true}); }
 static void procs_3(void **s) { (void)s; run_sweep(3, true, (struct sweep){0}); }
 static void procs_4(void **s) { (void)s; run_sweep(4, true, (struct sweep){.large_only = h_quick()}); }
 static void procs_mem_2(void **s) { (void)s; run_sweep(2, true, (struct sweep){.mem = true}); }
@@ -202,7 +208,8 @@ int main(void)
         cmocka_unit_test(threads_mem_2),   cmocka_unit_test(threads_add_3),
         cmocka_unit_test(procs_add_2),     cmocka_unit_test(procs_mem_add_2),
         cmocka_unit_test(threads_narrow_2), cmocka_unit_test(procs_narrow_3),
-        cmocka_unit_test(procs_small_slots_3),
+        cmocka_unit_test(procs_small_slots_3), cmocka_unit_test(procs_default_2),
+        cmocka_unit_test(threads_default_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

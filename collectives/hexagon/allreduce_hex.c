@@ -63,6 +63,16 @@ static comm_status_t resolve(struct comm *c, int peer, uint64_t ref, size_t byte
     return COMM_OK;
 }
 
+/*
+ * A peer that failed right after the handshake may free its buffers (comm_destroy)
+ * while this rank maps them: its failure, not the missing buffer, is the cause.
+ */
+static comm_status_t peer_or(struct comm *c, comm_status_t st)
+{
+    comm_status_t peer = shm_check_peers(c);
+    return peer != COMM_OK ? peer : st;
+}
+
 static const char *stage_name(uint32_t stage)
 {
     return stage == 0 ? "entry fence" : stage == 1 ? "reduction" : "exit fence";
@@ -222,7 +232,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
         if (st == COMM_OK)
             st = resolve(c, p, pa->recv, bytes, &dst);
         if (st != COMM_OK)
-            return st;
+            return peer_or(c, st);
         a.src[p] = src;
         a.dst[p] = dst;
         a.fence[p] = hx->fence[p];
@@ -231,7 +241,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
             uint8_t *add;
             st = resolve(c, p, pa->addend, add_bytes, &add);
             if (st != COMM_OK)
-                return st;
+                return peer_or(c, st);
             a.addend[p] = add;
         }
     }

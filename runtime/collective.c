@@ -108,6 +108,11 @@ static comm_status_t run(struct comm *c, const struct coll_call *call, bool add)
     st = validate(c, call, add);
     if (st == COMM_OK)
         st = coll_allreduce(c, call);
+    /* UNSUPPORTED is decided by the device before anything is exchanged, the same on
+     * every rank making the same call: the communicator stays usable and the call
+     * does not count. */
+    if (st == COMM_ERR_UNSUPPORTED)
+        return st;
     if (st != COMM_OK)
         return rt_break(c, st);
     c->seq++;

@@ -253,32 +253,14 @@ err_teardown:
 static void hx_publish_failure(struct comm *c, comm_status_t status, const char *msg,
                                bool in_call)
 {
-    struct shm_comm *s = c->shm;
     struct hex_comm *hx = hex_of(c);
-    if (s == NULL)
+    if (c->shm == NULL)
         return;
-    struct shm_rank *me = &s->ranks[c->rank];
-    if (!atomic_exchange(&c->published, 1)) {
-        snprintf(me->errmsg, sizeof(me->errmsg), "%s", msg);
-        /* comm_abort's thread must not read c->seq: the owner may be updating it. */
-        me->failed_seq = in_call ? c->seq : UINT32_MAX;
-        atomic_store_explicit(&me->status, (int32_t)status, memory_order_release);
-    }
+    /* The host side as on shm (the message first, for whoever reads it), then the
+     * fence, where waiting sessions see it. */
+    shm_publish_failure(c, status, msg, in_call);
     if (hx != NULL && hx->own[0].live)
         hex_fence_fail(own_fence(hx, HEX_FENCE_SLOT_CALL), (int32_t)status);
-    if (in_call) {
-        /* Peers in this call's host handshake see the failure at once. */
-        struct shm_arrival *a = shm_arrival_at(s, c->seq, c->rank);
-        atomic_store_explicit(&a->status, (int32_t)status, memory_order_relaxed);
-        atomic_store_explicit(&a->seq, c->seq, memory_order_release);
-    }
-    shm_ring_all(s);
-}
-
-static void hx_wake(struct comm *c)
-{
-    if (c->shm != NULL)
-        shm_ring_all(c->shm);
 }
 
 static comm_status_t hx_mem_alloc(struct comm *c, size_t bytes, void **ptr)
@@ -321,7 +303,7 @@ const struct transport_ops hexagon_transport_ops = {
     .setup = hx_setup,
     .teardown = hx_teardown,
     .publish_failure = hx_publish_failure,
-    .wake = hx_wake,
+    .wake = shm_wake,
     .mem_alloc = hx_mem_alloc,
     .mem_free = hx_mem_free,
 };

@@ -27,8 +27,7 @@ static void shm_teardown(struct comm *c)
     shm_segment_detach(c);
 }
 
-static void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg,
-                                bool in_call)
+void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call)
 {
     struct shm_comm *s = c->shm;
     if (s == NULL)
@@ -49,7 +48,7 @@ static void shm_publish_failure(struct comm *c, comm_status_t status, const char
     shm_ring_all(s);
 }
 
-static void shm_wake(struct comm *c)
+void shm_wake(struct comm *c)
 {
     if (c->shm != NULL)
         shm_ring_all(c->shm);

@@ -35,6 +35,15 @@ struct shm_comm {
 
 extern const struct transport_ops shm_transport_ops;
 
+/*
+ * The segment's failure publication, for every transport built on the segment: the
+ * rank's sticky status and message (first caller wins), its arrival word for the
+ * current call when in_call, and a ring of the doorbell.  See transport.h.
+ */
+void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call);
+/* Wakes every waiter of the segment (comm_abort). */
+void shm_wake(struct comm *c);
+
 /* segment.c */
 comm_status_t shm_segment_create_or_attach(struct comm *c);
 void shm_segment_detach(struct comm *c);

@@ -122,10 +122,17 @@ void arinfo_hexagon_print(struct arinfo *ai, const struct arinfo_hexagon *h)
         struct json *js = &ai->js;
         json_object_begin(js, "hexagon");
         json_bool(js, "built", h->built);
-        if (h->built)
+        if (h->built) {
             json_bool(js, "emulated", h->emulated);
-        else
+            json_bool(js, "rpcmem", h->rpcmem);
+            json_bool(js, "dma_heap", h->dma_heap);
+            json_bool(js, "cross_v69", h->cross_v69);
+            json_bool(js, "qemu_v67", h->qemu_v67);
+            json_bool(js, "sdk", h->sdk);
+            json_string(js, "vsum", h->vsum);
+        } else {
             json_null(js, "emulated");
+        }
         json_string(js, "note", h->nsessions ? NULL : h->note);
         json_array_begin(js, "sessions");
         for (int i = 0; i < h->nsessions; i++) {
@@ -148,7 +155,13 @@ void arinfo_hexagon_print(struct arinfo *ai, const struct arinfo_hexagon *h)
     }
     if (h->nsessions == 0) {
         arinfo_title(ai, "Hexagon%s", h->emulated ? " (host emulation)" : "");
-        fprintf(f, "  no sessions (%s)\n", h->note);
+        fprintf(f, "  %s\n", h->note);
+        fprintf(f, "  buffers: rpcmem %s, dma-heap %s, memfd yes\n", h->rpcmem ? "yes" : "no",
+                h->dma_heap ? "yes" : "no");
+        fprintf(f, "  DSP code: v69 HVX cross-build %s, v67 under qemu-hexagon %s, SDK %s; "
+                   "sums: %s\n",
+                h->cross_v69 ? "yes" : "no", h->qemu_v67 ? "yes" : "no", h->sdk ? "yes" : "no",
+                h->vsum);
         return;
     }
     arinfo_title(ai, "Hexagon (%d session%s%s)", h->nsessions, h->nsessions == 1 ? "" : "s",

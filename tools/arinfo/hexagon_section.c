@@ -13,17 +13,33 @@
  */
 #include "arcomm_build.h"
 #include "devices.h"
+#if ARCOMM_HAVE_HEXAGON
+#include "hexagon/hexagon.h"
+#endif
 
+#include <stdio.h>
 #include <string.h>
 
 /* Fills h; its caller zeroed it. */
 static void hexagon_collect(struct arinfo_hexagon *h)
 {
 #if ARCOMM_HAVE_HEXAGON
+    struct hex_info info;
+    hex_info_get(&info);
     h->built = true;
-    /* TODO(hexagon): ask the transport for its sessions (see above). */
+    h->emulated = strcmp(info.ops, "host emulation") == 0;
+    h->rpcmem = info.rpcmem;
+    h->dma_heap = info.dma_heap;
+    h->cross_v69 = info.cross_v69;
+    h->qemu_v67 = info.qemu_v67;
+    h->sdk = info.sdk;
+    snprintf(h->vsum, sizeof(h->vsum), "%s", info.vsum ? info.vsum : "");
+    /* Sessions are made per communicator (one per rank, device_index = session), so
+     * there is no fixed list to show; the knobs size each one. */
     snprintf(h->note, sizeof(h->note),
-             "this build has the Hexagon transport, but arinfo cannot query it yet");
+             "%s: one session per rank, made at comm_init (ARCOMM_HEX_VTCM_BYTES, "
+             "ARCOMM_HEX_THREADS size each)",
+             h->emulated ? "ops run on the host emulation" : "ops run on the DSP");
 #else
     h->built = false;
     snprintf(h->note, sizeof(h->note), "no hexagon transport in this build");

@@ -173,7 +173,7 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
      * peer we wait for gets the CPU. */
     const struct rt_topo_summary *topo = rt_topo_summary();
     c->oversubscribed = c->nranks > topo->pus;
-    c->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : c->oversubscribed ? 2000 : 50000;
+    c->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : c->oversubscribed ? 0 : 50000;
     /* An unpinned rank may share its CPU with the peer it waits for (the scheduler does
      * that under load): it then checks, and yields rather than spins. */
     cpu_set_t mask;

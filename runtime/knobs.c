@@ -41,7 +41,7 @@ const struct rt_knob_desc rt_knob_table[] = {
     KNOB("ARCOMM_NT_THRESHOLD", RT_KNOB_SIZE, "auto", nt_threshold,
          "bulk path: outputs of at least this many bytes use streaming stores"),
     KNOB("ARCOMM_SPIN_NS", RT_KNOB_INT, "-1", spin_ns,
-         "busy-poll this long before yielding (-1 = 50 us, or 2 us when oversubscribed)"),
+         "busy-poll this long before yielding (-1 = 50 us; 0 when ranks outnumber cores)"),
     KNOB("ARCOMM_YIELD_NS", RT_KNOB_INT, "1000000", yield_ns,
          "after spinning, sched_yield for this long before sleeping on a futex"),
     KNOB("ARCOMM_NUMA", RT_KNOB_BOOL, "1", numa,

@@ -9,6 +9,7 @@
 #include "cuda/cuda_comm.h"
 #include "kernels.h"
 
+#include <stddef.h>
 #include <stdio.h>
 
 static const char *stage_name(int32_t stage)
@@ -24,6 +25,10 @@ static const char *stage_name(int32_t stage)
         return "copy-engine path, waiting for chunks";
     case CUDA_STAGE_CDESC:
         return "copy-engine path, comparing the call";
+    case CUDA_STAGE_CSLOT:
+        return "copy-engine path, waiting for the peers to free a staging slot";
+    case CUDA_STAGE_CFETCH:
+        return "copy-engine path, waiting for a peer to stage a chunk";
     }
     return "host";
 }
@@ -76,18 +81,9 @@ comm_status_t cuda_check_device(struct comm *c)
                  comm_status_string((comm_status_t)pd->status));
         return COMM_ERR_PEER;
     }
-    comm_status_t pst = shm_check_peers(c);
-    if (pst != COMM_OK)
-        return pst;
-    cudaError_t e = cudaStreamQuery(x->sd);
-    if (e == cudaSuccess || e == cudaErrorNotReady)
-        e = cudaStreamQuery(x->sh);
-    if (e != cudaSuccess && e != cudaErrorNotReady) {
-        rt_error(c, COMM_ERR_SYSTEM, "rank %d: GPU %d reported %s on arcomm's copy streams",
-                 c->rank, x->device, cudaGetErrorString(e));
-        return COMM_ERR_SYSTEM;
-    }
-    return COMM_OK;
+    /* No stream queries here: a driver call per collective costs more than the smallest
+     * allreduce; a GPU fault is sticky and shows on the caller's next synchronize. */
+    return shm_check_peers(c);
 }
 
 comm_status_t coll_cuda_check(struct comm *c)
@@ -201,6 +197,9 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
     }
     struct cuda_ctrl *me = cuda_ctrl_of(x, c->rank);
     uint64_t wire = call->count * wsize;
+    struct cuda_wait_args base_wait = {.has_own = 0};
+    fill_common(c, call, narrow, CUDA_PATH_COPY,
+                (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE, &base_wait.c);
     for (uint32_t k = 0; k < plan.chunks; k++) {
         uint64_t g = x->cchunk + k;
         uint32_t g32 = (uint32_t)g;
@@ -209,14 +208,12 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
 
         /* D2H: wait until every peer fetched what the slot held, stage, publish. */
         if (g >= x->g.cslots) {
-            for (int p = 0; p < c->nranks; p++) {
-                if (p == c->rank)
-                    continue;
-                r = x->wait_value(x->sd, cuda_dev_addr(x, &cuda_ctrl_of(x, p)->h2d.value),
-                                  (cuuint32_t)(g32 - x->g.cslots + 1), CU_STREAM_WAIT_VALUE_GEQ);
-                if (r != CUDA_SUCCESS)
-                    return driver_failed(c, "cuStreamWaitValue32 (staging slot free)", r);
-            }
+            struct cuda_wait_args w = base_wait;
+            w.peer_off = offsetof(struct cuda_ctrl, h2d);
+            w.peer_want = g32 - x->g.cslots + 1;
+            w.stage = CUDA_STAGE_CSLOT;
+            if ((e = cuda_launch_wait(&w, x->sd)) != 0)
+                return launch_failed(c, "the staging-slot wait launch", e);
         }
         uint8_t *slot = x->regions + cuda_cslot_off(&x->g, c->rank, g32);
         if ((e = cudaMemcpyAsync(slot, src + off, len, cudaMemcpyDeviceToHost, x->sd)) != 0)
@@ -225,20 +222,20 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
         if (r != CUDA_SUCCESS)
             return driver_failed(c, "cuStreamWriteValue32 (chunk staged)", r);
 
-        /* H2D: wait until the ring slot was summed, then fetch every peer's chunk. */
-        if (g >= x->tslots) {
-            r = x->wait_value(x->sh, cuda_dev_addr(x, &me->added.value),
-                              (cuuint32_t)(g32 - x->tslots + 1), CU_STREAM_WAIT_VALUE_GEQ);
-            if (r != CUDA_SUCCESS)
-                return driver_failed(c, "cuStreamWaitValue32 (ring slot free)", r);
-        }
+        /* H2D: wait until every peer staged chunk g (and the ring slot was summed), then
+         * fetch every peer's chunk. */
+        struct cuda_wait_args w = base_wait;
+        w.peer_off = offsetof(struct cuda_ctrl, ready);
+        w.peer_want = g32 + 1;
+        w.has_own = g >= x->tslots;
+        w.own_off = offsetof(struct cuda_ctrl, added);
+        w.own_want = g32 - x->tslots + 1;
+        w.stage = CUDA_STAGE_CFETCH;
+        if ((e = cuda_launch_wait(&w, x->sh)) != 0)
+            return launch_failed(c, "the chunk wait launch", e);
         for (int p = 0, q = 0; p < c->nranks; p++) {
             if (p == c->rank)
                 continue;
-            r = x->wait_value(x->sh, cuda_dev_addr(x, &cuda_ctrl_of(x, p)->ready.value),
-                              (cuuint32_t)(g32 + 1), CU_STREAM_WAIT_VALUE_GEQ);
-            if (r != CUDA_SUCCESS)
-                return driver_failed(c, "cuStreamWaitValue32 (peer chunk staged)", r);
             uint8_t *dst = x->tmp + ((uint64_t)q * x->tslots + g % x->tslots) * x->g.chunk_max;
             const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, g32);
             if ((e = cudaMemcpyAsync(dst, from, len, cudaMemcpyHostToDevice, x->sh)) != 0)

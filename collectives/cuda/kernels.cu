@@ -46,6 +46,21 @@ __device__ __forceinline__ void st_vol(uint32_t *p, uint32_t v)
     *(volatile uint32_t *)p = v;
 }
 
+/* Publication and observation at system scope: one release by the publishing thread
+ * after a barrier covers the whole block's stores (cumulativity), one acquire by the
+ * observing thread before a barrier covers the whole block's loads. */
+__device__ __forceinline__ void st_release_sys(uint32_t *p, uint32_t v)
+{
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ bool reached(uint32_t v, uint32_t want)
 {
     return (int32_t)(v - want) >= 0;
@@ -232,8 +247,7 @@ __device__ int32_t spin_step(const cuda_kcommon &c, spin &s, int32_t peer, int32
         return COMM_ERR_TIMEOUT;
     }
     if (token != nullptr && t - s.last_pub > REPUBLISH_NS) {
-        st_vol(token, token_value);
-        __threadfence_system();
+        st_release_sys(token, token_value);
         s.last_pub = t;
     }
     return 0;
@@ -355,19 +369,17 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
                     stage[g + k] = from_f<W>(to_f(send[rlo + g + k]));
             }
         }
-        __threadfence_system();
         __syncthreads();
 
         if (threadIdx.x == 0) {
-            st_vol(&me->token[b].value, token);
-            __threadfence_system();
+            st_release_sys(&me->token[b].value, token);
             for (int p = 0; p < c.nranks && s_err == 0; p++) {
                 if (p == c.rank)
                     continue;
                 const uint32_t *peer_tok = &ctrl_of(c, p)->token[b].value;
                 spin s;
                 spin_init(s);
-                while (!reached(ld_vol(peer_tok), token)) {
+                while (!reached(ld_acquire_sys(peer_tok), token)) {
                     int32_t who = -1;
                     int32_t st = spin_step(c, s, p, &who, &me->token[b].value, token);
                     if (st == 0)
@@ -379,8 +391,6 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
                     }
                     break;
                 }
-                /* The peer's staged data was written before its token. */
-                __threadfence_system();
                 if (s_err == 0 && j == 0 && call_agrees(c, p) < 0) {
                     record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, p);
                     s_err = COMM_ERR_MISMATCH;
@@ -528,6 +538,39 @@ __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args
     }
 }
 
+/*
+ * The copy streams' waits: one thread spins until the counter at peer_off of every peer
+ * reached peer_want (and this rank's counter at own_off reached own_want), bounded like
+ * every spin.  A kernel, not cuStreamWaitValue32: a stream wait that finds its value
+ * not there yet is retried only after a time slice of the GPU's front end (hundreds of
+ * microseconds per chunk measured on H200), a spinning thread sees it within a PCIe
+ * round trip.  Released counters end the wait; the add kernel reports the failure.
+ */
+__global__ void wait_kernel(const cuda_wait_args a)
+{
+    const cuda_kcommon &c = a.c;
+    for (int p = -1; p < c.nranks; p++) {
+        if (p == c.rank || (p < 0 && !a.has_own))
+            continue;
+        const uint32_t *w = p < 0 ? (const uint32_t *)((const uint8_t *)ctrl_of(c, c.rank) + a.own_off)
+                                  : (const uint32_t *)((const uint8_t *)ctrl_of(c, p) + a.peer_off);
+        uint32_t want = p < 0 ? a.own_want : a.peer_want;
+        spin s;
+        spin_init(s);
+        uint32_t v;
+        while (!reached(v = ld_acquire_sys(w), want)) {
+            int32_t who = -1;
+            int32_t st = spin_step(c, s, p, &who, nullptr, 0);
+            if (st != 0 && !reached(ld_acquire_sys(w), want)) {
+                record_fail(c, st, a.stage, who);
+                return;
+            }
+        }
+        if (CUDA_RELEASED(v, want))
+            return;
+    }
+}
+
 __global__ void narrow_kernel(const float *src, __nv_bfloat16 *dst, uint64_t n, int vec)
 {
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x * 8;
@@ -589,6 +632,12 @@ extern "C" int cuda_launch_cadd(const struct cuda_cadd_args *a, unsigned blocks,
     default:
         return cudaErrorInvalidValue;
     }
+}
+
+extern "C" int cuda_launch_wait(const struct cuda_wait_args *a, void *stream)
+{
+    wait_kernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(*a);
+    return cudaGetLastError();
 }
 
 extern "C" int cuda_launch_narrow(const float *src, void *dst, uint64_t count, void *stream)

@@ -53,7 +53,19 @@ struct cuda_cadd_args {
     uint32_t chunk_base;    /* copy-path chunks before this call */
 };
 
+/* A copy stream's wait for counters in mapped memory (a spinning thread). */
+struct cuda_wait_args {
+    struct cuda_kcommon c;
+    uint32_t peer_off;  /* counter of struct cuda_ctrl that every peer must move ... */
+    uint32_t peer_want; /* ... to at least this */
+    uint32_t own_off;   /* with has_own: this rank's counter ... */
+    uint32_t own_want;  /* ... to at least this */
+    int32_t has_own;
+    int32_t stage;      /* enum cuda_stage, for the failure record */
+};
+
 /* Each returns a cudaError_t (0 = launched). */
+int cuda_launch_wait(const struct cuda_wait_args *a, void *stream);
 int cuda_launch_kpath(const struct cuda_kpath_args *a, unsigned blocks, void *stream);
 int cuda_launch_cadd(const struct cuda_cadd_args *a, unsigned blocks, void *stream);
 /* dst[i] = bf16(src[i]), round to nearest even, NaN kept NaN. */

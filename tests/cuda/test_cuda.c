@@ -779,6 +779,7 @@ static void test_processes(int nranks, const char *self)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IONBF, 0);
     if (argc == 5 && strcmp(argv[1], "--child") == 0)
         return child_main(atoi(argv[2]), atoi(argv[3]), argv[4]);
     cudaError_t e = cudaGetDeviceCount(&g_ndev);

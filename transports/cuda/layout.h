@@ -59,6 +59,8 @@ enum cuda_stage {
     CUDA_STAGE_CCALL = 3,    /* copy path: waiting for a peer to start the call */
     CUDA_STAGE_CDATA = 4,    /* copy path: waiting for a chunk to arrive */
     CUDA_STAGE_CDESC = 5,    /* copy path: peers disagree on the call */
+    CUDA_STAGE_CSLOT = 6,    /* copy path, D2H: waiting for peers to fetch a slot */
+    CUDA_STAGE_CFETCH = 7,   /* copy path, H2D: waiting for a peer to stage a chunk */
 };
 
 /* A failure record, written with one 16-byte store by its only writer. */

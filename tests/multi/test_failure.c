@@ -391,6 +391,7 @@ static void init_body(struct h_rank *r)
     comm_status_t st = comm_init(&r->comm, &cfg);
     double ms = h_now_ms() - t0;
     r->status = st;
+    r->elapsed_s = ms / 1e3;
     if (st == COMM_OK) {
         comm_destroy(r->comm);
         r->comm = NULL;
@@ -418,6 +419,21 @@ static void init_timeout(void **s)
         assert_int_equal(res[1 - absent].status, COMM_ERR_TIMEOUT);
         expect_clean(res, 2);
     }
+}
+
+/* A process rank that joined and died: the ranks waiting for the rest learn at once. */
+static void init_member_dies(void **s)
+{
+    (void)s;
+    struct init_case k = {.timeout_ms = 10000, .absent = 2, .bad_size = -1, .twice = -1};
+    struct h_job job = {.nranks = 3, .procs = true, .no_init = true, .body = init_body,
+                        .arg = &k, .kill_rank = 1, .kill_after_ms = 300};
+    struct h_rank *res = h_run(&job);
+    assert_int_equal(res[0].status, COMM_ERR_PEER);
+    if (res[0].elapsed_s > 2.0)
+        fail_msg("rank 0 learned of the dead rank after %.1f s", res[0].elapsed_s);
+    res[1].errors = 0;
+    expect_clean(res, 3);
 }
 
 static void init_nranks_disagree(void **s)
@@ -483,6 +499,7 @@ int main(void)
         cmocka_unit_test(kill_staged_path), cmocka_unit_test(leave),
         cmocka_unit_test(init_bad_config),  cmocka_unit_test(init_env),
         cmocka_unit_test(init_timeout),     cmocka_unit_test(init_nranks_disagree),
+        cmocka_unit_test(init_member_dies),
         cmocka_unit_test(init_rank_twice),  cmocka_unit_test(null_handles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -61,7 +61,8 @@ struct shm_header {
 /* Per-rank state: line 0 is written once at join; line 1 by its owner during calls. */
 struct shm_rank {
     /* --- line 0: identity, written by the owner at join --- */
-    _Atomic uint32_t claimed;      /* 1 once a rank joined with this number */
+    _Atomic uint32_t claimed;      /* 1 once a rank took this number, 2 once the fields
+                                    * below are written (release) */
     int32_t pid;                   /* owner's process id */
     uint64_t start_time;           /* owner's start time (/proc/pid/stat field 22) */
     int32_t numa_node;             /* node its staging memory is bound to, -1 none */

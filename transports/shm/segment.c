@@ -400,6 +400,22 @@ static int bind_staging(struct comm *c, struct shm_comm *s)
 }
 
 
+/* A rank of another process that claimed its place and is gone, or -1. */
+static int dead_member(const struct comm *c, const struct shm_comm *s)
+{
+    pid_t self = getpid();
+    for (int r = 0; r < c->nranks; r++) {
+        const struct shm_rank *m = &s->ranks[r];
+        /* claimed == 2 once the member published its pid (release). */
+        if (r == c->rank || atomic_load_explicit(&m->claimed, memory_order_acquire) != 2 ||
+            m->pid == self)
+            continue;
+        if (!rt_proc_alive(m->pid, m->start_time))
+            return r;
+    }
+    return -1;
+}
+
 comm_status_t shm_segment_create_or_attach(struct comm *c)
 {
     struct shm_comm *s = calloc(1, sizeof(*s));
@@ -447,9 +463,11 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     me->start_time = rt_proc_start_time(getpid());
     me->numa_node = bind_staging(c, s);
     atomic_store(&me->cpu, -1);
+    atomic_store_explicit(&me->claimed, 2, memory_order_release); /* identity published */
     atomic_fetch_add(&h->attached, 1);
 
     unsigned us = 20;
+    uint64_t next_liveness = rt_now_ns() + 100000000u;
     for (;;) {
         int32_t failed = atomic_load(&h->init_status);
         if (failed != COMM_OK) {
@@ -462,6 +480,20 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         }
         if (atomic_load(&h->attached) == (uint32_t)c->nranks)
             break;
+        /* A rank that joined and then died will never be followed by the rest in time:
+         * say so now rather than at the timeout. */
+        if (rt_now_ns() >= next_liveness) {
+            next_liveness = rt_now_ns() + 100000000u;
+            int dead = dead_member(c, s);
+            if (dead >= 0) {
+                rt_error(c, COMM_ERR_PEER,
+                         "rank %d: rank %d (pid %d) joined communicator %s and then exited "
+                         "before every rank had joined",
+                         c->rank, dead, (int)s->ranks[dead].pid, c->id.str);
+                status = COMM_ERR_PEER;
+                goto err_leave;
+            }
+        }
         if (past(deadline)) {
             char missing[128] = "";
             size_t used = 0;

@@ -369,6 +369,9 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
                     stage[g + k] = from_f<W>(to_f(send[rlo + g + k]));
             }
         }
+        /* Every thread's PCIe stores land before the token (seen: a release by thread 0
+         * alone let peers read stale slices). */
+        __threadfence_system();
         __syncthreads();
 
         if (threadIdx.x == 0) {
@@ -391,6 +394,7 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
                     }
                     break;
                 }
+                __threadfence_system();
                 if (s_err == 0 && j == 0 && call_agrees(c, p) < 0) {
                     record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, p);
                     s_err = COMM_ERR_MISMATCH;
@@ -531,8 +535,17 @@ __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args
             if (atomicAdd(d, 1u) == gridDim.x - 1) {
                 *d = 0;
                 __threadfence();
-                st_vol(&ctrl_of(c, c.rank)->added.value, g + 1);
-                __threadfence_system();
+                /* The last blocks of chunks g and g + 1 may finish in either order: publish
+                 * in chunk order so that the counter never moves back. */
+                uint32_t *added = &ctrl_of(c, c.rank)->added.value;
+                spin s;
+                spin_init(s);
+                while ((int32_t)(ld_acquire_sys(added) - g) < 0) {
+                    int32_t who = -1;
+                    if (spin_step(c, s, c.rank, &who, nullptr, 0) != 0)
+                        break;
+                }
+                st_release_sys(added, g + 1);
             }
         }
     }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 /* Kernel-path blocks when ARCOMM_CUDA_BLOCKS is 0. */
@@ -259,6 +260,9 @@ static comm_status_t cuda_setup(struct comm *c)
         goto err_leave;
     x->regions = c->shm->staging;
     size_t bytes = (size_t)(x->g.region_bytes * (uint64_t)c->nranks);
+    /* Copy engines and PCIe loads through 4 KiB pages ran at ~3 GB/s on the lent H200
+     * VM; ask for huge pages where the kernel backs shared memory with them. */
+    madvise(x->regions, bytes, MADV_HUGEPAGE);
     /* Thread ranks of one process share one mapping (segment.c): it is registered with
      * the driver once, by the first of them, and unregistered by the last. */
     st = shm_mapping_ext_hold(c, register_mapping);

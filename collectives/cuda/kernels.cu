@@ -554,10 +554,10 @@ __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args
 /*
  * The copy streams' waits: one thread spins until the counter at peer_off of every peer
  * reached peer_want (and this rank's counter at own_off reached own_want), bounded like
- * every spin.  A kernel, not cuStreamWaitValue32: a stream wait that finds its value
- * not there yet is retried only after a time slice of the GPU's front end (hundreds of
- * microseconds per chunk measured on H200), a spinning thread sees it within a PCIe
- * round trip.  Released counters end the wait; the add kernel reports the failure.
+ * every spin (cuStreamWaitValue32 cannot time out).  It replaced cuStreamWaitValue32
+ * while chasing the copy path's 300-650 us per chunk on H200, which it did not change:
+ * that cost is elsewhere (docs/PERFORMANCE.md).  Released counters end the wait; the
+ * add kernel reports the failure.
  */
 __global__ void wait_kernel(const cuda_wait_args a)
 {

@@ -87,7 +87,10 @@ static inline uint32_t hex_round_up(uint32_t v, uint32_t a)
  */
 static inline uint32_t hex_vtcm_bias_row_bytes(uint32_t ne0, uint32_t esize, uint32_t block)
 {
-    uint32_t row = hex_round_up(ne0 * esize, 128);
+    /* The last column tile's vector sums read a whole block from its start, past the
+     * row's end: room for that, or they would read the next row (or a worker's area
+     * while its DMA writes it). */
+    uint32_t row = hex_round_up(ne0 * esize, 128) + block * esize;
     uint32_t two_blocks = 2 * block * esize;
     return row > two_blocks ? row : two_blocks;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: a release build with -Werror (all suites), an
-# ASan+UBSan build and a TSan build (the runtime's unit and multi-rank suites, lighter
-# sweeps).  Ends with one line: "N passed, N failed, N skipped".
+# ASan+UBSan build (runtime, kernels, tools, Hexagon) and a TSan build (the threaded
+# paths: runtime and Hexagon emulation), with lighter sweeps.  Ends with one line: "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh build-ci --werror || { echo "0 passed, 1 failed"; exit 1; }
@@ -25,7 +25,8 @@ if [ ! -f build-asan/build.ninja ]; then
 fi
 ninja -C build-asan >/dev/null || status=1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-ARCOMM_TEST_QUICK=1 run_suite build-asan "ASan+UBSan build" --suite unit --suite multi --suite reduce
+ARCOMM_TEST_QUICK=1 run_suite build-asan "ASan+UBSan build" --suite unit --suite multi --suite reduce \
+    --suite tools --suite arinfo --suite hexagon
 
 if [ ! -f build-tsan/build.ninja ]; then
     meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false \
@@ -33,7 +34,7 @@ if [ ! -f build-tsan/build.ninja ]; then
 fi
 ninja -C build-tsan >/dev/null || status=1
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ARCOMM_TEST_QUICK=1 \
-run_suite build-tsan "TSan build" --suite unit --suite multi
+run_suite build-tsan "TSan build" --suite unit --suite multi --suite hexagon
 
 # One plain summary line over the three runs, from meson's own JSON logs.
 python3 - build-ci build-asan build-tsan <<'PY'

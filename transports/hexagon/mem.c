@@ -14,6 +14,7 @@
 #include "shm/shm.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <linux/dma-heap.h>
 #include <stdio.h>
@@ -78,6 +79,13 @@ comm_status_t hex_mem_pick(struct comm *c)
 }
 
 /* Maps fd's first bytes with an inaccessible guard page behind them. */
+/*
+ * Thread ranks of one process import each other's buffers through the owner's own
+ * descriptor: the owner must not close it while a peer maps it (the number could be
+ * reused meanwhile).  Closing and importing by descriptor number take this lock.
+ */
+static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static uint8_t *map_guarded(int fd, size_t bytes)
 {
     uint8_t *r = mmap(NULL, bytes + HEX_GUARD_BYTES, PROT_NONE,
@@ -200,12 +208,14 @@ static void release(struct comm *c, int slot)
         struct hex_reg_entry *e = &hx->reg[c->rank]->e[slot];
         atomic_store_explicit(&e->gen, atomic_load(&e->gen) + 1, memory_order_release);
     }
+    pthread_mutex_lock(&fd_lock);
     if (b->rpc != NULL) {
         hex_rpcmem_free(b->rpc, b->fd, b->bytes); /* fastrpc_munmap, then free */
     } else {
         munmap(b->base, b->bytes + HEX_GUARD_BYTES);
         close(b->fd);
     }
+    pthread_mutex_unlock(&fd_lock);
     memset(b, 0, sizeof(*b));
     b->fd = -1;
 }
@@ -316,8 +326,10 @@ comm_status_t hex_mem_import(struct comm *c, int peer, int slot, struct hex_impo
     uint64_t bytes = e->bytes, dev = e->dev, ino = e->ino;
     char how[256] = "";
     bool owned;
+    pthread_mutex_lock(&fd_lock);
     int fd = take_fd(c, peer, e->fd, &owned, how, sizeof(how));
     if (fd < 0) {
+        pthread_mutex_unlock(&fd_lock);
         rt_error(c, COMM_ERR_SYSTEM,
                  "rank %d: cannot take rank %d's buffer descriptor (%s); process ranks need "
                  "ptrace access to each other (same user, no seccomp filter on pidfd_getfd) "
@@ -350,6 +362,7 @@ comm_status_t hex_mem_import(struct comm *c, int peer, int slot, struct hex_impo
     }
     if (owned)
         close(fd);
+    pthread_mutex_unlock(&fd_lock);
     m->gen = gen;
     m->base = base;
     m->bytes = bytes;
@@ -359,5 +372,6 @@ comm_status_t hex_mem_import(struct comm *c, int peer, int slot, struct hex_impo
 err_close:
     if (owned)
         close(fd);
+    pthread_mutex_unlock(&fd_lock);
     return status;
 }

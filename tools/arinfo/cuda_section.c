@@ -1,33 +1,37 @@
 /*
- * The CUDA section of arinfo: CUDA devices, their NUMA locality, and the peer-access
- * matrix with the kind of link.
- *
- * ==== FOR THE CUDA TRANSPORT'S OWNER: the spot to fill in ====
- * When the build has the CUDA transport (ARCOMM_HAVE_CUDA == 1 in arcomm_build.h),
- * cuda_collect() below should call
- *
- *     int cuda_topo_query(struct cuda_topo *out);    (transports/cuda/cuda_topo.h)
- *
- * and copy what it found into struct arinfo_cuda (devices.h): for each device its
- * ordinal, name, PCI bus id as "dddd:bb:dd.f" in lower case (cudaDeviceGetPCIBusId
- * gives upper case: lower it, so that arinfo_pci_numa() finds the device in hwloc),
- * memory and compute capability; and link[i][j] = ARINFO_LINK_NVLINK when i and j
- * have peer access over NVLink (cudaDevP2PAttrAccessSupported plus NVML's
- * nvmlDeviceGetNvLinkRemotePciInfo, or cudaDevP2PAttrNativeAtomicSupported as the
- * usual hint), ARINFO_LINK_PCIE when they have peer access otherwise, else
- * ARINFO_LINK_NONE.  With no device, leave ndevices 0 and say why in note (e.g. "no
- * CUDA device found: cudaGetDeviceCount: no CUDA-capable device is detected").
- * arinfo_cuda_print() does the rest, as text and JSON, and the JSON schema
- * (docs/arinfo-json.md, "cuda") already describes those fields.
+ * The CUDA section of arinfo: CUDA devices (matched to hwloc's PCI objects by bus id in
+ * the transport's cuda_topo_list), their memory and compute capability, and the
+ * peer-access matrix with the kind of link.
  */
 #include "arcomm_build.h"
 #include "devices.h"
 
+#include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #if ARCOMM_HAVE_CUDA
-/* TODO(cuda): #include "cuda/cuda_topo.h" once transports/cuda/cuda_topo.h exists. */
+#include "cuda/cuda_comm.h"
+
+#include <cuda_runtime_api.h>
+
+/* Peer access, and whether it is NVLink: native atomics between two GPUs exist only
+ * over NVLink (PCIe peers have access but no native atomics). */
+static enum arinfo_link link_of(int i, int j)
+{
+    int access = 0, atomics = 0;
+    if (cudaDeviceCanAccessPeer(&access, i, j) != cudaSuccess || !access) {
+        (void)cudaGetLastError();
+        return ARINFO_LINK_NONE;
+    }
+    if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, i, j) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        atomics = 0;
+    }
+    return atomics ? ARINFO_LINK_NVLINK : ARINFO_LINK_PCIE;
+}
 #endif
 
 /* Fills c; its caller zeroed it. */
@@ -35,9 +39,37 @@ static void cuda_collect(struct arinfo_cuda *c)
 {
 #if ARCOMM_HAVE_CUDA
     c->built = true;
-    /* TODO(cuda): replace with cuda_topo_query() and the copy described above. */
-    snprintf(c->note, sizeof(c->note),
-             "this build has the CUDA transport, but arinfo cannot query it yet");
+    struct cuda_gpu_info *g = calloc(ARINFO_CUDA_MAX, sizeof(*g));
+    int n = g ? cuda_topo_list(g, ARINFO_CUDA_MAX) : -1;
+    if (n <= 0) {
+        int count = 0;
+        cudaError_t e = cudaGetDeviceCount(&count);
+        snprintf(c->note, sizeof(c->note), "cudaGetDeviceCount: %s",
+                 e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        free(g);
+        return;
+    }
+    c->ndevices = n;
+    for (int i = 0; i < n; i++) {
+        struct arinfo_cuda_device *d = &c->dev[i];
+        d->ordinal = g[i].ordinal;
+        snprintf(d->name, sizeof(d->name), "%s", g[i].name);
+        /* hwloc spells bus ids in lower case. */
+        for (size_t k = 0; k < sizeof(d->bus_id) - 1 && g[i].busid[k]; k++)
+            d->bus_id[k] = (char)tolower((unsigned char)g[i].busid[k]);
+        struct cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
+            d->memory_bytes = prop.totalGlobalMem;
+            d->cc_major = prop.major;
+            d->cc_minor = prop.minor;
+        }
+        (void)cudaGetLastError();
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            c->link[i][j] = i == j ? ARINFO_LINK_NONE : link_of(i, j);
+    free(g);
 #else
     c->built = false;
     snprintf(c->note, sizeof(c->note), "this build has no CUDA transport");

@@ -24,8 +24,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef ARBENCH_HAVE_NCCL
-#define ARBENCH_HAVE_NCCL 0
+#ifndef ARBENCH_HAVE_CUDA
+#define ARBENCH_HAVE_CUDA 0
+#endif
+#if ARBENCH_HAVE_CUDA
+#include "device_cuda.h"
 #endif
 #ifndef ARBENCH_MPIRUN
 #define ARBENCH_MPIRUN "mpirun"
@@ -65,34 +68,72 @@ static const char usage[] =
     "rank; median and p90 over calls.  algbw = size/time, busbw = algbw*2(n-1)/n\n"
     "(0 for one rank).  Exit status: 0 ok, 1 a call failed or #wrong > 0, 2 usage.\n";
 
-/* Device backends: host now; CUDA and Hexagon fill their entry when they arrive. */
-static const struct bench_device *const devices[] = {
-    [COMM_DEVICE_HOST] = &bench_device_host,
-    [COMM_DEVICE_CUDA] = NULL,
-    [COMM_DEVICE_HEXAGON] = NULL,
+/* The library under test, and the stream its calls are ordered on (NULL on the host). */
+struct arcomm_ctx {
+    comm_t *comm;
+    void *stream;
 };
 
 static int coll_arcomm(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
                        comm_op_t op)
 {
-    comm_t *comm = ctx;
-    comm_status_t st = comm_allreduce(comm, send, recv, count, dtype, op, NULL);
+    const struct arcomm_ctx *x = ctx;
+    comm_status_t st = comm_allreduce(x->comm, send, recv, count, dtype, op, x->stream);
     if (st != COMM_OK) {
         fprintf(stderr, "arbench: rank %d: comm_allreduce(count %zu) failed: %s: %s\n",
-                comm_rank(comm), count, comm_status_string(st), comm_last_error(comm));
+                comm_rank(x->comm), count, comm_status_string(st), comm_last_error(x->comm));
         return -1;
     }
     return 0;
 }
 
-/* Only host is built in: a device that comm_init accepts still needs its backend. */
-static const struct bench_device *device_backend(comm_device_t dev)
+/*
+ * The buffer backend of one rank: host memory, or (CUDA builds) the device memory of the
+ * rank's GPU (ordinal = local rank) with its own stream.  0, or an exit code.
+ */
+static int open_device(comm_device_t kind, int ordinal, struct bench_device *out)
 {
-    const struct bench_device *d = (unsigned)dev < 3 ? devices[dev] : NULL;
-    if (!d)
-        fprintf(stderr, "arbench: device %s: this arbench has no buffer backend for it\n",
-                bench_device_name(dev));
-    return d;
+    if (kind == COMM_DEVICE_HOST) {
+        *out = bench_device_host;
+        return 0;
+    }
+#if ARBENCH_HAVE_CUDA
+    if (kind == COMM_DEVICE_CUDA) {
+        int n = bench_cuda_count();
+        if (ordinal >= n) {
+            fprintf(stderr, "arbench: rank %d needs GPU %d, but this process sees %d GPU%s\n",
+                    ordinal, ordinal, n, n == 1 ? "" : "s");
+            return BENCH_EXIT_USAGE;
+        }
+        return bench_cuda_open(ordinal, out) ? BENCH_EXIT_FAIL : 0;
+    }
+#else
+    (void)ordinal;
+#endif
+    fprintf(stderr, "arbench: device %s: this arbench has no buffer backend for it\n",
+            bench_device_name(kind));
+    return BENCH_EXIT_USAGE;
+}
+
+static void close_device(struct bench_device *d)
+{
+#if ARBENCH_HAVE_CUDA
+    if (d->kind == COMM_DEVICE_CUDA)
+        bench_cuda_close(d);
+#else
+    (void)d;
+#endif
+}
+
+static void *device_stream(const struct bench_device *d)
+{
+#if ARBENCH_HAVE_CUDA
+    if (d->kind == COMM_DEVICE_CUDA)
+        return bench_cuda_stream(d);
+#else
+    (void)d;
+#endif
+    return NULL;
 }
 
 static int init_failed(comm_status_t st)
@@ -120,6 +161,8 @@ struct thr_shared {
     struct bench_report *live; /* print rows as they come (rank 0), or NULL */
     char transport[64];
     atomic_int exit_code; /* first failure wins; the others see it */
+    bool nccl;            /* this pass runs NCCL (--compare nccl), not arcomm */
+    unsigned char nccl_id[128];
 };
 
 struct thr_rank {
@@ -205,25 +248,42 @@ static void *thr_main(void *arg)
         CPU_SET(cpu, &one);
         pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
     }
-    comm_config_init(&cfg);
-    cfg.nranks = o->nranks;
-    cfg.rank = t->rank;
-    cfg.id = sh->id;
-    cfg.device = o->device;
-    cfg.device_index = -1;
-    comm_status_t st = comm_init(&comm, &cfg);
-    if (st != COMM_OK)
-        thr_fail(sh, init_failed(st));
-    const struct bench_device *dev = device_backend(o->device);
-    if (!dev)
-        thr_fail(sh, BENCH_EXIT_USAGE);
-
-    struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = comm};
+    struct bench_device dev;
+    int code = open_device(o->device, t->rank, &dev);
+    if (code)
+        thr_fail(sh, code);
+    struct arcomm_ctx actx = {.stream = device_stream(&dev)};
+    struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = &actx};
+#if ARBENCH_HAVE_CUDA
+    struct bench_nccl_ctx nctx = {.stream = device_stream(&dev)};
+    if (sh->nccl) {
+        if (bench_nccl_init(&nctx.comm, o->nranks, sh->nccl_id, t->rank, t->rank))
+            thr_fail(sh, BENCH_EXIT_FAIL);
+        coll = (struct bench_coll){.allreduce = bench_nccl_allreduce, .ctx = &nctx};
+    }
+#endif
+    if (!sh->nccl) {
+        comm_config_init(&cfg);
+        cfg.nranks = o->nranks;
+        cfg.rank = t->rank;
+        cfg.id = sh->id;
+        cfg.device = o->device;
+        cfg.device_index = o->device == COMM_DEVICE_HOST ? -1 : t->rank;
+        comm_status_t st = comm_init(&comm, &cfg);
+        if (st != COMM_OK)
+            thr_fail(sh, init_failed(st));
+        actx.comm = comm;
+    }
     struct bench_sync sync = {.reduce = thr_reduce, .same_bytes = thr_same_bytes, .ctx = t};
-    struct bench_rank r = {
-        .rank = t->rank, .nranks = o->nranks, .opts = o, .coll = &coll, .sync = &sync, .dev = dev};
+    struct bench_rank r = {.rank = t->rank,
+                           .nranks = o->nranks,
+                           .opts = o,
+                           .coll = &coll,
+                           .sync = &sync,
+                           .dev = &dev};
     if (t->rank == 0) {
-        snprintf(sh->transport, sizeof(sh->transport), "%s", comm_transport_name(comm));
+        snprintf(sh->transport, sizeof(sh->transport), "%s",
+                 sh->nccl ? "nccl" : comm_transport_name(comm));
         if (sh->live) {
             snprintf(sh->live->meta.transport, sizeof(sh->live->meta.transport), "%s",
                      sh->transport);
@@ -247,13 +307,24 @@ static void *thr_main(void *arg)
     if (t->rank == 0)
         bench_progress_end();
     comm_destroy(comm);
+#if ARBENCH_HAVE_CUDA
+    if (sh->nccl)
+        bench_nccl_destroy(nctx.comm);
+#endif
+    close_device(&dev);
     return NULL;
 }
 
 static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t nsizes,
-                       struct bench_result *res, struct bench_report *live, char *transport)
+                       struct bench_result *res, struct bench_report *live, char *transport,
+                       bool nccl)
 {
-    struct thr_shared sh = {.opts = o, .sizes = sizes, .nsizes = nsizes, .res = res, .live = live};
+    struct thr_shared sh = {
+        .opts = o, .sizes = sizes, .nsizes = nsizes, .res = res, .live = live, .nccl = nccl};
+#if ARBENCH_HAVE_CUDA
+    if (nccl && (bench_nccl_load() || bench_nccl_unique_id(sh.nccl_id)))
+        return BENCH_EXIT_USAGE;
+#endif
     struct thr_rank *ranks = calloc((size_t)o->nranks, sizeof(*ranks));
     pthread_t *tids = calloc((size_t)o->nranks, sizeof(*tids));
     sh.ptrs = calloc((size_t)o->nranks, sizeof(*sh.ptrs));
@@ -307,6 +378,41 @@ static int comm_reduce(void *ctx, void *vals, size_t n, enum bench_red red)
     return 0;
 }
 
+/* The rank's local rank (arrun sets ARCOMM_LOCAL_RANK): its GPU ordinal. */
+static int local_rank(int rank)
+{
+    const char *v = getenv("ARCOMM_LOCAL_RANK");
+    return v ? atoi(v) : rank;
+}
+
+/* A communicator on opts->device over the same ranks, its id sent over host. */
+static comm_status_t device_comm(comm_t *host, const struct bench_opts *opts, comm_t **out)
+{
+    int64_t words[COMM_ID_BYTES / 8] = {0};
+    comm_id_t id;
+    if (comm_rank(host) == 0) {
+        comm_status_t st = comm_id_new(&id);
+        if (st != COMM_OK)
+            return st;
+        memcpy(words, id.str, COMM_ID_BYTES);
+    }
+    comm_status_t st = comm_allreduce(host, words, words, COMM_ID_BYTES / 8, COMM_I64, COMM_SUM,
+                                      NULL);
+    if (st != COMM_OK) {
+        fprintf(stderr, "arbench: sending the device communicator's id: %s\n",
+                comm_last_error(host));
+        return st;
+    }
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    memcpy(cfg.id.str, words, COMM_ID_BYTES);
+    cfg.nranks = comm_size(host);
+    cfg.rank = comm_rank(host);
+    cfg.device = opts->device;
+    cfg.device_index = local_rank(cfg.rank);
+    return comm_init(out, &cfg);
+}
+
 static int run_rank(const struct bench_opts *o, int argc, char **argv)
 {
     comm_t *comm = NULL;
@@ -317,29 +423,43 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     struct bench_opts opts = *o;
     opts.nranks = comm_size(comm);
 
-    const struct bench_device *dev = device_backend(opts.device);
-    if (!dev) {
+    struct bench_device dev;
+    int code = open_device(opts.device, local_rank(rank), &dev);
+    if (code) {
         comm_destroy(comm);
-        return BENCH_EXIT_USAGE;
+        return code;
+    }
+    /* The host communicator keeps the benchmark's books; a device under test gets a
+     * communicator of its own, whose id rank 0 makes and sends over the host one. */
+    comm_t *tested = comm;
+    if (opts.device != COMM_DEVICE_HOST && (st = device_comm(comm, &opts, &tested)) != COMM_OK) {
+        close_device(&dev);
+        comm_destroy(comm);
+        return init_failed(st);
     }
     struct bench_report *rep = calloc(1, sizeof(*rep));
     size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&opts, sizes, BENCH_MAX_SIZES);
-    struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = comm};
+    struct arcomm_ctx actx = {.comm = tested, .stream = device_stream(&dev)};
+    struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = &actx};
     struct bench_sync sync = {.reduce = comm_reduce, .same_bytes = NULL, .ctx = comm};
     struct bench_rank r = {.rank = rank,
                            .nranks = opts.nranks,
                            .opts = &opts,
                            .coll = &coll,
                            .sync = &sync,
-                           .dev = dev};
+                           .dev = &dev};
     if (!rep) {
+        if (tested != comm)
+            comm_destroy(tested);
         comm_destroy(comm);
+        close_device(&dev);
         return BENCH_EXIT_FAIL;
     }
     rep->opts = &opts;
     bench_meta_fill(&rep->meta, argc, argv);
     rep->meta.mode = "procs";
-    snprintf(rep->meta.transport, sizeof(rep->meta.transport), "%s", comm_transport_name(comm));
+    snprintf(rep->meta.transport, sizeof(rep->meta.transport), "%s",
+             comm_transport_name(tested));
     if (rank == 0 && !opts.csv_stdout)
         bench_print_header(stdout, rep);
     for (size_t i = 0; i < n; i++) {
@@ -372,7 +492,10 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
             rc = BENCH_EXIT_FAIL;
     }
     free(rep);
+    if (tested != comm)
+        comm_destroy(tested);
     comm_destroy(comm);
+    close_device(&dev);
     return rc;
 }
 
@@ -528,7 +651,7 @@ static int run_sweeps(const struct bench_opts *o, int argc, char **argv)
         return BENCH_EXIT_FAIL;
     }
     rep->opts = o;
-    rep->peer_name = o->peer == BENCH_PEER_MPI ? "mpi" : NULL;
+    rep->peer_name = o->peer == BENCH_PEER_MPI ? "mpi" : o->peer == BENCH_PEER_NCCL ? "nccl" : NULL;
     bench_meta_fill(&rep->meta, argc, argv);
     rep->meta.mode = o->procs ? "procs" : "threads";
     /* One round, no peer, thread ranks: rows are printed as each size finishes. */
@@ -541,14 +664,22 @@ static int run_sweeps(const struct bench_opts *o, int argc, char **argv)
             if (run_procs(o, ar, nsizes, rep->meta.transport))
                 return BENCH_EXIT_FAIL;
         } else {
-            rc = run_threads(o, sizes, nsizes, ar, live ? rep : NULL, rep->meta.transport);
+            rc = run_threads(o, sizes, nsizes, ar, live ? rep : NULL, rep->meta.transport,
+                             false);
             if (rc)
                 return rc;
         }
-        if (rep->peer_name) {
+        if (o->peer == BENCH_PEER_MPI) {
             note("mpi", round, o->rounds);
             if (run_mpi(o, p + (size_t)round * nsizes, nsizes))
                 return BENCH_EXIT_FAIL;
+        } else if (o->peer == BENCH_PEER_NCCL) {
+            /* NCCL over the same GPUs, thread ranks, the same timing and check. */
+            char ignored[64];
+            note("nccl", round, o->rounds);
+            rc = run_threads(o, sizes, nsizes, p + (size_t)round * nsizes, NULL, ignored, true);
+            if (rc)
+                return rc;
         }
     }
     bench_progress_end();
@@ -585,11 +716,16 @@ int main(int argc, char **argv)
     if (rc)
         return rc == 1 ? BENCH_EXIT_OK : BENCH_EXIT_USAGE;
     if (o.peer == BENCH_PEER_NCCL) {
-        /* The NCCL peer arrives with the CUDA backend; until then no build has it. */
-        fprintf(stderr, ARBENCH_HAVE_NCCL ? "arbench: --compare nccl is not implemented yet\n"
-                                          : "arbench: --compare nccl needs a build with CUDA "
-                                            "and NCCL\n");
-        return BENCH_EXIT_USAGE;
+        /* NCCL is loaded at run time; the build needs CUDA for the device buffers. */
+        if (!ARBENCH_HAVE_CUDA) {
+            fprintf(stderr, "arbench: --compare nccl needs a build with CUDA and NCCL\n");
+            return BENCH_EXIT_USAGE;
+        }
+        if (o.device != COMM_DEVICE_CUDA || o.procs) {
+            fprintf(stderr, "arbench: --compare nccl compares CUDA thread ranks (one GPU each): "
+                            "use --device cuda without --procs\n");
+            return BENCH_EXIT_USAGE;
+        }
     }
     if (getenv("ARCOMM_RANK")) {
         if (o.peer != BENCH_PEER_NONE || o.rounds > 1) {

@@ -280,7 +280,8 @@ static void *thr_main(void *arg)
                            .opts = o,
                            .coll = &coll,
                            .sync = &sync,
-                           .dev = &dev};
+                           .dev = &dev,
+                           .bf16_wire = o->device == COMM_DEVICE_CUDA && !sh->nccl};
     if (t->rank == 0) {
         snprintf(sh->transport, sizeof(sh->transport), "%s",
                  sh->nccl ? "nccl" : comm_transport_name(comm));
@@ -447,7 +448,8 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
                            .opts = &opts,
                            .coll = &coll,
                            .sync = &sync,
-                           .dev = &dev};
+                           .dev = &dev,
+                           .bf16_wire = opts.device == COMM_DEVICE_CUDA};
     if (!rep) {
         if (tested != comm)
             comm_destroy(tested);

@@ -446,7 +446,8 @@ static int check_size(const struct bench_rank *r, void *send, void *recv, void *
         d->to_host(d->ctx, hrecv, recv, bytes))
         return -1;
 
-    int64_t wrong = bench_check(hrecv, count, o->dtype, o->op, seed, r->nranks, r->stepwise_round);
+    int64_t wrong = bench_check(hrecv, count, o->dtype, o->op, seed, r->nranks, r->stepwise_round,
+                                r->bf16_wire);
     int rc = r->sync->same_bytes ? r->sync->same_bytes(r->sync->ctx, hrecv, bytes, &same)
                                  : same_by_hash(r->sync, hrecv, bytes, &same);
     if (rc || r->sync->reduce(r->sync->ctx, &wrong, 1, BENCH_SUM_I64))

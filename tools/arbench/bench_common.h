@@ -109,6 +109,9 @@ struct bench_rank {
     /* f16/bf16 rounded to the output type after every pairwise step (an MPI user op)
      * rather than once after an f32 sum (arcomm's contract): a wider tolerance. */
     bool stepwise_round;
+    /* f32 may travel as bf16 (ARCOMM_BF16_THRESHOLD, on by default for CUDA): the check
+     * allows one bf16 rounding of every input. */
+    bool bf16_wire;
 };
 
 void bench_opts_init(struct bench_opts *o);
@@ -143,7 +146,7 @@ uint64_t bench_seed(size_t bytes, comm_dtype_t dtype, comm_op_t op);
 void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank);
 /* Elements of out outside the dtype's tolerance of the float64 reference. */
 int64_t bench_check(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed,
-                    int nranks, bool stepwise_round);
+                    int nranks, bool stepwise_round, bool bf16_wire);
 uint64_t bench_fnv1a(const void *buf, size_t bytes);
 /* Poison: NaN bytes for floats; for ints a value no sum of bench_value can reach. */
 void bench_poison(void *buf, size_t bytes, comm_dtype_t dtype);

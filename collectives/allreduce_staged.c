@@ -25,9 +25,9 @@ struct staged {
     struct comm *c;
     const struct coll_call *call;
     bool narrow;
-    size_t esize;      /* of the user's dtype */
-    size_t res_esize;  /* of a result region: f32 accumulators for f16/bf16 */
-    size_t chunk;      /* elements of one region */
+    size_t esize;     /* of the user's dtype */
+    size_t res_esize; /* of a result region: f32 accumulators for f16/bf16 */
+    size_t chunk;     /* elements of one region */
     size_t lo[256], hi[256];
 };
 

@@ -70,12 +70,11 @@ static int arrivals_ready(struct comm *c, void *arg)
          * will find the same mismatch itself, and report it as such, not as PEER. */
         if (st != COMM_OK && st != COMM_ERR_MISMATCH) {
             const struct shm_rank *pr = &c->shm->ranks[w->next];
-            rt_error(c, COMM_ERR_PEER, "rank %d: peer rank %d failed in call %u with %s: %.*s",
-                     c->rank, w->next, c->seq, comm_status_string((comm_status_t)st),
-                     SHM_ERRMSG_BYTES,
-                     atomic_load_explicit(&pr->status, memory_order_acquire) != COMM_OK
-                         ? pr->errmsg
-                         : "(no detail)");
+            rt_error(
+                c, COMM_ERR_PEER, "rank %d: peer rank %d failed in call %u with %s: %.*s", c->rank,
+                w->next, c->seq, comm_status_string((comm_status_t)st), SHM_ERRMSG_BYTES,
+                atomic_load_explicit(&pr->status, memory_order_acquire) != COMM_OK ? pr->errmsg
+                                                                                   : "(no detail)");
             return COMM_ERR_PEER;
         }
     }

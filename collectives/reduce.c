@@ -197,7 +197,8 @@ void coll_reduce(const struct coll_reduce_args *args)
 
     assert(args->nsrc >= 1 && args->ndst >= 1 && esz != 0);
     /* Sources that already are f32 accumulators of an f16/bf16 result: only narrow. */
-    const bool src_is_acc = args->src_dtype == COMM_F32 && (dtype == COMM_F16 || dtype == COMM_BF16);
+    const bool src_is_acc =
+        args->src_dtype == COMM_F32 && (dtype == COMM_F16 || dtype == COMM_BF16);
     assert(args->src_dtype == dtype || (args->src_dtype == COMM_BF16 && dtype == COMM_F32) ||
            (src_is_acc && args->nsrc == 1));
     assert(args->acc_out == NULL || dtype == COMM_F16 || dtype == COMM_BF16);

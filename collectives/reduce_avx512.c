@@ -8,7 +8,7 @@
 #if defined(__x86_64__)
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx2,f16c"))), \
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx2,f16c"))),                \
                              apply_to = function)
 #else
 #pragma GCC target("avx512f,avx512bw,avx2,f16c")

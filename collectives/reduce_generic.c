@@ -8,8 +8,8 @@
 
 #include <string.h>
 
-static void generic_reduce_f32(float *out, const void *const *src, int nsrc,
-                               enum coll_rd_kind kind, comm_op_t op, size_t i0, size_t n)
+static void generic_reduce_f32(float *out, const void *const *src, int nsrc, enum coll_rd_kind kind,
+                               comm_op_t op, size_t i0, size_t n)
 {
     /*
      * Element by element over all sources: out may be one of the sources (in place),
@@ -58,8 +58,8 @@ static void generic_reduce_i64(int64_t *out, const void *const *src, int nsrc, c
     }
 }
 
-static void generic_emit_f32(void *dst, comm_dtype_t dtype, const float *acc,
-                             const void *addend, size_t n, bool nt)
+static void generic_emit_f32(void *dst, comm_dtype_t dtype, const float *acc, const void *addend,
+                             size_t n, bool nt)
 {
     (void)nt; /* no portable streaming store */
     for (size_t i = 0; i < n; i++) {
@@ -69,8 +69,8 @@ static void generic_emit_f32(void *dst, comm_dtype_t dtype, const float *acc,
     }
 }
 
-static void generic_emit_add(void *dst, comm_dtype_t dtype, const void *acc,
-                             const void *addend, size_t n, bool nt)
+static void generic_emit_add(void *dst, comm_dtype_t dtype, const void *acc, const void *addend,
+                             size_t n, bool nt)
 {
     (void)nt;
     for (size_t i = 0; i < n; i++)

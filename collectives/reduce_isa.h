@@ -24,10 +24,10 @@
 
 /* How one source element becomes an f32 accumulator value. */
 enum coll_rd_kind {
-    COLL_RD_F32,       /* f32 as is */
-    COLL_RD_F16,       /* f16, widened exactly */
-    COLL_RD_BF16,      /* bf16, widened exactly (also narrowed wire values) */
-    COLL_RD_F32_BF16,  /* f32 rounded to bf16 and back (round_bf16) */
+    COLL_RD_F32,      /* f32 as is */
+    COLL_RD_F16,      /* f16, widened exactly */
+    COLL_RD_BF16,     /* bf16, widened exactly (also narrowed wire values) */
+    COLL_RD_F32_BF16, /* f32 rounded to bf16 and back (round_bf16) */
 };
 
 /*
@@ -51,11 +51,11 @@ struct coll_reduce_ops {
      * dst[i] = narrow(acc[i] + widen(addend[i])) for i in [0, n), dtype F32, F16 or BF16;
      * addend (of dtype) may be NULL.  nt: streaming stores where dst allows.
      */
-    void (*emit_f32)(void *dst, comm_dtype_t dtype, const float *acc, const void *addend,
-                     size_t n, bool nt);
+    void (*emit_f32)(void *dst, comm_dtype_t dtype, const float *acc, const void *addend, size_t n,
+                     bool nt);
     /* dst[i] = acc[i] + addend[i] for dtype F64, I32 or I64 (wrapping); addend not NULL. */
-    void (*emit_add)(void *dst, comm_dtype_t dtype, const void *acc, const void *addend,
-                     size_t n, bool nt);
+    void (*emit_add)(void *dst, comm_dtype_t dtype, const void *acc, const void *addend, size_t n,
+                     bool nt);
     /* memcpy, with streaming stores when nt. */
     void (*copy)(void *dst, const void *src, size_t bytes, bool nt);
     /* Orders streaming stores before what follows (sfence); NULL when none are used. */
@@ -320,8 +320,8 @@ static inline void coll_rd_emit_elem_f32(void *dst, comm_dtype_t dtype, size_t i
 }
 
 /* Element i of dst = acc[i] + addend[i] for F64, I32 and I64. */
-static inline void coll_rd_emit_elem_add(void *dst, comm_dtype_t dtype, size_t i,
-                                         const void *acc, const void *addend)
+static inline void coll_rd_emit_elem_add(void *dst, comm_dtype_t dtype, size_t i, const void *acc,
+                                         const void *addend)
 {
     const unsigned char *a = acc, *b = addend;
     unsigned char *d = dst;

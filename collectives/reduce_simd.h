@@ -86,8 +86,8 @@ static void rd_scalar_f32(float *out, const void *const *src, int nsrc, enum col
     }
 }
 
-RD_INLINE void rd_reduce_f32_t(float *out, const void *const *src, int nsrc,
-                               enum coll_rd_kind kind, comm_op_t op, size_t i0, size_t n)
+RD_INLINE void rd_reduce_f32_t(float *out, const void *const *src, int nsrc, enum coll_rd_kind kind,
+                               comm_op_t op, size_t i0, size_t n)
 {
     size_t i = 0;
 
@@ -248,8 +248,8 @@ RD_INLINE rd_vi rd_vi_op(comm_op_t op, bool wide, rd_vi acc, rd_vi s)
 }
 
 /* Integers: no NaNs and an associative wrap-around sum, so no scalar fallback. */
-RD_INLINE void rd_reduce_int_t(void *out, const void *const *src, int nsrc, comm_op_t op,
-                               bool wide, size_t i0, size_t n)
+RD_INLINE void rd_reduce_int_t(void *out, const void *const *src, int nsrc, comm_op_t op, bool wide,
+                               size_t i0, size_t n)
 {
     const size_t esz = wide ? 8 : 4, lanes = wide ? RD_W / 2 : RD_W;
     unsigned char *o = out;
@@ -289,8 +289,8 @@ RD_INLINE void rd_reduce_int_t(void *out, const void *const *src, int nsrc, comm
     }
 }
 
-static void rd_reduce_i32(int32_t *out, const void *const *src, int nsrc, comm_op_t op,
-                          size_t i0, size_t n)
+static void rd_reduce_i32(int32_t *out, const void *const *src, int nsrc, comm_op_t op, size_t i0,
+                          size_t n)
 {
     switch (op) {
     case COMM_MAX:
@@ -306,8 +306,8 @@ static void rd_reduce_i32(int32_t *out, const void *const *src, int nsrc, comm_o
     }
 }
 
-static void rd_reduce_i64(int64_t *out, const void *const *src, int nsrc, comm_op_t op,
-                          size_t i0, size_t n)
+static void rd_reduce_i64(int64_t *out, const void *const *src, int nsrc, comm_op_t op, size_t i0,
+                          size_t n)
 {
     switch (op) {
     case COMM_MAX:

@@ -44,8 +44,7 @@ static void execute(struct hex_dma_queue *q, struct hex_dma_desc *d)
     uint8_t *dst = d->p.dst;
     const uint8_t *src = d->p.src;
     for (uint32_t r = 0; r < d->nrows; r++)
-        hex_memcpy(dst + (uint64_t)r * d->dst_stride, src + (uint64_t)r * d->src_stride,
-                   d->width);
+        hex_memcpy(dst + (uint64_t)r * d->dst_stride, src + (uint64_t)r * d->src_stride, d->width);
     q->bytes += (uint64_t)d->width * d->nrows;
     d->done = 1;
 }

@@ -34,12 +34,12 @@ struct hex_dma_desc {
 };
 
 struct hex_dma_queue {
-    uint32_t capacity;  /* a power of two, at most HEX_DMA_MAX_CAPACITY */
+    uint32_t capacity; /* a power of two, at most HEX_DMA_MAX_CAPACITY */
     uint32_t mask;
-    uint32_t push_idx;  /* next free descriptor */
-    uint32_t pop_idx;   /* oldest descriptor not yet popped */
-    uint32_t exec_idx;  /* oldest descriptor not yet executed (emulation) */
-    uint64_t bytes;     /* bytes moved, for statistics */
+    uint32_t push_idx; /* next free descriptor */
+    uint32_t pop_idx;  /* oldest descriptor not yet popped */
+    uint32_t exec_idx; /* oldest descriptor not yet executed (emulation) */
+    uint64_t bytes;    /* bytes moved, for statistics */
     struct hex_dma_desc desc[HEX_DMA_MAX_CAPACITY];
 };
 

@@ -21,12 +21,12 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define HEX_FENCE_BYTES 65536u
+#define HEX_FENCE_BYTES      65536u
 #define HEX_FENCE_SLOT_BYTES 128u
-#define HEX_FENCE_SLOTS (HEX_FENCE_BYTES / HEX_FENCE_SLOT_BYTES)
-#define HEX_FENCE_SLOT_CALL 0u
-#define HEX_FENCE_SLOT_ID 1u
-#define HEX_FENCE_MAGIC 0x48584631u /* "HXF1" */
+#define HEX_FENCE_SLOTS      (HEX_FENCE_BYTES / HEX_FENCE_SLOT_BYTES)
+#define HEX_FENCE_SLOT_CALL  0u
+#define HEX_FENCE_SLOT_ID    1u
+#define HEX_FENCE_MAGIC      0x48584631u /* "HXF1" */
 
 struct hex_fence_slot {
     /* One 128-byte line; the owning session is its only writer. */

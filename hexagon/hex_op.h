@@ -19,8 +19,8 @@
 #include <stdint.h>
 
 #define HEX_MAX_RANKS 16u
-#define HEX_BLOCK_MIN 128u    /* elements: the smallest block, one 128-element group */
-#define HEX_BLOCK_MAX 65536u  /* elements */
+#define HEX_BLOCK_MIN 128u   /* elements: the smallest block, one 128-element group */
+#define HEX_BLOCK_MAX 65536u /* elements */
 
 enum hex_dtype { HEX_F32 = 0, HEX_F16 = 1 }; /* the values of COMM_F32, COMM_F16 */
 
@@ -34,14 +34,14 @@ enum hex_add_mode {
 struct hex_op_params {
     uint32_t n_ranks;
     uint32_t rank;
-    uint32_t dtype;       /* enum hex_dtype */
-    uint32_t esize;       /* bytes per element */
-    uint32_t ne0;         /* elements per row */
-    uint32_t ne1;         /* rows */
-    uint32_t src_stride;  /* bytes between rows of src (>= ne0 * esize) */
-    uint32_t dst_stride;  /* bytes between rows of dst */
-    uint32_t add_stride;  /* bytes between rows of a residual addend */
-    uint32_t add_mode;    /* enum hex_add_mode */
+    uint32_t dtype;          /* enum hex_dtype */
+    uint32_t esize;          /* bytes per element */
+    uint32_t ne0;            /* elements per row */
+    uint32_t ne1;            /* rows */
+    uint32_t src_stride;     /* bytes between rows of src (>= ne0 * esize) */
+    uint32_t dst_stride;     /* bytes between rows of dst */
+    uint32_t add_stride;     /* bytes between rows of a residual addend */
+    uint32_t add_mode;       /* enum hex_add_mode */
     uint32_t row_lo, row_hi; /* this rank's region */
     uint32_t col_lo, col_hi;
     uint32_t n_threads;   /* workers this call uses */
@@ -51,14 +51,14 @@ struct hex_op_params {
 
 struct hex_op_args {
     struct hex_op_params p;
-    const uint8_t *src[HEX_MAX_RANKS]; /* every rank's input, mapped in this session */
-    uint8_t *dst[HEX_MAX_RANKS];       /* every rank's output */
-    const uint8_t *addend[HEX_MAX_RANKS]; /* every rank's addend (rank j's output gets
-                                            * addend[j]), or NULL without add */
+    const uint8_t *src[HEX_MAX_RANKS];           /* every rank's input, mapped in this session */
+    uint8_t *dst[HEX_MAX_RANKS];                 /* every rank's output */
+    const uint8_t *addend[HEX_MAX_RANKS];        /* every rank's addend (rank j's output gets
+                                                  * addend[j]), or NULL without add */
     struct hex_fence_slot *fence[HEX_MAX_RANKS]; /* every session's call slot */
-    uint32_t seq_entry;                /* entry fence of this call (never 0) */
-    uint32_t seq_exit;                 /* exit fence (never 0) */
-    uint32_t timeout_ms;               /* per fence; 0 = never */
+    uint32_t seq_entry;                          /* entry fence of this call (never 0) */
+    uint32_t seq_exit;                           /* exit fence (never 0) */
+    uint32_t timeout_ms;                         /* per fence; 0 = never */
 };
 
 /* What the op reports back. */
@@ -115,15 +115,14 @@ static inline uint32_t hex_vtcm_thread_bytes(uint32_t n_ranks, uint32_t esize, u
 }
 
 /* Bytes of VTCM a call needs (64-bit: the host checks before narrowing). */
-static inline uint64_t hex_vtcm_need(uint32_t n_ranks, uint32_t ne0, uint32_t esize,
-                                     uint32_t block, uint32_t add_mode, uint32_t n_threads)
+static inline uint64_t hex_vtcm_need(uint32_t n_ranks, uint32_t ne0, uint32_t esize, uint32_t block,
+                                     uint32_t add_mode, uint32_t n_threads)
 {
     return (uint64_t)hex_vtcm_bias_bytes(n_ranks, ne0, esize, block, add_mode) +
            (uint64_t)n_threads * hex_vtcm_thread_bytes(n_ranks, esize, block, add_mode);
 }
 
 /* op_allreduce and op_allreduce_add: the add mode of p says which. */
-void hex_op_allreduce(struct hex_session *s, const struct hex_op_args *a,
-                      struct hex_op_result *r);
+void hex_op_allreduce(struct hex_session *s, const struct hex_op_args *a, struct hex_op_result *r);
 
 #endif /* ARCOMM_HEX_OP_H */

@@ -32,13 +32,13 @@ typedef int32_t (*hex_poll_fn)(void *ctx);
  * host transport in the emulation, the test driver under qemu).
  */
 struct hex_session {
-    uint8_t *vtcm;             /* 128-byte aligned (2 KiB on the DSP) */
+    uint8_t *vtcm; /* 128-byte aligned (2 KiB on the DSP) */
     uint32_t vtcm_bytes;
     uint32_t n_threads;        /* worker threads, at most HEX_MAX_THREADS */
     struct hex_dma_queue *dma; /* [n_threads + 1]: one per worker, the last for the caller */
     hex_poll_fn poll;          /* NULL on the DSP */
     void *poll_ctx;
-    void *pool;                /* the platform's worker pool */
+    void *pool; /* the platform's worker pool */
 };
 
 /* Runs fn(data, n, i) for i in [0, n) on the session's workers; returns when all ran. */

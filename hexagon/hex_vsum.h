@@ -31,8 +31,8 @@
 
 void hex_vsum_f32(float *out, const float *const *in, uint32_t n_in, const float *addend,
                   uint32_t n_vec);
-void hex_vsum_f16(uint16_t *out, const uint16_t *const *in, uint32_t n_in,
-                  const uint16_t *addend, uint32_t n_vec);
+void hex_vsum_f16(uint16_t *out, const uint16_t *const *in, uint32_t n_in, const uint16_t *addend,
+                  uint32_t n_vec);
 
 /* "hvx-qf32" or "scalar": which implementation this build has. */
 const char *hex_vsum_impl(void);

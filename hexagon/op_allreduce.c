@@ -75,8 +75,7 @@ static void fail(struct op_ctx *x, int32_t status)
     atomic_compare_exchange_strong(&x->status, &ok, status);
 }
 
-static int push_in(struct op_ctx *x, struct hex_dma_queue *q, uint32_t t, uint32_t i,
-                   uint32_t h)
+static int push_in(struct op_ctx *x, struct hex_dma_queue *q, uint32_t t, uint32_t i, uint32_t h)
 {
     const struct hex_op_params *p = &x->a->p;
     struct tile tl = tile_at(x, i);
@@ -88,8 +87,8 @@ static int push_in(struct op_ctx *x, struct hex_dma_queue *q, uint32_t t, uint32
                            p->src_stride, bytes, tl.nr);
     for (uint32_t j = 0; p->add_mode == HEX_ADD_RESIDUAL && j < p->n_ranks; j++)
         ok &= hex_dma_push(q, vbuf(x, t, p->n_ranks + x->n_out + j, h),
-                           x->a->addend[j] + tl.r0 * p->add_stride + tl.c0 * p->esize,
-                           x->pitch, p->add_stride, bytes, tl.nr);
+                           x->a->addend[j] + tl.r0 * p->add_stride + tl.c0 * p->esize, x->pitch,
+                           p->add_stride, bytes, tl.nr);
     return ok;
 }
 
@@ -125,8 +124,8 @@ static void sum_tile(struct op_ctx *x, uint32_t t, uint32_t i, uint32_t h)
                 add = x->bias + j * x->bias_row + tl.c0 * p->esize;
             uint8_t *out = vbuf(x, t, p->n_ranks + j, h) + off;
             if (p->dtype == HEX_F32)
-                hex_vsum_f32((float *)out, (const float *const *)in, p->n_ranks,
-                             (const float *)add, n_vec);
+                hex_vsum_f32((float *)out, (const float *const *)in, p->n_ranks, (const float *)add,
+                             n_vec);
             else
                 hex_vsum_f16((uint16_t *)out, (const uint16_t *const *)in, p->n_ranks,
                              (const uint16_t *)add, n_vec);
@@ -134,16 +133,15 @@ static void sum_tile(struct op_ctx *x, uint32_t t, uint32_t i, uint32_t h)
     }
 }
 
-static int push_out(struct op_ctx *x, struct hex_dma_queue *q, uint32_t t, uint32_t i,
-                    uint32_t h)
+static int push_out(struct op_ctx *x, struct hex_dma_queue *q, uint32_t t, uint32_t i, uint32_t h)
 {
     const struct hex_op_params *p = &x->a->p;
     struct tile tl = tile_at(x, i);
     int ok = 1;
     for (uint32_t j = 0; j < p->n_ranks; j++)
         ok &= hex_dma_push(q, x->a->dst[j] + tl.r0 * p->dst_stride + tl.c0 * p->esize,
-                           vbuf(x, t, p->n_ranks + (x->n_out > 1 ? j : 0), h),
-                           p->dst_stride, x->pitch, tl.w * p->esize, tl.nr);
+                           vbuf(x, t, p->n_ranks + (x->n_out > 1 ? j : 0), h), p->dst_stride,
+                           x->pitch, tl.w * p->esize, tl.nr);
     return ok;
 }
 
@@ -217,8 +215,7 @@ static int32_t fence_wait(struct hex_session *s, const struct hex_op_args *a, ui
                     r->peer = -1;
                     return st;
                 }
-                if (a->timeout_ms != 0 &&
-                    hex_now_us() - start >= (uint64_t)a->timeout_ms * 1000u) {
+                if (a->timeout_ms != 0 && hex_now_us() - start >= (uint64_t)a->timeout_ms * 1000u) {
                     hex_fence_fail(own, HEX_ERR_TIMEOUT);
                     r->peer = (int32_t)q;
                     r->peer_status = HEX_ERR_TIMEOUT;
@@ -238,14 +235,13 @@ static int params_valid(const struct hex_session *s, const struct hex_op_args *a
         return 0;
     if (!((p->dtype == HEX_F32 && p->esize == 4) || (p->dtype == HEX_F16 && p->esize == 2)))
         return 0;
-    if (p->row_lo > p->row_hi || p->row_hi > p->ne1 || p->col_lo > p->col_hi ||
-        p->col_hi > p->ne0)
+    if (p->row_lo > p->row_hi || p->row_hi > p->ne1 || p->col_lo > p->col_hi || p->col_hi > p->ne0)
         return 0;
     if (p->n_threads == 0 || p->n_threads > s->n_threads || p->block_elems < HEX_BLOCK_MIN ||
         p->block_elems > HEX_BLOCK_MAX || p->block_elems % HEX_BLOCK_MIN != 0)
         return 0;
-    if (hex_vtcm_need(p->n_ranks, p->ne0, p->esize, p->block_elems, p->add_mode,
-                      p->n_threads) > s->vtcm_bytes)
+    if (hex_vtcm_need(p->n_ranks, p->ne0, p->esize, p->block_elems, p->add_mode, p->n_threads) >
+        s->vtcm_bytes)
         return 0;
     if (p->add_mode > HEX_ADD_BCAST)
         return 0;
@@ -257,8 +253,7 @@ static int params_valid(const struct hex_session *s, const struct hex_op_args *a
     return 1;
 }
 
-void hex_op_allreduce(struct hex_session *s, const struct hex_op_args *a,
-                      struct hex_op_result *r)
+void hex_op_allreduce(struct hex_session *s, const struct hex_op_args *a, struct hex_op_result *r)
 {
     const struct hex_op_params *p = &a->p;
     r->status = HEX_OK;
@@ -309,8 +304,7 @@ void hex_op_allreduce(struct hex_session *s, const struct hex_op_args *a,
         if (x.bias != 0) {
             /* The bias rows come in once and every worker reads them from VTCM. */
             for (uint32_t j = 0; j < p->n_ranks; j++) {
-                if (!hex_dma_push_1d(mq, x.bias + j * x.bias_row, a->addend[j],
-                                     p->ne0 * p->esize))
+                if (!hex_dma_push_1d(mq, x.bias + j * x.bias_row, a->addend[j], p->ne0 * p->esize))
                     fail(&x, HEX_ERR_NOMEM);
                 hex_dma_flush(mq);
             }

@@ -18,8 +18,7 @@ void hex_vsum_f32(float *out, const float *const *in, uint32_t n_in, const float
     for (uint32_t v = 0; v < n_vec; v++) {
         HVX_Vector s0 = ((const HVX_Vector *)in[0])[v];
         /* qf32 needs an add to enter the format: adding +0 keeps a lone rank exact. */
-        HVX_Vector acc = Q6_Vqf32_vadd_VsfVsf(s0, n_in > 1 ? ((const HVX_Vector *)in[1])[v]
-                                                           : zero);
+        HVX_Vector acc = Q6_Vqf32_vadd_VsfVsf(s0, n_in > 1 ? ((const HVX_Vector *)in[1])[v] : zero);
         for (uint32_t k = 2; k < n_in; k++)
             acc = Q6_Vqf32_vadd_Vqf32Vsf(acc, ((const HVX_Vector *)in[k])[v]);
         if (addend != 0)
@@ -35,8 +34,8 @@ static inline HVX_VectorPair widen(HVX_Vector h, HVX_Vector one)
     return Q6_Wqf32_vmpy_VhfVhf(h, one);
 }
 
-void hex_vsum_f16(uint16_t *out, const uint16_t *const *in, uint32_t n_in,
-                  const uint16_t *addend, uint32_t n_vec)
+void hex_vsum_f16(uint16_t *out, const uint16_t *const *in, uint32_t n_in, const uint16_t *addend,
+                  uint32_t n_vec)
 {
     const HVX_Vector one = Q6_Vh_vsplat_R(0x3c00); /* 1.0 in f16 */
     for (uint32_t v = 0; v < n_vec; v++) {

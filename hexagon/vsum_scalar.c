@@ -25,8 +25,8 @@ void hex_vsum_f32(float *out, const float *const *in, uint32_t n_in, const float
     }
 }
 
-void hex_vsum_f16(uint16_t *out, const uint16_t *const *in, uint32_t n_in,
-                  const uint16_t *addend, uint32_t n_vec)
+void hex_vsum_f16(uint16_t *out, const uint16_t *const *in, uint32_t n_in, const uint16_t *addend,
+                  uint32_t n_vec)
 {
     uint32_t n = n_vec * F16_LANES;
     for (uint32_t i = 0; i < n; i++) {

@@ -19,7 +19,7 @@ typedef struct comm comm_t; /* opaque */
 
 typedef enum comm_status {
     COMM_OK = 0,
-    COMM_ERR_INVALID = -1,     /* bad argument or configuration */
+    COMM_ERR_INVALID = -1, /* bad argument or configuration */
     COMM_ERR_NOMEM = -2,
     COMM_ERR_UNSUPPORTED = -3, /* dtype, op, device or transport not available */
     COMM_ERR_SYSTEM = -4,      /* an OS, driver or runtime call failed */
@@ -52,14 +52,14 @@ typedef struct comm_id {
 } comm_id_t;
 
 typedef struct comm_config {
-    size_t size;            /* sizeof(comm_config_t); set by comm_config_init */
-    int nranks;             /* >= 1 */
-    int rank;               /* 0 .. nranks-1 */
-    comm_id_t id;           /* the same on every rank of one communicator */
-    comm_device_t device;   /* where the buffers passed to collectives live */
-    int device_index;       /* GPU ordinal / HTP session; -1 = derive from local rank */
-    const char *transport;  /* NULL = automatic; else a transport name ("shm", ...) */
-    int timeout_ms;         /* 0 = default (ARCOMM_TIMEOUT_MS, else 120000); < 0 = never */
+    size_t size;           /* sizeof(comm_config_t); set by comm_config_init */
+    int nranks;            /* >= 1 */
+    int rank;              /* 0 .. nranks-1 */
+    comm_id_t id;          /* the same on every rank of one communicator */
+    comm_device_t device;  /* where the buffers passed to collectives live */
+    int device_index;      /* GPU ordinal / HTP session; -1 = derive from local rank */
+    const char *transport; /* NULL = automatic; else a transport name ("shm", ...) */
+    int timeout_ms;        /* 0 = default (ARCOMM_TIMEOUT_MS, else 120000); < 0 = never */
 } comm_config_t;
 
 /* Fills *cfg with defaults (nranks 1, rank 0, host device, automatic transport). */
@@ -114,8 +114,8 @@ comm_status_t comm_destroy(comm_t *comm);
 comm_status_t comm_mem_alloc(comm_t *comm, size_t bytes, void **ptr);
 comm_status_t comm_mem_free(comm_t *comm, void *ptr);
 
-int comm_rank(const comm_t *comm);                /* -1 when comm is NULL */
-int comm_size(const comm_t *comm);                /* -1 when comm is NULL */
+int comm_rank(const comm_t *comm); /* -1 when comm is NULL */
+int comm_size(const comm_t *comm); /* -1 when comm is NULL */
 const char *comm_transport_name(const comm_t *comm);
 const char *comm_status_string(comm_status_t status);
 /*

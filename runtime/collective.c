@@ -42,8 +42,8 @@ static comm_status_t validate(struct comm *c, const struct coll_call *call, bool
     const char *fn = add ? "comm_allreduce_add" : "comm_allreduce";
     size_t esize = comm_dtype_size(call->dtype);
     if (esize == 0) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank,
-                 fn, (int)call->dtype);
+        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank, fn,
+                 (int)call->dtype);
         return COMM_ERR_INVALID;
     }
     if ((unsigned)call->op > COMM_MIN) {
@@ -58,14 +58,14 @@ static comm_status_t validate(struct comm *c, const struct coll_call *call, bool
     }
     if (c->device == COMM_DEVICE_HOST && call->stream != NULL) {
         rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: %s: stream must be NULL on a host communicator (it is %p)", c->rank,
-                 fn, call->stream);
+                 "rank %d: %s: stream must be NULL on a host communicator (it is %p)", c->rank, fn,
+                 call->stream);
         return COMM_ERR_INVALID;
     }
     if (add) {
-        bool bad_count = call->count > 0 &&
-                         (call->addend_count == 0 || call->addend_count > call->count ||
-                          call->count % call->addend_count != 0);
+        bool bad_count =
+            call->count > 0 && (call->addend_count == 0 || call->addend_count > call->count ||
+                                call->count % call->addend_count != 0);
         if (bad_count) {
             rt_error(c, COMM_ERR_INVALID,
                      "rank %d: %s: addend_count %zu must equal count %zu (residual) or divide it "
@@ -79,7 +79,9 @@ static comm_status_t validate(struct comm *c, const struct coll_call *call, bool
     size_t bytes = call->count * esize;
     if (call->send == NULL || call->recv == NULL || (add && call->addend == NULL)) {
         rt_error(c, COMM_ERR_INVALID, "rank %d: %s: %s is NULL with count %zu", c->rank, fn,
-                 call->send == NULL ? "sendbuf" : call->recv == NULL ? "recvbuf" : "addend",
+                 call->send == NULL   ? "sendbuf"
+                 : call->recv == NULL ? "recvbuf"
+                                      : "addend",
                  call->count);
         return COMM_ERR_INVALID;
     }
@@ -137,8 +139,8 @@ ARCOMM_API comm_status_t comm_allreduce(comm_t *comm, const void *sendbuf, void 
 }
 
 ARCOMM_API comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, void *recvbuf,
-                                            const void *addend, size_t addend_count,
-                                            size_t count, comm_dtype_t dtype, void *stream)
+                                            const void *addend, size_t addend_count, size_t count,
+                                            comm_dtype_t dtype, void *stream)
 {
     if (comm == NULL)
         return COMM_ERR_INVALID;

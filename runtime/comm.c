@@ -177,8 +177,8 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     /* An unpinned rank may share its CPU with the peer it waits for (the scheduler does
      * that under load): it then checks, and yields rather than spins. */
     cpu_set_t mask;
-    c->same_cpu_check = c->nranks > 1 && sched_getaffinity(0, sizeof(mask), &mask) == 0 &&
-                        CPU_COUNT(&mask) > 1;
+    c->same_cpu_check =
+        c->nranks > 1 && sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 1;
 
     status = c->ops->setup(c);
     if (status != COMM_OK) {
@@ -261,8 +261,7 @@ ARCOMM_API comm_status_t comm_init_env(comm_t **comm)
         else if (strcmp(dev, "hexagon") == 0)
             cfg.device = COMM_DEVICE_HEXAGON;
         else {
-            snprintf(why, sizeof(why), "ARCOMM_DEVICE=\"%.32s\" is not host, cuda or hexagon",
-                     dev);
+            snprintf(why, sizeof(why), "ARCOMM_DEVICE=\"%.32s\" is not host, cuda or hexagon", dev);
             goto err_invalid;
         }
     }

@@ -26,27 +26,27 @@ struct comm {
     int device_index;
     comm_id_t id;
     struct rt_knobs knobs;
-    long timeout_ms;               /* effective: config, else knob; < 0 = never */
+    long timeout_ms; /* effective: config, else knob; < 0 = never */
 
     const struct transport_ops *ops; /* the transport serving this communicator */
     void *xport;                     /* the transport's private state */
     struct shm_comm *shm;            /* the shared segment, as mapped here (shm.h) */
 
-    uint32_t seq;                  /* number of the next collective call */
-    uint64_t steps;                /* progress steps this rank has published */
-    uint32_t stage_slot;           /* staging slot of the next phase (alternates) */
-    void *scratch;                 /* private scratch of shm slot size (staged path) */
-    bool oversubscribed;           /* more local ranks than usable cores */
-    bool same_process;             /* every rank lives in this process */
-    bool same_cpu_check;           /* ranks unpinned: waiters check for a peer on their CPU */
-    long spin_ns;                  /* effective spin phase */
+    uint32_t seq;        /* number of the next collective call */
+    uint64_t steps;      /* progress steps this rank has published */
+    uint32_t stage_slot; /* staging slot of the next phase (alternates) */
+    void *scratch;       /* private scratch of shm slot size (staged path) */
+    bool oversubscribed; /* more local ranks than usable cores */
+    bool same_process;   /* every rank lives in this process */
+    bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
+    long spin_ns;        /* effective spin phase */
 
-    _Atomic int broken;            /* 0, or the status that broke the communicator */
-    _Atomic int aborted;           /* set by comm_abort, from any thread */
-    _Atomic int published;         /* this rank's failure went out to the peers */
-    char errmsg[RT_ERRMSG_BYTES];  /* comm_last_error */
+    _Atomic int broken;           /* 0, or the status that broke the communicator */
+    _Atomic int aborted;          /* set by comm_abort, from any thread */
+    _Atomic int published;        /* this rank's failure went out to the peers */
+    char errmsg[RT_ERRMSG_BYTES]; /* comm_last_error */
 
-    FILE *log;                     /* NULL = stderr */
+    FILE *log; /* NULL = stderr */
     bool log_owned;
 };
 

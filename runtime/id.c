@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-#define ID_PREFIX "arc1-"
+#define ID_PREFIX     "arc1-"
 #define ID_PREFIX_LEN 5
 #define ID_HEX_DIGITS 32
 

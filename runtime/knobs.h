@@ -43,28 +43,28 @@ enum rt_knob_source {
 
 /* Parsed values; one per communicator. */
 struct rt_knobs {
-    int log_level;                  /* enum rt_log_level */
-    char log_file[RT_KNOB_STR_MAX]; /* "" = stderr; %h host, %p pid */
-    long timeout_ms;                /* < 0 = never */
-    char transport[RT_KNOB_STR_MAX];/* "" = automatic */
-    size_t flag_threshold;          /* host: largest message on the flag path */
-    size_t bf16_threshold;          /* f32 narrowed to bf16 on the wire at or above */
-    size_t shm_slot_bytes;          /* staging slot per rank (two per rank) */
-    size_t mem_pool_bytes;          /* comm_mem_alloc arena per rank */
-    size_t nt_threshold;            /* bulk outputs at or above: streaming stores */
-    long spin_ns;                   /* busy-poll this long before yielding */
-    long yield_ns;                  /* then sched_yield this long before sleeping */
-    bool numa;                      /* bind staging memory to the writer's node */
-    size_t copy_threshold;          /* cuda: copy-engine path at or above */
-    size_t copy_chunk_bytes;        /* cuda: copy-engine chunk, auto = clamp(n/4,..) */
-    size_t cuda_staging_bytes;      /* cuda: copy-path pinned staging per rank */
-    long cuda_blocks;               /* cuda: kernel-path blocks at most (0 = auto) */
-    long hex_threads;               /* hexagon: HVX worker threads per session */
-    size_t hex_vtcm_bytes;          /* hexagon: VTCM per session */
-    long hex_fence_timeout_ms;      /* hexagon: fence wait (< 0: the comm's timeout) */
-    char hex_mem[RT_KNOB_STR_MAX];  /* hexagon: auto, rpcmem, dma-heap or memfd */
-    long hex_seq_start;             /* hexagon: first fence sequence (tests: wrap) */
-    enum rt_knob_source source[32]; /* where each knob's value came from, by index */
+    int log_level;                   /* enum rt_log_level */
+    char log_file[RT_KNOB_STR_MAX];  /* "" = stderr; %h host, %p pid */
+    long timeout_ms;                 /* < 0 = never */
+    char transport[RT_KNOB_STR_MAX]; /* "" = automatic */
+    size_t flag_threshold;           /* host: largest message on the flag path */
+    size_t bf16_threshold;           /* f32 narrowed to bf16 on the wire at or above */
+    size_t shm_slot_bytes;           /* staging slot per rank (two per rank) */
+    size_t mem_pool_bytes;           /* comm_mem_alloc arena per rank */
+    size_t nt_threshold;             /* bulk outputs at or above: streaming stores */
+    long spin_ns;                    /* busy-poll this long before yielding */
+    long yield_ns;                   /* then sched_yield this long before sleeping */
+    bool numa;                       /* bind staging memory to the writer's node */
+    size_t copy_threshold;           /* cuda: copy-engine path at or above */
+    size_t copy_chunk_bytes;         /* cuda: copy-engine chunk, auto = clamp(n/4,..) */
+    size_t cuda_staging_bytes;       /* cuda: copy-path pinned staging per rank */
+    long cuda_blocks;                /* cuda: kernel-path blocks at most (0 = auto) */
+    long hex_threads;                /* hexagon: HVX worker threads per session */
+    size_t hex_vtcm_bytes;           /* hexagon: VTCM per session */
+    long hex_fence_timeout_ms;       /* hexagon: fence wait (< 0: the comm's timeout) */
+    char hex_mem[RT_KNOB_STR_MAX];   /* hexagon: auto, rpcmem, dma-heap or memfd */
+    long hex_seq_start;              /* hexagon: first fence sequence (tests: wrap) */
+    enum rt_knob_source source[32];  /* where each knob's value came from, by index */
 };
 
 struct rt_knob_desc {

@@ -71,8 +71,8 @@ int rt_topo_current_numa_node(void)
     hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(topology, (unsigned)cpu);
     if (pu == NULL)
         return -1;
-    hwloc_obj_t node = hwloc_get_next_obj_covering_cpuset_by_type(topology, pu->cpuset,
-                                                                   HWLOC_OBJ_NUMANODE, NULL);
+    hwloc_obj_t node =
+        hwloc_get_next_obj_covering_cpuset_by_type(topology, pu->cpuset, HWLOC_OBJ_NUMANODE, NULL);
     return node ? (int)node->os_index : -1;
 }
 

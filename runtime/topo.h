@@ -12,11 +12,11 @@
 struct rt_topo_summary {
     int packages;
     int numa_nodes;
-    int cores;          /* usable by this process (allowed cpuset) */
-    int pus;            /* hardware threads usable by this process */
-    size_t l1d_bytes;   /* per core */
-    size_t l2_bytes;    /* per core */
-    size_t l3_bytes;    /* largest last-level cache */
+    int cores;        /* usable by this process (allowed cpuset) */
+    int pus;          /* hardware threads usable by this process */
+    size_t l1d_bytes; /* per core */
+    size_t l2_bytes;  /* per core */
+    size_t l3_bytes;  /* largest last-level cache */
 };
 
 /* The host's summary; hwloc is loaded once per process (without I/O devices). */

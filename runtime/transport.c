@@ -39,8 +39,7 @@ const struct transport_ops *rt_transport_pick(const struct transport_probe *p, c
         if (t->probe(p, reason, sizeof(reason)))
             return t;
         if (named) {
-            snprintf(why, len, "transport \"%s\" cannot serve this communicator: %s", name,
-                     reason);
+            snprintf(why, len, "transport \"%s\" cannot serve this communicator: %s", name, reason);
             return NULL;
         }
     }

@@ -32,8 +32,7 @@ struct transport_ops {
      * report; the first caller's message wins.  in_call: called by the thread making
      * the collective (which may also mark its arrival word); false from comm_abort,
      * which may run beside a blocked collective and touches only atomics. */
-    void (*publish_failure)(struct comm *c, comm_status_t status, const char *msg,
-                            bool in_call);
+    void (*publish_failure)(struct comm *c, comm_status_t status, const char *msg, bool in_call);
     /* Wakes every waiter of this communicator in this process (comm_abort). */
     void (*wake)(struct comm *c);
     comm_status_t (*mem_alloc)(struct comm *c, size_t bytes, void **ptr);

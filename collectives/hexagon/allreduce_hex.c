@@ -14,7 +14,7 @@
 #include <time.h>
 
 /* A buffer reference in an arrival word: registry entry and offset. */
-#define REF_SLOT_SHIFT 48
+#define REF_SLOT_SHIFT  48
 #define REF_OFFSET_MASK ((1ull << REF_SLOT_SHIFT) - 1)
 
 static uint64_t make_ref(int slot, uint64_t offset)
@@ -39,14 +39,13 @@ static comm_status_t own_ref(struct comm *c, const char *what, const void *p, si
 }
 
 /* Maps a peer's reference into this session: the pointer, checked against the size. */
-static comm_status_t resolve(struct comm *c, int peer, uint64_t ref, size_t bytes,
-                             uint8_t **out)
+static comm_status_t resolve(struct comm *c, int peer, uint64_t ref, size_t bytes, uint8_t **out)
 {
     int slot = (int)(ref >> REF_SLOT_SHIFT);
     uint64_t off = ref & REF_OFFSET_MASK;
     if (slot <= 0 || slot >= (int)HEX_REG_SLOTS) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: rank %d sent a bad buffer reference %llx",
-                 c->rank, peer, (unsigned long long)ref);
+        rt_error(c, COMM_ERR_INVALID, "rank %d: rank %d sent a bad buffer reference %llx", c->rank,
+                 peer, (unsigned long long)ref);
         return COMM_ERR_INVALID;
     }
     struct hex_import *m;
@@ -55,8 +54,8 @@ static comm_status_t resolve(struct comm *c, int peer, uint64_t ref, size_t byte
         return st;
     if (off > m->bytes || bytes > m->bytes - off) {
         rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: rank %d's buffer (%zu bytes) is smaller than offset %llu + %zu",
-                 c->rank, peer, m->bytes, (unsigned long long)off, bytes);
+                 "rank %d: rank %d's buffer (%zu bytes) is smaller than offset %llu + %zu", c->rank,
+                 peer, m->bytes, (unsigned long long)off, bytes);
         return COMM_ERR_INVALID;
     }
     *out = m->base + off;
@@ -108,15 +107,15 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
             bool has_msg = atomic_load_explicit(&pr->status, memory_order_acquire) != COMM_OK;
             rt_error(c, COMM_ERR_PEER,
                      "rank %d: the HTP session of rank %d failed with %s (seen at the %s): %.*s",
-                     c->rank, r->peer, comm_status_string((comm_status_t)r->peer_status),
-                     stage, SHM_ERRMSG_BYTES,
+                     c->rank, r->peer, comm_status_string((comm_status_t)r->peer_status), stage,
+                     SHM_ERRMSG_BYTES,
                      has_msg ? pr->errmsg : "(its session status; no message yet)");
         }
         return COMM_ERR_PEER;
     case HEX_ERR_ABORTED:
         rt_error(c, COMM_ERR_ABORTED,
-                 "rank %d: comm_abort was called while the HTP session waited at the %s",
-                 c->rank, stage);
+                 "rank %d: comm_abort was called while the HTP session waited at the %s", c->rank,
+                 stage);
         return COMM_ERR_ABORTED;
     default:
         if (r->peer == c->rank) {
@@ -129,8 +128,7 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
         rt_error(c, COMM_ERR_SYSTEM,
                  "rank %d: op_allreduce failed in the %s with DSP status %d (%s): an arcomm "
                  "bug, please report it",
-                 c->rank, stage, (int)r->status,
-                 comm_status_string((comm_status_t)r->status));
+                 c->rank, stage, (int)r->status, comm_status_string((comm_status_t)r->status));
         return COMM_ERR_SYSTEM;
     }
 }
@@ -190,8 +188,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     }
     if (call->stream != NULL) {
         rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: stream must be NULL on a Hexagon communicator (calls block)",
-                 c->rank);
+                 "rank %d: stream must be NULL on a Hexagon communicator (calls block)", c->rank);
         return COMM_ERR_INVALID;
     }
     if (call->count == 0)
@@ -248,7 +245,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     a.seq_entry = hex_seq_next(hx->seq_last);
     a.seq_exit = hex_seq_next(a.seq_entry);
     hx->seq_last = a.seq_exit;
-    a.timeout_ms = hx->fence_timeout_ms < 0 ? 0
+    a.timeout_ms = hx->fence_timeout_ms < 0    ? 0
                    : hx->fence_timeout_ms == 0 ? 1
                                                : (uint32_t)hx->fence_timeout_ms;
     if (hx->debug_stall_ms != 0) {

@@ -14,11 +14,11 @@
 struct hex_params_in {
     uint32_t n_ranks;
     uint32_t rank;
-    uint32_t dtype;           /* enum hex_dtype */
-    uint64_t ne0;             /* elements per row (1D: all elements) */
-    uint64_t ne1;             /* rows (1D: 1) */
-    int layout_2d;            /* slice by rows: rows are padded or a bias is broadcast */
-    uint64_t src_stride;      /* bytes between rows; 0 = dense */
+    uint32_t dtype;      /* enum hex_dtype */
+    uint64_t ne0;        /* elements per row (1D: all elements) */
+    uint64_t ne1;        /* rows (1D: 1) */
+    int layout_2d;       /* slice by rows: rows are padded or a bias is broadcast */
+    uint64_t src_stride; /* bytes between rows; 0 = dense */
     uint64_t dst_stride;
     uint64_t add_stride;
     uint32_t add_mode;        /* enum hex_add_mode */

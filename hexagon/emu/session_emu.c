@@ -12,18 +12,18 @@
 #include <string.h>
 #include <time.h>
 
-#define VTCM_ALIGN 2048u
+#define VTCM_ALIGN   2048u
 #define DMA_CAPACITY 128u
 
 struct emu_pool {
     pthread_mutex_t lock;
-    pthread_cond_t go;      /* a new job, or stop */
-    pthread_cond_t done;    /* the last worker finished the job */
-    uint64_t generation;    /* bumped per job */
+    pthread_cond_t go;   /* a new job, or stop */
+    pthread_cond_t done; /* the last worker finished the job */
+    uint64_t generation; /* bumped per job */
     hex_job_fn fn;
     void *data;
-    uint32_t n;             /* jobs of the current op (<= workers) */
-    uint32_t remaining;     /* workers still running it */
+    uint32_t n;         /* jobs of the current op (<= workers) */
+    uint32_t remaining; /* workers still running it */
     int stop;
     uint32_t n_workers;
     pthread_t *threads;

@@ -8,10 +8,10 @@
 #include "crt.h"
 #include "hex_platform.h"
 
-#define SYS_WRITE 64
-#define SYS_EXIT 93
+#define SYS_WRITE         64
+#define SYS_EXIT          93
 #define SYS_CLOCK_GETTIME 113 /* 32-bit time_t on this ABI */
-#define CLOCK_MONOTONIC 1
+#define CLOCK_MONOTONIC   1
 
 static long sys3(long nr, long a, long b, long c)
 {

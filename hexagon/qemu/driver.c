@@ -13,8 +13,8 @@
 #include "hex_params.h"
 #include "hex_vsum.h"
 
-#define MAXR 4u
-#define BUF_BYTES 24576u
+#define MAXR       4u
+#define BUF_BYTES  24576u
 #define VTCM_BYTES (256u * 1024u)
 
 static uint8_t src[MAXR][BUF_BYTES] __attribute__((aligned(128)));
@@ -39,7 +39,7 @@ static uint32_t next_rand(void)
 struct tcase {
     uint32_t n, dtype, ne0, ne1, pad; /* pad: extra elements per row (2D only) */
     uint32_t add_mode, threads, vtcm;
-    int integer_data;                 /* small integers: every sum is exact */
+    int integer_data; /* small integers: every sum is exact */
 };
 
 static float value(const struct tcase *t)
@@ -189,8 +189,8 @@ static void run_case(const struct tcase *t, uint32_t seq_base)
 /* Errors: a peer's status, a timeout, both seen at the entry fence, nothing written. */
 static void run_errors(void)
 {
-    struct tcase t = {.n = 3, .dtype = HEX_F32, .ne0 = 300, .ne1 = 1, .threads = 2,
-                      .vtcm = VTCM_BYTES};
+    struct tcase t = {
+        .n = 3, .dtype = HEX_F32, .ne0 = 300, .ne1 = 1, .threads = 2, .vtcm = VTCM_BYTES};
     for (uint32_t k = 0; k < t.n; k++) {
         hex_memset(fences[k], 0, sizeof(fences[k]));
         hex_memset(dst[k], 0xff, BUF_BYTES);
@@ -288,26 +288,63 @@ int main(void)
         for (uint32_t d = 0; d < 2; d++)
             for (uint32_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
                 for (uint32_t m = 0; m < 2; m++) {
-                    struct tcase t = {.n = n, .dtype = d, .ne0 = sizes[s], .ne1 = 1,
+                    struct tcase t = {.n = n,
+                                      .dtype = d,
+                                      .ne0 = sizes[s],
+                                      .ne1 = 1,
                                       .add_mode = m ? HEX_ADD_RESIDUAL : HEX_ADD_NONE,
-                                      .threads = 1 + s % 4, .vtcm = VTCM_BYTES,
+                                      .threads = 1 + s % 4,
+                                      .vtcm = VTCM_BYTES,
                                       .integer_data = (int)(s & 1)};
                     run_case(&t, n * 100 + s);
                 }
     /* 2D: padded rows, row-broadcast bias, rows longer than a block (small VTCM). */
     struct tcase t2[] = {
-        {.n = 2, .dtype = HEX_F32, .ne0 = 40, .ne1 = 13, .pad = 8, .threads = 3,
+        {.n = 2,
+         .dtype = HEX_F32,
+         .ne0 = 40,
+         .ne1 = 13,
+         .pad = 8,
+         .threads = 3,
          .vtcm = VTCM_BYTES},
-        {.n = 3, .dtype = HEX_F16, .ne0 = 33, .ne1 = 20, .pad = 31,
-         .add_mode = HEX_ADD_RESIDUAL, .threads = 2, .vtcm = VTCM_BYTES},
-        {.n = 4, .dtype = HEX_F32, .ne0 = 64, .ne1 = 17, .add_mode = HEX_ADD_BCAST,
-         .threads = 4, .vtcm = VTCM_BYTES},
-        {.n = 3, .dtype = HEX_F16, .ne0 = 100, .ne1 = 7, .pad = 4, .add_mode = HEX_ADD_BCAST,
-         .threads = 2, .vtcm = VTCM_BYTES, .integer_data = 1},
-        {.n = 2, .dtype = HEX_F32, .ne0 = 1000, .ne1 = 3, .pad = 24, .threads = 2,
+        {.n = 3,
+         .dtype = HEX_F16,
+         .ne0 = 33,
+         .ne1 = 20,
+         .pad = 31,
+         .add_mode = HEX_ADD_RESIDUAL,
+         .threads = 2,
+         .vtcm = VTCM_BYTES},
+        {.n = 4,
+         .dtype = HEX_F32,
+         .ne0 = 64,
+         .ne1 = 17,
+         .add_mode = HEX_ADD_BCAST,
+         .threads = 4,
+         .vtcm = VTCM_BYTES},
+        {.n = 3,
+         .dtype = HEX_F16,
+         .ne0 = 100,
+         .ne1 = 7,
+         .pad = 4,
+         .add_mode = HEX_ADD_BCAST,
+         .threads = 2,
+         .vtcm = VTCM_BYTES,
+         .integer_data = 1},
+        {.n = 2,
+         .dtype = HEX_F32,
+         .ne0 = 1000,
+         .ne1 = 3,
+         .pad = 24,
+         .threads = 2,
          .vtcm = 12 * 1024},
-        {.n = 4, .dtype = HEX_F16, .ne0 = 2000, .ne1 = 1, .add_mode = HEX_ADD_RESIDUAL,
-         .threads = 2, .vtcm = 24 * 1024},
+        {.n = 4,
+         .dtype = HEX_F16,
+         .ne0 = 2000,
+         .ne1 = 1,
+         .add_mode = HEX_ADD_RESIDUAL,
+         .threads = 2,
+         .vtcm = 24 * 1024},
     };
     for (uint32_t i = 0; i < sizeof(t2) / sizeof(t2[0]); i++)
         run_case(&t2[i], 0xfffffff0u + i); /* fences near the wrap too */

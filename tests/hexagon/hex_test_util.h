@@ -19,8 +19,8 @@ struct ht_rank {
     int nranks;
     comm_t *comm;
     void *user;
-    comm_status_t status;   /* what the body reports back */
-    char msg[512];          /* comm_last_error after the body, if any */
+    comm_status_t status; /* what the body reports back */
+    char msg[512];        /* comm_last_error after the body, if any */
 };
 
 typedef void (*ht_body)(struct ht_rank *r);

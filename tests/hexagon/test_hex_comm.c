@@ -56,8 +56,7 @@ static const char *check(const struct spec *s, int nranks, int r, int call, cons
     void *in = malloc(s->count * es * (size_t)nranks);
     void *add = s->addend_count ? malloc(s->addend_count * es) : NULL;
     for (int p = 0; p < nranks; p++)
-        ht_fill((uint8_t *)in + (size_t)p * s->count * es, s->count, s->dtype,
-                seed_of(p, call, 0));
+        ht_fill((uint8_t *)in + (size_t)p * s->count * es, s->count, s->dtype, seed_of(p, call, 0));
     if (add)
         ht_fill(add, s->addend_count, s->dtype, seed_of(s->same_addend ? 0 : r, call, 1));
     const char *err = NULL;
@@ -109,10 +108,9 @@ static void body(struct ht_rank *r)
         if (!s->in_place)
             memset(recv, 0xff, bytes); /* NaN in f32 and f16 */
         if (add) {
-            ht_fill(add, s->addend_count, s->dtype,
-                    seed_of(s->same_addend ? 0 : r->rank, call, 1));
-            st = comm_allreduce_add(r->comm, send, recv, add, s->addend_count, s->count,
-                                    s->dtype, NULL);
+            ht_fill(add, s->addend_count, s->dtype, seed_of(s->same_addend ? 0 : r->rank, call, 1));
+            st = comm_allreduce_add(r->comm, send, recv, add, s->addend_count, s->count, s->dtype,
+                                    NULL);
         } else {
             st = comm_allreduce(r->comm, send, recv, s->count, s->dtype, COMM_SUM, NULL);
         }
@@ -152,8 +150,10 @@ static void test_sizes(void **state)
     for (int n = 2; n <= 4; n++)
         for (int d = 0; d < 2; d++)
             for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
-                struct spec s = {.dtype = d ? COMM_F16 : COMM_F32, .count = counts[i],
-                                 .in_place = (i + (size_t)n) % 2 == 0, .calls = 2};
+                struct spec s = {.dtype = d ? COMM_F16 : COMM_F32,
+                                 .count = counts[i],
+                                 .in_place = (i + (size_t)n) % 2 == 0,
+                                 .calls = 2};
                 run(n, &s);
             }
 }
@@ -165,9 +165,12 @@ static void test_residual(void **state)
     for (int n = 2; n <= 4; n++)
         for (int d = 0; d < 2; d++)
             for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
-                struct spec s = {.dtype = d ? COMM_F16 : COMM_F32, .count = counts[i],
-                                 .addend_count = counts[i], .same_addend = i % 2 == 0,
-                                 .in_place = i == 1, .calls = 2};
+                struct spec s = {.dtype = d ? COMM_F16 : COMM_F32,
+                                 .count = counts[i],
+                                 .addend_count = counts[i],
+                                 .same_addend = i % 2 == 0,
+                                 .in_place = i == 1,
+                                 .calls = 2};
                 run(n, &s);
             }
 }
@@ -176,15 +179,16 @@ static void test_bias(void **state)
 {
     (void)state;
     /* (row length, rows): fewer rows than ranks, odd lengths, one column, long rows. */
-    static const size_t shapes[][2] = {{100, 37}, {1, 9}, {7, 3}, {129, 2}, {3000, 11},
-                                       {64, 256}};
+    static const size_t shapes[][2] = {{100, 37}, {1, 9}, {7, 3}, {129, 2}, {3000, 11}, {64, 256}};
     for (int n = 2; n <= 4; n++)
         for (int d = 0; d < 2; d++)
             for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
                 struct spec s = {.dtype = d ? COMM_F16 : COMM_F32,
                                  .count = shapes[i][0] * shapes[i][1],
-                                 .addend_count = shapes[i][0], .same_addend = i % 2 == 1,
-                                 .in_place = i == 2, .calls = 2};
+                                 .addend_count = shapes[i][0],
+                                 .same_addend = i % 2 == 1,
+                                 .in_place = i == 2,
+                                 .calls = 2};
                 run(n, &s);
             }
 }
@@ -193,8 +197,13 @@ static void test_vtcm_shrink(void **state)
 {
     (void)state;
     /* What the host computes: the block shrinks below what 8 MiB would give. */
-    struct hex_params_in in = {.n_ranks = 3, .rank = 0, .dtype = HEX_F32, .ne0 = 600000,
-                               .ne1 = 1, .session_threads = 4, .vtcm_bytes = 8u << 20};
+    struct hex_params_in in = {.n_ranks = 3,
+                               .rank = 0,
+                               .dtype = HEX_F32,
+                               .ne0 = 600000,
+                               .ne1 = 1,
+                               .session_threads = 4,
+                               .vtcm_bytes = 8u << 20};
     struct hex_op_params big, small;
     assert_int_equal(hex_params_compute(&in, &big), HEX_OK);
     in.vtcm_bytes = 48 * 1024;
@@ -332,8 +341,8 @@ static void body_mismatch(struct ht_rank *r)
     void *buf;
     r->status = comm_mem_alloc(r->comm, 4096, &buf);
     if (r->status == COMM_OK)
-        r->status = comm_allreduce(r->comm, buf, buf, r->rank == 0 ? 512 : 256, COMM_F32,
-                                   COMM_SUM, NULL);
+        r->status =
+            comm_allreduce(r->comm, buf, buf, r->rank == 0 ? 512 : 256, COMM_F32, COMM_SUM, NULL);
 }
 
 static void test_mismatch(void **state)
@@ -393,8 +402,8 @@ static int process_rank(int rank, int nranks, const comm_id_t *id)
         struct ht_rank r = {.rank = rank, .nranks = nranks, .comm = c, .user = &specs[i]};
         body(&r);
         if (r.status != COMM_OK) {
-            fprintf(stderr, "rank %d: spec %zu: %s: %s\n", rank, i,
-                    comm_status_string(r.status), r.msg);
+            fprintf(stderr, "rank %d: spec %zu: %s: %s\n", rank, i, comm_status_string(r.status),
+                    r.msg);
             return 3;
         }
     }
@@ -433,11 +442,11 @@ static void test_processes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes),         cmocka_unit_test(test_residual),
-        cmocka_unit_test(test_bias),          cmocka_unit_test(test_vtcm_shrink),
+        cmocka_unit_test(test_sizes),          cmocka_unit_test(test_residual),
+        cmocka_unit_test(test_bias),           cmocka_unit_test(test_vtcm_shrink),
         cmocka_unit_test(test_vtcm_too_small), cmocka_unit_test(test_seq_wrap),
-        cmocka_unit_test(test_unsupported),   cmocka_unit_test(test_not_mem_alloc),
-        cmocka_unit_test(test_mismatch),      cmocka_unit_test(test_no_leaks),
+        cmocka_unit_test(test_unsupported),    cmocka_unit_test(test_not_mem_alloc),
+        cmocka_unit_test(test_mismatch),       cmocka_unit_test(test_no_leaks),
         cmocka_unit_test(test_processes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

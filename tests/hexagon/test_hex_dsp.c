@@ -92,8 +92,12 @@ static void test_params(void **state)
         for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
             uint64_t next = 0;
             for (uint32_t r = 0; r < n; r++) {
-                struct hex_params_in in = {.n_ranks = n, .rank = r, .dtype = HEX_F16,
-                                           .ne0 = sizes[s], .ne1 = 1, .session_threads = 4,
+                struct hex_params_in in = {.n_ranks = n,
+                                           .rank = r,
+                                           .dtype = HEX_F16,
+                                           .ne0 = sizes[s],
+                                           .ne1 = 1,
+                                           .session_threads = 4,
                                            .vtcm_bytes = 8u << 20};
                 struct hex_op_params p;
                 assert_int_equal(hex_params_compute(&in, &p), HEX_OK);
@@ -112,9 +116,16 @@ static void test_params(void **state)
         }
     }
     /* 2D: rows split ceil(ne1 / n); too little VTCM fails with what it needs. */
-    struct hex_params_in in = {.n_ranks = 3, .rank = 2, .dtype = HEX_F32, .ne0 = 10, .ne1 = 7,
-                               .layout_2d = 1, .src_stride = 64, .dst_stride = 48,
-                               .add_mode = HEX_ADD_BCAST, .session_threads = 2,
+    struct hex_params_in in = {.n_ranks = 3,
+                               .rank = 2,
+                               .dtype = HEX_F32,
+                               .ne0 = 10,
+                               .ne1 = 7,
+                               .layout_2d = 1,
+                               .src_stride = 64,
+                               .dst_stride = 48,
+                               .add_mode = HEX_ADD_BCAST,
+                               .session_threads = 2,
                                .vtcm_bytes = 8u << 20};
     struct hex_op_params p;
     assert_int_equal(hex_params_compute(&in, &p), HEX_OK);
@@ -129,10 +140,10 @@ static void test_params(void **state)
 }
 
 /* Concurrent sessions on padded rows: the op as the transport runs it, minus the API. */
-#define NR 3
-#define NE0 300
-#define NE1 11
-#define PAD 20
+#define NR     3
+#define NE0    300
+#define NE1    11
+#define PAD    20
 #define STRIDE ((NE0 + PAD) * 4)
 
 struct shared {
@@ -156,10 +167,17 @@ static void *session_main(void *p)
         sh->status[a->rank] = -100;
         return NULL;
     }
-    struct hex_params_in in = {.n_ranks = NR, .rank = a->rank, .dtype = HEX_F32, .ne0 = NE0,
-                               .ne1 = NE1, .layout_2d = 1, .src_stride = STRIDE,
-                               .dst_stride = STRIDE, .add_stride = STRIDE,
-                               .add_mode = sh->add_mode, .session_threads = 3,
+    struct hex_params_in in = {.n_ranks = NR,
+                               .rank = a->rank,
+                               .dtype = HEX_F32,
+                               .ne0 = NE0,
+                               .ne1 = NE1,
+                               .layout_2d = 1,
+                               .src_stride = STRIDE,
+                               .dst_stride = STRIDE,
+                               .add_stride = STRIDE,
+                               .add_mode = sh->add_mode,
+                               .session_threads = 3,
                                .vtcm_bytes = 64 * 1024};
     struct hex_op_args args;
     memset(&args, 0, sizeof(args));

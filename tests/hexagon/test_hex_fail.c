@@ -21,7 +21,7 @@
 #define COUNT 5000
 
 struct fail_arg {
-    int mode;            /* 0 stall rank 2, 1 inject on rank 1, 2 abort rank 0 */
+    int mode; /* 0 stall rank 2, 1 inject on rank 1, 2 abort rank 0 */
     double second_ms[HT_MAX_RANKS];
     comm_status_t second[HT_MAX_RANKS];
 };

@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static struct h_rank *results;   /* shared mapping: [H_MAX_RANKS] */
-static uint8_t *outs;            /* shared mapping: [H_MAX_RANKS][H_OUT_BYTES] */
+static struct h_rank *results; /* shared mapping: [H_MAX_RANKS] */
+static uint8_t *outs;          /* shared mapping: [H_MAX_RANKS][H_OUT_BYTES] */
 
 double h_now_ms(void)
 {
@@ -246,9 +246,13 @@ long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype
         if (!ok) {
             if (wrong == 0)
                 h_fail(r, "element %zu of %zu (%s op %d, %d ranks): got %.17g, want %.17g", i,
-                       count, dtype == COMM_F32 ? "f32" : dtype == COMM_F16 ? "f16"
-                              : dtype == COMM_BF16 ? "bf16" : dtype == COMM_F64 ? "f64"
-                              : dtype == COMM_I32 ? "i32" : "i64",
+                       count,
+                       dtype == COMM_F32    ? "f32"
+                       : dtype == COMM_F16  ? "f16"
+                       : dtype == COMM_BF16 ? "bf16"
+                       : dtype == COMM_F64  ? "f64"
+                       : dtype == COMM_I32  ? "i32"
+                                            : "i64",
                        (int)op, nranks, got, want);
             else
                 r->errors++;

@@ -18,16 +18,16 @@
 struct h_rank {
     int rank;
     int nranks;
-    bool procs;         /* process ranks */
+    bool procs; /* process ranks */
     comm_id_t id;
-    comm_t *comm;       /* initialised by the harness unless job.no_init */
-    void *arg;          /* the job's arg */
-    long errors;        /* the body adds its failures here */
+    comm_t *comm; /* initialised by the harness unless job.no_init */
+    void *arg;    /* the job's arg */
+    long errors;  /* the body adds its failures here */
     char first_error[512];
-    uint8_t *out;       /* H_OUT_BYTES to copy an output into, for bit comparison */
-    size_t out_len;     /* bytes the body stored in out */
-    int status;         /* a comm_status_t the body wants to report */
-    double elapsed_s;   /* the body may time something */
+    uint8_t *out;     /* H_OUT_BYTES to copy an output into, for bit comparison */
+    size_t out_len;   /* bytes the body stored in out */
+    int status;       /* a comm_status_t the body wants to report */
+    double elapsed_s; /* the body may time something */
 };
 
 typedef void (*h_body_fn)(struct h_rank *r);
@@ -35,12 +35,12 @@ typedef void (*h_body_fn)(struct h_rank *r);
 struct h_job {
     int nranks;
     bool procs;
-    bool no_init;       /* the body calls comm_init itself */
-    int timeout_ms;     /* communicator timeout (0 = 60 s) */
+    bool no_init;   /* the body calls comm_init itself */
+    int timeout_ms; /* communicator timeout (0 = 60 s) */
     h_body_fn body;
     void *arg;
-    int kill_rank;      /* procs: SIGKILL this rank ... (-1 = none) */
-    int kill_after_ms;  /* ... this long after the start */
+    int kill_rank;     /* procs: SIGKILL this rank ... (-1 = none) */
+    int kill_after_ms; /* ... this long after the start */
 };
 
 /* Runs the job; returns the per-rank results (valid until the next h_run). */

@@ -16,10 +16,10 @@
 #include <cmocka.h>
 
 struct sweep {
-    bool mem;        /* buffers from comm_mem_alloc */
-    bool large_only; /* only the bulk-path counts */
-    bool add;        /* comm_allreduce_add: residual and bias rows */
-    bool narrow;     /* f32 travels as bf16 (ARCOMM_BF16_THRESHOLD=0) */
+    bool mem;          /* buffers from comm_mem_alloc */
+    bool large_only;   /* only the bulk-path counts */
+    bool add;          /* comm_allreduce_add: residual and bias rows */
+    bool narrow;       /* f32 travels as bf16 (ARCOMM_BF16_THRESHOLD=0) */
     bool default_flag; /* keep the default flag threshold (else 16K: the large counts
                         * take the bulk path whatever the default is) */
 };
@@ -77,12 +77,12 @@ static void one(struct h_rank *r, const struct sweep *sw, uint64_t *hashes, size
         h_poison(recv, count, dt);
     if (abuf)
         h_fill(abuf, addend_count, dt, seed + 7777, 100 + r->rank);
-    comm_status_t st = abuf ? comm_allreduce_add(r->comm, send, recv, abuf, addend_count, count,
-                                                 dt, NULL)
-                            : comm_allreduce(r->comm, send, recv, count, dt, op, NULL);
+    comm_status_t st =
+        abuf ? comm_allreduce_add(r->comm, send, recv, abuf, addend_count, count, dt, NULL)
+             : comm_allreduce(r->comm, send, recv, count, dt, op, NULL);
     if (st != COMM_OK) {
-        h_fail(r, "allreduce(count %zu dtype %d op %d inplace %d off %zu) = %s: %s", count,
-               (int)dt, (int)op, inplace, off, comm_status_string(st), comm_last_error(r->comm));
+        h_fail(r, "allreduce(count %zu dtype %d op %d inplace %d off %zu) = %s: %s", count, (int)dt,
+               (int)op, inplace, off, comm_status_string(st), comm_last_error(r->comm));
     } else {
         h_check(r, recv, count, dt, op, seed, r->nranks, abuf, addend_count,
                 sw->narrow && dt == COMM_F32);
@@ -160,24 +160,96 @@ static void run_sweep(int nranks, bool procs, struct sweep sw)
     assert_int_equal(h_shm_leftovers(), 0);
 }
 
-static void threads_1(void **s) { (void)s; run_sweep(1, false, (struct sweep){0}); }
-static void threads_2(void **s) { (void)s; run_sweep(2, false, (struct sweep){0}); }
-static void threads_3(void **s) { (void)s; run_sweep(3, false, (struct sweep){0}); }
-static void threads_4(void **s) { (void)s; run_sweep(4, false, (struct sweep){0}); }
-static void threads_8(void **s) { (void)s; run_sweep(8, false, (struct sweep){0}); }
-static void procs_2(void **s) { (void)s; run_sweep(2, true, (struct sweep){0}); }
-static void procs_default_2(void **s) { (void)s; run_sweep(2, true, (struct sweep){.default_flag = true}); }
-static void threads_default_3(void **s) { (void)s; run_sweep(3, false, (struct sweep){.default_flag = true}); }
-static void procs_3(void **s) { (void)s; run_sweep(3, true, (struct sweep){0}); }
-static void procs_4(void **s) { (void)s; run_sweep(4, true, (struct sweep){.large_only = h_quick()}); }
-static void procs_mem_2(void **s) { (void)s; run_sweep(2, true, (struct sweep){.mem = true}); }
-static void procs_mem_3(void **s) { (void)s; run_sweep(3, true, (struct sweep){.mem = true, .large_only = true}); }
-static void threads_mem_2(void **s) { (void)s; run_sweep(2, false, (struct sweep){.mem = true, .large_only = true}); }
-static void threads_add_3(void **s) { (void)s; run_sweep(3, false, (struct sweep){.add = true}); }
-static void procs_add_2(void **s) { (void)s; run_sweep(2, true, (struct sweep){.add = true}); }
-static void procs_mem_add_2(void **s) { (void)s; run_sweep(2, true, (struct sweep){.add = true, .mem = true, .large_only = true}); }
-static void threads_narrow_2(void **s) { (void)s; run_sweep(2, false, (struct sweep){.narrow = true}); }
-static void procs_narrow_3(void **s) { (void)s; run_sweep(3, true, (struct sweep){.narrow = true}); }
+static void threads_1(void **s)
+{
+    (void)s;
+    run_sweep(1, false, (struct sweep){0});
+}
+static void threads_2(void **s)
+{
+    (void)s;
+    run_sweep(2, false, (struct sweep){0});
+}
+static void threads_3(void **s)
+{
+    (void)s;
+    run_sweep(3, false, (struct sweep){0});
+}
+static void threads_4(void **s)
+{
+    (void)s;
+    run_sweep(4, false, (struct sweep){0});
+}
+static void threads_8(void **s)
+{
+    (void)s;
+    run_sweep(8, false, (struct sweep){0});
+}
+static void procs_2(void **s)
+{
+    (void)s;
+    run_sweep(2, true, (struct sweep){0});
+}
+static void procs_default_2(void **s)
+{
+    (void)s;
+    run_sweep(2, true, (struct sweep){.default_flag = true});
+}
+static void threads_default_3(void **s)
+{
+    (void)s;
+    run_sweep(3, false, (struct sweep){.default_flag = true});
+}
+static void procs_3(void **s)
+{
+    (void)s;
+    run_sweep(3, true, (struct sweep){0});
+}
+static void procs_4(void **s)
+{
+    (void)s;
+    run_sweep(4, true, (struct sweep){.large_only = h_quick()});
+}
+static void procs_mem_2(void **s)
+{
+    (void)s;
+    run_sweep(2, true, (struct sweep){.mem = true});
+}
+static void procs_mem_3(void **s)
+{
+    (void)s;
+    run_sweep(3, true, (struct sweep){.mem = true, .large_only = true});
+}
+static void threads_mem_2(void **s)
+{
+    (void)s;
+    run_sweep(2, false, (struct sweep){.mem = true, .large_only = true});
+}
+static void threads_add_3(void **s)
+{
+    (void)s;
+    run_sweep(3, false, (struct sweep){.add = true});
+}
+static void procs_add_2(void **s)
+{
+    (void)s;
+    run_sweep(2, true, (struct sweep){.add = true});
+}
+static void procs_mem_add_2(void **s)
+{
+    (void)s;
+    run_sweep(2, true, (struct sweep){.add = true, .mem = true, .large_only = true});
+}
+static void threads_narrow_2(void **s)
+{
+    (void)s;
+    run_sweep(2, false, (struct sweep){.narrow = true});
+}
+static void procs_narrow_3(void **s)
+{
+    (void)s;
+    run_sweep(3, true, (struct sweep){.narrow = true});
+}
 
 /* Small staging slots: the staged path runs many rounds, the flag path stays small. */
 static void procs_small_slots_3(void **s)
@@ -186,7 +258,8 @@ static void procs_small_slots_3(void **s)
     h_env_push("ARCOMM_SHM_SLOT_BYTES", "8K");
     h_env_push("ARCOMM_FLAG_THRESHOLD", "1K");
     struct sweep sw = {.large_only = false};
-    struct h_job job = {.nranks = 3, .procs = true, .body = sweep_body, .arg = &sw, .kill_rank = -1};
+    struct h_job job = {
+        .nranks = 3, .procs = true, .body = sweep_body, .arg = &sw, .kill_rank = -1};
     struct h_rank *res = h_run(&job);
     h_env_pop();
     for (int r = 0; r < 3; r++)
@@ -200,15 +273,24 @@ static void procs_small_slots_3(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(threads_1),       cmocka_unit_test(threads_2),
-        cmocka_unit_test(threads_3),       cmocka_unit_test(threads_4),
-        cmocka_unit_test(threads_8),       cmocka_unit_test(procs_2),
-        cmocka_unit_test(procs_3),         cmocka_unit_test(procs_4),
-        cmocka_unit_test(procs_mem_2),     cmocka_unit_test(procs_mem_3),
-        cmocka_unit_test(threads_mem_2),   cmocka_unit_test(threads_add_3),
-        cmocka_unit_test(procs_add_2),     cmocka_unit_test(procs_mem_add_2),
-        cmocka_unit_test(threads_narrow_2), cmocka_unit_test(procs_narrow_3),
-        cmocka_unit_test(procs_small_slots_3), cmocka_unit_test(procs_default_2),
+        cmocka_unit_test(threads_1),
+        cmocka_unit_test(threads_2),
+        cmocka_unit_test(threads_3),
+        cmocka_unit_test(threads_4),
+        cmocka_unit_test(threads_8),
+        cmocka_unit_test(procs_2),
+        cmocka_unit_test(procs_3),
+        cmocka_unit_test(procs_4),
+        cmocka_unit_test(procs_mem_2),
+        cmocka_unit_test(procs_mem_3),
+        cmocka_unit_test(threads_mem_2),
+        cmocka_unit_test(threads_add_3),
+        cmocka_unit_test(procs_add_2),
+        cmocka_unit_test(procs_mem_add_2),
+        cmocka_unit_test(threads_narrow_2),
+        cmocka_unit_test(procs_narrow_3),
+        cmocka_unit_test(procs_small_slots_3),
+        cmocka_unit_test(procs_default_2),
         cmocka_unit_test(threads_default_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

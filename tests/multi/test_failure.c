@@ -78,16 +78,40 @@ static void mismatch_body(struct h_rank *r)
 
 static void run_mismatch(enum mismatch kind, int n, bool procs)
 {
-    struct h_job job = {.nranks = n, .procs = procs, .body = mismatch_body, .arg = &kind,
-                        .kill_rank = -1, .timeout_ms = 20000};
+    struct h_job job = {.nranks = n,
+                        .procs = procs,
+                        .body = mismatch_body,
+                        .arg = &kind,
+                        .kill_rank = -1,
+                        .timeout_ms = 20000};
     expect_clean(h_run(&job), n);
 }
 
-static void mismatch_count(void **s) { (void)s; run_mismatch(MIS_COUNT, 3, false); }
-static void mismatch_count_bulk(void **s) { (void)s; run_mismatch(MIS_COUNT_BULK, 2, true); }
-static void mismatch_dtype(void **s) { (void)s; run_mismatch(MIS_DTYPE, 2, true); }
-static void mismatch_op(void **s) { (void)s; run_mismatch(MIS_OP, 4, false); }
-static void mismatch_barrier(void **s) { (void)s; run_mismatch(MIS_BARRIER, 2, false); }
+static void mismatch_count(void **s)
+{
+    (void)s;
+    run_mismatch(MIS_COUNT, 3, false);
+}
+static void mismatch_count_bulk(void **s)
+{
+    (void)s;
+    run_mismatch(MIS_COUNT_BULK, 2, true);
+}
+static void mismatch_dtype(void **s)
+{
+    (void)s;
+    run_mismatch(MIS_DTYPE, 2, true);
+}
+static void mismatch_op(void **s)
+{
+    (void)s;
+    run_mismatch(MIS_OP, 4, false);
+}
+static void mismatch_barrier(void **s)
+{
+    (void)s;
+    run_mismatch(MIS_BARRIER, 2, false);
+}
 
 /* ---- bad arguments on one rank: it gets INVALID, its peers PEER, promptly ---- */
 
@@ -135,17 +159,45 @@ static void invalid_body(struct h_rank *r)
 
 static void run_invalid(enum bad kind, int n, bool procs)
 {
-    struct h_job job = {.nranks = n, .procs = procs, .body = invalid_body, .arg = &kind,
-                        .kill_rank = -1, .timeout_ms = 30000};
+    struct h_job job = {.nranks = n,
+                        .procs = procs,
+                        .body = invalid_body,
+                        .arg = &kind,
+                        .kill_rank = -1,
+                        .timeout_ms = 30000};
     expect_clean(h_run(&job), n);
 }
 
-static void invalid_null(void **s) { (void)s; run_invalid(BAD_NULL, 3, false); }
-static void invalid_dtype(void **s) { (void)s; run_invalid(BAD_DTYPE, 2, true); }
-static void invalid_op(void **s) { (void)s; run_invalid(BAD_OP, 2, false); }
-static void invalid_overlap(void **s) { (void)s; run_invalid(BAD_OVERLAP, 4, false); }
-static void invalid_stream(void **s) { (void)s; run_invalid(BAD_STREAM, 2, true); }
-static void invalid_addend(void **s) { (void)s; run_invalid(BAD_ADDEND, 3, true); }
+static void invalid_null(void **s)
+{
+    (void)s;
+    run_invalid(BAD_NULL, 3, false);
+}
+static void invalid_dtype(void **s)
+{
+    (void)s;
+    run_invalid(BAD_DTYPE, 2, true);
+}
+static void invalid_op(void **s)
+{
+    (void)s;
+    run_invalid(BAD_OP, 2, false);
+}
+static void invalid_overlap(void **s)
+{
+    (void)s;
+    run_invalid(BAD_OVERLAP, 4, false);
+}
+static void invalid_stream(void **s)
+{
+    (void)s;
+    run_invalid(BAD_STREAM, 2, true);
+}
+static void invalid_addend(void **s)
+{
+    (void)s;
+    run_invalid(BAD_ADDEND, 3, true);
+}
 
 /* ---- timeout: a rank that never comes ---- */
 
@@ -174,8 +226,8 @@ static void timeout_threads(void **s)
 static void timeout_procs(void **s)
 {
     (void)s;
-    struct h_job job = {.nranks = 2, .procs = true, .body = timeout_body, .kill_rank = -1,
-                        .timeout_ms = 300};
+    struct h_job job = {
+        .nranks = 2, .procs = true, .body = timeout_body, .kill_rank = -1, .timeout_ms = 300};
     expect_clean(h_run(&job), 2);
 }
 
@@ -221,8 +273,8 @@ static void abort_threads(void **s)
 static void abort_procs(void **s)
 {
     (void)s;
-    struct h_job job = {.nranks = 2, .procs = true, .body = abort_body, .kill_rank = -1,
-                        .timeout_ms = 30000};
+    struct h_job job = {
+        .nranks = 2, .procs = true, .body = abort_body, .kill_rank = -1, .timeout_ms = 30000};
     expect_clean(h_run(&job), 2);
 }
 
@@ -249,8 +301,13 @@ static void kill_body(struct h_rank *r)
 
 static void run_kill(size_t count, int n)
 {
-    struct h_job job = {.nranks = n, .procs = true, .body = kill_body, .arg = &count,
-                        .kill_rank = 1, .kill_after_ms = 300, .timeout_ms = 60000};
+    struct h_job job = {.nranks = n,
+                        .procs = true,
+                        .body = kill_body,
+                        .arg = &count,
+                        .kill_rank = 1,
+                        .kill_after_ms = 300,
+                        .timeout_ms = 60000};
     double start = h_now_ms();
     struct h_rank *res = h_run(&job);
     double killed_at = start + res[1].elapsed_s * 1e3;
@@ -265,8 +322,16 @@ static void run_kill(size_t count, int n)
     expect_clean(res, n);
 }
 
-static void kill_flag_path(void **s) { (void)s; run_kill(16, 3); }
-static void kill_staged_path(void **s) { (void)s; run_kill(1 << 20, 2); }
+static void kill_flag_path(void **s)
+{
+    (void)s;
+    run_kill(16, 3);
+}
+static void kill_staged_path(void **s)
+{
+    (void)s;
+    run_kill(1 << 20, 2);
+}
 
 /* ---- a rank that leaves: peers waiting for it learn at once ---- */
 
@@ -286,8 +351,8 @@ static void leave_body(struct h_rank *r)
 static void leave(void **s)
 {
     (void)s;
-    struct h_job job = {.nranks = 2, .procs = true, .body = leave_body, .kill_rank = -1,
-                        .timeout_ms = 30000};
+    struct h_job job = {
+        .nranks = 2, .procs = true, .body = leave_body, .kill_rank = -1, .timeout_ms = 30000};
     expect_clean(h_run(&job), 2);
 }
 
@@ -404,8 +469,12 @@ static void init_body(struct h_rank *r)
 
 static struct h_rank *run_init(struct init_case k, int n, bool procs)
 {
-    struct h_job job = {.nranks = n, .procs = procs, .no_init = true, .body = init_body,
-                        .arg = &k, .kill_rank = -1};
+    struct h_job job = {.nranks = n,
+                        .procs = procs,
+                        .no_init = true,
+                        .body = init_body,
+                        .arg = &k,
+                        .kill_rank = -1};
     return h_run(&job);
 }
 
@@ -413,9 +482,9 @@ static void init_timeout(void **s)
 {
     (void)s;
     for (int absent = 0; absent < 2; absent++) {
-        struct h_rank *res = run_init((struct init_case){.timeout_ms = 300, .absent = absent,
-                                                         .bad_size = -1, .twice = -1},
-                                      2, absent == 1);
+        struct h_rank *res = run_init(
+            (struct init_case){.timeout_ms = 300, .absent = absent, .bad_size = -1, .twice = -1}, 2,
+            absent == 1);
         assert_int_equal(res[1 - absent].status, COMM_ERR_TIMEOUT);
         expect_clean(res, 2);
     }
@@ -426,8 +495,13 @@ static void init_member_dies(void **s)
 {
     (void)s;
     struct init_case k = {.timeout_ms = 10000, .absent = 2, .bad_size = -1, .twice = -1};
-    struct h_job job = {.nranks = 3, .procs = true, .no_init = true, .body = init_body,
-                        .arg = &k, .kill_rank = 1, .kill_after_ms = 300};
+    struct h_job job = {.nranks = 3,
+                        .procs = true,
+                        .no_init = true,
+                        .body = init_body,
+                        .arg = &k,
+                        .kill_rank = 1,
+                        .kill_after_ms = 300};
     struct h_rank *res = h_run(&job);
     assert_int_equal(res[0].status, COMM_ERR_PEER);
     if (res[0].elapsed_s > 2.0)
@@ -440,8 +514,7 @@ static void init_nranks_disagree(void **s)
 {
     (void)s;
     struct h_rank *res = run_init(
-        (struct init_case){.timeout_ms = 3000, .absent = -1, .bad_size = 1, .twice = -1}, 3,
-        false);
+        (struct init_case){.timeout_ms = 3000, .absent = -1, .bad_size = 1, .twice = -1}, 3, false);
     assert_int_equal(res[1].status, COMM_ERR_INVALID);
     /* Rank 0 learns at once instead of at the timeout (the body checks the time); rank 2
      * either learns the same, or arrives after rank 0 removed the failed segment and
@@ -456,8 +529,7 @@ static void init_rank_twice(void **s)
     (void)s;
     /* Ranks 0, 1 and a second rank 1 of a 2-rank communicator. */
     struct h_rank *res = run_init(
-        (struct init_case){.timeout_ms = 1000, .absent = -1, .bad_size = -1, .twice = 1}, 3,
-        true);
+        (struct init_case){.timeout_ms = 1000, .absent = -1, .bad_size = -1, .twice = 1}, 3, true);
     /* The second rank 1 is refused (INVALID when it comes while the first is joining,
      * TIMEOUT when the communicator was complete and its name already gone). */
     assert_true(res[1].status != COMM_OK || res[2].status != COMM_OK);
@@ -471,8 +543,7 @@ static void null_handles(void **s)
     (void)s;
     float x = 1;
     assert_int_equal(comm_allreduce(NULL, &x, &x, 1, COMM_F32, COMM_SUM, NULL), COMM_ERR_INVALID);
-    assert_int_equal(comm_allreduce_add(NULL, &x, &x, &x, 1, 1, COMM_F32, NULL),
-                     COMM_ERR_INVALID);
+    assert_int_equal(comm_allreduce_add(NULL, &x, &x, &x, 1, 1, COMM_F32, NULL), COMM_ERR_INVALID);
     assert_int_equal(comm_barrier(NULL), COMM_ERR_INVALID);
     assert_int_equal(comm_abort(NULL), COMM_ERR_INVALID);
     assert_int_equal(comm_destroy(NULL), COMM_OK);
@@ -499,8 +570,8 @@ int main(void)
         cmocka_unit_test(kill_staged_path), cmocka_unit_test(leave),
         cmocka_unit_test(init_bad_config),  cmocka_unit_test(init_env),
         cmocka_unit_test(init_timeout),     cmocka_unit_test(init_nranks_disagree),
-        cmocka_unit_test(init_member_dies),
-        cmocka_unit_test(init_rank_twice),  cmocka_unit_test(null_handles),
+        cmocka_unit_test(init_member_dies), cmocka_unit_test(init_rank_twice),
+        cmocka_unit_test(null_handles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

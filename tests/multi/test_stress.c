@@ -52,8 +52,8 @@ static void back_to_back_procs(void **s)
 {
     (void)s;
     long calls = 10000;
-    struct h_job job = {.nranks = 2, .procs = true, .body = back_to_back_body, .arg = &calls,
-                        .kill_rank = -1};
+    struct h_job job = {
+        .nranks = 2, .procs = true, .body = back_to_back_body, .arg = &calls, .kill_rank = -1};
     expect_clean(h_run(&job), 2);
 }
 

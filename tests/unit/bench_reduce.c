@@ -89,9 +89,14 @@ int main(int argc, char **argv)
         size_t esz = cases[c].dtype == COMM_F32 ? 4 : 2;
         for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
             struct coll_reduce_args args = {
-                .dst = dst, .ndst = cases[c].ndst, .dst_dtype = cases[c].dtype,
-                .src = (const void *const *)src, .nsrc = cases[c].nsrc,
-                .src_dtype = cases[c].dtype, .count = bytes / esz, .op = COMM_SUM,
+                .dst = dst,
+                .ndst = cases[c].ndst,
+                .dst_dtype = cases[c].dtype,
+                .src = (const void *const *)src,
+                .nsrc = cases[c].nsrc,
+                .src_dtype = cases[c].dtype,
+                .count = bytes / esz,
+                .op = COMM_SUM,
                 .nt_store = cases[c].nt,
             };
             if (!coll_reduce_force_isa(isas[i]))

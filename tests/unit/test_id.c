@@ -54,9 +54,14 @@ static void malformed(void **s)
 {
     (void)s;
     static const char *const bad[] = {
-        "", "arc1-", "arc1-0123456789abcdef0123456789abcde", "arc1-0123456789abcdef0123456789abcdef0",
-        "arc2-0123456789abcdef0123456789abcdef", "arc1-0123456789ABCDEF0123456789abcdef",
-        "arc1-0123456789abcdef0123456789abcd/f", "arc1_0123456789abcdef0123456789abcdef",
+        "",
+        "arc1-",
+        "arc1-0123456789abcdef0123456789abcde",
+        "arc1-0123456789abcdef0123456789abcdef0",
+        "arc2-0123456789abcdef0123456789abcdef",
+        "arc1-0123456789ABCDEF0123456789abcdef",
+        "arc1-0123456789abcdef0123456789abcd/f",
+        "arc1_0123456789abcdef0123456789abcdef",
     };
     char why[128];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -75,7 +80,9 @@ static void malformed(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(format), cmocka_unit_test(unique), cmocka_unit_test(malformed),
+        cmocka_unit_test(format),
+        cmocka_unit_test(unique),
+        cmocka_unit_test(malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

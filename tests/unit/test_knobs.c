@@ -97,9 +97,8 @@ static void malformed(void **s)
 {
     (void)s;
     static const char *const bad[][2] = {
-        {"ARCOMM_TIMEOUT_MS", "12s"},  {"ARCOMM_SHM_SLOT_BYTES", "big"},
-        {"ARCOMM_NUMA", "maybe"},      {"ARCOMM_LOG_LEVEL", "loud"},
-        {"ARCOMM_SPIN_NS", ""},
+        {"ARCOMM_TIMEOUT_MS", "12s"}, {"ARCOMM_SHM_SLOT_BYTES", "big"}, {"ARCOMM_NUMA", "maybe"},
+        {"ARCOMM_LOG_LEVEL", "loud"}, {"ARCOMM_SPIN_NS", ""},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         setenv(bad[i][0], bad[i][1], 1);

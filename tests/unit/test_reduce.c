@@ -21,8 +21,8 @@
 
 #define MAX_SRC 9
 #define MAX_DST 8
-#define GUARD 64     /* poisoned bytes after every destination */
-#define POISON 0xa5
+#define GUARD   64 /* poisoned bytes after every destination */
+#define POISON  0xa5
 
 enum data_kind {
     DATA_RANDOM,  /* finite, never zero, mixed magnitudes */
@@ -37,9 +37,9 @@ struct tcase {
     int nsrc, ndst;
     size_t count;
     bool round_bf16, nt;
-    size_t misalign;        /* bytes added to every pointer */
-    bool in_place;          /* dst[0] = src[0], and dst[1] = src[nsrc - 1] when ndst > 1 */
-    size_t addend_count;    /* 0: no addend */
+    size_t misalign;     /* bytes added to every pointer */
+    bool in_place;       /* dst[0] = src[0], and dst[1] = src[nsrc - 1] when ndst > 1 */
+    size_t addend_count; /* 0: no addend */
     size_t offset;
     enum data_kind data;
 };
@@ -75,17 +75,26 @@ static const uint32_t special_f32[] = {
     0xff7fffff, 0x3f800000, 0x00800000, 0x477ff000, 0x33000000,
 };
 static const uint16_t special_f16[] = {
-    0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0xfd55, 0x7e3f, 0x0001,
-    0x83ff, 0x7bff, 0xfbff, 0x0400, 0x3c00,
+    0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0xfd55,
+    0x7e3f, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x0400, 0x3c00,
 };
 static const uint16_t special_bf16[] = {
-    0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0xffa5, 0x0001, 0x807f,
-    0x7f7f, 0xff7f, 0x0080, 0x3f80,
+    0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81,
+    0xffa5, 0x0001, 0x807f, 0x7f7f, 0xff7f, 0x0080, 0x3f80,
 };
 static const uint64_t special_f64[] = {
-    0, 0x8000000000000000ull, 0x7ff0000000000000ull, 0xfff0000000000000ull,
-    0x7ff8000000000000ull, 0xfff8000000001234ull, 0x7ff0000000000001ull, 0x7ff4000000000000ull,
-    1, 0x800fffffffffffffull, 0x7fefffffffffffffull, 0x3ff0000000000000ull,
+    0,
+    0x8000000000000000ull,
+    0x7ff0000000000000ull,
+    0xfff0000000000000ull,
+    0x7ff8000000000000ull,
+    0xfff8000000001234ull,
+    0x7ff0000000000001ull,
+    0x7ff4000000000000ull,
+    1,
+    0x800fffffffffffffull,
+    0x7fefffffffffffffull,
+    0x3ff0000000000000ull,
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -258,8 +267,10 @@ static void model(const struct tcase *tc, const void *const *src, const void *ad
         if (tc->round_bf16)
             s = coll_bf16_to_f32(coll_f32_to_bf16_1(s));
         acc = k == 0 ? s : model_op(tc->op, acc, s);
-        ref = k == 0 ? s : tc->op == COMM_SUM ? ref + s : tc->op == COMM_MAX ? fmax(ref, s)
-                                                                            : fmin(ref, s);
+        ref = k == 0               ? s
+              : tc->op == COMM_SUM ? ref + s
+              : tc->op == COMM_MAX ? fmax(ref, s)
+                                   : fmin(ref, s);
         sumabs += fabs(s);
     }
     if (add) {
@@ -350,11 +361,19 @@ static void run_case(const struct tcase *tc)
     bufs_alloc(&b, tc);
     for (size_t t = 0; t < NELEM(isas); t++) {
         struct coll_reduce_args args = {
-            .dst = b.dst, .ndst = tc->ndst, .dst_dtype = tc->dtype,
-            .src = b.src, .nsrc = tc->nsrc, .src_dtype = tc->src_dtype,
-            .round_bf16 = tc->round_bf16, .count = tc->count, .op = tc->op,
+            .dst = b.dst,
+            .ndst = tc->ndst,
+            .dst_dtype = tc->dtype,
+            .src = b.src,
+            .nsrc = tc->nsrc,
+            .src_dtype = tc->src_dtype,
+            .round_bf16 = tc->round_bf16,
+            .count = tc->count,
+            .op = tc->op,
             .addend = tc->addend_count ? b.addend : NULL,
-            .addend_count = tc->addend_count, .offset = tc->offset, .nt_store = tc->nt,
+            .addend_count = tc->addend_count,
+            .offset = tc->offset,
+            .nt_store = tc->nt,
         };
         const void *src_in_place[MAX_SRC];
         void *dst_in_place[MAX_DST];
@@ -442,9 +461,13 @@ static void test_matrix(void **state)
             for (size_t s = 0; s < NELEM(nsrcs); s++) {
                 for (size_t c = 0; c < NELEM(counts); c++) {
                     struct tcase tc = {
-                        .dtype = dtypes[d], .src_dtype = dtypes[d], .op = ops[o],
-                        .nsrc = nsrcs[s], .ndst = ndsts[(s + c) % NELEM(ndsts)],
-                        .count = counts[c], .misalign = (c & 1) ? dsize(dtypes[d]) : 0,
+                        .dtype = dtypes[d],
+                        .src_dtype = dtypes[d],
+                        .op = ops[o],
+                        .nsrc = nsrcs[s],
+                        .ndst = ndsts[(s + c) % NELEM(ndsts)],
+                        .count = counts[c],
+                        .misalign = (c & 1) ? dsize(dtypes[d]) : 0,
                     };
                     run_case(&tc);
                 }
@@ -460,8 +483,14 @@ static void test_byte_misaligned(void **state)
     for (size_t d = 0; d < NELEM(dtypes); d++) {
         for (size_t c = 0; c < NELEM(counts); c++) {
             struct tcase tc = {
-                .dtype = dtypes[d], .src_dtype = dtypes[d], .op = ops[c % 3], .nsrc = 3,
-                .ndst = 2, .count = counts[c], .misalign = 1, .nt = c & 1,
+                .dtype = dtypes[d],
+                .src_dtype = dtypes[d],
+                .op = ops[c % 3],
+                .nsrc = 3,
+                .ndst = 2,
+                .count = counts[c],
+                .misalign = 1,
+                .nt = c & 1,
                 .addend_count = (c & 2) && ops[c % 3] == COMM_SUM ? counts[c] : 0,
             };
             run_case(&tc);
@@ -475,8 +504,13 @@ static void test_in_place(void **state)
     for (size_t d = 0; d < NELEM(dtypes); d++) {
         for (int nsrc = 1; nsrc <= 4; nsrc++) {
             struct tcase tc = {
-                .dtype = dtypes[d], .src_dtype = dtypes[d], .op = COMM_SUM, .nsrc = nsrc,
-                .ndst = 3, .count = 4099 + 8192 * (size_t)nsrc, .in_place = true,
+                .dtype = dtypes[d],
+                .src_dtype = dtypes[d],
+                .op = COMM_SUM,
+                .nsrc = nsrc,
+                .ndst = 3,
+                .count = 4099 + 8192 * (size_t)nsrc,
+                .in_place = true,
                 .misalign = nsrc == 3 ? dsize(dtypes[d]) : 0,
             };
             run_case(&tc);
@@ -497,16 +531,27 @@ static void test_addend(void **state)
     for (size_t d = 0; d < NELEM(dtypes); d++) {
         for (size_t r = 0; r < NELEM(rows); r++) {
             struct tcase tc = {
-                .dtype = dtypes[d], .src_dtype = dtypes[d], .op = COMM_SUM, .nsrc = 2,
-                .ndst = 3, .count = 6001, .addend_count = rows[r],
-                .offset = offsets[r % NELEM(offsets)], .misalign = r == 2 ? 2 : 0,
+                .dtype = dtypes[d],
+                .src_dtype = dtypes[d],
+                .op = COMM_SUM,
+                .nsrc = 2,
+                .ndst = 3,
+                .count = 6001,
+                .addend_count = rows[r],
+                .offset = offsets[r % NELEM(offsets)],
+                .misalign = r == 2 ? 2 : 0,
             };
             run_case(&tc);
         }
         for (size_t c = 0; c < NELEM(counts); c++) {
             struct tcase tc = {
-                .dtype = dtypes[d], .src_dtype = dtypes[d], .op = COMM_SUM, .nsrc = 4,
-                .ndst = 2, .count = counts[c], .addend_count = counts[c] ? counts[c] : 1,
+                .dtype = dtypes[d],
+                .src_dtype = dtypes[d],
+                .op = COMM_SUM,
+                .nsrc = 4,
+                .ndst = 2,
+                .count = counts[c],
+                .addend_count = counts[c] ? counts[c] : 1,
                 .offset = c & 1 ? 7 : 0,
             };
             run_case(&tc);
@@ -523,9 +568,16 @@ static void test_bf16_wire(void **state)
     for (size_t c = 0; c < NELEM(counts); c++) {
         for (size_t o = 0; o < NELEM(ops); o++) {
             struct tcase tc = {
-                .dtype = COMM_F32, .src_dtype = COMM_F32, .op = ops[o], .nsrc = 1 + (int)c % 8,
-                .ndst = 2, .count = counts[c], .round_bf16 = true, .misalign = (c & 1) * 4,
-                .addend_count = ops[o] == COMM_SUM ? 17 : 0, .offset = 3,
+                .dtype = COMM_F32,
+                .src_dtype = COMM_F32,
+                .op = ops[o],
+                .nsrc = 1 + (int)c % 8,
+                .ndst = 2,
+                .count = counts[c],
+                .round_bf16 = true,
+                .misalign = (c & 1) * 4,
+                .addend_count = ops[o] == COMM_SUM ? 17 : 0,
+                .offset = 3,
             };
             run_case(&tc);
             tc.data = DATA_SPECIAL;
@@ -545,9 +597,16 @@ static void test_nt_store(void **state)
     for (size_t d = 0; d < NELEM(dtypes); d++) {
         for (size_t m = 0; m < 3; m++) {
             struct tcase tc = {
-                .dtype = dtypes[d], .src_dtype = dtypes[d], .op = COMM_SUM, .nsrc = 3,
-                .ndst = 3, .count = 20000 + m, .nt = true, .misalign = m * dsize(dtypes[d]),
-                .addend_count = m == 1 ? 512 : 0, .offset = 100,
+                .dtype = dtypes[d],
+                .src_dtype = dtypes[d],
+                .op = COMM_SUM,
+                .nsrc = 3,
+                .ndst = 3,
+                .count = 20000 + m,
+                .nt = true,
+                .misalign = m * dsize(dtypes[d]),
+                .addend_count = m == 1 ? 512 : 0,
+                .offset = 100,
             };
             run_case(&tc);
             tc.count = 37;
@@ -562,15 +621,26 @@ static void test_large(void **state)
     (void)state;
     for (size_t d = 0; d < NELEM(dtypes); d++) {
         struct tcase tc = {
-            .dtype = dtypes[d], .src_dtype = dtypes[d], .op = COMM_SUM, .nsrc = 3, .ndst = 2,
-            .count = (1u << 20) / dsize(dtypes[d]) + 4099, .misalign = dsize(dtypes[d]),
-            .addend_count = 4096, .offset = 1000,
+            .dtype = dtypes[d],
+            .src_dtype = dtypes[d],
+            .op = COMM_SUM,
+            .nsrc = 3,
+            .ndst = 2,
+            .count = (1u << 20) / dsize(dtypes[d]) + 4099,
+            .misalign = dsize(dtypes[d]),
+            .addend_count = 4096,
+            .offset = 1000,
         };
         run_case(&tc);
     }
     struct tcase tc = {
-        .dtype = COMM_F32, .src_dtype = COMM_F32, .op = COMM_SUM, .nsrc = 8, .ndst = 8,
-        .count = 3u << 18, .nt = true,
+        .dtype = COMM_F32,
+        .src_dtype = COMM_F32,
+        .op = COMM_SUM,
+        .nsrc = 8,
+        .ndst = 8,
+        .count = 3u << 18,
+        .nt = true,
     };
     run_case(&tc);
 }
@@ -583,9 +653,16 @@ static void test_specials(void **state)
         for (size_t o = 0; o < NELEM(ops); o++) {
             for (int nsrc = 1; nsrc <= MAX_SRC; nsrc++) {
                 struct tcase tc = {
-                    .dtype = dtypes[d], .src_dtype = dtypes[d], .op = ops[o], .nsrc = nsrc,
-                    .ndst = 2, .count = 1000 + (size_t)nsrc, .data = DATA_SPECIAL,
-                    .addend_count = nsrc & 1 ? 0 : 333, .offset = 11, .nt = nsrc == 4,
+                    .dtype = dtypes[d],
+                    .src_dtype = dtypes[d],
+                    .op = ops[o],
+                    .nsrc = nsrc,
+                    .ndst = 2,
+                    .count = 1000 + (size_t)nsrc,
+                    .data = DATA_SPECIAL,
+                    .addend_count = nsrc & 1 ? 0 : 333,
+                    .offset = 11,
+                    .nt = nsrc == 4,
                 };
                 run_case(&tc);
                 tc.data = DATA_ZEROS;
@@ -623,8 +700,14 @@ static void test_max_min_nan(void **state)
     for (size_t t = 0; t < NELEM(isas); t++) {
         for (int op = COMM_MAX; op <= COMM_MIN; op++) {
             struct coll_reduce_args args = {
-                .dst = dst, .ndst = 1, .dst_dtype = COMM_F32, .src = src, .nsrc = 3,
-                .src_dtype = COMM_F32, .count = N, .op = (comm_op_t)op,
+                .dst = dst,
+                .ndst = 1,
+                .dst_dtype = COMM_F32,
+                .src = src,
+                .nsrc = 3,
+                .src_dtype = COMM_F32,
+                .count = N,
+                .op = (comm_op_t)op,
             };
             if (!coll_reduce_force_isa(isas[t]))
                 continue;
@@ -657,8 +740,14 @@ static void test_int_wrap(void **state)
     }
     for (size_t t = 0; t < NELEM(isas); t++) {
         struct coll_reduce_args args = {
-            .dst = d32, .ndst = 1, .dst_dtype = COMM_I32, .src = s32, .nsrc = 2,
-            .src_dtype = COMM_I32, .count = 40, .op = COMM_SUM,
+            .dst = d32,
+            .ndst = 1,
+            .dst_dtype = COMM_I32,
+            .src = s32,
+            .nsrc = 2,
+            .src_dtype = COMM_I32,
+            .count = 40,
+            .op = COMM_SUM,
         };
         if (!coll_reduce_force_isa(isas[t]))
             continue;
@@ -670,8 +759,14 @@ static void test_int_wrap(void **state)
         for (int i = 0; i < 40; i++)
             assert_int_equal(o32[i], INT32_MAX - i);
         args = (struct coll_reduce_args){
-            .dst = d64, .ndst = 1, .dst_dtype = COMM_I64, .src = s64, .nsrc = 2,
-            .src_dtype = COMM_I64, .count = 40, .op = COMM_SUM,
+            .dst = d64,
+            .ndst = 1,
+            .dst_dtype = COMM_I64,
+            .src = s64,
+            .nsrc = 2,
+            .src_dtype = COMM_I64,
+            .count = 40,
+            .op = COMM_SUM,
         };
         coll_reduce(&args);
         for (int i = 0; i < 40; i++)

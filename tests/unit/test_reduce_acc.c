@@ -56,16 +56,30 @@ static void handoff(comm_dtype_t dt, const char *isa)
     void *d1[1] = {out_one};
     const void *add[1] = {addend};
     size_t offset = 41; /* the slice starts mid-row */
-    struct coll_reduce_args one = {.dst = d1, .ndst = 1, .dst_dtype = dt, .src = src, .nsrc = S,
-                                   .src_dtype = dt, .count = N, .op = COMM_SUM, .addend = add,
-                                   .addend_count = ROW, .offset = offset};
+    struct coll_reduce_args one = {.dst = d1,
+                                   .ndst = 1,
+                                   .dst_dtype = dt,
+                                   .src = src,
+                                   .nsrc = S,
+                                   .src_dtype = dt,
+                                   .count = N,
+                                   .op = COMM_SUM,
+                                   .addend = add,
+                                   .addend_count = ROW,
+                                   .offset = offset};
     coll_reduce(&one);
 
     memset(acc, 0xff, sizeof(acc));
     uint16_t scratch[N];
     void *d2[1] = {scratch};
-    struct coll_reduce_args first = {.dst = d2, .ndst = 1, .dst_dtype = dt, .src = src,
-                                     .nsrc = S, .src_dtype = dt, .count = N, .op = COMM_SUM,
+    struct coll_reduce_args first = {.dst = d2,
+                                     .ndst = 1,
+                                     .dst_dtype = dt,
+                                     .src = src,
+                                     .nsrc = S,
+                                     .src_dtype = dt,
+                                     .count = N,
+                                     .op = COMM_SUM,
                                      .acc_out = acc};
     coll_reduce(&first);
     for (int i = 0; i < N; i++) {
@@ -76,9 +90,16 @@ static void handoff(comm_dtype_t dt, const char *isa)
     }
     const void *asrc[1] = {acc};
     void *d3[1] = {out_two};
-    struct coll_reduce_args second = {.dst = d3, .ndst = 1, .dst_dtype = dt, .src = asrc,
-                                      .nsrc = 1, .src_dtype = COMM_F32, .count = N,
-                                      .op = COMM_SUM, .addend = add, .addend_count = ROW,
+    struct coll_reduce_args second = {.dst = d3,
+                                      .ndst = 1,
+                                      .dst_dtype = dt,
+                                      .src = asrc,
+                                      .nsrc = 1,
+                                      .src_dtype = COMM_F32,
+                                      .count = N,
+                                      .op = COMM_SUM,
+                                      .addend = add,
+                                      .addend_count = ROW,
                                       .offset = offset};
     coll_reduce(&second);
     assert_memory_equal(out_one, out_two, sizeof(out_one));

@@ -397,8 +397,8 @@ static comm_status_t device_comm(comm_t *host, const struct bench_opts *opts, co
             return st;
         memcpy(words, id.str, COMM_ID_BYTES);
     }
-    comm_status_t st = comm_allreduce(host, words, words, COMM_ID_BYTES / 8, COMM_I64, COMM_SUM,
-                                      NULL);
+    comm_status_t st =
+        comm_allreduce(host, words, words, COMM_ID_BYTES / 8, COMM_I64, COMM_SUM, NULL);
     if (st != COMM_OK) {
         fprintf(stderr, "arbench: sending the device communicator's id: %s\n",
                 comm_last_error(host));
@@ -460,8 +460,7 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     rep->opts = &opts;
     bench_meta_fill(&rep->meta, argc, argv);
     rep->meta.mode = "procs";
-    snprintf(rep->meta.transport, sizeof(rep->meta.transport), "%s",
-             comm_transport_name(tested));
+    snprintf(rep->meta.transport, sizeof(rep->meta.transport), "%s", comm_transport_name(tested));
     if (rank == 0 && !opts.csv_stdout)
         bench_print_header(stdout, rep);
     for (size_t i = 0; i < n; i++) {
@@ -666,8 +665,7 @@ static int run_sweeps(const struct bench_opts *o, int argc, char **argv)
             if (run_procs(o, ar, nsizes, rep->meta.transport))
                 return BENCH_EXIT_FAIL;
         } else {
-            rc = run_threads(o, sizes, nsizes, ar, live ? rep : NULL, rep->meta.transport,
-                             false);
+            rc = run_threads(o, sizes, nsizes, ar, live ? rep : NULL, rep->meta.transport, false);
             if (rc)
                 return rc;
         }

@@ -45,15 +45,15 @@ struct arinfo_hex_session {
 };
 
 struct arinfo_hexagon {
-    bool built;     /* ARCOMM_HAVE_HEXAGON */
-    bool emulated;  /* sessions run on hexagon/emu, not a DSP */
+    bool built;    /* ARCOMM_HAVE_HEXAGON */
+    bool emulated; /* sessions run on hexagon/emu, not a DSP */
     /* What the build and the machine have (with built). */
-    bool rpcmem;       /* libcdsprpc.so loads: buffers are real rpcmem */
-    bool dma_heap;     /* /dev/dma_heap/system is usable */
-    bool cross_v69;    /* the DSP sources were cross-compiled for v69 (HVX float) */
-    bool qemu_v67;     /* the v67 driver runs under qemu-hexagon in the tests */
-    bool sdk;          /* built with a Hexagon SDK */
-    char vsum[24];     /* the sum implementation the sessions run */
+    bool rpcmem;    /* libcdsprpc.so loads: buffers are real rpcmem */
+    bool dma_heap;  /* /dev/dma_heap/system is usable */
+    bool cross_v69; /* the DSP sources were cross-compiled for v69 (HVX float) */
+    bool qemu_v67;  /* the v67 driver runs under qemu-hexagon in the tests */
+    bool sdk;       /* built with a Hexagon SDK */
+    char vsum[24];  /* the sum implementation the sessions run */
     char note[160]; /* why there are no sessions; "" when there are */
     int nsessions;
     struct arinfo_hex_session s[ARINFO_HEX_MAX];

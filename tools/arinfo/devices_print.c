@@ -158,8 +158,9 @@ void arinfo_hexagon_print(struct arinfo *ai, const struct arinfo_hexagon *h)
         fprintf(f, "  %s\n", h->note);
         fprintf(f, "  buffers: rpcmem %s, dma-heap %s, memfd yes\n", h->rpcmem ? "yes" : "no",
                 h->dma_heap ? "yes" : "no");
-        fprintf(f, "  DSP code: v69 HVX cross-build %s, v67 under qemu-hexagon %s, SDK %s; "
-                   "sums: %s\n",
+        fprintf(f,
+                "  DSP code: v69 HVX cross-build %s, v67 under qemu-hexagon %s, SDK %s; "
+                "sums: %s\n",
                 h->cross_v69 ? "yes" : "no", h->qemu_v67 ? "yes" : "no", h->sdk ? "yes" : "no",
                 h->vsum);
         return;

@@ -25,8 +25,7 @@ static bool hx_probe(const struct transport_probe *p, char *why, size_t len)
         return false;
     }
     if (p->nranks > (int)HEX_MAX_RANKS) {
-        snprintf(why, len, "hexagon runs at most %u sessions, not %d", HEX_MAX_RANKS,
-                 p->nranks);
+        snprintf(why, len, "hexagon runs at most %u sessions, not %d", HEX_MAX_RANKS, p->nranks);
         return false;
     }
     return true;
@@ -73,8 +72,8 @@ static int fences_ready(struct comm *c, void *arg)
             if ((gen & 1u) == 0)
                 return 0;
         } else {
-            const struct hex_fence_slot *id = hx->fence[p] - HEX_FENCE_SLOT_CALL +
-                                              HEX_FENCE_SLOT_ID;
+            const struct hex_fence_slot *id =
+                hx->fence[p] - HEX_FENCE_SLOT_CALL + HEX_FENCE_SLOT_ID;
             if (__atomic_load_n(w->stage == 1 ? &id->magic : &id->ready, __ATOMIC_ACQUIRE) !=
                 (w->stage == 1 ? HEX_FENCE_MAGIC : 1u))
                 return 0;
@@ -120,8 +119,8 @@ static comm_status_t setup_fences(struct comm *c)
         const struct hex_fence_slot *idp = hx->fence[p] - HEX_FENCE_SLOT_CALL + HEX_FENCE_SLOT_ID;
         if (idp->rank != (uint32_t)p || idp->nranks != (uint32_t)c->nranks) {
             rt_error(c, COMM_ERR_INVALID,
-                     "rank %d: the fence buffer registered by rank %d says rank %u of %u",
-                     c->rank, p, idp->rank, idp->nranks);
+                     "rank %d: the fence buffer registered by rank %d says rank %u of %u", c->rank,
+                     p, idp->rank, idp->nranks);
             return COMM_ERR_INVALID;
         }
         uint32_t s = atomic_load(&hx->fence[p]->seq);
@@ -221,7 +220,8 @@ static comm_status_t hx_setup(struct comm *c)
     if (err != 0) {
         rt_error(c, COMM_ERR_SYSTEM,
                  "rank %d: starting the emulated HTP session (%u threads, %u bytes VTCM) "
-                 "failed: %s", c->rank, hx->threads, hx->vtcm_bytes, strerror(err));
+                 "failed: %s",
+                 c->rank, hx->threads, hx->vtcm_bytes, strerror(err));
         st = COMM_ERR_SYSTEM;
         goto err_teardown;
     }
@@ -241,8 +241,7 @@ err_teardown:
     /* Peers waiting for this rank's fence must not wait for the timeout. */
     if (c->shm != NULL) {
         struct shm_rank *me = &c->shm->ranks[c->rank];
-        snprintf(me->errmsg, sizeof(me->errmsg), "%.*s", (int)sizeof(me->errmsg) - 1,
-                 c->errmsg);
+        snprintf(me->errmsg, sizeof(me->errmsg), "%.*s", (int)sizeof(me->errmsg) - 1, c->errmsg);
         atomic_store_explicit(&me->status, (int32_t)st, memory_order_release);
         shm_ring_all(c->shm);
     }
@@ -250,8 +249,7 @@ err_teardown:
     return st;
 }
 
-static void hx_publish_failure(struct comm *c, comm_status_t status, const char *msg,
-                               bool in_call)
+static void hx_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call)
 {
     struct hex_comm *hx = hex_of(c);
     if (c->shm == NULL)

@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HEX_REG_SLOTS 128u
-#define HEX_PAGE 4096u
+#define HEX_REG_SLOTS   128u
+#define HEX_PAGE        4096u
 #define HEX_GUARD_BYTES 4096u
 
 /* One registry entry (32 bytes); only the owning rank writes it. */
@@ -47,14 +47,14 @@ enum hex_mem_kind { HEX_MEM_MEMFD = 0, HEX_MEM_DMAHEAP = 1, HEX_MEM_RPCMEM = 2 }
 struct hex_own_buf {
     bool live;
     int fd;
-    uint8_t *base;  /* this session's mapping */
-    size_t bytes;   /* rounded to 4 KiB */
-    void *rpc;      /* rpcmem_alloc2 pointer (== base), or NULL */
+    uint8_t *base; /* this session's mapping */
+    size_t bytes;  /* rounded to 4 KiB */
+    void *rpc;     /* rpcmem_alloc2 pointer (== base), or NULL */
 };
 
 /* A peer's buffer as mapped in this session. */
 struct hex_import {
-    uint32_t gen;   /* registry generation it was imported at; 0 = none */
+    uint32_t gen; /* registry generation it was imported at; 0 = none */
     uint8_t *base;
     size_t bytes;
 };
@@ -63,10 +63,10 @@ struct hex_comm {
     struct hex_session *session;
     enum hex_mem_kind mem_kind;
     struct hex_own_buf own[HEX_REG_SLOTS];
-    struct hex_import *imports;              /* [nranks][HEX_REG_SLOTS] */
-    struct hex_registry *reg[HEX_MAX_RANKS]; /* every rank's registry, in the segment */
+    struct hex_import *imports;                  /* [nranks][HEX_REG_SLOTS] */
+    struct hex_registry *reg[HEX_MAX_RANKS];     /* every rank's registry, in the segment */
     struct hex_fence_slot *fence[HEX_MAX_RANKS]; /* every session's call slot, mapped here */
-    uint32_t seq_last;       /* the last fence sequence of the communicator */
+    uint32_t seq_last;                           /* the last fence sequence of the communicator */
     uint32_t vtcm_bytes;
     uint32_t threads;
     long fence_timeout_ms;   /* < 0 = never */
@@ -106,13 +106,13 @@ void hex_debug_stall(struct comm *c, uint32_t stall_ms);
 
 /* What this build and this machine have, for arinfo. */
 struct hex_info {
-    bool rpcmem;           /* libcdsprpc.so loads here: buffers are real rpcmem */
-    bool dma_heap;         /* /dev/dma_heap/system exists */
-    const char *ops;       /* where op_allreduce runs: "host emulation" */
-    const char *vsum;      /* the sum implementation of the emulation ("scalar") */
-    bool cross_v69;        /* this build cross-compiled the DSP sources for v69 */
-    bool qemu_v67;         /* this build runs the v67 driver under qemu-hexagon */
-    bool sdk;              /* this build used a Hexagon SDK */
+    bool rpcmem;      /* libcdsprpc.so loads here: buffers are real rpcmem */
+    bool dma_heap;    /* /dev/dma_heap/system exists */
+    const char *ops;  /* where op_allreduce runs: "host emulation" */
+    const char *vsum; /* the sum implementation of the emulation ("scalar") */
+    bool cross_v69;   /* this build cross-compiled the DSP sources for v69 */
+    bool qemu_v67;    /* this build runs the v67 driver under qemu-hexagon */
+    bool sdk;         /* this build used a Hexagon SDK */
 };
 void hex_info_get(struct hex_info *info);
 

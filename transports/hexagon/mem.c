@@ -134,8 +134,7 @@ comm_status_t hex_mem_alloc_slot(struct comm *c, size_t bytes, int slot, void **
     struct hex_comm *hx = hex_of(c);
     struct hex_own_buf *b = &hx->own[slot];
     if (bytes > SIZE_MAX - 2 * HEX_PAGE) {
-        rt_error(c, COMM_ERR_NOMEM, "rank %d: comm_mem_alloc(%zu) is too large", c->rank,
-                 bytes);
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: comm_mem_alloc(%zu) is too large", c->rank, bytes);
         return COMM_ERR_NOMEM;
     }
     size_t rounded = (bytes + HEX_PAGE - 1) / HEX_PAGE * HEX_PAGE;
@@ -150,9 +149,10 @@ comm_status_t hex_mem_alloc_slot(struct comm *c, size_t bytes, int slot, void **
         base = fd < 0 ? NULL : map_guarded(fd, rounded);
     }
     if (base == NULL) {
-        rt_error(c, COMM_ERR_NOMEM, "rank %d: allocating %zu bytes of %s for the HTP session "
-                 "failed: %s", c->rank, rounded, hex_mem_kind_name(hx->mem_kind),
-                 strerror(errno));
+        rt_error(c, COMM_ERR_NOMEM,
+                 "rank %d: allocating %zu bytes of %s for the HTP session "
+                 "failed: %s",
+                 c->rank, rounded, hex_mem_kind_name(hx->mem_kind), strerror(errno));
         if (fd >= 0 && rpc == NULL)
             close(fd);
         return COMM_ERR_NOMEM;
@@ -291,8 +291,7 @@ static int take_fd(struct comm *c, int peer, int their_fd, bool *owned, char *ho
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, their_fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0)
-        snprintf(how, len, "pidfd_getfd: %s; open %s: %s", strerror(e1), path,
-                 strerror(errno));
+        snprintf(how, len, "pidfd_getfd: %s; open %s: %s", strerror(e1), path, strerror(errno));
     return fd;
 }
 
@@ -355,8 +354,8 @@ comm_status_t hex_mem_import(struct comm *c, int peer, int slot, struct hex_impo
     if (atomic_load_explicit(&e->gen, memory_order_acquire) != gen) {
         munmap(base, bytes + HEX_GUARD_BYTES);
         rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: rank %d freed its Hexagon buffer %d while this rank mapped it",
-                 c->rank, peer, slot);
+                 "rank %d: rank %d freed its Hexagon buffer %d while this rank mapped it", c->rank,
+                 peer, slot);
         status = COMM_ERR_INVALID;
         goto err_close;
     }

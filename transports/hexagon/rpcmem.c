@@ -12,9 +12,9 @@
 #include <stddef.h>
 
 #define RPCMEM_HEAP_ID_SYSTEM 25
-#define RPCMEM_DEFAULT_FLAGS 1
-#define CDSP_DOMAIN_ID 3
-#define FASTRPC_MAP_FD 2 /* enum fastrpc_map_flags: STATIC, RESERVED, FD, ... */
+#define RPCMEM_DEFAULT_FLAGS  1
+#define CDSP_DOMAIN_ID        3
+#define FASTRPC_MAP_FD        2 /* enum fastrpc_map_flags: STATIC, RESERVED, FD, ... */
 
 struct rpc_lib {
     void *handle;

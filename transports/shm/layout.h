@@ -20,59 +20,59 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHM_CACHE_LINE 64
-#define SHM_PAGE 4096
-#define SHM_MAGIC 0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION 1u
-#define SHM_SLOTS 2
+#define SHM_CACHE_LINE   64
+#define SHM_PAGE         4096
+#define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
+#define SHM_VERSION      1u
+#define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 192
-#define SHM_NAME_MAX 80
+#define SHM_NAME_MAX     80
 
 /* Header: written by rank 0 before it publishes magic; read-only afterwards, except
  * the lines marked otherwise. */
 struct shm_header {
     /* --- line 0: identity and geometry, immutable once magic is set --- */
-    _Atomic uint64_t magic;  /* SHM_MAGIC, stored last with release order */
-    uint32_t version;        /* SHM_VERSION: the layout of this file */
-    uint32_t nranks;         /* ranks in the communicator */
-    uint64_t total_bytes;    /* size of the whole segment */
-    uint64_t slot_bytes;     /* bytes of each staging slot (two per rank) */
-    uint64_t pool_bytes;     /* bytes of each rank's comm_mem_alloc arena */
-    uint32_t owner_uid;      /* effective uid of rank 0 (also checked with fstat) */
-    uint32_t header_bytes;   /* sizeof(struct shm_header), as built by rank 0 */
-    uint64_t off_ranks;      /* offset of struct shm_rank[nranks] */
+    _Atomic uint64_t magic; /* SHM_MAGIC, stored last with release order */
+    uint32_t version;       /* SHM_VERSION: the layout of this file */
+    uint32_t nranks;        /* ranks in the communicator */
+    uint64_t total_bytes;   /* size of the whole segment */
+    uint64_t slot_bytes;    /* bytes of each staging slot (two per rank) */
+    uint64_t pool_bytes;    /* bytes of each rank's comm_mem_alloc arena */
+    uint32_t owner_uid;     /* effective uid of rank 0 (also checked with fstat) */
+    uint32_t header_bytes;  /* sizeof(struct shm_header), as built by rank 0 */
+    uint64_t off_ranks;     /* offset of struct shm_rank[nranks] */
     /* --- line 1 --- */
     alignas(SHM_CACHE_LINE) uint64_t off_arrival; /* offset of struct shm_arrival[2][n] */
-    uint64_t off_staging;    /* offset of the staging slots */
-    uint64_t off_pool;       /* offset of the pools */
-    char transport[16];      /* transport that created it, NUL-terminated */
+    uint64_t off_staging;                         /* offset of the staging slots */
+    uint64_t off_pool;                            /* offset of the pools */
+    char transport[16];                           /* transport that created it, NUL-terminated */
     uint8_t pad1[24];
     /* --- line 2: rendezvous, written by every rank during comm_init --- */
     alignas(SHM_CACHE_LINE) _Atomic uint32_t attached; /* ranks that have joined */
-    _Atomic int32_t init_status;   /* COMM_OK, or why some rank gave up joining */
-    _Atomic int32_t init_rank;     /* the rank that set init_status */
+    _Atomic int32_t init_status; /* COMM_OK, or why some rank gave up joining */
+    _Atomic int32_t init_rank;   /* the rank that set init_status */
     uint8_t pad2[52];
     /* --- line 3: the doorbell that sleeping waiters block on (futex) --- */
     alignas(SHM_CACHE_LINE) _Atomic uint32_t bell; /* bumped when a sleeper must wake */
-    _Atomic uint32_t sleepers;     /* waiters blocked on bell right now */
+    _Atomic uint32_t sleepers;                     /* waiters blocked on bell right now */
     uint8_t pad3[56];
 };
 
 /* Per-rank state: line 0 is written once at join; line 1 by its owner during calls. */
 struct shm_rank {
     /* --- line 0: identity, written by the owner at join --- */
-    _Atomic uint32_t claimed;      /* 1 once a rank took this number, 2 once the fields
-                                    * below are written (release) */
-    int32_t pid;                   /* owner's process id */
-    uint64_t start_time;           /* owner's start time (/proc/pid/stat field 22) */
-    int32_t numa_node;             /* node its staging memory is bound to, -1 none */
+    _Atomic uint32_t claimed; /* 1 once a rank took this number, 2 once the fields
+                               * below are written (release) */
+    int32_t pid;              /* owner's process id */
+    uint64_t start_time;      /* owner's start time (/proc/pid/stat field 22) */
+    int32_t numa_node;        /* node its staging memory is bound to, -1 none */
     uint8_t pad0[SHM_CACHE_LINE - 20];
     /* --- line 1: progress of multi-step algorithms --- */
     alignas(SHM_CACHE_LINE) _Atomic uint64_t progress; /* steps completed, monotonic */
-    _Atomic int32_t status;        /* sticky: COMM_OK, or the error that broke it */
-    uint32_t failed_seq;           /* call number where status was set */
-    _Atomic int32_t cpu;           /* CPU the owner last arrived from (-1 unknown): a
-                                    * waiter on the same CPU yields instead of spinning */
+    _Atomic int32_t status; /* sticky: COMM_OK, or the error that broke it */
+    uint32_t failed_seq;    /* call number where status was set */
+    _Atomic int32_t cpu;    /* CPU the owner last arrived from (-1 unknown): a
+                             * waiter on the same CPU yields instead of spinning */
     uint8_t pad1[SHM_CACHE_LINE - 20];
     /* --- lines 2..4: the owner's error text, valid once status != COMM_OK --- */
     char errmsg[SHM_ERRMSG_BYTES];
@@ -87,9 +87,9 @@ enum shm_path {
 
 /* Buffer flags of an arrival. */
 #define SHM_BUF_SAME_PROC 0x1u /* send/recv/addend are raw pointers of owner's process */
-#define SHM_BUF_IN_SEG 0x2u    /* send/recv/addend are offsets into the segment */
-#define SHM_BUF_NARROW 0x4u    /* f32 travels as bf16 */
-#define SHM_BUF_ADD 0x8u       /* fused add: addend/addend_count valid */
+#define SHM_BUF_IN_SEG    0x2u /* send/recv/addend are offsets into the segment */
+#define SHM_BUF_NARROW    0x4u /* f32 travels as bf16 */
+#define SHM_BUF_ADD       0x8u /* fused add: addend/addend_count valid */
 
 /*
  * One cache line per (slot, rank); the only writer is the owning rank.  A call with
@@ -97,18 +97,18 @@ enum shm_path {
  * then seq (release); a reader loads seq (acquire), then the rest.
  */
 struct shm_arrival {
-    _Atomic uint32_t seq;    /* call number this rank has reached (wraps; signed compare) */
-    _Atomic int32_t status;  /* COMM_OK, or the error this rank hit in this call */
-    uint64_t count;          /* elements: what the peers must agree on ... */
-    uint8_t dtype;           /* ... comm_dtype_t */
-    uint8_t op;              /* ... comm_op_t */
-    uint8_t path;            /* ... enum shm_path */
+    _Atomic uint32_t seq;   /* call number this rank has reached (wraps; signed compare) */
+    _Atomic int32_t status; /* COMM_OK, or the error this rank hit in this call */
+    uint64_t count;         /* elements: what the peers must agree on ... */
+    uint8_t dtype;          /* ... comm_dtype_t */
+    uint8_t op;             /* ... comm_op_t */
+    uint8_t path;           /* ... enum shm_path */
     uint8_t pad;
-    uint32_t flags;          /* SHM_BUF_* */
-    uint64_t send;           /* sendbuf: pointer or offset (flags say which) */
-    uint64_t recv;           /* recvbuf: pointer or offset */
-    uint64_t addend;         /* addend: pointer or offset, with SHM_BUF_ADD */
-    uint64_t addend_count;   /* addend row length, with SHM_BUF_ADD */
+    uint32_t flags;        /* SHM_BUF_* */
+    uint64_t send;         /* sendbuf: pointer or offset (flags say which) */
+    uint64_t recv;         /* recvbuf: pointer or offset */
+    uint64_t addend;       /* addend: pointer or offset, with SHM_BUF_ADD */
+    uint64_t addend_count; /* addend row length, with SHM_BUF_ADD */
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
 _Static_assert(sizeof(struct shm_header) == 4 * SHM_CACHE_LINE, "header is four lines");
@@ -134,8 +134,8 @@ static inline struct shm_geometry shm_geometry_compute(uint32_t nranks, uint64_t
     struct shm_geometry g;
     g.off_ranks = shm_align_up(sizeof(struct shm_header), SHM_CACHE_LINE);
     g.off_arrival = shm_align_up(g.off_ranks + nranks * sizeof(struct shm_rank), SHM_CACHE_LINE);
-    g.off_staging = shm_align_up(g.off_arrival + SHM_SLOTS * nranks * sizeof(struct shm_arrival),
-                                 SHM_PAGE);
+    g.off_staging =
+        shm_align_up(g.off_arrival + SHM_SLOTS * nranks * sizeof(struct shm_arrival), SHM_PAGE);
     g.off_pool = g.off_staging + (uint64_t)nranks * SHM_SLOTS * slot_bytes;
     g.total_bytes = g.off_pool + (uint64_t)nranks * pool_bytes;
     return g;

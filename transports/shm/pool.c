@@ -66,8 +66,7 @@ comm_status_t shm_pool_alloc(struct comm *c, size_t bytes, void **ptr)
     return COMM_ERR_NOMEM;
 
 err_nomem_host:
-    rt_error(c, COMM_ERR_NOMEM, "rank %d: out of host memory for the arena's block list",
-             c->rank);
+    rt_error(c, COMM_ERR_NOMEM, "rank %d: out of host memory for the arena's block list", c->rank);
     return COMM_ERR_NOMEM;
 }
 

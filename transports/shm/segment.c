@@ -251,8 +251,8 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
         fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
         if (fd >= 0) {
             if (fstat(fd, &st) != 0) {
-                rt_error(c, COMM_ERR_SYSTEM, "rank %d: fstat of %s failed: %s", c->rank,
-                         s->name, strerror(errno));
+                rt_error(c, COMM_ERR_SYSTEM, "rank %d: fstat of %s failed: %s", c->rank, s->name,
+                         strerror(errno));
                 close(fd);
                 return COMM_ERR_SYSTEM;
             }
@@ -386,10 +386,10 @@ static int bind_staging(struct comm *c, struct shm_comm *s)
         unsigned long mask[16] = {0};
         if ((size_t)node < sizeof(mask) * 8) {
             mask[node / (8 * sizeof(long))] |= 1ul << (node % (8 * sizeof(long)));
-            if (mbind(mine, SHM_SLOTS * s->slot_bytes, MPOL_PREFERRED, mask,
-                      sizeof(mask) * 8, 0) != 0)
-                rt_log(c, RT_LOG_INFO, "rank %d: mbind of staging to node %d failed: %s",
-                       c->rank, node, strerror(errno));
+            if (mbind(mine, SHM_SLOTS * s->slot_bytes, MPOL_PREFERRED, mask, sizeof(mask) * 8, 0) !=
+                0)
+                rt_log(c, RT_LOG_INFO, "rank %d: mbind of staging to node %d failed: %s", c->rank,
+                       node, strerror(errno));
         }
     }
 #else
@@ -398,7 +398,6 @@ static int bind_staging(struct comm *c, struct shm_comm *s)
 #endif
     return node;
 }
-
 
 /* A rank of another process that claimed its place and is gone, or -1. */
 static int dead_member(const struct comm *c, const struct shm_comm *s)
@@ -426,8 +425,8 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     shm_segment_name(&c->id, s->name, sizeof(s->name));
     uint64_t deadline = c->timeout_ms < 0 ? 0 : rt_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
     int fd = -1;
-    comm_status_t status = c->rank == 0 ? create_segment(c, s, &fd)
-                                        : open_segment(c, s, deadline, &fd);
+    comm_status_t status =
+        c->rank == 0 ? create_segment(c, s, &fd) : open_segment(c, s, deadline, &fd);
     if (status != COMM_OK)
         goto err_free;
     if (fd >= 0)

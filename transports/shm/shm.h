@@ -17,16 +17,16 @@ struct shm_pool_block;
 struct shm_mapping;
 
 struct shm_comm {
-    char name[SHM_NAME_MAX];     /* "/arcomm-<hex>", for shm_unlink */
-    bool unlinked;               /* the name is gone (normally right after rendezvous) */
-    uint8_t *base;               /* the whole segment, mapped here */
+    char name[SHM_NAME_MAX]; /* "/arcomm-<hex>", for shm_unlink */
+    bool unlinked;           /* the name is gone (normally right after rendezvous) */
+    uint8_t *base;           /* the whole segment, mapped here */
     size_t size;
     struct shm_header *hdr;
     struct shm_rank *ranks;      /* [nranks] */
     struct shm_arrival *arrival; /* [SHM_SLOTS][nranks] */
     uint8_t *staging;            /* rank r slot s at (r * SHM_SLOTS + s) * slot_bytes */
     uint64_t slot_bytes;
-    uint8_t *pool;               /* rank r's arena at r * pool_bytes */
+    uint8_t *pool; /* rank r's arena at r * pool_bytes */
     uint64_t pool_bytes;
     struct shm_pool_block *blocks; /* this rank's arena: blocks in address order */
     struct shm_mapping *mapping;   /* the process-wide mapping record (segment.c) */

@@ -60,9 +60,8 @@ comm_status_t shm_check_peers(struct comm *c)
         /* A mismatch is found in the handshake, after every rank arrived: each rank
          * finds it there itself (coll_wait_arrivals), so it is not a peer failure. */
         if (st != COMM_OK && st != COMM_ERR_MISMATCH) {
-            rt_error(c, COMM_ERR_PEER, "rank %d: peer rank %d failed with %s: %.*s",
-                     c->rank, p, comm_status_string((comm_status_t)st),
-                     SHM_ERRMSG_BYTES, s->ranks[p].errmsg);
+            rt_error(c, COMM_ERR_PEER, "rank %d: peer rank %d failed with %s: %.*s", c->rank, p,
+                     comm_status_string((comm_status_t)st), SHM_ERRMSG_BYTES, s->ranks[p].errmsg);
             return COMM_ERR_PEER;
         }
     }
@@ -105,8 +104,8 @@ static bool peer_on_my_cpu(struct comm *c)
 {
     int cpu = sched_getcpu();
     for (int p = 0; p < c->nranks; p++)
-        if (p != c->rank && atomic_load_explicit(&c->shm->ranks[p].cpu,
-                                                 memory_order_relaxed) == cpu)
+        if (p != c->rank &&
+            atomic_load_explicit(&c->shm->ranks[p].cpu, memory_order_relaxed) == cpu)
             return true;
     return false;
 }
@@ -136,8 +135,8 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
         }
         if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
             rt_error(c, COMM_ERR_ABORTED,
-                     "rank %d: comm_abort was called while rank %d waited in %s (call %u)",
-                     c->rank, c->rank, what, c->seq);
+                     "rank %d: comm_abort was called while rank %d waited in %s (call %u)", c->rank,
+                     c->rank, what, c->seq);
             return COMM_ERR_ABORTED;
         }
         comm_status_t st = shm_check_peers(c);

@@ -536,6 +536,35 @@ static void init_rank_twice(void **s)
     expect_clean(res, 3);
 }
 
+/* ---- ARCOMM_LOG_FILE: errors land in the file, %p expanded ---- */
+
+static void log_file(void **s)
+{
+    (void)s;
+    char pattern[128], path[128];
+    snprintf(pattern, sizeof(pattern), "/tmp/arcomm-test-log-%%p-%d.txt", (int)getpid());
+    snprintf(path, sizeof(path), "/tmp/arcomm-test-log-%d-%d.txt", (int)getpid(), (int)getpid());
+    unlink(path);
+    h_env_push("ARCOMM_LOG_FILE", pattern);
+    h_env_push("ARCOMM_LOG_LEVEL", "error");
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    h_id_new(&cfg.id);
+    comm_t *c = NULL;
+    assert_int_equal(comm_init(&c, &cfg), COMM_OK);
+    h_env_pop();
+    float x = 1;
+    assert_int_equal(comm_allreduce(c, NULL, &x, 1, COMM_F32, COMM_SUM, NULL), COMM_ERR_INVALID);
+    comm_destroy(c);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[600] = "";
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    unlink(path);
+    assert_non_null(strstr(line, "arcomm error: rank 0: comm_allreduce: sendbuf is NULL"));
+}
+
 /* ---- NULL and misuse of the handle-taking functions ---- */
 
 static void null_handles(void **s)
@@ -570,8 +599,8 @@ int main(void)
         cmocka_unit_test(kill_staged_path), cmocka_unit_test(leave),
         cmocka_unit_test(init_bad_config),  cmocka_unit_test(init_env),
         cmocka_unit_test(init_timeout),     cmocka_unit_test(init_nranks_disagree),
-        cmocka_unit_test(init_member_dies), cmocka_unit_test(init_rank_twice),
-        cmocka_unit_test(null_handles),
+        cmocka_unit_test(init_member_dies), cmocka_unit_test(log_file),
+        cmocka_unit_test(init_rank_twice),  cmocka_unit_test(null_handles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

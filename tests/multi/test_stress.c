@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -189,12 +190,47 @@ static void two_comms(void **s)
     expect_clean(h_run(&job), 2);
 }
 
+/* comm_barrier returns only once every rank entered it. */
+static void barrier_body(struct h_rank *r)
+{
+    for (int i = 0; i < 3 && r->errors == 0; i++) {
+        int late = i % r->nranks; /* a different rank arrives late each time */
+        if (r->rank == late)
+            usleep(150 * 1000);
+        double t0 = h_now_ms();
+        comm_status_t st = comm_barrier(r->comm);
+        double ms = h_now_ms() - t0;
+        if (st != COMM_OK)
+            h_fail(r, "barrier %d: %s", i, comm_last_error(r->comm));
+        else if (r->rank != late && ms < 100)
+            h_fail(r, "barrier %d returned after %.1f ms, before rank %d (150 ms late) came", i, ms,
+                   late);
+    }
+    if (strcmp(comm_transport_name(r->comm), "shm") != 0)
+        h_fail(r, "transport \"%s\", want shm", comm_transport_name(r->comm));
+}
+
+static void barrier_threads(void **s)
+{
+    (void)s;
+    struct h_job job = {.nranks = 3, .body = barrier_body, .kill_rank = -1};
+    expect_clean(h_run(&job), 3);
+}
+
+static void barrier_procs(void **s)
+{
+    (void)s;
+    struct h_job job = {.nranks = 3, .procs = true, .body = barrier_body, .kill_rank = -1};
+    expect_clean(h_run(&job), 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(back_to_back_threads), cmocka_unit_test(back_to_back_procs),
         cmocka_unit_test(oversubscribed_8),     cmocka_unit_test(mixed_threads_3),
         cmocka_unit_test(mixed_procs_3),        cmocka_unit_test(two_comms),
+        cmocka_unit_test(barrier_threads),      cmocka_unit_test(barrier_procs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

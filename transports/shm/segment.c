@@ -63,20 +63,37 @@ struct shm_mapping {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_mapping *registry;
 
-static void mapping_add(struct shm_comm *s)
+/*
+ * Makes s's fresh mapping the process's mapping of its segment, or, when another
+ * thread of this process registered one meanwhile (it mapped the file between our
+ * shm_open and here), drops ours and uses that one: one mapping per segment, always.
+ */
+static void mapping_share(struct shm_comm *s)
 {
-    struct shm_mapping *m = calloc(1, sizeof(*m));
-    if (m == NULL)
-        return; /* then this mapping is simply not shared */
-    snprintf(m->name, sizeof(m->name), "%s", s->name);
-    m->base = s->base;
-    m->size = s->size;
-    m->refs = 1;
+    struct shm_mapping *fresh = calloc(1, sizeof(*fresh));
     pthread_mutex_lock(&registry_lock);
-    m->next = registry;
-    registry = m;
+    struct shm_mapping *m = registry;
+    while (m != NULL && strcmp(m->name, s->name) != 0)
+        m = m->next;
+    if (m != NULL) {
+        m->refs++;
+        munmap(s->base, s->size);
+        s->base = m->base;
+        s->size = m->size;
+        s->mapping = m;
+    } else if (fresh != NULL) {
+        snprintf(fresh->name, sizeof(fresh->name), "%s", s->name);
+        fresh->base = s->base;
+        fresh->size = s->size;
+        fresh->refs = 1;
+        fresh->next = registry;
+        registry = fresh;
+        s->mapping = fresh;
+        fresh = NULL;
+    }
+    /* (Without memory for the record the mapping simply stays this rank's own.) */
     pthread_mutex_unlock(&registry_lock);
-    s->mapping = m;
+    free(fresh);
 }
 
 static bool mapping_find(struct shm_comm *s)
@@ -220,7 +237,7 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, int *fd_
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
     s->base = base;
     s->size = g.total_bytes;
-    mapping_add(s);
+    mapping_share(s);
     *fd_out = fd;
     return COMM_OK;
 
@@ -333,14 +350,9 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
         close(fd);
         return COMM_ERR_SYSTEM;
     }
-    /* Two threads of one process may both have opened it: share the first mapping. */
-    if (mapping_find(s)) {
-        munmap(base, total);
-    } else {
-        s->base = base;
-        s->size = total;
-        mapping_add(s);
-    }
+    s->base = base;
+    s->size = total;
+    mapping_share(s);
     *fd_out = fd;
     return COMM_OK;
 

@@ -39,7 +39,8 @@ const struct rt_knob_desc rt_knob_table[] = {
     KNOB("ARCOMM_MEM_POOL_BYTES", RT_KNOB_SIZE, "64M", mem_pool_bytes,
          "comm_mem_alloc arena of every rank in the shared segment (sparse until used)"),
     KNOB("ARCOMM_NT_THRESHOLD", RT_KNOB_SIZE, "auto", nt_threshold,
-         "one-pass calls moving this many bytes (all ranks' inputs and outputs) stream their stores"),
+         "one-pass calls moving this many bytes (all ranks' inputs and outputs) stream their "
+         "stores"),
     KNOB("ARCOMM_SPIN_NS", RT_KNOB_INT, "-1", spin_ns,
          "busy-poll this long before yielding (-1 = 50 us; 0 when ranks outnumber cores)"),
     KNOB("ARCOMM_YIELD_NS", RT_KNOB_INT, "1000000", yield_ns,

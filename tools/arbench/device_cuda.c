@@ -20,8 +20,7 @@ static int cuda_ok(cudaError_t e, const struct cuda_ctx *c, const char *what)
 {
     if (e == cudaSuccess)
         return 0;
-    fprintf(stderr, "arbench: GPU %d: %s: %s\n", c ? c->ordinal : -1, what,
-            cudaGetErrorString(e));
+    fprintf(stderr, "arbench: GPU %d: %s: %s\n", c ? c->ordinal : -1, what, cudaGetErrorString(e));
     return -1;
 }
 
@@ -153,8 +152,8 @@ int bench_nccl_load(void)
     *(void **)&nccl_comm_destroy = dlsym(h, "ncclCommDestroy");
     *(void **)&nccl_error_string = dlsym(h, "ncclGetErrorString");
     *(void **)&nccl_all_reduce = dlsym(h, "ncclAllReduce");
-    if (!nccl_get_unique_id || !nccl_comm_init_rank || !nccl_comm_destroy ||
-        !nccl_error_string || !nccl_all_reduce) {
+    if (!nccl_get_unique_id || !nccl_comm_init_rank || !nccl_comm_destroy || !nccl_error_string ||
+        !nccl_all_reduce) {
         fprintf(stderr, "arbench: libnccl.so.2 lacks the functions arbench uses\n");
         nccl_all_reduce = NULL;
         return -1;
@@ -174,8 +173,8 @@ int bench_nccl_unique_id(unsigned char id[BENCH_NCCL_ID_BYTES])
     return 0;
 }
 
-int bench_nccl_init(void **comm, int nranks, const unsigned char id[BENCH_NCCL_ID_BYTES],
-                    int rank, int ordinal)
+int bench_nccl_init(void **comm, int nranks, const unsigned char id[BENCH_NCCL_ID_BYTES], int rank,
+                    int ordinal)
 {
     nccl_id_t x;
     memcpy(x.internal, id, BENCH_NCCL_ID_BYTES);
@@ -189,8 +188,8 @@ int bench_nccl_init(void **comm, int nranks, const unsigned char id[BENCH_NCCL_I
     return 0;
 }
 
-int bench_nccl_allreduce(void *ctx, const void *send, void *recv, size_t count,
-                         comm_dtype_t dtype, comm_op_t op)
+int bench_nccl_allreduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                         comm_op_t op)
 {
     const struct bench_nccl_ctx *x = ctx;
     /* ncclDataType_t and ncclRedOp_t values. */

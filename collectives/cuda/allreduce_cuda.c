@@ -3,7 +3,8 @@
  * device reported since the last call, picks the path and enqueues it on the caller's
  * stream (and the transport's copy streams), so one thread may drive every GPU in turn.
  * Cross-rank order lives in mapped host memory: kernels spin on tokens, copy streams
- * wait on counters with cuStreamWaitValue32 and publish with cuStreamWriteValue32.
+ * wait on counters with one-thread kernels and publish with cuStreamWriteValue32; a
+ * wait kernel is bounded and records what went wrong.
  */
 #include "coll_cuda.h"
 #include "cuda/cuda_comm.h"
@@ -29,6 +30,8 @@ static const char *stage_name(int32_t stage)
         return "copy-engine path, waiting for the peers to free a staging slot";
     case CUDA_STAGE_CFETCH:
         return "copy-engine path, waiting for a peer to stage a chunk";
+    case CUDA_STAGE_KSLOT:
+        return "kernel path, waiting for the peers to read a staging sub-slot";
     }
     return "host";
 }
@@ -135,23 +138,47 @@ static void fill_common(struct comm *c, const struct coll_call *call, bool narro
              (call->addend == NULL || aligned16(call->addend));
 }
 
+static struct cuda_kshape kshape_of(const struct cuda_kplan *p, uint64_t count, uint32_t wsize,
+                                    uint32_t j)
+{
+    uint64_t lo = (uint64_t)j * p->round_elems;
+    struct cuda_kshape s = {count - lo < p->round_elems ? count - lo : p->round_elems, wsize,
+                            p->blocks};
+    return s;
+}
+
 static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, bool narrow)
 {
     struct cuda_comm *x = cuda_of(c);
     uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
     struct cuda_kplan plan = cuda_kplan_compute(call->count, wsize, x->g.kslot_bytes, x->k.blocks);
+    /* The first two rounds overwrite sub-slots of earlier calls: do the tokens vouch? */
+    struct cuda_kshape s0 = kshape_of(&plan, call->count, wsize, 0);
+    uint32_t slot_wait = cuda_kslot_reuse_safe(s0, x->kprev2, x->kprev1) ? 0u : 1u;
+    if (plan.rounds > 1 &&
+        !cuda_kslot_reuse_safe(kshape_of(&plan, call->count, wsize, 1), x->kprev1, s0))
+        slot_wait |= 2u;
     struct cuda_kpath_args a = {
         .off_kstage = x->g.off_kstage,
         .kslot_bytes = x->g.kslot_bytes,
         .round_elems = plan.round_elems,
         .rounds = plan.rounds,
         .round_base = (uint32_t)x->kround,
+        .kdone = x->kdone,
+        .slot_wait = slot_wait,
     };
     fill_common(c, call, narrow, CUDA_PATH_KERNEL, (uint32_t)x->cchunk + CUDA_RELEASE, &a.c);
     int e = cuda_launch_kpath(&a, plan.blocks, call->stream);
     if (e != 0)
         return launch_failed(c, "the kernel-path launch", e);
     x->kround += plan.rounds;
+    if (plan.rounds == 1) {
+        x->kprev2 = x->kprev1;
+        x->kprev1 = s0;
+    } else {
+        x->kprev2 = kshape_of(&plan, call->count, wsize, plan.rounds - 2);
+        x->kprev1 = kshape_of(&plan, call->count, wsize, plan.rounds - 1);
+    }
     return COMM_OK;
 }
 
@@ -174,6 +201,19 @@ static comm_status_t narrow_buffer(struct comm *c, size_t bytes)
     return COMM_OK;
 }
 
+/*
+ * The copy-engine path, all enqueued at once (the host never waits):
+ *   D2H stream:    [slot free: every peer's 'h2d' >= g - cslots + 1]  D2H chunk g into
+ *                  this rank's slot  ->  'ready' = g + 1  (cuStreamWriteValue32)
+ *   H2D stream:    [every peer's 'ready' >= g + 1] [ring slot summed: event]  H2D each
+ *                  peer's chunk g into the device ring  ->  'h2d' = g + 1
+ *   (the waits on peers' counters are bounded one-thread kernels, wait_kernel; the
+ *   first of a call also compares the peers' calls)
+ *   caller stream: [events: own D2H and H2D of chunk g done]  add kernel of chunk g
+ * So D2H of chunk g + 1 overlaps H2D of chunk g; the add kernels never wait.
+ * Cross-rank order rests only on counters in mapped memory; events order this rank's
+ * own streams, recorded before they are waited for.
+ */
 static comm_status_t copy_path(struct comm *c, const struct coll_call *call, bool narrow)
 {
     struct cuda_comm *x = cuda_of(c);
@@ -181,6 +221,7 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
     uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
     struct cuda_cplan plan = cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
     const uint8_t *src = call->send;
+    uint32_t release = (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE;
     CUresult r;
     int e;
 
@@ -197,16 +238,19 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
     }
     struct cuda_ctrl *me = cuda_ctrl_of(x, c->rank);
     uint64_t wire = call->count * wsize;
-    struct cuda_wait_args base_wait = {.has_own = 0};
-    fill_common(c, call, narrow, CUDA_PATH_COPY,
-                (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE, &base_wait.c);
+    uint64_t ring = (uint64_t)x->tslots * x->g.chunk_max;
+    struct cuda_cadd_args a = {.peer_stride = ring};
+    fill_common(c, call, narrow, CUDA_PATH_COPY, release, &a.c);
+    struct cuda_wait_args base_wait = {.stage = 0};
+    fill_common(c, call, narrow, CUDA_PATH_COPY, release, &base_wait.c);
     for (uint32_t k = 0; k < plan.chunks; k++) {
         uint64_t g = x->cchunk + k;
         uint32_t g32 = (uint32_t)g;
+        uint32_t ts = (uint32_t)(g % x->tslots);
         uint64_t off = (uint64_t)k * plan.chunk_bytes;
         size_t len = (size_t)(wire - off < plan.chunk_bytes ? wire - off : plan.chunk_bytes);
 
-        /* D2H: wait until every peer fetched what the slot held, stage, publish. */
+        /* D2H: once every peer fetched what the slot held, stage, publish. */
         if (g >= x->g.cslots) {
             struct cuda_wait_args w = base_wait;
             w.peer_off = offsetof(struct cuda_ctrl, h2d);
@@ -218,51 +262,51 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
         uint8_t *slot = x->regions + cuda_cslot_off(&x->g, c->rank, g32);
         if ((e = cudaMemcpyAsync(slot, src + off, len, cudaMemcpyDeviceToHost, x->sd)) != 0)
             return launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
-        r = x->write_value(x->sd, cuda_dev_addr(x, &me->ready.value), (cuuint32_t)(g32 + 1), 0);
+        r = x->write_value(x->sd, cuda_dev_addr(x, &me->ready.value), (cuuint32_t)(g32 + 1),
+                           CU_STREAM_WRITE_VALUE_DEFAULT);
         if (r != CUDA_SUCCESS)
             return driver_failed(c, "cuStreamWriteValue32 (chunk staged)", r);
+        if ((e = cudaEventRecord(x->ev_staged, x->sd)) != 0)
+            return launch_failed(c, "cudaEventRecord (chunk staged)", e);
 
-        /* H2D: wait until every peer staged chunk g (and the ring slot was summed), then
-         * fetch every peer's chunk. */
+        /* H2D: once every peer staged chunk g and the ring slot was summed, fetch. */
         struct cuda_wait_args w = base_wait;
         w.peer_off = offsetof(struct cuda_ctrl, ready);
         w.peer_want = g32 + 1;
-        w.has_own = g >= x->tslots;
-        w.own_off = offsetof(struct cuda_ctrl, added);
-        w.own_want = g32 - x->tslots + 1;
         w.stage = CUDA_STAGE_CFETCH;
+        w.check_call = k == 0;
         if ((e = cuda_launch_wait(&w, x->sh)) != 0)
             return launch_failed(c, "the chunk wait launch", e);
+        if ((e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
+            return launch_failed(c, "ordering the fetch after the ring slot's sum", e);
         for (int p = 0, q = 0; p < c->nranks; p++) {
             if (p == c->rank)
                 continue;
-            uint8_t *dst = x->tmp + ((uint64_t)q * x->tslots + g % x->tslots) * x->g.chunk_max;
+            uint8_t *dst = x->tmp + (uint64_t)q * ring + (uint64_t)ts * x->g.chunk_max;
             const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, g32);
             if ((e = cudaMemcpyAsync(dst, from, len, cudaMemcpyHostToDevice, x->sh)) != 0)
                 return launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
             q++;
         }
-        r = x->write_value(x->sh, cuda_dev_addr(x, &me->h2d.value), (cuuint32_t)(g32 + 1), 0);
+        r = x->write_value(x->sh, cuda_dev_addr(x, &me->h2d.value), (cuuint32_t)(g32 + 1),
+                           CU_STREAM_WRITE_VALUE_DEFAULT);
         if (r != CUDA_SUCCESS)
             return driver_failed(c, "cuStreamWriteValue32 (chunk fetched)", r);
-    }
+        if ((e = cudaEventRecord(x->ev_fetched, x->sh)) != 0)
+            return launch_failed(c, "cudaEventRecord (chunk fetched)", e);
 
-    struct cuda_cadd_args a = {
-        .tmp = x->tmp,
-        .chunk_max = x->g.chunk_max,
-        .tslots = x->tslots,
-        .done = x->done,
-        .chunk_elems = plan.chunk_elems,
-        .chunks = plan.chunks,
-        .chunk_base = (uint32_t)x->cchunk,
-    };
-    fill_common(c, call, narrow, CUDA_PATH_COPY, (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE,
-                &a.c);
-    uint64_t per_block = 256u * 8u * 4u;
-    uint64_t want = (plan.chunk_elems + per_block - 1) / per_block;
-    unsigned blocks = (unsigned)(want < 1 ? 1 : want > 32 ? 32 : want);
-    if ((e = cuda_launch_cadd(&a, blocks, stream)) != 0)
-        return launch_failed(c, "the add-kernel launch", e);
+        /* Sum on the caller's stream once this chunk left and every peer's arrived. */
+        if ((e = cudaStreamWaitEvent(stream, x->ev_staged, 0)) != 0 ||
+            (e = cudaStreamWaitEvent(stream, x->ev_fetched, 0)) != 0)
+            return launch_failed(c, "ordering the add kernel after the copies", e);
+        a.tmp = x->tmp + (uint64_t)ts * x->g.chunk_max;
+        a.lo = (uint64_t)k * plan.chunk_elems;
+        a.n = call->count - a.lo < plan.chunk_elems ? call->count - a.lo : plan.chunk_elems;
+        if ((e = cuda_launch_cadd(&a, stream)) != 0)
+            return launch_failed(c, "the add-kernel launch", e);
+        if ((e = cudaEventRecord(x->ev_added[ts], stream)) != 0)
+            return launch_failed(c, "cudaEventRecord (ring slot summed)", e);
+    }
     x->cchunk += plan.chunks;
     return COMM_OK;
 }

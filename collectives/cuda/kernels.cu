@@ -5,15 +5,18 @@
  * the rank's mapped host region with 16-byte stores, publishes its arrival token (one
  * 64-byte line per block), spins on the same block's tokens of the peers with
  * __nanosleep, then sums every rank's slice in rank order.  Many blocks keep many PCIe
- * stores and loads in flight.  Rounds beyond a sub-slot alternate between two
- * sub-slots: a peer's token for round t + 1 proves it finished reading round t - 1.
+ * stores and loads in flight.  Rounds alternate between two sub-slots; a round that
+ * cuts its sub-slot differently from the round two before it (another size, block
+ * count or wire type) first waits until every peer published, in 'kcons', that it read
+ * that round to the end (cuda_kslot_reuse_safe says when the tokens suffice).
  *
- * Copy path (large messages): the copy engines move chunks (transport streams); the
- * add kernel here follows the chunk counters in mapped memory and sums in rank order.
+ * Copy path (large messages): the copy engines move chunks, ordered by the host with
+ * one-thread wait kernels and events (allreduce_cuda.c); the add kernel of a chunk is
+ * stream-ordered after its copies and never waits.
  *
- * Every spin is bounded by %globaltimer, polls the fail lines of every rank (abort,
- * peers' failures) and republishes its token now and then; a failure is written to
- * this rank's fail line, which the host reports on the next call.
+ * Every spin is bounded by %globaltimer and polls the fail lines of every rank (abort,
+ * peers' failures); a failure is written to this rank's fail line, which the host
+ * reports on the next call, and releases every copy-path counter.
  */
 #include "kernels.h"
 #include "cuda/layout.h"
@@ -36,11 +39,6 @@ __device__ __forceinline__ uint64_t now_ns()
     return t;
 }
 
-__device__ __forceinline__ uint32_t ld_vol(const uint32_t *p)
-{
-    return *(const volatile uint32_t *)p;
-}
-
 __device__ __forceinline__ void st_vol(uint32_t *p, uint32_t v)
 {
     *(volatile uint32_t *)p = v;
@@ -49,9 +47,16 @@ __device__ __forceinline__ void st_vol(uint32_t *p, uint32_t v)
 /* Publication and observation at system scope: one release by the publishing thread
  * after a barrier covers the whole block's stores (cumulativity), one acquire by the
  * observing thread before a barrier covers the whole block's loads. */
-__device__ __forceinline__ void st_release_sys(uint32_t *p, uint32_t v)
+__device__ __forceinline__ void st_release_sys64(uint64_t *p, uint64_t v)
 {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t ld_acquire_sys64(const uint64_t *p)
+{
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
 }
 
 __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p)
@@ -209,7 +214,6 @@ __device__ void record_fail(const cuda_kcommon &c, int32_t status, int32_t stage
         cuda_ctrl *ctl = ctrl_of(c, r);
         st_vol(&ctl->ready.value, c.release);
         st_vol(&ctl->h2d.value, c.release);
-        st_vol(&ctl->added.value, c.release);
     }
     __threadfence_system();
 }
@@ -218,12 +222,14 @@ __device__ void record_fail(const cuda_kcommon &c, int32_t status, int32_t stage
 struct spin {
     uint64_t start, last_pub;
     uint32_t polls;
+    uint32_t nap; /* ns between polls once warm (0: 256) */
 };
 
-__device__ __forceinline__ void spin_init(spin &s)
+__device__ __forceinline__ void spin_init(spin &s, uint32_t nap = 0)
 {
     s.start = s.last_pub = now_ns();
     s.polls = 0;
+    s.nap = nap;
 }
 
 /*
@@ -233,9 +239,9 @@ __device__ __forceinline__ void spin_init(spin &s)
  * token, when not NULL, is republished every REPUBLISH_NS.
  */
 __device__ int32_t spin_step(const cuda_kcommon &c, spin &s, int32_t peer, int32_t *who,
-                             uint32_t *token, uint32_t token_value)
+                             uint64_t *token = nullptr, uint64_t token_value = 0)
 {
-    __nanosleep(s.polls < 64 ? 32 : 256);
+    __nanosleep(s.polls < 64 ? 32 : s.nap ? s.nap : 256);
     if (++s.polls % POLL_CHECK != 0)
         return 0;
     int32_t st = check_fail(c, who);
@@ -247,7 +253,7 @@ __device__ int32_t spin_step(const cuda_kcommon &c, spin &s, int32_t peer, int32
         return COMM_ERR_TIMEOUT;
     }
     if (token != nullptr && t - s.last_pub > REPUBLISH_NS) {
-        st_release_sys(token, token_value);
+        st_release_sys64(token, token_value);
         s.last_pub = t;
     }
     return 0;
@@ -335,6 +341,56 @@ template <typename W> struct kpath_src {
     }
 };
 
+/* Thread 0: waits until every peer read round want - 1 to the end ('kcons' >= want). */
+__device__ int32_t wait_kcons(const cuda_kcommon &c, uint32_t want)
+{
+    for (int p = 0; p < c.nranks; p++) {
+        if (p == c.rank)
+            continue;
+        const uint32_t *w = &ctrl_of(c, p)->kcons.value;
+        spin s;
+        spin_init(s);
+        while (!reached(ld_acquire_sys(w), want)) {
+            int32_t who = -1;
+            int32_t st = spin_step(c, s, p, &who);
+            if (st != 0 && !reached(ld_acquire_sys(w), want)) {
+                record_fail(c, st, CUDA_STAGE_KSLOT, who);
+                return st;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * Thread 0 of every block, once the block read round 'round' to the end: the last
+ * block of the round publishes 'kcons' = round + 1, after the round before was
+ * published (blocks of two rounds may finish in either order; the word never moves
+ * back).
+ */
+__device__ void publish_consumed(const cuda_kpath_args &a, uint32_t round)
+{
+    const cuda_kcommon &c = a.c;
+    __threadfence();
+    uint32_t *d = &a.kdone[round % CUDA_KDONE];
+    if (atomicAdd(d, 1u) != gridDim.x - 1)
+        return;
+    atomicExch(d, 0u);
+    volatile uint32_t *order = a.kdone + CUDA_KDONE;
+    spin s;
+    spin_init(s);
+    while (*order != round) {
+        int32_t who = -1;
+        if (spin_step(c, s, c.rank, &who) != 0)
+            break; /* a failed call left it behind: the communicator is broken anyway */
+    }
+    /* The block's loads of the peers' sub-slots have returned (their values were
+     * stored): a plain posted store suffices, no system fence on the way out. */
+    st_vol(&ctrl_of(c, c.rank)->kcons.value, round + 1);
+    __threadfence();
+    *order = round + 1;
+}
+
 template <typename T, typename W>
 __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a)
 {
@@ -345,17 +401,31 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
     const T *send = static_cast<const T *>(c.send);
     if (threadIdx.x == 0) {
         s_err = 0;
-        write_call_line(c);
+        if (b == 0)
+            write_call_line(c);
     }
     for (uint32_t j = 0; j < a.rounds; j++) {
         const uint32_t round = a.round_base + j;
         const uint32_t token = round + 1;
+        const uint64_t tv = ((uint64_t)c.desc << 32) | token;
         const uint64_t rlo = (uint64_t)j * a.round_elems;
         const uint64_t rn = (c.count - rlo < a.round_elems ? c.count - rlo : a.round_elems);
         uint64_t lo, hi;
         cuda_block_slice(rn, gridDim.x, b, &lo, &hi);
         kpath_src<W> src = {&a, a.off_kstage + (uint64_t)(round % CUDA_KSLOTS) * a.kslot_bytes, rlo};
         W *stage = const_cast<W *>(src.at(c.rank, rlo));
+
+        /* The sub-slot still holds round - 2, which the peers may be reading where this
+         * block's tokens do not vouch for it: wait for their 'kcons'. */
+        bool must_wait = j < 2 ? ((a.slot_wait >> j) & 1u) != 0
+                               : (j == a.rounds - 1 && rn != a.round_elems);
+        if (must_wait) {
+            if (threadIdx.x == 0 && s_err == 0)
+                s_err = wait_kcons(c, round - 1);
+            __syncthreads();
+            if (s_err != 0)
+                return;
+        }
 
         /* Stage: 16-byte stores over PCIe into this rank's sub-slot. */
         for (uint64_t g = lo + (uint64_t)threadIdx.x * 8; g < hi; g += (uint64_t)KTHREADS * 8) {
@@ -375,31 +445,34 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
         __syncthreads();
 
         if (threadIdx.x == 0) {
-            st_release_sys(&me->token[b].value, token);
+            uint64_t *mine = reinterpret_cast<uint64_t *>(&me->token[b]);
+            st_release_sys64(mine, tv);
             for (int p = 0; p < c.nranks && s_err == 0; p++) {
                 if (p == c.rank)
                     continue;
-                const uint32_t *peer_tok = &ctrl_of(c, p)->token[b].value;
+                const uint64_t *peer_tok = reinterpret_cast<const uint64_t *>(&ctrl_of(c, p)->token[b]);
                 spin s;
                 spin_init(s);
-                while (!reached(ld_acquire_sys(peer_tok), token)) {
+                uint64_t v;
+                while (!reached((uint32_t)(v = ld_acquire_sys64(peer_tok)), token)) {
                     int32_t who = -1;
-                    int32_t st = spin_step(c, s, p, &who, &me->token[b].value, token);
+                    int32_t st = spin_step(c, s, p, &who, mine, tv);
                     if (st == 0)
                         continue;
                     /* A token that came with the failure still brings this round's data. */
-                    if (!reached(ld_vol(peer_tok), token)) {
+                    if (!reached((uint32_t)(v = ld_acquire_sys64(peer_tok)), token)) {
                         record_fail(c, st, CUDA_STAGE_KTOKEN, who);
                         s_err = st;
                     }
                     break;
                 }
-                __threadfence_system();
-                if (s_err == 0 && j == 0 && call_agrees(c, p) < 0) {
+                /* The token carries the peer's call: a different one is a mismatch. */
+                if (s_err == 0 && (uint32_t)v == token && (uint32_t)(v >> 32) != c.desc) {
                     record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, p);
                     s_err = COMM_ERR_MISMATCH;
                 }
             }
+            __threadfence_system();
         }
         __syncthreads();
         if (s_err != 0)
@@ -410,23 +483,22 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
             uint32_t n = hi - g < 8 ? (uint32_t)(hi - g) : 8;
             sum_group<T, W>(c, rlo + g, n, src);
         }
+        __syncthreads();
+        if (threadIdx.x == 0)
+            publish_consumed(a, round);
     }
 }
 
-/* ---- copy path: the add kernel ---- */
+/* ---- copy path: the add kernel of one chunk, and the copy streams' waits ---- */
 
 #define CADD_THREADS 512
 
 template <typename W> struct cadd_src {
     const cuda_cadd_args *a;
-    uint64_t slot_off; /* of this chunk's slot within one peer's ring */
-    uint64_t clo;      /* first element of the chunk */
     __device__ __forceinline__ const W *at(int p, uint64_t i) const
     {
         int q = p < a->c.rank ? p : p - 1;
-        return reinterpret_cast<const W *>(a->tmp + (uint64_t)q * a->tslots * a->chunk_max +
-                                           slot_off) +
-               (i - clo);
+        return reinterpret_cast<const W *>(a->tmp + (uint64_t)q * a->peer_stride) + (i - a->lo);
     }
     __device__ __forceinline__ void load8(int p, uint64_t i, float v[8]) const
     {
@@ -438,56 +510,38 @@ template <typename W> struct cadd_src {
     }
 };
 
-/* Waits until this rank's chunk g was staged and fetched from every peer. */
-__device__ int32_t wait_chunk(const cuda_kcommon &c, uint32_t want)
-{
-    cuda_ctrl *me = ctrl_of(c, c.rank);
-    spin s;
-    spin_init(s);
-    for (;;) {
-        uint32_t r = ld_vol(&me->ready.value), h = ld_vol(&me->h2d.value);
-        if (CUDA_RELEASED(r, want) || CUDA_RELEASED(h, want)) {
-            /* A failed rank let our streams go: what they copied is not data. */
-            int32_t who = -1;
-            int32_t st = check_fail(c, &who);
-            st = st != 0 ? st : COMM_ERR_PEER;
-            record_fail(c, st, CUDA_STAGE_CDATA, who);
-            return st;
-        }
-        if (reached(r, want) && reached(h, want))
-            return 0;
-        /* Name the slowest peer if it comes to a timeout. */
-        int32_t late = -1;
-        if (s.polls % POLL_CHECK == POLL_CHECK - 1) {
-            for (int p = 0; p < c.nranks && late < 0; p++)
-                if (p != c.rank && !reached(ld_vol(&ctrl_of(c, p)->ready.value), want))
-                    late = p;
-        }
-        int32_t who = -1;
-        int32_t st = spin_step(c, s, late, &who, nullptr, 0);
-        if (st != 0) {
-            r = ld_vol(&me->ready.value);
-            h = ld_vol(&me->h2d.value);
-            if (reached(r, want) && reached(h, want) && !CUDA_RELEASED(r, want) &&
-                !CUDA_RELEASED(h, want))
-                return 0;
-            record_fail(c, st, CUDA_STAGE_CDATA, who);
-            return st;
-        }
-    }
-}
-
+/* Runs after the chunk's own D2H and every peer's H2D (stream order): no waiting here. */
 template <typename T, typename W>
 __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args a)
 {
-    __shared__ int32_t s_err;
+    cadd_src<W> src = {&a};
+    const uint64_t stride = (uint64_t)gridDim.x * CADD_THREADS * 8;
+    for (uint64_t i = ((uint64_t)blockIdx.x * CADD_THREADS + threadIdx.x) * 8; i < a.n; i += stride) {
+        uint32_t n = a.n - i < 8 ? (uint32_t)(a.n - i) : 8;
+        sum_group<T, W>(a.c, a.lo + i, n, src);
+    }
+}
+
+/*
+ * A copy stream's wait (one thread): until every peer's counter at peer_off reached
+ * peer_want; with check_call (the first wait of a call), first that every peer makes
+ * this same call.  Bounded like every spin; a mismatch, a timeout, an abort or a peer's
+ * failure is recorded, which releases every counter, so that no stream stays blocked.
+ *
+ * No kernel of the copy path may spin longer than its own wait: streams can share a
+ * hardware queue (more streams than CUDA_DEVICE_MAX_CONNECTIONS), so a kernel that
+ * waits for work enqueued after it can block that very work.  Seen on the lent H200s
+ * (2026-11-30): a per-call watchdog kernel on a third stream, waiting for the call's
+ * last chunk, deadlocked every copy-path call until its timeout.
+ */
+__global__ void wait_kernel(const cuda_wait_args a)
+{
     const cuda_kcommon &c = a.c;
-    if (threadIdx.x == 0) {
-        s_err = 0;
-        if (blockIdx.x == 0)
-            write_call_line(c);
-        /* The peers must be making this very call (else: a mismatch, not a hang). */
-        for (int p = 0; p < c.nranks && s_err == 0; p++) {
+    if (threadIdx.x != 0)
+        return;
+    if (a.check_call) {
+        write_call_line(c);
+        for (int p = 0; p < c.nranks; p++) {
             if (p == c.rank)
                 continue;
             spin s;
@@ -495,92 +549,41 @@ __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args
             int agree;
             while ((agree = call_agrees(c, p)) == 0) {
                 int32_t who = -1;
-                int32_t st = spin_step(c, s, p, &who, nullptr, 0);
+                int32_t st = spin_step(c, s, p, &who);
                 if (st != 0 && (agree = call_agrees(c, p)) == 0) {
                     record_fail(c, st, CUDA_STAGE_CCALL, who);
-                    s_err = st;
-                    break;
+                    return;
                 }
             }
-            if (s_err == 0 && agree < 0) {
+            if (agree < 0) {
                 record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_CDESC, p);
-                s_err = COMM_ERR_MISMATCH;
+                return;
             }
         }
     }
-    __syncthreads();
-    if (s_err != 0)
-        return;
-    for (uint32_t k = 0; k < a.chunks; k++) {
-        const uint32_t g = a.chunk_base + k;
-        if (threadIdx.x == 0)
-            s_err = wait_chunk(c, g + 1);
-        __syncthreads();
-        if (s_err != 0)
-            return;
-        const uint64_t clo = (uint64_t)k * a.chunk_elems;
-        const uint64_t cn = c.count - clo < a.chunk_elems ? c.count - clo : a.chunk_elems;
-        uint64_t lo, hi;
-        cuda_block_slice(cn, gridDim.x, blockIdx.x, &lo, &hi);
-        cadd_src<W> src = {&a, (uint64_t)(g % a.tslots) * a.chunk_max, clo};
-        for (uint64_t i = lo + (uint64_t)threadIdx.x * 8; i < hi; i += (uint64_t)CADD_THREADS * 8) {
-            uint32_t n = hi - i < 8 ? (uint32_t)(hi - i) : 8;
-            sum_group<T, W>(c, clo + i, n, src);
-        }
-        /* The last block done with chunk g frees its ring slot for the H2D stream. */
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            uint32_t *d = &a.done[g % a.tslots];
-            if (atomicAdd(d, 1u) == gridDim.x - 1) {
-                *d = 0;
-                __threadfence();
-                /* The last blocks of chunks g and g + 1 may finish in either order: publish
-                 * in chunk order so that the counter never moves back. */
-                uint32_t *added = &ctrl_of(c, c.rank)->added.value;
-                spin s;
-                spin_init(s);
-                while ((int32_t)(ld_acquire_sys(added) - g) < 0) {
-                    int32_t who = -1;
-                    if (spin_step(c, s, c.rank, &who, nullptr, 0) != 0)
-                        break;
-                }
-                st_release_sys(added, g + 1);
-            }
-        }
-    }
-}
-
-/*
- * The copy streams' waits: one thread spins until the counter at peer_off of every peer
- * reached peer_want (and this rank's counter at own_off reached own_want), bounded like
- * every spin (cuStreamWaitValue32 cannot time out).  It replaced cuStreamWaitValue32
- * while chasing the copy path's 300-650 us per chunk on H200, which it did not change:
- * that cost is elsewhere (docs/PERFORMANCE.md).  Released counters end the wait; the
- * add kernel reports the failure.
- */
-__global__ void wait_kernel(const cuda_wait_args a)
-{
-    const cuda_kcommon &c = a.c;
-    for (int p = -1; p < c.nranks; p++) {
-        if (p == c.rank || (p < 0 && !a.has_own))
+    for (int p = 0; p < c.nranks; p++) {
+        if (p == c.rank)
             continue;
-        const uint32_t *w = p < 0 ? (const uint32_t *)((const uint8_t *)ctrl_of(c, c.rank) + a.own_off)
-                                  : (const uint32_t *)((const uint8_t *)ctrl_of(c, p) + a.peer_off);
-        uint32_t want = p < 0 ? a.own_want : a.peer_want;
+        const uint32_t *w = (const uint32_t *)((const uint8_t *)ctrl_of(c, p) + a.peer_off);
         spin s;
         spin_init(s);
         uint32_t v;
-        while (!reached(v = ld_acquire_sys(w), want)) {
+        while (!reached(v = ld_acquire_sys(w), a.peer_want)) {
             int32_t who = -1;
-            int32_t st = spin_step(c, s, p, &who, nullptr, 0);
-            if (st != 0 && !reached(ld_acquire_sys(w), want)) {
+            int32_t st = spin_step(c, s, p, &who);
+            if (st != 0 && !reached(v = ld_acquire_sys(w), a.peer_want)) {
                 record_fail(c, st, a.stage, who);
                 return;
             }
         }
-        if (CUDA_RELEASED(v, want))
+        if (CUDA_RELEASED(v, a.peer_want)) {
+            /* A failed rank let the streams go: what they copy is not data. */
+            int32_t who = -1;
+            int32_t st = check_fail(c, &who);
+            if (*(volatile int32_t *)&ctrl_of(c, c.rank)->dfail.status == 0)
+                record_fail(c, st != 0 ? st : COMM_ERR_PEER, CUDA_STAGE_CDATA, who);
             return;
+        }
     }
 }
 
@@ -607,8 +610,11 @@ cudaError_t launch_kpath_t(const cuda_kpath_args *a, unsigned blocks, cudaStream
 }
 
 template <typename T, typename W>
-cudaError_t launch_cadd_t(const cuda_cadd_args *a, unsigned blocks, cudaStream_t s)
+cudaError_t launch_cadd_t(const cuda_cadd_args *a, cudaStream_t s)
 {
+    uint64_t groups = (a->n + 7) / 8;
+    uint64_t want = (groups + CADD_THREADS - 1) / CADD_THREADS;
+    unsigned blocks = (unsigned)(want < 1 ? 1 : want > 528 ? 528 : want);
     cadd_kernel<T, W><<<blocks, CADD_THREADS, 0, s>>>(*a);
     return cudaGetLastError();
 }
@@ -631,17 +637,17 @@ extern "C" int cuda_launch_kpath(const struct cuda_kpath_args *a, unsigned block
     }
 }
 
-extern "C" int cuda_launch_cadd(const struct cuda_cadd_args *a, unsigned blocks, void *stream)
+extern "C" int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (a->c.dtype) {
     case COMM_F32:
-        return a->c.narrow ? launch_cadd_t<float, __nv_bfloat16>(a, blocks, s)
-                           : launch_cadd_t<float, float>(a, blocks, s);
+        return a->c.narrow ? launch_cadd_t<float, __nv_bfloat16>(a, s)
+                           : launch_cadd_t<float, float>(a, s);
     case COMM_F16:
-        return launch_cadd_t<__half, __half>(a, blocks, s);
+        return launch_cadd_t<__half, __half>(a, s);
     case COMM_BF16:
-        return launch_cadd_t<__nv_bfloat16, __nv_bfloat16>(a, blocks, s);
+        return launch_cadd_t<__nv_bfloat16, __nv_bfloat16>(a, s);
     default:
         return cudaErrorInvalidValue;
     }

@@ -39,35 +39,34 @@ struct cuda_kpath_args {
     uint64_t round_elems;
     uint32_t rounds;
     uint32_t round_base;    /* kernel-path rounds before this call */
+    uint32_t *kdone;        /* device: [CUDA_KDONE] blocks done per round, then the last
+                             * round published in 'kcons' */
+    uint32_t slot_wait;     /* bit j (j < 2): round j must wait for the peers' 'kcons'
+                             * before it overwrites its sub-slot (cuda_kslot_reuse_safe) */
 };
 
-/* Copy path: the add kernel that follows the chunks in on the caller's stream. */
+/* Copy path: the add kernel of one chunk, stream-ordered after its copies. */
 struct cuda_cadd_args {
     struct cuda_kcommon c;
-    const uint8_t *tmp;     /* device: [nranks - 1][tslots][chunk_max] */
-    uint64_t chunk_max;
-    uint32_t tslots;
-    uint32_t *done;         /* device: [tslots] blocks finished per chunk slot */
-    uint64_t chunk_elems;
-    uint32_t chunks;
-    uint32_t chunk_base;    /* copy-path chunks before this call */
+    const uint8_t *tmp;     /* device: this chunk's ring slot of the first peer */
+    uint64_t peer_stride;   /* bytes from one peer's ring to the next */
+    uint64_t lo;            /* first element of the chunk */
+    uint64_t n;             /* elements of the chunk */
 };
 
-/* A copy stream's wait for counters in mapped memory (a spinning thread). */
+/* A copy stream's wait for a counter of every peer (one spinning thread, bounded). */
 struct cuda_wait_args {
     struct cuda_kcommon c;
-    uint32_t peer_off;  /* counter of struct cuda_ctrl that every peer must move ... */
-    uint32_t peer_want; /* ... to at least this */
-    uint32_t own_off;   /* with has_own: this rank's counter ... */
-    uint32_t own_want;  /* ... to at least this */
-    int32_t has_own;
-    int32_t stage;      /* enum cuda_stage, for the failure record */
+    uint32_t peer_off;      /* counter of struct cuda_ctrl that every peer must move ... */
+    uint32_t peer_want;     /* ... to at least this */
+    int32_t stage;          /* enum cuda_stage, for the failure record */
+    int32_t check_call;     /* first wait of a call: compare the peers' calls first */
 };
 
 /* Each returns a cudaError_t (0 = launched). */
 int cuda_launch_wait(const struct cuda_wait_args *a, void *stream);
 int cuda_launch_kpath(const struct cuda_kpath_args *a, unsigned blocks, void *stream);
-int cuda_launch_cadd(const struct cuda_cadd_args *a, unsigned blocks, void *stream);
+int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream);
 /* dst[i] = bf16(src[i]), round to nearest even, NaN kept NaN. */
 int cuda_launch_narrow(const float *src, void *dst, uint64_t count, void *stream);
 

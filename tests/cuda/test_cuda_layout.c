@@ -22,11 +22,14 @@ static void test_struct_layout(void **state)
     assert_int_equal(sizeof(struct cuda_word_line), CUDA_LINE);
     assert_int_equal(sizeof(struct cuda_call_line), CUDA_LINE);
     assert_int_equal(sizeof(struct cuda_geom_line), CUDA_LINE);
+    assert_int_equal(sizeof(struct cuda_token_line), CUDA_LINE);
+    /* Round and descriptor travel in one 8-byte store. */
+    assert_int_equal(offsetof(struct cuda_token_line, desc), 4);
     assert_int_equal(offsetof(struct cuda_ctrl, hfail), 0);
     assert_int_equal(offsetof(struct cuda_ctrl, dfail), 1 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, ready), 2 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, h2d), 3 * CUDA_LINE);
-    assert_int_equal(offsetof(struct cuda_ctrl, added), 4 * CUDA_LINE);
+    assert_int_equal(offsetof(struct cuda_ctrl, kcons), 4 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, call), 5 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, geom), 6 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, token), 8 * CUDA_LINE);
@@ -180,6 +183,30 @@ static void test_counters_n_ranks(void **state)
     assert_true((int32_t)(rel - (want + 1000)) >= 0);
 }
 
+/* Sub-slot reuse: only a round cut like the one two rounds before, after a round with at
+ * least as many blocks, may skip the wait for the peers' 'kcons'. */
+static void test_kslot_reuse(void **state)
+{
+    (void)state;
+    struct cuda_kshape none = {0, 0, 0};
+    struct cuda_kshape a = {1000, 4, 2}, b = {1000, 4, 1}, big = {262144, 4, 64};
+    struct cuda_kshape part = {5000, 4, 64}, h = {1000, 2, 2};
+    assert_true(cuda_kslot_reuse_safe(a, none, none));
+    assert_true(cuda_kslot_reuse_safe(a, a, a));
+    assert_true(cuda_kslot_reuse_safe(b, b, a));
+    assert_false(cuda_kslot_reuse_safe(a, a, b)); /* block 1 skipped round t - 1 */
+    assert_false(cuda_kslot_reuse_safe(part, big, big)); /* last, partial round */
+    assert_false(cuda_kslot_reuse_safe(h, a, a)); /* other wire size */
+    assert_false(cuda_kslot_reuse_safe(a, b, b));
+    /* Every element a block writes in round t it read in round t - 2 when 'safe'. */
+    for (uint32_t blocks = 1; blocks <= 8; blocks++) {
+        for (uint64_t m = 1; m < 300; m += 7) {
+            struct cuda_kshape s = {m, 4, blocks};
+            assert_true(cuda_kslot_reuse_safe(s, s, s));
+        }
+    }
+}
+
 static void test_call_desc(void **state)
 {
     (void)state;
@@ -203,7 +230,7 @@ int main(void)
         cmocka_unit_test(test_struct_layout),    cmocka_unit_test(test_geometry),
         cmocka_unit_test(test_copy_chunk),       cmocka_unit_test(test_copy_plan),
         cmocka_unit_test(test_kernel_plan),      cmocka_unit_test(test_counters_n_ranks),
-        cmocka_unit_test(test_call_desc),
+        cmocka_unit_test(test_call_desc),        cmocka_unit_test(test_kslot_reuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,9 @@
 typedef CUresult (*cuda_wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 typedef CUresult (*cuda_write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
+/* Device ring of fetched chunks per peer (copy path). */
+#define CUDA_TSLOTS_MAX 4
+
 /* The knobs as the CUDA paths use them, "auto" resolved (cuda_resolve_knobs). */
 struct cuda_knobs {
     uint64_t copy_threshold; /* bytes at or above: copy-engine path (UINT64_MAX = never) */
@@ -42,13 +45,18 @@ struct cuda_comm {
     cudaStream_t sd;             /* copy path: D2H (and narrowing) */
     cudaStream_t sh;             /* copy path: H2D */
     cudaEvent_t ev_start;        /* caller stream -> sd */
+    cudaEvent_t ev_staged;       /* sd -> caller stream: a chunk's D2H is done */
+    cudaEvent_t ev_fetched;      /* sh -> caller stream: a chunk's H2D copies are done */
+    cudaEvent_t ev_added[CUDA_TSLOTS_MAX]; /* caller stream -> sh: ring slot summed */
     cudaEvent_t ev_done;         /* end of the last call, on its stream */
     void *last_stream;           /* stream of the last call (calls are serialized) */
     bool have_last;
 
     uint8_t *tmp;                /* device: [nranks - 1][tslots][chunk_max] fetched chunks */
     uint32_t tslots;
-    uint32_t *done;              /* device: [tslots] blocks finished per chunk */
+    uint32_t *kdone;             /* device: kernel-path round counters (CUDA_KDONE + 1) */
+    struct cuda_kshape kprev2;   /* shapes of the last two kernel-path rounds */
+    struct cuda_kshape kprev1;
     uint16_t *narrow;            /* device: bf16 copy of a narrowed f32 input */
     size_t narrow_bytes;
 

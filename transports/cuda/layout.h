@@ -40,6 +40,9 @@
 #define CUDA_KSLOT_BYTES (1u << 20)  /* each kernel-path sub-slot */
 #define CUDA_CHUNK_MIN (512u << 10)  /* copy-path auto chunk: clamp(n/4, MIN, MAX) */
 #define CUDA_CHUNK_MAX (2u << 20)
+#define CUDA_KDONE 64                /* kernel-path per-round block counters (a ring: the
+                                      * blocks of one launch are resident together and
+                                      * advance in step, never this many rounds apart) */
 #define CUDA_VEC_ELEMS 8             /* slices are cut at multiples of 8 elements */
 #define CUDA_GEOM_MAGIC 0x4152435544413031ull /* "ARCUDA01" */
 /* A counter moved this far past what any wait asks for releases every stream wait
@@ -61,6 +64,7 @@ enum cuda_stage {
     CUDA_STAGE_CDESC = 5,    /* copy path: peers disagree on the call */
     CUDA_STAGE_CSLOT = 6,    /* copy path, D2H: waiting for peers to fetch a slot */
     CUDA_STAGE_CFETCH = 7,   /* copy path, H2D: waiting for a peer to stage a chunk */
+    CUDA_STAGE_KSLOT = 8,    /* kernel path: waiting for peers to read a sub-slot */
 };
 
 /* A failure record, written with one 16-byte store by its only writer. */
@@ -76,6 +80,15 @@ struct cuda_fail_line {
 struct cuda_word_line {
     uint32_t value;
     uint8_t pad[CUDA_LINE - 4];
+};
+
+/* A kernel-path arrival token: round + 1 and the call's descriptor, written together with
+ * one 8-byte store, so that one load tells a peer both that the data is there and that it
+ * belongs to the same call. */
+struct cuda_token_line {
+    uint32_t value;   /* global kernel-path round + 1 */
+    uint32_t desc;    /* cuda_call_desc() of the call of that round */
+    uint8_t pad[CUDA_LINE - 8];
 };
 
 /* What a rank's GPU is doing: written with one 8-byte store before its first token. */
@@ -104,16 +117,18 @@ struct cuda_ctrl {
     struct cuda_fail_line dfail;  /* line 1: the owner's kernels (timeout, peer, mismatch) */
     struct cuda_word_line ready;  /* line 2: copy chunks staged (owner's D2H stream) */
     struct cuda_word_line h2d;    /* line 3: copy chunks fetched from all peers (H2D stream) */
-    struct cuda_word_line added;  /* line 4: copy chunks summed (owner's add kernel) */
+    struct cuda_word_line kcons;  /* line 4: kernel-path rounds whose peers' sub-slots the
+                                   * owner has read to the end (published in round order) */
     struct cuda_call_line call;   /* line 5 */
     struct cuda_geom_line geom;   /* line 6 */
     uint8_t pad7[CUDA_LINE];      /* line 7 */
-    struct cuda_word_line token[CUDA_MAX_BLOCKS]; /* lines 8..: kernel-path round tokens */
+    struct cuda_token_line token[CUDA_MAX_BLOCKS]; /* lines 8..: kernel-path round tokens */
 };
 
 #ifndef __cplusplus
 _Static_assert(sizeof(struct cuda_fail_line) == CUDA_LINE, "one line");
 _Static_assert(sizeof(struct cuda_geom_line) == CUDA_LINE, "one line");
+_Static_assert(sizeof(struct cuda_token_line) == CUDA_LINE, "one line");
 _Static_assert(offsetof(struct cuda_ctrl, token) == 8 * CUDA_LINE, "tokens from line 8");
 _Static_assert(sizeof(struct cuda_ctrl) <= CUDA_CTRL_BYTES, "control fits its page");
 #endif
@@ -204,6 +219,38 @@ CUDA_LAYOUT_FN struct cuda_kplan cuda_kplan_compute(uint64_t count, uint32_t wsi
         max_blocks = CUDA_MAX_BLOCKS;
     p.blocks = (uint32_t)(want < 1 ? 1 : want > max_blocks ? max_blocks : want);
     return p;
+}
+
+/*
+ * The shape of a kernel-path round: which bytes of a sub-slot each block writes and its
+ * peers read.  Two rounds of one shape cut a sub-slot identically.
+ */
+struct cuda_kshape {
+    uint64_t elems;   /* elements of the round (0: no round) */
+    uint32_t wsize;   /* bytes of an element on the wire */
+    uint32_t blocks;
+};
+
+CUDA_LAYOUT_FN int cuda_kshape_same(struct cuda_kshape a, struct cuda_kshape b)
+{
+    return a.elems == b.elems && a.wsize == b.wsize && a.blocks == b.blocks;
+}
+
+/*
+ * May round t write its sub-slot on the strength of the same block's peer tokens alone?
+ * Round t reuses the sub-slot of round t - 2.  Block b of round t waited in round t - 1 for
+ * every peer's token b, which each peer's block b published after it had read its slice of
+ * round t - 2.  That covers what block b now overwrites only when round t cuts the sub-slot
+ * as round t - 2 did and block b took part in round t - 1.  Otherwise the block must wait
+ * for every peer's 'kcons' to pass round t - 2.  prev2, prev1: shapes of rounds t - 2 and
+ * t - 1 (elems 0 where there was none: nothing to overwrite).
+ */
+CUDA_LAYOUT_FN int cuda_kslot_reuse_safe(struct cuda_kshape cur, struct cuda_kshape prev2,
+                                         struct cuda_kshape prev1)
+{
+    if (prev2.elems == 0)
+        return 1;
+    return cuda_kshape_same(cur, prev2) && prev1.elems != 0 && prev1.blocks >= cur.blocks;
 }
 
 /*

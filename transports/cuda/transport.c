@@ -20,8 +20,6 @@
  * the knobs say otherwise (measured on 2 x H200, docs/PERFORMANCE.md). */
 #define CUDA_DEFAULT_COPY_THRESHOLD (1u << 20)
 #define CUDA_DEFAULT_BF16_THRESHOLD (1u << 20)
-/* Device ring of fetched chunks per peer (copy path). */
-#define CUDA_TSLOTS 4
 /* How long teardown waits for the streams of a failed communicator to drain. */
 #define CUDA_DRAIN_BROKEN_NS 5000000000ull
 
@@ -161,16 +159,23 @@ static comm_status_t make_device_state(struct comm *c, struct cuda_comm *x)
         (e = cudaStreamCreateWithFlags(&x->sh, cudaStreamNonBlocking)) != cudaSuccess)
         return cuda_fail_system(c, "cudaStreamCreateWithFlags", e);
     if ((e = cudaEventCreateWithFlags(&x->ev_start, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&x->ev_done, cudaEventDisableTiming)) != cudaSuccess)
+        (e = cudaEventCreateWithFlags(&x->ev_done, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&x->ev_staged, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&x->ev_fetched, cudaEventDisableTiming)) != cudaSuccess)
         return cuda_fail_system(c, "cudaEventCreateWithFlags", e);
-    x->tslots = CUDA_TSLOTS;
+    x->tslots = CUDA_TSLOTS_MAX;
+    for (uint32_t i = 0; i < x->tslots; i++)
+        if ((e = cudaEventCreateWithFlags(&x->ev_added[i], cudaEventDisableTiming)) != cudaSuccess)
+            return cuda_fail_system(c, "cudaEventCreateWithFlags", e);
     size_t peers = c->nranks > 1 ? (size_t)c->nranks - 1 : 1;
     size_t tmp_bytes = peers * x->tslots * x->g.chunk_max;
     if ((e = cudaMalloc((void **)&x->tmp, tmp_bytes)) != cudaSuccess)
         return cuda_fail_system(c, "cudaMalloc of the copy-path ring", e);
-    if ((e = cudaMalloc((void **)&x->done, x->tslots * sizeof(uint32_t))) != cudaSuccess ||
-        (e = cudaMemset(x->done, 0, x->tslots * sizeof(uint32_t))) != cudaSuccess)
-        return cuda_fail_system(c, "cudaMalloc of the chunk counters", e);
+    size_t kbytes = (CUDA_KDONE + 1) * sizeof(uint32_t);
+    if ((e = cudaMalloc((void **)&x->kdone, kbytes)) != cudaSuccess ||
+        (e = cudaMemset(x->kdone, 0, kbytes)) != cudaSuccess ||
+        (e = cudaDeviceSynchronize()) != cudaSuccess)
+        return cuda_fail_system(c, "cudaMalloc of the kernel-path round counters", e);
     return COMM_OK;
 }
 
@@ -178,10 +183,17 @@ static void free_device_state(struct cuda_comm *x)
 {
     if (x->narrow)
         cudaFree(x->narrow); /* from cudaMallocAsync: cudaFree waits for the device */
-    if (x->done)
-        cudaFree(x->done);
+    if (x->kdone)
+        cudaFree(x->kdone);
     if (x->tmp)
         cudaFree(x->tmp);
+    for (uint32_t i = 0; i < CUDA_TSLOTS_MAX; i++)
+        if (x->ev_added[i])
+            cudaEventDestroy(x->ev_added[i]);
+    if (x->ev_fetched)
+        cudaEventDestroy(x->ev_fetched);
+    if (x->ev_staged)
+        cudaEventDestroy(x->ev_staged);
     if (x->ev_done)
         cudaEventDestroy(x->ev_done);
     if (x->ev_start)
@@ -191,7 +203,10 @@ static void free_device_state(struct cuda_comm *x)
     if (x->sd)
         cudaStreamDestroy(x->sd);
     x->narrow = NULL;
-    x->done = NULL;
+    x->kdone = NULL;
+    for (uint32_t i = 0; i < CUDA_TSLOTS_MAX; i++)
+        x->ev_added[i] = NULL;
+    x->ev_staged = x->ev_fetched = NULL;
     x->tmp = NULL;
     x->ev_done = x->ev_start = NULL;
     x->sh = x->sd = NULL;
@@ -393,7 +408,6 @@ void cuda_release_waits(struct comm *c)
         struct cuda_ctrl *ctl = cuda_ctrl_of(x, p);
         __atomic_store_n(&ctl->ready.value, v, __ATOMIC_RELEASE);
         __atomic_store_n(&ctl->h2d.value, v, __ATOMIC_RELEASE);
-        __atomic_store_n(&ctl->added.value, v, __ATOMIC_RELEASE);
     }
 }
 

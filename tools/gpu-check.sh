@@ -3,7 +3,11 @@
 # unpack the deps, build with CUDA, run the CUDA tests, benchmark arcomm against NCCL
 # (default, and NCCL_P2P_DISABLE=1: NCCL through host memory), logs under $OUT.
 #
-#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [quick]
+#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|arcomm]
+#
+# TEST_LIMIT (seconds, default 300) bounds test_cuda; DIAG=0 skips diag_staging;
+# NCCL_NVLINK=0 skips NCCL over NVLink (only NCCL through host memory is compared);
+# OFF_MIN: smallest size of the bf16-off run; ARBENCH=0 skips arbench, ARB_LIMIT bounds it.
 #
 # Never touches the GPUs' settings.  NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 set -u -o pipefail
@@ -40,12 +44,14 @@ if ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=disabled 
 fi
 tail -3 "$OUT/build.log"
 
-echo "== staging memory" | tee "$OUT/diag.log"
-"$B/tests/cuda/diag_staging" 2>&1 | tee -a "$OUT/diag.log"
+if [ "${DIAG:-1}" != 0 ]; then
+  echo "== staging memory" | tee "$OUT/diag.log"
+  "$B/tests/cuda/diag_staging" 2>&1 | tee -a "$OUT/diag.log"
+fi
 
 echo "== tests" | tee "$OUT/tests.log"
 "$B/tests/cuda/test_cuda_layout" >>"$OUT/tests.log" 2>&1 || rc=1
-timeout 300 "$B/tests/cuda/test_cuda" ${TESTS:+} >>"$OUT/tests.log" 2>&1
+timeout "${TEST_LIMIT:-300}" "$B/tests/cuda/test_cuda" >>"$OUT/tests.log" 2>&1
 trc=$?
 grep -E "^(ok|FAIL|PASS|SKIP|     )" "$OUT/tests.log" | head -40
 grep -A2 "^FAIL" "$OUT/tests.log" | head -30
@@ -59,9 +65,30 @@ run() { echo "### $*" >>"$OUT/bench.log"; "$@" 2>&1 | tee -a "$OUT/bench.log"; }
 e=$((128 << 20))
 [ "$mode" = quick ] && e=$((8 << 20))
 run "$BENCH" --lib arcomm -b 8 -e $e
-ARCOMM_BF16_THRESHOLD=off run "$BENCH" --lib arcomm -b 8 -e $e
+ARCOMM_BF16_THRESHOLD=off run "$BENCH" --lib arcomm -b "${OFF_MIN:-8}" -e $e
 if [ "$mode" != arcomm ]; then
-  run "$BENCH" --lib nccl -b 8 -e $e
+  [ "${NCCL_NVLINK:-1}" != 0 ] && run "$BENCH" --lib nccl -b 8 -e $e
   NCCL_P2P_DISABLE=1 run "$BENCH" --lib nccl -b 8 -e $e
 fi
+# The lead's arbench, arcomm against NCCL in one run (default, then NCCL through host
+# memory), with every element checked.
+AB="$B/tools/arbench/arbench"
+if [ -x "$AB" ] && [ "$mode" != arcomm ] && [ "${ARBENCH:-1}" != 0 ]; then
+  echo "== arbench" | tee "$OUT/arbench.log"
+  for p2p in off default; do
+    echo "### arbench --device cuda -n 2 -b 8 -e 128M -f 4 --check --compare nccl (NCCL P2P $p2p)" \
+      | tee -a "$OUT/arbench.log"
+    if [ $p2p = off ]; then
+      NCCL_P2P_DISABLE=1 timeout "${ARB_LIMIT:-150}" "$AB" --device cuda -n 2 -b 8 -e 128M -f 4 --check \
+        --compare nccl 2>&1 | tee -a "$OUT/arbench.log"
+    else
+      timeout "${ARB_LIMIT:-150}" "$AB" --device cuda -n 2 -b 8 -e 128M -f 4 --check --compare nccl 2>&1 \
+        | tee -a "$OUT/arbench.log"
+    fi
+    echo "arbench exit status ${PIPESTATUS[0]}" | tee -a "$OUT/arbench.log"
+  done
+fi
+echo "== summary"
+grep -E "^(ok|FAIL|PASS)" "$OUT/tests.log" | head -30
+echo "test_cuda exit status $trc"
 exit $rc

@@ -60,15 +60,16 @@ comm_status_t cuda_check_device(struct comm *c)
             break;
         case COMM_ERR_ABORTED:
             rt_error(c, COMM_ERR_ABORTED,
-                     "rank %d: comm_abort was called while GPU %d waited in call %u (%s)",
-                     c->rank, x->device, d->seq, stage);
+                     "rank %d: comm_abort was called while GPU %d waited in call %u (%s)", c->rank,
+                     x->device, d->seq, stage);
             break;
         default: {
             int p = d->peer >= 0 && d->peer < c->nranks ? d->peer : 0;
             const struct shm_rank *pr = &c->shm->ranks[p];
             bool said = atomic_load_explicit(&pr->status, memory_order_acquire) != COMM_OK;
-            rt_error(c, (comm_status_t)st, "rank %d: GPU %d stopped in call %u (%s): rank %d failed: %.*s",
-                     c->rank, x->device, d->seq, stage, d->peer, SHM_ERRMSG_BYTES,
+            rt_error(c, (comm_status_t)st,
+                     "rank %d: GPU %d stopped in call %u (%s): rank %d failed: %.*s", c->rank,
+                     x->device, d->seq, stage, d->peer, SHM_ERRMSG_BYTES,
                      said ? pr->errmsg : "its GPU reported a failure (see its error)");
             break;
         }
@@ -79,9 +80,8 @@ comm_status_t cuda_check_device(struct comm *c)
         const struct cuda_fail_line *pd = &cuda_ctrl_of(x, p)->dfail;
         if (p == c->rank || __atomic_load_n(&pd->status, __ATOMIC_ACQUIRE) == COMM_OK)
             continue;
-        rt_error(c, COMM_ERR_PEER, "rank %d: rank %d's GPU failed in call %u (%s) with %s",
-                 c->rank, p, pd->seq, stage_name(pd->stage),
-                 comm_status_string((comm_status_t)pd->status));
+        rt_error(c, COMM_ERR_PEER, "rank %d: rank %d's GPU failed in call %u (%s) with %s", c->rank,
+                 p, pd->seq, stage_name(pd->stage), comm_status_string((comm_status_t)pd->status));
         return COMM_ERR_PEER;
     }
     /* No stream queries here: a driver call per collective costs more than the smallest
@@ -127,8 +127,8 @@ static void fill_common(struct comm *c, const struct coll_call *call, bool narro
     k->region_bytes = x->g.region_bytes;
     k->timeout_ns = c->timeout_ms < 0 ? 0 : (uint64_t)c->timeout_ms * 1000000u;
     k->seq = c->seq;
-    k->desc = cuda_call_desc(call->count, (uint32_t)call->dtype, (uint32_t)call->op,
-                             (uint32_t)path, narrow, call->addend != NULL, k->addend_count);
+    k->desc = cuda_call_desc(call->count, (uint32_t)call->dtype, (uint32_t)call->op, (uint32_t)path,
+                             narrow, call->addend != NULL, k->addend_count);
     k->release = release;
     k->rank = c->rank;
     k->nranks = c->nranks;
@@ -219,7 +219,8 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
     struct cuda_comm *x = cuda_of(c);
     cudaStream_t stream = call->stream;
     uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
-    struct cuda_cplan plan = cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
+    struct cuda_cplan plan =
+        cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
     const uint8_t *src = call->send;
     uint32_t release = (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE;
     CUresult r;

@@ -26,11 +26,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#define KTHREADS 256
-#define POLL_CHECK 16       /* polls between fail-line and clock checks */
+#define KTHREADS     256
+#define POLL_CHECK   16     /* polls between fail-line and clock checks */
 #define REPUBLISH_NS 100000 /* republish a token this often while waiting */
 
-namespace {
+namespace
+{
 
 __device__ __forceinline__ uint64_t now_ns()
 {
@@ -78,13 +79,28 @@ __device__ __forceinline__ cuda_ctrl *ctrl_of(const cuda_kcommon &c, int r)
 
 /* ---- element conversions: f32 arithmetic, one rounding at the end ---- */
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(float x)
+{
+    return x;
+}
+__device__ __forceinline__ float to_f(__half x)
+{
+    return __half2float(x);
+}
+__device__ __forceinline__ float to_f(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
 
 template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ float from_f<float>(float x)
+{
+    return x;
+}
+template <> __device__ __forceinline__ __half from_f<__half>(float x)
+{
+    return __float2half_rn(x);
+}
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x)
 {
     return __float2bfloat16_rn(x);
@@ -101,8 +117,14 @@ template <typename T> __device__ __forceinline__ void load8(const T *p, float v[
 template <> __device__ __forceinline__ void load8<float>(const float *p, float v[8])
 {
     float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
+    v[4] = b.x;
+    v[5] = b.y;
+    v[6] = b.z;
+    v[7] = b.w;
 }
 template <> __device__ __forceinline__ void load8<__half>(const __half *p, float v[8])
 {
@@ -133,8 +155,14 @@ template <typename T> __device__ __forceinline__ void load8_cv(const T *p, float
     if (sizeof(T) == 4) {
         float4 a = __ldcv(reinterpret_cast<const float4 *>(p));
         float4 b = __ldcv(reinterpret_cast<const float4 *>(p) + 1);
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        v[0] = a.x;
+        v[1] = a.y;
+        v[2] = a.z;
+        v[3] = a.w;
+        v[4] = b.x;
+        v[5] = b.y;
+        v[6] = b.z;
+        v[7] = b.w;
     } else {
         uint4 u = __ldcv(reinterpret_cast<const uint4 *>(p));
         load8<T>(reinterpret_cast<const T *>(&u), v);
@@ -145,8 +173,14 @@ template <typename T> __device__ __forceinline__ void load8_cg(const T *p, float
     if (sizeof(T) == 4) {
         float4 a = __ldcg(reinterpret_cast<const float4 *>(p));
         float4 b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        v[0] = a.x;
+        v[1] = a.y;
+        v[2] = a.z;
+        v[3] = a.w;
+        v[4] = b.x;
+        v[5] = b.y;
+        v[6] = b.z;
+        v[7] = b.w;
     } else {
         uint4 u = __ldcg(reinterpret_cast<const uint4 *>(p));
         load8<T>(reinterpret_cast<const T *>(&u), v);
@@ -412,13 +446,14 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
         const uint64_t rn = (c.count - rlo < a.round_elems ? c.count - rlo : a.round_elems);
         uint64_t lo, hi;
         cuda_block_slice(rn, gridDim.x, b, &lo, &hi);
-        kpath_src<W> src = {&a, a.off_kstage + (uint64_t)(round % CUDA_KSLOTS) * a.kslot_bytes, rlo};
+        kpath_src<W> src = {&a, a.off_kstage + (uint64_t)(round % CUDA_KSLOTS) * a.kslot_bytes,
+                            rlo};
         W *stage = const_cast<W *>(src.at(c.rank, rlo));
 
         /* The sub-slot still holds round - 2, which the peers may be reading where this
          * block's tokens do not vouch for it: wait for their 'kcons'. */
-        bool must_wait = j < 2 ? ((a.slot_wait >> j) & 1u) != 0
-                               : (j == a.rounds - 1 && rn != a.round_elems);
+        bool must_wait =
+            j < 2 ? ((a.slot_wait >> j) & 1u) != 0 : (j == a.rounds - 1 && rn != a.round_elems);
         if (must_wait) {
             if (threadIdx.x == 0 && s_err == 0)
                 s_err = wait_kcons(c, round - 1);
@@ -450,7 +485,8 @@ __global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a
             for (int p = 0; p < c.nranks && s_err == 0; p++) {
                 if (p == c.rank)
                     continue;
-                const uint64_t *peer_tok = reinterpret_cast<const uint64_t *>(&ctrl_of(c, p)->token[b]);
+                const uint64_t *peer_tok =
+                    reinterpret_cast<const uint64_t *>(&ctrl_of(c, p)->token[b]);
                 spin s;
                 spin_init(s);
                 uint64_t v;
@@ -516,7 +552,8 @@ __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args
 {
     cadd_src<W> src = {&a};
     const uint64_t stride = (uint64_t)gridDim.x * CADD_THREADS * 8;
-    for (uint64_t i = ((uint64_t)blockIdx.x * CADD_THREADS + threadIdx.x) * 8; i < a.n; i += stride) {
+    for (uint64_t i = ((uint64_t)blockIdx.x * CADD_THREADS + threadIdx.x) * 8; i < a.n;
+         i += stride) {
         uint32_t n = a.n - i < 8 ? (uint32_t)(a.n - i) : 8;
         sum_group<T, W>(a.c, a.lo + i, n, src);
     }
@@ -609,8 +646,7 @@ cudaError_t launch_kpath_t(const cuda_kpath_args *a, unsigned blocks, cudaStream
     return cudaGetLastError();
 }
 
-template <typename T, typename W>
-cudaError_t launch_cadd_t(const cuda_cadd_args *a, cudaStream_t s)
+template <typename T, typename W> cudaError_t launch_cadd_t(const cuda_cadd_args *a, cudaStream_t s)
 {
     uint64_t groups = (a->n + 7) / 8;
     uint64_t want = (groups + CADD_THREADS - 1) / CADD_THREADS;

@@ -15,52 +15,52 @@ extern "C" {
 struct cuda_kcommon {
     const void *send;
     void *recv;
-    const void *addend;     /* NULL, or addend_count elements added to every row */
+    const void *addend; /* NULL, or addend_count elements added to every row */
     uint64_t count;
     uint64_t addend_count;
-    uint8_t *regions;       /* device address of rank 0's region; rank r's follows */
+    uint8_t *regions; /* device address of rank 0's region; rank r's follows */
     uint64_t region_bytes;
-    uint64_t timeout_ns;    /* 0 = wait forever (still ends on abort or a peer's failure) */
-    uint32_t seq;           /* call number */
-    uint32_t desc;          /* cuda_call_desc of this call */
-    uint32_t release;       /* counters are set to this on failure (cuda_release_waits) */
+    uint64_t timeout_ns; /* 0 = wait forever (still ends on abort or a peer's failure) */
+    uint32_t seq;        /* call number */
+    uint32_t desc;       /* cuda_call_desc of this call */
+    uint32_t release;    /* counters are set to this on failure (cuda_release_waits) */
     int32_t rank;
     int32_t nranks;
-    int32_t dtype;          /* COMM_F32, COMM_F16, COMM_BF16 */
-    int32_t narrow;         /* f32 rounded through bf16, bf16 on the wire */
-    int32_t vec;            /* send, recv, addend 16-byte aligned: vector accesses */
+    int32_t dtype;  /* COMM_F32, COMM_F16, COMM_BF16 */
+    int32_t narrow; /* f32 rounded through bf16, bf16 on the wire */
+    int32_t vec;    /* send, recv, addend 16-byte aligned: vector accesses */
 };
 
 /* Kernel path: stage, publish, wait, sum; rounds beyond a sub-slot loop. */
 struct cuda_kpath_args {
     struct cuda_kcommon c;
-    uint64_t off_kstage;    /* of sub-slot 0 within a region */
+    uint64_t off_kstage; /* of sub-slot 0 within a region */
     uint64_t kslot_bytes;
     uint64_t round_elems;
     uint32_t rounds;
-    uint32_t round_base;    /* kernel-path rounds before this call */
-    uint32_t *kdone;        /* device: [CUDA_KDONE] blocks done per round, then the last
-                             * round published in 'kcons' */
-    uint32_t slot_wait;     /* bit j (j < 2): round j must wait for the peers' 'kcons'
-                             * before it overwrites its sub-slot (cuda_kslot_reuse_safe) */
+    uint32_t round_base; /* kernel-path rounds before this call */
+    uint32_t *kdone;     /* device: [CUDA_KDONE] blocks done per round, then the last
+                          * round published in 'kcons' */
+    uint32_t slot_wait;  /* bit j (j < 2): round j must wait for the peers' 'kcons'
+                          * before it overwrites its sub-slot (cuda_kslot_reuse_safe) */
 };
 
 /* Copy path: the add kernel of one chunk, stream-ordered after its copies. */
 struct cuda_cadd_args {
     struct cuda_kcommon c;
-    const uint8_t *tmp;     /* device: this chunk's ring slot of the first peer */
-    uint64_t peer_stride;   /* bytes from one peer's ring to the next */
-    uint64_t lo;            /* first element of the chunk */
-    uint64_t n;             /* elements of the chunk */
+    const uint8_t *tmp;   /* device: this chunk's ring slot of the first peer */
+    uint64_t peer_stride; /* bytes from one peer's ring to the next */
+    uint64_t lo;          /* first element of the chunk */
+    uint64_t n;           /* elements of the chunk */
 };
 
 /* A copy stream's wait for a counter of every peer (one spinning thread, bounded). */
 struct cuda_wait_args {
     struct cuda_kcommon c;
-    uint32_t peer_off;      /* counter of struct cuda_ctrl that every peer must move ... */
-    uint32_t peer_want;     /* ... to at least this */
-    int32_t stage;          /* enum cuda_stage, for the failure record */
-    int32_t check_call;     /* first wait of a call: compare the peers' calls first */
+    uint32_t peer_off;  /* counter of struct cuda_ctrl that every peer must move ... */
+    uint32_t peer_want; /* ... to at least this */
+    int32_t stage;      /* enum cuda_stage, for the failure record */
+    int32_t check_call; /* first wait of a call: compare the peers' calls first */
 };
 
 /* Each returns a cudaError_t (0 = launched). */

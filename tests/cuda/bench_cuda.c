@@ -242,8 +242,9 @@ int main(int argc, char **argv)
             max_bytes = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "-d") && i + 1 < argc) {
             i++;
-            dtype = !strcmp(argv[i], "f16") ? COMM_F16 : !strcmp(argv[i], "bf16") ? COMM_BF16
-                                                                                  : COMM_F32;
+            dtype = !strcmp(argv[i], "f16")    ? COMM_F16
+                    : !strcmp(argv[i], "bf16") ? COMM_BF16
+                                               : COMM_F32;
         } else {
             fprintf(stderr, "usage: bench_cuda --lib arcomm|nccl [-b MIN] [-e MAX] [-d DTYPE]\n");
             return 2;
@@ -264,13 +265,15 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("# %s, %d GPUs, %s, in place, thread per rank%s%s\n", use_nccl ? "nccl" : "arcomm",
-           nranks, dtype == COMM_F32 ? "f32" : dtype == COMM_F16 ? "f16" : "bf16",
+           nranks,
+           dtype == COMM_F32   ? "f32"
+           : dtype == COMM_F16 ? "f16"
+                               : "bf16",
            getenv("NCCL_P2P_DISABLE") ? ", NCCL_P2P_DISABLE=" : "",
            getenv("NCCL_P2P_DISABLE") ? getenv("NCCL_P2P_DISABLE") : "");
     if (getenv("ARCOMM_BF16_THRESHOLD"))
         printf("# ARCOMM_BF16_THRESHOLD=%s\n", getenv("ARCOMM_BF16_THRESHOLD"));
-    printf("%12s %7s %10s %9s %10s %9s\n", "bytes", "iters", "sync_us", "busbw", "b2b_us",
-           "busbw");
+    printf("%12s %7s %10s %9s %10s %9s\n", "bytes", "iters", "sync_us", "busbw", "b2b_us", "busbw");
     pthread_barrier_init(&bar, NULL, (unsigned)nranks);
     pthread_t t[MAX_RANKS];
     struct rank r[MAX_RANKS];

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SKIP 77
+#define SKIP      77
 #define MAX_RANKS 8
 
 static int g_fail;
@@ -150,8 +150,8 @@ struct expect {
     double *bound; /* allowed |result - ref| */
 };
 
-static void make_expect(const struct kase *k, int nranks, void *const *inputs,
-                        const void *addend, struct expect *e)
+static void make_expect(const struct kase *k, int nranks, void *const *inputs, const void *addend,
+                        struct expect *e)
 {
     size_t n = k->count;
     e->bits = malloc(n * esize(k->dtype) + 1);
@@ -291,9 +291,8 @@ static void fetch(struct rank_ctx *r, const struct kase *k, const void *recv)
 
 static size_t make_cases(struct kase *out, uint64_t seed, size_t bf16_from, size_t max_count)
 {
-    static const size_t counts[] = {1,      2,      7,       8,       9,        33,     1000,
-                                    4095,   16384,  65537,   262147,  300000,   1048583,
-                                    3000001};
+    static const size_t counts[] = {1,    2,     7,     8,      9,      33,      1000,
+                                    4095, 16384, 65537, 262147, 300000, 1048583, 3000001};
     static const comm_dtype_t dtypes[] = {COMM_F32, COMM_F16, COMM_BF16};
     size_t n = 0;
     for (size_t d = 0; d < 3; d++) {
@@ -313,12 +312,12 @@ static size_t make_cases(struct kase *out, uint64_t seed, size_t bf16_from, size
             out[n++] = k;
             if (c % 4 == 1 && n < MAX_CASES) {
                 struct kase a = k;
-                a.addend_count = k.count;             /* residual */
+                a.addend_count = k.count; /* residual */
                 a.seed += 3;
                 out[n++] = a;
             } else if (c % 4 == 3 && k.count % 3 == 0 && n < MAX_CASES) {
                 struct kase a = k;
-                a.addend_count = k.count / 3;         /* bias row */
+                a.addend_count = k.count / 3; /* bias row */
                 a.seed += 5;
                 out[n++] = a;
             }
@@ -412,8 +411,8 @@ static void verify_case(struct job *j, const struct kase *k, void *const *recv)
         CHECK(wrong == 0, "dtype %d count %zu: rank %d has %ld wrong elements", (int)k->dtype,
               k->count, r, wrong);
         CHECK(memcmp(j->r[r].hout, j->r[0].hout, k->count * esize(k->dtype)) == 0,
-              "dtype %d count %zu: rank %d's result differs from rank 0's", (int)k->dtype,
-              k->count, r);
+              "dtype %d count %zu: rank %d's result differs from rank 0's", (int)k->dtype, k->count,
+              r);
     }
     for (int r = 0; r < j->nranks; r++)
         free(inputs[r]);
@@ -531,9 +530,10 @@ static void sweep(int nranks, const char *name, const char *copy, const char *bf
         run_single_thread(j, cases, n, mode == 2);
     job_destroy(j);
     free(j);
-    printf("%s %s: %zu cases, %d ranks (%s)\n", g_fail == before ? "ok  " : "FAIL", name, n,
-           nranks, mode == 0 ? "a thread per rank" : mode == 1 ? "one thread, rank 0 first"
-                                                              : "one thread, last rank first");
+    printf("%s %s: %zu cases, %d ranks (%s)\n", g_fail == before ? "ok  " : "FAIL", name, n, nranks,
+           mode == 0   ? "a thread per rank"
+           : mode == 1 ? "one thread, rank 0 first"
+                       : "one thread, last rank first");
     fflush(stdout);
 }
 
@@ -673,8 +673,8 @@ static void test_unsupported(int nranks)
     struct job *j = calloc(1, sizeof(*j));
     job_init(j, nranks, 5000, 4096);
     for (int r = 0; r < nranks; r++) {
-        comm_status_t st = comm_allreduce(j->r[r].comm, j->r[r].dbuf, j->r[r].drecv, 16,
-                                          COMM_F64, COMM_SUM, j->r[r].stream);
+        comm_status_t st = comm_allreduce(j->r[r].comm, j->r[r].dbuf, j->r[r].drecv, 16, COMM_F64,
+                                          COMM_SUM, j->r[r].stream);
         CHECK(st == COMM_ERR_UNSUPPORTED, "f64: rank %d got %s", r, comm_status_string(st));
         st = comm_allreduce(j->r[r].comm, j->r[r].dbuf, j->r[r].drecv, 16, COMM_F32, COMM_MAX,
                             j->r[r].stream);
@@ -708,8 +708,10 @@ static int child_main(int rank, int nranks, const char *id)
         return 1;
     }
     for (size_t c = 0; c < sizeof(proc_counts) / sizeof(proc_counts[0]); c++) {
-        struct kase k = {.dtype = c % 2 ? COMM_BF16 : COMM_F32, .count = proc_counts[c],
-                         .inplace = c % 2, .seed = 4242 + c};
+        struct kase k = {.dtype = c % 2 ? COMM_BF16 : COMM_F32,
+                         .count = proc_counts[c],
+                         .inplace = c % 2,
+                         .seed = 4242 + c};
         k.narrow = k.dtype == COMM_F32 && k.count * 4 >= (1u << 20);
         void *send, *recv, *add;
         stage_case(&r, &k, NULL, &send, &recv, &add);
@@ -767,8 +769,7 @@ static void test_processes(int nranks, const char *self)
     for (int r = 0; r < nranks; r++) {
         CHECK(nl[r] == (int)ncases, "process rank %d reported %d of %zu cases", r, nl[r], ncases);
         for (int i = 0; i < nl[r]; i++) {
-            CHECK(strstr(lines[r][i], "wrong 0 ") != NULL, "process rank %d: %s", r,
-                  lines[r][i]);
+            CHECK(strstr(lines[r][i], "wrong 0 ") != NULL, "process rank %d: %s", r, lines[r][i]);
             CHECK(strcmp(lines[r][i], lines[0][i]) == 0, "process ranks 0 and %d differ: %s / %s",
                   r, lines[0][i], lines[r][i]);
         }

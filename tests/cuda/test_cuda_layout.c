@@ -65,7 +65,8 @@ static void test_geometry(void **state)
                     }
                     for (uint32_t t = 0; t < 4; t++) {
                         uint64_t o = cuda_kslot_off(&g, r, t);
-                        assert_true(o >= lo + g.off_kstage && o + g.kslot_bytes <= lo + g.off_cstage);
+                        assert_true(o >= lo + g.off_kstage &&
+                                    o + g.kslot_bytes <= lo + g.off_cstage);
                         assert_int_equal(cuda_kslot_off(&g, r, t), cuda_kslot_off(&g, r, t + 2));
                         assert_true(cuda_kslot_off(&g, r, t) != cuda_kslot_off(&g, r, t + 1));
                     }
@@ -85,7 +86,7 @@ static void test_copy_chunk(void **state)
     assert_int_equal(cuda_copy_chunk(100, 0, 2u << 20), 512u << 10);
     assert_int_equal(cuda_copy_chunk(128u << 20, 64u << 10, 2u << 20), 64u << 10);
     assert_int_equal(cuda_copy_chunk(128u << 20, 8u << 20, 2u << 20), 2u << 20); /* slot cap */
-    assert_int_equal(cuda_copy_chunk(128u << 20, 100, 2u << 20), 64);             /* 64 B cut */
+    assert_int_equal(cuda_copy_chunk(128u << 20, 100, 2u << 20), 64);            /* 64 B cut */
     assert_int_equal(cuda_copy_chunk(128u << 20, 10, 2u << 20), 64);
 }
 
@@ -114,8 +115,8 @@ static void test_copy_plan(void **state)
 static void test_kernel_plan(void **state)
 {
     (void)state;
-    static const uint64_t counts[] = {1, 2, 7, 8, 9, 33, 1000, 4095, 16384, 65537, 262147,
-                                      524288, 1048583, 3000001};
+    static const uint64_t counts[] = {1,    2,     7,     8,      9,      33,      1000,
+                                      4095, 16384, 65537, 262147, 524288, 1048583, 3000001};
     uint8_t *seen = malloc(3000001);
     for (size_t a = 0; a < sizeof(counts) / sizeof(counts[0]); a++) {
         for (uint32_t wsize = 2; wsize <= 4; wsize += 2) {
@@ -194,9 +195,9 @@ static void test_kslot_reuse(void **state)
     assert_true(cuda_kslot_reuse_safe(a, none, none));
     assert_true(cuda_kslot_reuse_safe(a, a, a));
     assert_true(cuda_kslot_reuse_safe(b, b, a));
-    assert_false(cuda_kslot_reuse_safe(a, a, b)); /* block 1 skipped round t - 1 */
+    assert_false(cuda_kslot_reuse_safe(a, a, b));        /* block 1 skipped round t - 1 */
     assert_false(cuda_kslot_reuse_safe(part, big, big)); /* last, partial round */
-    assert_false(cuda_kslot_reuse_safe(h, a, a)); /* other wire size */
+    assert_false(cuda_kslot_reuse_safe(h, a, a));        /* other wire size */
     assert_false(cuda_kslot_reuse_safe(a, b, b));
     /* Every element a block writes in round t it read in round t - 2 when 'safe'. */
     for (uint32_t blocks = 1; blocks <= 8; blocks++) {
@@ -227,10 +228,10 @@ static void test_call_desc(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_struct_layout),    cmocka_unit_test(test_geometry),
-        cmocka_unit_test(test_copy_chunk),       cmocka_unit_test(test_copy_plan),
-        cmocka_unit_test(test_kernel_plan),      cmocka_unit_test(test_counters_n_ranks),
-        cmocka_unit_test(test_call_desc),        cmocka_unit_test(test_kslot_reuse),
+        cmocka_unit_test(test_struct_layout), cmocka_unit_test(test_geometry),
+        cmocka_unit_test(test_copy_chunk),    cmocka_unit_test(test_copy_plan),
+        cmocka_unit_test(test_kernel_plan),   cmocka_unit_test(test_counters_n_ranks),
+        cmocka_unit_test(test_call_desc),     cmocka_unit_test(test_kslot_reuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

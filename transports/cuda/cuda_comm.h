@@ -34,34 +34,34 @@ struct cuda_knobs {
 
 /* This rank's CUDA state (c->xport). */
 struct cuda_comm {
-    int device;                  /* CUDA ordinal */
+    int device; /* CUDA ordinal */
     struct cuda_knobs k;
     struct cuda_geometry g;
-    uint8_t *regions;            /* rank 0's region as mapped here; rank r's follows */
-    uint8_t *dregions;           /* the same, as this GPU addresses it */
-    size_t registered_bytes;     /* registered with cudaHostRegister, 0 = not */
-    bool leaked;                 /* streams never drained: mapping kept on purpose */
+    uint8_t *regions;        /* rank 0's region as mapped here; rank r's follows */
+    uint8_t *dregions;       /* the same, as this GPU addresses it */
+    size_t registered_bytes; /* registered with cudaHostRegister, 0 = not */
+    bool leaked;             /* streams never drained: mapping kept on purpose */
 
-    cudaStream_t sd;             /* copy path: D2H (and narrowing) */
-    cudaStream_t sh;             /* copy path: H2D */
-    cudaEvent_t ev_start;        /* caller stream -> sd */
-    cudaEvent_t ev_staged;       /* sd -> caller stream: a chunk's D2H is done */
-    cudaEvent_t ev_fetched;      /* sh -> caller stream: a chunk's H2D copies are done */
+    cudaStream_t sd;                       /* copy path: D2H (and narrowing) */
+    cudaStream_t sh;                       /* copy path: H2D */
+    cudaEvent_t ev_start;                  /* caller stream -> sd */
+    cudaEvent_t ev_staged;                 /* sd -> caller stream: a chunk's D2H is done */
+    cudaEvent_t ev_fetched;                /* sh -> caller stream: a chunk's H2D copies are done */
     cudaEvent_t ev_added[CUDA_TSLOTS_MAX]; /* caller stream -> sh: ring slot summed */
-    cudaEvent_t ev_done;         /* end of the last call, on its stream */
-    void *last_stream;           /* stream of the last call (calls are serialized) */
+    cudaEvent_t ev_done;                   /* end of the last call, on its stream */
+    void *last_stream;                     /* stream of the last call (calls are serialized) */
     bool have_last;
 
-    uint8_t *tmp;                /* device: [nranks - 1][tslots][chunk_max] fetched chunks */
+    uint8_t *tmp; /* device: [nranks - 1][tslots][chunk_max] fetched chunks */
     uint32_t tslots;
-    uint32_t *kdone;             /* device: kernel-path round counters (CUDA_KDONE + 1) */
-    struct cuda_kshape kprev2;   /* shapes of the last two kernel-path rounds */
+    uint32_t *kdone;           /* device: kernel-path round counters (CUDA_KDONE + 1) */
+    struct cuda_kshape kprev2; /* shapes of the last two kernel-path rounds */
     struct cuda_kshape kprev1;
-    uint16_t *narrow;            /* device: bf16 copy of a narrowed f32 input */
+    uint16_t *narrow; /* device: bf16 copy of a narrowed f32 input */
     size_t narrow_bytes;
 
-    uint64_t kround;             /* kernel-path rounds so far (same on every rank) */
-    uint64_t cchunk;             /* copy-path chunks so far (same on every rank) */
+    uint64_t kround; /* kernel-path rounds so far (same on every rank) */
+    uint64_t cchunk; /* copy-path chunks so far (same on every rank) */
 
     cuda_wait_value_fn wait_value;
     cuda_write_value_fn write_value;
@@ -104,10 +104,10 @@ void cuda_release_waits(struct comm *c);
 /* topo.c: the PCI bus id of a CUDA ordinal and what hwloc knows of it. */
 struct cuda_gpu_info {
     int ordinal;
-    char busid[32];       /* "0000:19:00.0" */
+    char busid[32]; /* "0000:19:00.0" */
     char name[128];
-    int numa_node;        /* hwloc: NUMA node near the GPU, -1 unknown */
-    bool hwloc_found;     /* hwloc lists a PCI device with that bus id */
+    int numa_node;    /* hwloc: NUMA node near the GPU, -1 unknown */
+    bool hwloc_found; /* hwloc lists a PCI device with that bus id */
     unsigned vendor, device_id, pci_class;
 };
 

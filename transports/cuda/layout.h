@@ -32,24 +32,26 @@
 #define CUDA_LAYOUT_FN static inline
 #endif
 
-#define CUDA_LINE 64
-#define CUDA_PAGE 4096
-#define CUDA_MAX_BLOCKS 64           /* kernel-path blocks: one token line each */
-#define CUDA_CTRL_BYTES 8192
-#define CUDA_KSLOTS 2                /* kernel-path sub-slots: rounds alternate */
-#define CUDA_KSLOT_BYTES (1u << 20)  /* each kernel-path sub-slot */
-#define CUDA_CHUNK_MIN (512u << 10)  /* copy-path auto chunk: clamp(n/4, MIN, MAX) */
-#define CUDA_CHUNK_MAX (2u << 20)
-#define CUDA_KDONE 64                /* kernel-path per-round block counters (a ring: the
-                                      * blocks of one launch are resident together and
-                                      * advance in step, never this many rounds apart) */
-#define CUDA_VEC_ELEMS 8             /* slices are cut at multiples of 8 elements */
+#define CUDA_LINE        64
+#define CUDA_PAGE        4096
+#define CUDA_MAX_BLOCKS  64 /* kernel-path blocks: one token line each */
+#define CUDA_CTRL_BYTES  8192
+#define CUDA_KSLOTS      2            /* kernel-path sub-slots: rounds alternate */
+#define CUDA_KSLOT_BYTES (1u << 20)   /* each kernel-path sub-slot */
+#define CUDA_CHUNK_MIN   (512u << 10) /* copy-path auto chunk: clamp(n/4, MIN, MAX) */
+#define CUDA_CHUNK_MAX   (2u << 20)
+#define CUDA_KDONE                                                                                 \
+    64                                        /* kernel-path per-round block counters (a ring: the \
+                                               * blocks of one launch are resident together and    \
+                                               * advance in step, never this many rounds apart) */
+#define CUDA_VEC_ELEMS  8                     /* slices are cut at multiples of 8 elements */
 #define CUDA_GEOM_MAGIC 0x4152435544413031ull /* "ARCUDA01" */
 /* A counter moved this far past what any wait asks for releases every stream wait
  * (cuStreamWaitValue32 compares cyclically); a kernel that sees such a jump knows a
  * failed rank released it and stops. */
 #define CUDA_RELEASE 0x40000000u
-#define CUDA_RELEASED(v, want) ((int32_t)((uint32_t)(v) - (uint32_t)(want)) >= (int32_t)(CUDA_RELEASE / 2))
+#define CUDA_RELEASED(v, want)                                                                     \
+    ((int32_t)((uint32_t)(v) - (uint32_t)(want)) >= (int32_t)(CUDA_RELEASE / 2))
 
 /* Paths (part of the call descriptor: the peers must agree). */
 enum cuda_path { CUDA_PATH_KERNEL = 1, CUDA_PATH_COPY = 2 };
@@ -57,22 +59,22 @@ enum cuda_path { CUDA_PATH_KERNEL = 1, CUDA_PATH_COPY = 2 };
 /* Where a device-side failure happened (struct cuda_fail_line.stage). */
 enum cuda_stage {
     CUDA_STAGE_NONE = 0,
-    CUDA_STAGE_KTOKEN = 1,   /* kernel path: waiting for a peer's arrival token */
-    CUDA_STAGE_KDESC = 2,    /* kernel path: peers disagree on the call */
-    CUDA_STAGE_CCALL = 3,    /* copy path: waiting for a peer to start the call */
-    CUDA_STAGE_CDATA = 4,    /* copy path: waiting for a chunk to arrive */
-    CUDA_STAGE_CDESC = 5,    /* copy path: peers disagree on the call */
-    CUDA_STAGE_CSLOT = 6,    /* copy path, D2H: waiting for peers to fetch a slot */
-    CUDA_STAGE_CFETCH = 7,   /* copy path, H2D: waiting for a peer to stage a chunk */
-    CUDA_STAGE_KSLOT = 8,    /* kernel path: waiting for peers to read a sub-slot */
+    CUDA_STAGE_KTOKEN = 1, /* kernel path: waiting for a peer's arrival token */
+    CUDA_STAGE_KDESC = 2,  /* kernel path: peers disagree on the call */
+    CUDA_STAGE_CCALL = 3,  /* copy path: waiting for a peer to start the call */
+    CUDA_STAGE_CDATA = 4,  /* copy path: waiting for a chunk to arrive */
+    CUDA_STAGE_CDESC = 5,  /* copy path: peers disagree on the call */
+    CUDA_STAGE_CSLOT = 6,  /* copy path, D2H: waiting for peers to fetch a slot */
+    CUDA_STAGE_CFETCH = 7, /* copy path, H2D: waiting for a peer to stage a chunk */
+    CUDA_STAGE_KSLOT = 8,  /* kernel path: waiting for peers to read a sub-slot */
 };
 
 /* A failure record, written with one 16-byte store by its only writer. */
 struct cuda_fail_line {
-    int32_t status;   /* COMM_OK, or the comm_status_t of the failure */
-    int32_t stage;    /* enum cuda_stage (device) or 0 (host) */
-    int32_t peer;     /* the rank waited for, or -1 */
-    uint32_t seq;     /* the call number it happened in */
+    int32_t status; /* COMM_OK, or the comm_status_t of the failure */
+    int32_t stage;  /* enum cuda_stage (device) or 0 (host) */
+    int32_t peer;   /* the rank waited for, or -1 */
+    uint32_t seq;   /* the call number it happened in */
     uint8_t pad[CUDA_LINE - 16];
 };
 
@@ -86,21 +88,21 @@ struct cuda_word_line {
  * one 8-byte store, so that one load tells a peer both that the data is there and that it
  * belongs to the same call. */
 struct cuda_token_line {
-    uint32_t value;   /* global kernel-path round + 1 */
-    uint32_t desc;    /* cuda_call_desc() of the call of that round */
+    uint32_t value; /* global kernel-path round + 1 */
+    uint32_t desc;  /* cuda_call_desc() of the call of that round */
     uint8_t pad[CUDA_LINE - 8];
 };
 
 /* What a rank's GPU is doing: written with one 8-byte store before its first token. */
 struct cuda_call_line {
-    uint32_t seq;     /* call number */
-    uint32_t desc;    /* cuda_call_desc() of that call */
+    uint32_t seq;  /* call number */
+    uint32_t desc; /* cuda_call_desc() of that call */
     uint8_t pad[CUDA_LINE - 8];
 };
 
 /* What every rank must agree on, written once at setup and compared by all. */
 struct cuda_geom_line {
-    uint64_t magic;          /* CUDA_GEOM_MAGIC once written */
+    uint64_t magic; /* CUDA_GEOM_MAGIC once written */
     uint64_t region_bytes;
     uint64_t chunk_max;      /* copy-path staging slot */
     uint64_t copy_threshold; /* bytes at or above: copy-engine path */
@@ -113,15 +115,15 @@ struct cuda_geom_line {
 
 /* The control lines at the start of every rank's region. */
 struct cuda_ctrl {
-    struct cuda_fail_line hfail;  /* line 0: the owner's host (comm_abort, failures) */
-    struct cuda_fail_line dfail;  /* line 1: the owner's kernels (timeout, peer, mismatch) */
-    struct cuda_word_line ready;  /* line 2: copy chunks staged (owner's D2H stream) */
-    struct cuda_word_line h2d;    /* line 3: copy chunks fetched from all peers (H2D stream) */
-    struct cuda_word_line kcons;  /* line 4: kernel-path rounds whose peers' sub-slots the
-                                   * owner has read to the end (published in round order) */
-    struct cuda_call_line call;   /* line 5 */
-    struct cuda_geom_line geom;   /* line 6 */
-    uint8_t pad7[CUDA_LINE];      /* line 7 */
+    struct cuda_fail_line hfail; /* line 0: the owner's host (comm_abort, failures) */
+    struct cuda_fail_line dfail; /* line 1: the owner's kernels (timeout, peer, mismatch) */
+    struct cuda_word_line ready; /* line 2: copy chunks staged (owner's D2H stream) */
+    struct cuda_word_line h2d;   /* line 3: copy chunks fetched from all peers (H2D stream) */
+    struct cuda_word_line kcons; /* line 4: kernel-path rounds whose peers' sub-slots the
+                                  * owner has read to the end (published in round order) */
+    struct cuda_call_line call;  /* line 5 */
+    struct cuda_geom_line geom;  /* line 6 */
+    uint8_t pad7[CUDA_LINE];     /* line 7 */
     struct cuda_token_line token[CUDA_MAX_BLOCKS]; /* lines 8..: kernel-path round tokens */
 };
 
@@ -135,12 +137,12 @@ _Static_assert(sizeof(struct cuda_ctrl) <= CUDA_CTRL_BYTES, "control fits its pa
 
 /* The geometry of every rank's region, from the staging knobs (identical everywhere). */
 struct cuda_geometry {
-    uint64_t off_kstage;    /* kernel-path sub-slot 0 */
+    uint64_t off_kstage; /* kernel-path sub-slot 0 */
     uint64_t kslot_bytes;
-    uint64_t off_cstage;    /* copy-path slot 0 */
-    uint64_t chunk_max;     /* bytes of a copy-path slot */
-    uint32_t cslots;        /* copy-path slots (>= 2) */
-    uint64_t region_bytes;  /* page aligned */
+    uint64_t off_cstage;   /* copy-path slot 0 */
+    uint64_t chunk_max;    /* bytes of a copy-path slot */
+    uint32_t cslots;       /* copy-path slots (>= 2) */
+    uint64_t region_bytes; /* page aligned */
 };
 
 CUDA_LAYOUT_FN uint64_t cuda_align_up(uint64_t v, uint64_t a)
@@ -158,7 +160,7 @@ CUDA_LAYOUT_FN uint64_t cuda_min_u64(uint64_t a, uint64_t b)
  * chunk).  At least two slots, so that one rank stages while its peers fetch.
  */
 CUDA_LAYOUT_FN struct cuda_geometry cuda_geometry_compute(uint64_t staging_bytes,
-                                                         uint64_t chunk_max)
+                                                          uint64_t chunk_max)
 {
     struct cuda_geometry g;
     g.chunk_max = cuda_align_up(chunk_max ? chunk_max : CUDA_CHUNK_MAX, CUDA_LINE);
@@ -208,7 +210,7 @@ struct cuda_kplan {
 
 /* Blocks: one per 2 KiB of a round's wire bytes, at least 1, at most max_blocks. */
 CUDA_LAYOUT_FN struct cuda_kplan cuda_kplan_compute(uint64_t count, uint32_t wsize,
-                                                   uint64_t kslot_bytes, uint32_t max_blocks)
+                                                    uint64_t kslot_bytes, uint32_t max_blocks)
 {
     struct cuda_kplan p;
     p.round_elems = kslot_bytes / wsize / CUDA_VEC_ELEMS * CUDA_VEC_ELEMS;
@@ -226,8 +228,8 @@ CUDA_LAYOUT_FN struct cuda_kplan cuda_kplan_compute(uint64_t count, uint32_t wsi
  * peers read.  Two rounds of one shape cut a sub-slot identically.
  */
 struct cuda_kshape {
-    uint64_t elems;   /* elements of the round (0: no round) */
-    uint32_t wsize;   /* bytes of an element on the wire */
+    uint64_t elems; /* elements of the round (0: no round) */
+    uint32_t wsize; /* bytes of an element on the wire */
     uint32_t blocks;
 };
 
@@ -258,7 +260,7 @@ CUDA_LAYOUT_FN int cuda_kslot_reuse_safe(struct cuda_kshape cur, struct cuda_ksh
  * CUDA_VEC_ELEMS so that every block's vectors stay 16-byte aligned.
  */
 CUDA_LAYOUT_FN void cuda_block_slice(uint64_t m, uint32_t nblocks, uint32_t b, uint64_t *lo,
-                                    uint64_t *hi)
+                                     uint64_t *hi)
 {
     uint64_t per = (m + nblocks - 1) / nblocks;
     per = cuda_align_up(per, CUDA_VEC_ELEMS);
@@ -274,8 +276,8 @@ struct cuda_cplan {
     uint32_t chunks;
 };
 
-CUDA_LAYOUT_FN struct cuda_cplan cuda_cplan_compute(uint64_t count, uint32_t wsize,
-                                                   uint64_t knob, uint64_t chunk_max)
+CUDA_LAYOUT_FN struct cuda_cplan cuda_cplan_compute(uint64_t count, uint32_t wsize, uint64_t knob,
+                                                    uint64_t chunk_max)
 {
     struct cuda_cplan p;
     p.chunk_bytes = cuda_copy_chunk(count * wsize, knob, chunk_max);
@@ -293,7 +295,8 @@ CUDA_LAYOUT_FN uint64_t cuda_region_off(const struct cuda_geometry *g, int rank)
 
 CUDA_LAYOUT_FN uint64_t cuda_kslot_off(const struct cuda_geometry *g, int rank, uint32_t round)
 {
-    return cuda_region_off(g, rank) + g->off_kstage + (uint64_t)(round % CUDA_KSLOTS) * g->kslot_bytes;
+    return cuda_region_off(g, rank) + g->off_kstage +
+           (uint64_t)(round % CUDA_KSLOTS) * g->kslot_bytes;
 }
 
 CUDA_LAYOUT_FN uint64_t cuda_cslot_off(const struct cuda_geometry *g, int rank, uint32_t chunk)
@@ -306,10 +309,11 @@ CUDA_LAYOUT_FN uint64_t cuda_cslot_off(const struct cuda_geometry *g, int rank, 
  * disagreement shows as different descriptors on the two sides.
  */
 CUDA_LAYOUT_FN uint32_t cuda_call_desc(uint64_t count, uint32_t dtype, uint32_t op, uint32_t path,
-                                      int narrow, int add, uint64_t addend_count)
+                                       int narrow, int add, uint64_t addend_count)
 {
-    uint64_t v[4] = {count, ((uint64_t)dtype << 24) | ((uint64_t)op << 16) | (path << 8) |
-                                ((uint64_t)(narrow != 0) << 1) | (uint64_t)(add != 0),
+    uint64_t v[4] = {count,
+                     ((uint64_t)dtype << 24) | ((uint64_t)op << 16) | (path << 8) |
+                         ((uint64_t)(narrow != 0) << 1) | (uint64_t)(add != 0),
                      addend_count, 0x9e3779b97f4a7c15ull};
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < 4; i++) {

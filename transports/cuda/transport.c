@@ -91,8 +91,8 @@ static comm_status_t resolve_stream_ops(struct comm *c, struct cuda_comm *x)
     void *fn[2] = {NULL, NULL};
     for (int i = 0; i < 2; i++) {
         enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-        cudaError_t e = cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000,
-                                                         cudaEnableDefault, &q);
+        cudaError_t e =
+            cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000, cudaEnableDefault, &q);
         if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn[i] == NULL) {
             rt_error(c, COMM_ERR_UNSUPPORTED,
                      "rank %d: the CUDA driver has no %s (%s): the copy-engine path needs "
@@ -254,9 +254,8 @@ static comm_status_t cuda_setup(struct comm *c)
     c->device_index = dev;
     c->xport = x;
     cuda_resolve_knobs(&c->knobs, &x->k);
-    x->g = cuda_geometry_compute(x->k.staging_bytes,
-                                 x->k.chunk_knob > CUDA_CHUNK_MAX ? x->k.chunk_knob
-                                                                  : CUDA_CHUNK_MAX);
+    x->g = cuda_geometry_compute(
+        x->k.staging_bytes, x->k.chunk_knob > CUDA_CHUNK_MAX ? x->k.chunk_knob : CUDA_CHUNK_MAX);
 
     int prev = 0;
     comm_status_t st = cuda_device_enter(c, &prev);
@@ -284,8 +283,7 @@ static comm_status_t cuda_setup(struct comm *c)
     if (st != COMM_OK) {
         snprintf(c->shm->ranks[c->rank].errmsg, SHM_ERRMSG_BYTES, "%.*s", SHM_ERRMSG_BYTES - 1,
                  c->errmsg);
-        atomic_store_explicit(&c->shm->ranks[c->rank].status, (int32_t)st,
-                              memory_order_release);
+        atomic_store_explicit(&c->shm->ranks[c->rank].status, (int32_t)st, memory_order_release);
         goto err_detach;
     }
     x->registered_bytes = bytes;
@@ -315,7 +313,7 @@ err_device:
     free_device_state(x);
     /* The peers wait in setup too: tell them now rather than at their timeout. */
     snprintf(c->shm->ranks[c->rank].errmsg, SHM_ERRMSG_BYTES, "%.*s", SHM_ERRMSG_BYTES - 1,
-                 c->errmsg);
+             c->errmsg);
     atomic_store_explicit(&c->shm->ranks[c->rank].status, (int32_t)st, memory_order_release);
     shm_ring_all(c->shm);
 err_unregister:
@@ -428,17 +426,9 @@ static void cuda_publish_failure(struct comm *c, comm_status_t status, const cha
             cuda_device_leave(prev);
         }
     }
-    struct shm_rank *me = &s->ranks[c->rank];
-    if (!atomic_exchange(&c->published, 1)) {
-        snprintf(me->errmsg, sizeof(me->errmsg), "%s", msg);
-        me->failed_seq = in_call ? c->seq : UINT32_MAX;
-        atomic_store_explicit(&me->status, (int32_t)status, memory_order_release);
-    }
-    if (in_call) {
-        struct shm_arrival *a = shm_arrival_at(s, c->seq, c->rank);
-        atomic_store_explicit(&a->status, (int32_t)status, memory_order_relaxed);
-        atomic_store_explicit(&a->seq, c->seq, memory_order_release);
-    }
+    /* The host side as every segment transport does it (sticky status, arrival word,
+     * doorbell), then the line the GPU kernels poll. */
+    shm_publish_failure(c, status, msg, in_call);
     if (x != NULL && x->regions != NULL) {
         /* The kernels poll this line: every rank's spin ends. */
         struct cuda_fail_line *h = &cuda_ctrl_of(x, c->rank)->hfail;
@@ -449,13 +439,6 @@ static void cuda_publish_failure(struct comm *c, comm_status_t status, const cha
         if (!leaving)
             cuda_release_waits(c);
     }
-    shm_ring_all(s);
-}
-
-static void cuda_wake(struct comm *c)
-{
-    if (c->shm != NULL)
-        shm_ring_all(c->shm);
 }
 
 static comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr)
@@ -484,7 +467,7 @@ const struct transport_ops cuda_transport_ops = {
     .setup = cuda_setup,
     .teardown = cuda_teardown,
     .publish_failure = cuda_publish_failure,
-    .wake = cuda_wake,
+    .wake = shm_wake,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
 };

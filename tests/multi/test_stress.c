@@ -190,6 +190,75 @@ static void two_comms(void **s)
     expect_clean(h_run(&job), 2);
 }
 
+/*
+ * A random sequence of calls, the same on every rank (seeded alike): counts across the
+ * flag, one-pass and staged paths and the slot boundaries, every dtype and op, in place
+ * or not, barriers between, fused adds; every result checked.  Small slots and a low
+ * flag threshold make every path switch and slot reuse happen often.
+ */
+static void random_body(struct h_rank *r)
+{
+    static const comm_dtype_t dts[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, COMM_I32, COMM_I64};
+    uint64_t rng = 12345;
+    size_t max = 200000;
+    uint8_t *x = malloc(max * 8 + 64), *y = malloc(max * 8 + 64), *a = malloc(max * 8 + 64);
+    int calls = h_quick() ? 60 : 400;
+    for (int i = 0; i < calls && r->errors == 0; i++) {
+        uint64_t v = h_rand(&rng);
+        size_t count = v % 4 == 0 ? v % 40 : v % 4 == 1 ? v % 3000 : (size_t)(v >> 8) % max;
+        comm_dtype_t dt = dts[(v >> 40) % 6];
+        comm_op_t op = (comm_op_t)((v >> 44) % 3);
+        bool inplace = (v >> 48) & 1, add = ((v >> 49) & 3) == 0 && op == COMM_SUM;
+        if ((v >> 52) % 7 == 0) {
+            if (comm_barrier(r->comm) != COMM_OK)
+                h_fail(r, "call %d: barrier: %s", i, comm_last_error(r->comm));
+            continue;
+        }
+        size_t es = comm_dtype_size(dt), off = (v >> 56) % 3;
+        void *send = x + off * es, *recv = inplace ? send : y + off * es;
+        uint64_t seed = 777 + (uint64_t)i;
+        h_fill(send, count, dt, seed, r->rank);
+        if (!inplace)
+            h_poison(recv, count, dt);
+        size_t rows = count && add ? (count % 5 == 0 ? count / 5 : count) : 0;
+        if (rows)
+            h_fill(a, rows, dt, seed + 1, 50 + r->rank);
+        comm_status_t st = rows ? comm_allreduce_add(r->comm, send, recv, a, rows, count, dt, NULL)
+                                : comm_allreduce(r->comm, send, recv, count, dt, op, NULL);
+        if (st != COMM_OK) {
+            h_fail(r, "call %d (count %zu dtype %d op %d): %s", i, count, (int)dt, (int)op,
+                   comm_last_error(r->comm));
+            break;
+        }
+        h_check(r, recv, count, dt, op, seed, r->nranks, rows ? a : NULL, rows, false);
+    }
+    free(x);
+    free(y);
+    free(a);
+}
+
+static void random_sequence(int n, bool procs)
+{
+    h_env_push("ARCOMM_SHM_SLOT_BYTES", "64K");
+    h_env_push("ARCOMM_FLAG_THRESHOLD", "2K");
+    struct h_job job = {.nranks = n, .procs = procs, .body = random_body, .kill_rank = -1};
+    struct h_rank *res = h_run(&job);
+    h_env_pop();
+    expect_clean(res, n);
+}
+
+static void random_threads_3(void **s)
+{
+    (void)s;
+    random_sequence(3, false);
+}
+
+static void random_procs_3(void **s)
+{
+    (void)s;
+    random_sequence(3, true);
+}
+
 /* comm_barrier returns only once every rank entered it. */
 static void barrier_body(struct h_rank *r)
 {
@@ -231,6 +300,7 @@ int main(void)
         cmocka_unit_test(oversubscribed_8),     cmocka_unit_test(mixed_threads_3),
         cmocka_unit_test(mixed_procs_3),        cmocka_unit_test(two_comms),
         cmocka_unit_test(barrier_threads),      cmocka_unit_test(barrier_procs),
+        cmocka_unit_test(random_threads_3),     cmocka_unit_test(random_procs_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

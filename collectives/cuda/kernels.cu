@@ -149,12 +149,21 @@ template <> __device__ __forceinline__ void load8<__nv_bfloat16>(const __nv_bflo
     }
 }
 
-/* Loads that skip L1: staging and fetched chunks are rewritten by others between uses. */
-template <typename T> __device__ __forceinline__ void load8_cv(const T *p, float v[8])
+/*
+ * Loads that skip L1: staging and fetched chunks are rewritten by others between uses.
+ * CV re-reads memory every time (__ldcv: mapped host words another GPU writes); else the
+ * line may stay in L2 (__ldcg: device buffers written by this GPU's copy engine).
+ */
+template <bool CV, typename V> __device__ __forceinline__ V ld_nol1(const V *p)
+{
+    return CV ? __ldcv(p) : __ldcg(p);
+}
+
+template <bool CV, typename T> __device__ __forceinline__ void load8_nol1(const T *p, float v[8])
 {
     if (sizeof(T) == 4) {
-        float4 a = __ldcv(reinterpret_cast<const float4 *>(p));
-        float4 b = __ldcv(reinterpret_cast<const float4 *>(p) + 1);
+        float4 a = ld_nol1<CV>(reinterpret_cast<const float4 *>(p));
+        float4 b = ld_nol1<CV>(reinterpret_cast<const float4 *>(p) + 1);
         v[0] = a.x;
         v[1] = a.y;
         v[2] = a.z;
@@ -164,27 +173,17 @@ template <typename T> __device__ __forceinline__ void load8_cv(const T *p, float
         v[6] = b.z;
         v[7] = b.w;
     } else {
-        uint4 u = __ldcv(reinterpret_cast<const uint4 *>(p));
+        uint4 u = ld_nol1<CV>(reinterpret_cast<const uint4 *>(p));
         load8<T>(reinterpret_cast<const T *>(&u), v);
     }
 }
+template <typename T> __device__ __forceinline__ void load8_cv(const T *p, float v[8])
+{
+    load8_nol1<true>(p, v);
+}
 template <typename T> __device__ __forceinline__ void load8_cg(const T *p, float v[8])
 {
-    if (sizeof(T) == 4) {
-        float4 a = __ldcg(reinterpret_cast<const float4 *>(p));
-        float4 b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
-        v[0] = a.x;
-        v[1] = a.y;
-        v[2] = a.z;
-        v[3] = a.w;
-        v[4] = b.x;
-        v[5] = b.y;
-        v[6] = b.z;
-        v[7] = b.w;
-    } else {
-        uint4 u = __ldcg(reinterpret_cast<const uint4 *>(p));
-        load8<T>(reinterpret_cast<const T *>(&u), v);
-    }
+    load8_nol1<false>(p, v);
 }
 
 template <typename T> __device__ __forceinline__ void store8(T *p, const float v[8])

@@ -266,6 +266,10 @@ static void stage_case(struct rank_ctx *r, const struct kase *k, const void *add
         cuda_ok(cudaMemcpy(*add, addend_host, k->addend_count * es, cudaMemcpyHostToDevice),
                 "upload addend");
     }
+    /* cudaMemcpy from pageable memory may return before its DMA ends, and the legacy
+     * stream it runs on does not order the non-blocking stream the allreduce runs on:
+     * without this the collective can read the tail of the previous case's input. */
+    cuda_ok(cudaStreamSynchronize(0), "waiting for the uploads");
 }
 
 static comm_status_t enqueue(struct rank_ctx *r, const struct kase *k, void *send, void *recv,

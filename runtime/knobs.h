@@ -56,7 +56,7 @@ struct rt_knobs {
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */
     size_t copy_threshold;           /* cuda: copy-engine path at or above */
-    size_t copy_chunk_bytes;         /* cuda: copy-engine chunk, auto = clamp(n/4,..) */
+    size_t copy_chunk_bytes;         /* cuda: copy-engine chunk, auto = clamp(n/2,..) */
     size_t cuda_staging_bytes;       /* cuda: copy-path pinned staging per rank */
     long cuda_blocks;                /* cuda: kernel-path blocks at most (0 = auto) */
     long hex_threads;                /* hexagon: HVX worker threads per session */

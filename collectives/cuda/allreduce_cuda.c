@@ -2,9 +2,9 @@
  * The CUDA allreduce, host side.  Nothing here waits for a peer: a call checks what the
  * device reported since the last call, picks the path and enqueues it on the caller's
  * stream (and the transport's copy streams), so one thread may drive every GPU in turn.
- * Cross-rank order lives in mapped host memory: kernels spin on tokens, copy streams
- * wait on counters with one-thread kernels and publish with cuStreamWriteValue32; a
- * wait kernel is bounded and records what went wrong.
+ * Cross-rank order lives in mapped host memory: kernel-path kernels poll LL units (data
+ * and flag in one store), copy streams wait on counters with one-thread kernels and
+ * publish with cuStreamWriteValue32; every wait is bounded and records what went wrong.
  */
 #include "coll_cuda.h"
 #include "cuda/cuda_comm.h"
@@ -16,8 +16,8 @@
 static const char *stage_name(int32_t stage)
 {
     switch (stage) {
-    case CUDA_STAGE_KTOKEN:
-        return "kernel path, waiting for an arrival token";
+    case CUDA_STAGE_KWAIT:
+        return "kernel path, waiting for a peer's data";
     case CUDA_STAGE_KDESC:
         return "kernel path, comparing the call";
     case CUDA_STAGE_CCALL:
@@ -30,8 +30,6 @@ static const char *stage_name(int32_t stage)
         return "copy-engine path, waiting for the peers to free a staging slot";
     case CUDA_STAGE_CFETCH:
         return "copy-engine path, waiting for a peer to stage a chunk";
-    case CUDA_STAGE_KSLOT:
-        return "kernel path, waiting for the peers to read a staging sub-slot";
     }
     return "host";
 }
@@ -138,47 +136,27 @@ static void fill_common(struct comm *c, const struct coll_call *call, bool narro
              (call->addend == NULL || aligned16(call->addend));
 }
 
-static struct cuda_kshape kshape_of(const struct cuda_kplan *p, uint64_t count, uint32_t wsize,
-                                    uint32_t j)
-{
-    uint64_t lo = (uint64_t)j * p->round_elems;
-    struct cuda_kshape s = {count - lo < p->round_elems ? count - lo : p->round_elems, wsize,
-                            p->blocks};
-    return s;
-}
-
+/* The kernel path: one LL launch per round of at most a sub-slot's payload. */
 static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, bool narrow)
 {
     struct cuda_comm *x = cuda_of(c);
     uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
-    struct cuda_kplan plan = cuda_kplan_compute(call->count, wsize, x->g.kslot_bytes, x->k.blocks);
-    /* The first two rounds overwrite sub-slots of earlier calls: do the tokens vouch? */
-    struct cuda_kshape s0 = kshape_of(&plan, call->count, wsize, 0);
-    uint32_t slot_wait = cuda_kslot_reuse_safe(s0, x->kprev2, x->kprev1) ? 0u : 1u;
-    if (plan.rounds > 1 &&
-        !cuda_kslot_reuse_safe(kshape_of(&plan, call->count, wsize, 1), x->kprev1, s0))
-        slot_wait |= 2u;
-    struct cuda_kpath_args a = {
+    struct cuda_kplan plan = cuda_kplan_compute(call->count, wsize, x->g.kslot_bytes);
+    struct cuda_ll_args a = {
         .off_kstage = x->g.off_kstage,
         .kslot_bytes = x->g.kslot_bytes,
-        .round_elems = plan.round_elems,
-        .rounds = plan.rounds,
-        .round_base = (uint32_t)x->kround,
-        .kdone = x->kdone,
-        .slot_wait = slot_wait,
     };
     fill_common(c, call, narrow, CUDA_PATH_KERNEL, (uint32_t)x->cchunk + CUDA_RELEASE, &a.c);
-    int e = cuda_launch_kpath(&a, plan.blocks, call->stream);
-    if (e != 0)
-        return launch_failed(c, "the kernel-path launch", e);
-    x->kround += plan.rounds;
-    if (plan.rounds == 1) {
-        x->kprev2 = x->kprev1;
-        x->kprev1 = s0;
-    } else {
-        x->kprev2 = kshape_of(&plan, call->count, wsize, plan.rounds - 2);
-        x->kprev1 = kshape_of(&plan, call->count, wsize, plan.rounds - 1);
+    for (uint32_t j = 0; j < plan.rounds; j++) {
+        a.rlo = (uint64_t)j * plan.round_elems;
+        a.rn = call->count - a.rlo < plan.round_elems ? call->count - a.rlo : plan.round_elems;
+        a.round = (uint32_t)(x->kround + j);
+        a.units = cuda_ll_units(a.rn, wsize);
+        int e = cuda_launch_ll(&a, cuda_ll_blocks(a.units, x->k.blocks), call->stream);
+        if (e != 0)
+            return launch_failed(c, "the kernel-path launch", e);
     }
+    x->kround += plan.rounds;
     return COMM_OK;
 }
 

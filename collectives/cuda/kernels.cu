@@ -1,20 +1,17 @@
 /*
  * Device code of the CUDA allreduce paths.
  *
- * Kernel path (small messages): every block stages its slice of the rank's data into
- * the rank's mapped host region with 16-byte stores, publishes its arrival token (one
- * 64-byte line per block), spins on the same block's tokens of the peers with
- * __nanosleep, then sums every rank's slice in rank order.  Many blocks keep many PCIe
- * stores and loads in flight.  Rounds alternate between two sub-slots; a round that
- * cuts its sub-slot differently from the round two before it (another size, block
- * count or wire type) first waits until every peer published, in 'kcons', that it read
- * that round to the end (cuda_kslot_reuse_safe says when the tokens suffice).
+ * Kernel path (small messages): LL rounds (layout.h).  Every thread writes its slice of
+ * the rank's data into the rank's mapped host sub-slot as 16-byte units that carry the
+ * round's flag next to every 4 data bytes, then polls the peers' units of the same
+ * indices until their flags match and sums every rank's value in rank order: one PCIe
+ * write and one read round trip, no fences, no separate tokens.  A launch per round.
  *
  * Copy path (large messages): the copy engines move chunks, ordered by the host with
  * one-thread wait kernels and events (allreduce_cuda.c); the add kernel of a chunk is
  * stream-ordered after its copies and never waits.
  *
- * Every spin is bounded by %globaltimer and polls the fail lines of every rank (abort,
+ * Every wait is bounded by %globaltimer and polls the fail lines of every rank (abort,
  * peers' failures); a failure is written to this rank's fail line, which the host
  * reports on the next call, and releases every copy-path counter.
  */
@@ -26,9 +23,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#define KTHREADS     256
-#define POLL_CHECK   16     /* polls between fail-line and clock checks */
-#define REPUBLISH_NS 100000 /* republish a token this often while waiting */
+#define KTHREADS   256
+#define POLL_CHECK 16 /* polls between fail-line and clock checks */
 
 namespace
 {
@@ -45,21 +41,7 @@ __device__ __forceinline__ void st_vol(uint32_t *p, uint32_t v)
     *(volatile uint32_t *)p = v;
 }
 
-/* Publication and observation at system scope: one release by the publishing thread
- * after a barrier covers the whole block's stores (cumulativity), one acquire by the
- * observing thread before a barrier covers the whole block's loads. */
-__device__ __forceinline__ void st_release_sys64(uint64_t *p, uint64_t v)
-{
-    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ uint64_t ld_acquire_sys64(const uint64_t *p)
-{
-    uint64_t v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
+/* Observation at system scope: what a peer's copy stream published before it. */
 __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p)
 {
     uint32_t v;
@@ -149,21 +131,13 @@ template <> __device__ __forceinline__ void load8<__nv_bfloat16>(const __nv_bflo
     }
 }
 
-/*
- * Loads that skip L1: staging and fetched chunks are rewritten by others between uses.
- * CV re-reads memory every time (__ldcv: mapped host words another GPU writes); else the
- * line may stay in L2 (__ldcg: device buffers written by this GPU's copy engine).
- */
-template <bool CV, typename V> __device__ __forceinline__ V ld_nol1(const V *p)
-{
-    return CV ? __ldcv(p) : __ldcg(p);
-}
-
-template <bool CV, typename T> __device__ __forceinline__ void load8_nol1(const T *p, float v[8])
+/* Loads that skip L1 and may stay in L2: device buffers this GPU's copy engine rewrites
+ * between uses. */
+template <typename T> __device__ __forceinline__ void load8_cg(const T *p, float v[8])
 {
     if (sizeof(T) == 4) {
-        float4 a = ld_nol1<CV>(reinterpret_cast<const float4 *>(p));
-        float4 b = ld_nol1<CV>(reinterpret_cast<const float4 *>(p) + 1);
+        float4 a = __ldcg(reinterpret_cast<const float4 *>(p));
+        float4 b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
         v[0] = a.x;
         v[1] = a.y;
         v[2] = a.z;
@@ -173,17 +147,9 @@ template <bool CV, typename T> __device__ __forceinline__ void load8_nol1(const 
         v[6] = b.z;
         v[7] = b.w;
     } else {
-        uint4 u = ld_nol1<CV>(reinterpret_cast<const uint4 *>(p));
+        uint4 u = __ldcg(reinterpret_cast<const uint4 *>(p));
         load8<T>(reinterpret_cast<const T *>(&u), v);
     }
-}
-template <typename T> __device__ __forceinline__ void load8_cv(const T *p, float v[8])
-{
-    load8_nol1<true>(p, v);
-}
-template <typename T> __device__ __forceinline__ void load8_cg(const T *p, float v[8])
-{
-    load8_nol1<false>(p, v);
 }
 
 template <typename T> __device__ __forceinline__ void store8(T *p, const float v[8])
@@ -251,30 +217,26 @@ __device__ void record_fail(const cuda_kcommon &c, int32_t status, int32_t stage
     __threadfence_system();
 }
 
-/* A spin's bookkeeping: the clock, the deadline, the poll count. */
+/* A spin's bookkeeping: the clock and the poll count. */
 struct spin {
-    uint64_t start, last_pub;
+    uint64_t start;
     uint32_t polls;
-    uint32_t nap; /* ns between polls once warm (0: 256) */
 };
 
-__device__ __forceinline__ void spin_init(spin &s, uint32_t nap = 0)
+__device__ __forceinline__ void spin_init(spin &s)
 {
-    s.start = s.last_pub = now_ns();
+    s.start = now_ns();
     s.polls = 0;
-    s.nap = nap;
 }
 
 /*
  * One poll's worth of waiting: sleep, and every POLL_CHECK polls check the fail lines
  * and the clock.  Returns 0 to keep waiting, else the status to stop with, and in *who
  * the rank to blame (the caller re-checks its condition, then records the failure).
- * token, when not NULL, is republished every REPUBLISH_NS.
  */
-__device__ int32_t spin_step(const cuda_kcommon &c, spin &s, int32_t peer, int32_t *who,
-                             uint64_t *token = nullptr, uint64_t token_value = 0)
+__device__ int32_t spin_step(const cuda_kcommon &c, spin &s, int32_t peer, int32_t *who)
 {
-    __nanosleep(s.polls < 64 ? 32 : s.nap ? s.nap : 256);
+    __nanosleep(s.polls < 64 ? 32 : 256);
     if (++s.polls % POLL_CHECK != 0)
         return 0;
     int32_t st = check_fail(c, who);
@@ -284,10 +246,6 @@ __device__ int32_t spin_step(const cuda_kcommon &c, spin &s, int32_t peer, int32
     if (c.timeout_ns != 0 && t - s.start > c.timeout_ns) {
         *who = peer;
         return COMM_ERR_TIMEOUT;
-    }
-    if (token != nullptr && t - s.last_pub > REPUBLISH_NS) {
-        st_release_sys64(token, token_value);
-        s.last_pub = t;
     }
     return 0;
 }
@@ -352,175 +310,253 @@ __device__ __forceinline__ void sum_group(const cuda_kcommon &c, uint64_t i, uin
     }
 }
 
-/* ---- kernel path ---- */
+/* ---- kernel path: LL rounds ---- */
 
-template <typename W> struct kpath_src {
-    const cuda_kpath_args *a;
-    uint64_t sub_off; /* of this round's sub-slot within a region */
-    uint64_t rlo;     /* first element of the round */
-    __device__ __forceinline__ const W *at(int p, uint64_t i) const
-    {
-        return reinterpret_cast<const W *>(a->c.regions + (uint64_t)p * a->c.region_bytes +
-                                           sub_off) +
-               (i - rlo);
-    }
-    __device__ __forceinline__ void load8(int p, uint64_t i, float v[8]) const
-    {
-        load8_cv<W>(at(p, i), v);
-    }
-    __device__ __forceinline__ float load1(int p, uint64_t i) const
-    {
-        return to_f(*(const volatile W *)at(p, i));
-    }
-};
-
-/* Thread 0: waits until every peer read round want - 1 to the end ('kcons' >= want). */
-__device__ int32_t wait_kcons(const cuda_kcommon &c, uint32_t want)
+/* Bits of x rounded to the wire type (low bits), and back. */
+template <typename W> __device__ __forceinline__ uint32_t wbits(float x);
+template <> __device__ __forceinline__ uint32_t wbits<float>(float x)
 {
+    return __float_as_uint(x);
+}
+template <> __device__ __forceinline__ uint32_t wbits<__half>(float x)
+{
+    return __half_as_ushort(__float2half_rn(x));
+}
+template <> __device__ __forceinline__ uint32_t wbits<__nv_bfloat16>(float x)
+{
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+template <typename W> __device__ __forceinline__ float wval(uint32_t b);
+template <> __device__ __forceinline__ float wval<float>(uint32_t b)
+{
+    return __uint_as_float(b);
+}
+template <> __device__ __forceinline__ float wval<__half>(uint32_t b)
+{
+    return __half2float(__ushort_as_half((unsigned short)b));
+}
+template <> __device__ __forceinline__ float wval<__nv_bfloat16>(uint32_t b)
+{
+    return __bfloat162float(__ushort_as_bfloat16((unsigned short)b));
+}
+
+/* One unit, data and flags together: a 16-byte store whose 8-byte halves each carry the
+ * flag (NCCL's LL format).  Volatile: straight to the mapped host memory. */
+__device__ __forceinline__ void st_ll(cuda_ll_unit *p, uint32_t d0, uint32_t d1, uint32_t flag)
+{
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(flag),
+                 "r"(d1), "r"(flag)
+                 : "memory");
+}
+
+/* A unit as it is now in host memory (no memory clobber: polls may be in flight together). */
+__device__ __forceinline__ uint4 ld_ll(const cuda_ll_unit *p)
+{
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ cuda_ll_unit *ll_buf(const cuda_kcommon &c, int r, uint64_t sub_off)
+{
+    return reinterpret_cast<cuda_ll_unit *>(c.regions + (uint64_t)r * c.region_bytes + sub_off);
+}
+
+/* The wire bits of payload unit u: element e in word e / EPW at bit (e % EPW) * WB. */
+template <typename T, typename W>
+__device__ __forceinline__ void ll_pack(const T *send, uint64_t rn, uint32_t u, uint32_t d[2])
+{
+    constexpr int EPU = CUDA_LL_DATA / sizeof(W), EPW = EPU / 2, WB = 8 * sizeof(W);
+    d[0] = d[1] = 0;
+#pragma unroll
+    for (int e = 0; e < EPU; e++) {
+        uint64_t i = (uint64_t)u * EPU + e;
+        if (i < rn)
+            d[e / EPW] |= wbits<W>(to_f(send[i])) << ((e % EPW) * WB);
+    }
+}
+
+/* Lane 0's look around while its warp waits: failures, mismatched calls, the clock. */
+__device__ int32_t ll_check(const cuda_kcommon &c, uint64_t start, int32_t *who)
+{
+    int32_t st = check_fail(c, who);
+    if (st != 0)
+        return st;
     for (int p = 0; p < c.nranks; p++) {
-        if (p == c.rank)
-            continue;
-        const uint32_t *w = &ctrl_of(c, p)->kcons.value;
-        spin s;
-        spin_init(s);
-        while (!reached(ld_acquire_sys(w), want)) {
-            int32_t who = -1;
-            int32_t st = spin_step(c, s, p, &who);
-            if (st != 0 && !reached(ld_acquire_sys(w), want)) {
-                record_fail(c, st, CUDA_STAGE_KSLOT, who);
-                return st;
-            }
+        if (p != c.rank && call_agrees(c, p) < 0) {
+            *who = p;
+            return COMM_ERR_MISMATCH;
         }
     }
+    if (c.timeout_ns != 0 && now_ns() - start > c.timeout_ns)
+        return COMM_ERR_TIMEOUT;
     return 0;
 }
 
 /*
- * Thread 0 of every block, once the block read round 'round' to the end: the last
- * block of the round publishes 'kcons' = round + 1, after the round before was
- * published (blocks of two rounds may finish in either order; the word never moves
- * back).
+ * A thread's batch: payload units u0 + i * stride (i < CUDA_LL_UPT) of every peer, and
+ * with hdr each peer's header of this block (slot CUDA_LL_UPT), polled until their flags
+ * match.  The
+ * warp waits together (its lanes keep polling what they lack; lane 0 checks failures
+ * now and then), so that the exchange of results and the shuffles stay converged.
+ * Returns 0 with v filled, else the failure (recorded).
  */
-__device__ void publish_consumed(const cuda_kpath_args &a, uint32_t round)
+template <int R>
+__device__ int32_t ll_gather(const cuda_ll_args &a, uint64_t sub, uint32_t flag, uint32_t u0,
+                             uint32_t stride, bool hdr, uint4 (&v)[R][CUDA_LL_UPT + 1])
 {
     const cuda_kcommon &c = a.c;
-    __threadfence();
-    uint32_t *d = &a.kdone[round % CUDA_KDONE];
-    if (atomicAdd(d, 1u) != gridDim.x - 1)
-        return;
-    atomicExch(d, 0u);
-    volatile uint32_t *order = a.kdone + CUDA_KDONE;
-    spin s;
-    spin_init(s);
-    while (*order != round) {
-        int32_t who = -1;
-        if (spin_step(c, s, c.rank, &who) != 0)
-            break; /* a failed call left it behind: the communicator is broken anyway */
+    constexpr int S = CUDA_LL_UPT + 1;
+    uint32_t pend = 0;
+#pragma unroll
+    for (int p = 0; p < R; p++) {
+#pragma unroll
+        for (int i = 0; i < S; i++) {
+            bool want = p < c.nranks && p != c.rank &&
+                        (i < CUDA_LL_UPT ? u0 + (uint32_t)i * stride < a.units : hdr);
+            if (want)
+                pend |= 1u << (p * S + i);
+        }
     }
-    /* The block's loads of the peers' sub-slots have returned (their values were
-     * stored): a plain posted store suffices, no system fence on the way out. */
-    st_vol(&ctrl_of(c, c.rank)->kcons.value, round + 1);
-    __threadfence();
-    *order = round + 1;
+    const uint64_t start = now_ns();
+    int32_t st = 0, who = -1;
+    for (uint32_t polls = 1;; polls++) {
+        const uint32_t want = pend;
+#pragma unroll
+        for (int p = 0; p < R; p++) {
+#pragma unroll
+            for (int i = 0; i < S; i++) {
+                if (want & (1u << (p * S + i)))
+                    v[p][i] = ld_ll(ll_buf(c, p, sub) + (i < CUDA_LL_UPT
+                                                             ? CUDA_LL_PAYLOAD0 + u0 + i * stride
+                                                             : cuda_ll_header(blockIdx.x)));
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < R; p++) {
+#pragma unroll
+            for (int i = 0; i < S; i++) {
+                if ((want & (1u << (p * S + i))) && v[p][i].y == flag && v[p][i].w == flag)
+                    pend &= ~(1u << (p * S + i));
+            }
+        }
+        if (!__any_sync(0xffffffffu, pend != 0))
+            return 0; /* all here (also when it came together with a failure) */
+        if (st != 0)
+            break; /* the failure stands after one more look */
+        if (polls > 16)
+            __nanosleep(polls < 256 ? 128 : 1024);
+        /* The warps of a block take turns at the host lines (reads of one line queue up
+         * behind each other), so a block checks about every POLL_CHECK * 2 polls. */
+        const uint32_t warps = blockDim.x / 32, warp = threadIdx.x / 32;
+        if (polls % (POLL_CHECK * 2) == 0 && (polls / (POLL_CHECK * 2)) % warps == warp) {
+            if ((threadIdx.x & 31) == 0)
+                st = ll_check(c, start, &who);
+            st = __shfl_sync(0xffffffffu, st, 0);
+            who = __shfl_sync(0xffffffffu, who, 0);
+        }
+    }
+    if (st == COMM_ERR_TIMEOUT) {
+        /* Blame the lowest rank some lane still waits for. */
+        int mine = R;
+        for (int p = R - 1; p >= 0; p--)
+            if (pend & (((1u << S) - 1) << (p * S)))
+                mine = p;
+        for (int o = 16; o > 0; o /= 2) {
+            int other = __shfl_xor_sync(0xffffffffu, mine, o);
+            mine = other < mine ? other : mine;
+        }
+        who = mine;
+    }
+    if ((threadIdx.x & 31) == 0)
+        record_fail(c, st, st == COMM_ERR_MISMATCH ? CUDA_STAGE_KDESC : CUDA_STAGE_KWAIT, who);
+    return st;
 }
 
-template <typename T, typename W>
-__global__ void __launch_bounds__(KTHREADS) kpath_kernel(const cuda_kpath_args a)
+/*
+ * One LL round: every thread writes its payload units (thread 0 also the block's header,
+ * block 0 the call line), then polls the peers' units of the same indices and sums every rank's
+ * value in rank order.  Sub-slot reuse needs no wait: this rank writes round t + 2 into
+ * the sub-slot of round t only after its round t + 1 launch ended, which read every
+ * peer's round t + 1 data, which each peer wrote after its own round t launch (its
+ * reads of round t) ended.  R: ranks at most (registers for every peer's units).
+ */
+template <typename T, typename W, int R>
+__global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args a)
 {
-    __shared__ int32_t s_err;
+    constexpr int EPU = CUDA_LL_DATA / sizeof(W), EPW = EPU / 2, WB = 8 * sizeof(W);
+    constexpr uint32_t MASK = WB == 32 ? 0xffffffffu : (1u << (WB & 31)) - 1u;
     const cuda_kcommon &c = a.c;
-    const uint32_t b = blockIdx.x;
-    cuda_ctrl *me = ctrl_of(c, c.rank);
-    const T *send = static_cast<const T *>(c.send);
+    const uint32_t flag = cuda_ll_flag(a.round);
+    const uint64_t sub = a.off_kstage + (uint64_t)(a.round % CUDA_KSLOTS) * a.kslot_bytes;
+    const T *send = static_cast<const T *>(c.send) + a.rlo;
+    T *recv = static_cast<T *>(c.recv) + a.rlo;
+    const T *addend = static_cast<const T *>(c.addend);
+    const uint32_t nthreads = gridDim.x * blockDim.x;
+    const uint32_t gtid = blockIdx.x * blockDim.x + threadIdx.x;
+    cuda_ll_unit *mine = ll_buf(c, c.rank, sub);
+
     if (threadIdx.x == 0) {
-        s_err = 0;
-        if (b == 0)
+        if (blockIdx.x == 0)
             write_call_line(c);
+        st_ll(mine + cuda_ll_header(blockIdx.x), c.desc, c.seq, flag);
     }
-    for (uint32_t j = 0; j < a.rounds; j++) {
-        const uint32_t round = a.round_base + j;
-        const uint32_t token = round + 1;
-        const uint64_t tv = ((uint64_t)c.desc << 32) | token;
-        const uint64_t rlo = (uint64_t)j * a.round_elems;
-        const uint64_t rn = (c.count - rlo < a.round_elems ? c.count - rlo : a.round_elems);
-        uint64_t lo, hi;
-        cuda_block_slice(rn, gridDim.x, b, &lo, &hi);
-        kpath_src<W> src = {&a, a.off_kstage + (uint64_t)(round % CUDA_KSLOTS) * a.kslot_bytes,
-                            rlo};
-        W *stage = const_cast<W *>(src.at(c.rank, rlo));
+    for (uint32_t u = gtid; u < a.units; u += nthreads) {
+        uint32_t d[2];
+        ll_pack<T, W>(send, a.rn, u, d);
+        st_ll(mine + CUDA_LL_PAYLOAD0 + u, d[0], d[1], flag);
+    }
 
-        /* The sub-slot still holds round - 2, which the peers may be reading where this
-         * block's tokens do not vouch for it: wait for their 'kcons'. */
-        bool must_wait =
-            j < 2 ? ((a.slot_wait >> j) & 1u) != 0 : (j == a.rounds - 1 && rn != a.round_elems);
-        if (must_wait) {
-            if (threadIdx.x == 0 && s_err == 0)
-                s_err = wait_kcons(c, round - 1);
-            __syncthreads();
-            if (s_err != 0)
-                return;
-        }
-
-        /* Stage: 16-byte stores over PCIe into this rank's sub-slot. */
-        for (uint64_t g = lo + (uint64_t)threadIdx.x * 8; g < hi; g += (uint64_t)KTHREADS * 8) {
-            uint32_t n = hi - g < 8 ? (uint32_t)(hi - g) : 8;
-            if (n == 8 && c.vec) {
-                float v[8];
-                load8<T>(send + rlo + g, v);
-                store8<W>(stage + g, v);
-            } else {
-                for (uint32_t k = 0; k < n; k++)
-                    stage[g + k] = from_f<W>(to_f(send[rlo + g + k]));
-            }
-        }
-        /* Every thread's PCIe stores land before the token (seen: a release by thread 0
-         * alone let peers read stale slices). */
-        __threadfence_system();
-        __syncthreads();
-
-        if (threadIdx.x == 0) {
-            uint64_t *mine = reinterpret_cast<uint64_t *>(&me->token[b]);
-            st_release_sys64(mine, tv);
-            for (int p = 0; p < c.nranks && s_err == 0; p++) {
-                if (p == c.rank)
-                    continue;
-                const uint64_t *peer_tok =
-                    reinterpret_cast<const uint64_t *>(&ctrl_of(c, p)->token[b]);
-                spin s;
-                spin_init(s);
-                uint64_t v;
-                while (!reached((uint32_t)(v = ld_acquire_sys64(peer_tok)), token)) {
-                    int32_t who = -1;
-                    int32_t st = spin_step(c, s, p, &who, mine, tv);
-                    if (st == 0)
-                        continue;
-                    /* A token that came with the failure still brings this round's data. */
-                    if (!reached((uint32_t)(v = ld_acquire_sys64(peer_tok)), token)) {
-                        record_fail(c, st, CUDA_STAGE_KTOKEN, who);
-                        s_err = st;
-                    }
+    const uint32_t per_batch = nthreads * CUDA_LL_UPT;
+    const uint32_t batches = (a.units + per_batch - 1) / per_batch;
+    for (uint32_t k = 0; k < batches; k++) {
+        const uint32_t u0 = k * per_batch + gtid;
+        const bool hdr = k == 0 && threadIdx.x == 0;
+        uint4 v[R][CUDA_LL_UPT + 1];
+        int32_t st = ll_gather<R>(a, sub, flag, u0, nthreads, hdr, v);
+        if (st == 0 && hdr) {
+            /* Every block sees the peers' calls before it writes a result. */
+            for (int p = 0; p < R; p++) {
+                if (p < c.nranks && p != c.rank && v[p][CUDA_LL_UPT].x != c.desc) {
+                    record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, p);
+                    st = COMM_ERR_MISMATCH;
                     break;
                 }
-                /* The token carries the peer's call: a different one is a mismatch. */
-                if (s_err == 0 && (uint32_t)v == token && (uint32_t)(v >> 32) != c.desc) {
-                    record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, p);
-                    s_err = COMM_ERR_MISMATCH;
-                }
             }
-            __threadfence_system();
         }
-        __syncthreads();
-        if (s_err != 0)
+        if (__syncthreads_or(st != 0))
             return;
-
-        /* Sum every rank's slice in rank order. */
-        for (uint64_t g = lo + (uint64_t)threadIdx.x * 8; g < hi; g += (uint64_t)KTHREADS * 8) {
-            uint32_t n = hi - g < 8 ? (uint32_t)(hi - g) : 8;
-            sum_group<T, W>(c, rlo + g, n, src);
+#pragma unroll
+        for (int i = 0; i < CUDA_LL_UPT; i++) {
+            const uint32_t u = u0 + (uint32_t)i * nthreads;
+            if (u >= a.units)
+                continue;
+#pragma unroll
+            for (int e = 0; e < EPU; e++) {
+                const uint64_t idx = (uint64_t)u * EPU + e;
+                if (idx >= a.rn)
+                    break;
+                float acc = 0.0f;
+#pragma unroll
+                for (int p = 0; p < R; p++) {
+                    if (p >= c.nranks)
+                        break;
+                    float x;
+                    if (p == c.rank) {
+                        x = wval<W>(wbits<W>(to_f(send[idx])));
+                    } else {
+                        uint32_t word = e / EPW == 0 ? v[p][i].x : v[p][i].z;
+                        x = wval<W>((word >> ((e % EPW) * WB)) & MASK);
+                    }
+                    acc = p == 0 ? x : __fadd_rn(acc, x);
+                }
+                if (addend != nullptr)
+                    acc = __fadd_rn(acc, to_f(addend[(a.rlo + idx) % c.addend_count]));
+                recv[idx] = from_f<T>(acc);
+            }
         }
-        __syncthreads();
-        if (threadIdx.x == 0)
-            publish_consumed(a, round);
     }
 }
 
@@ -639,9 +675,16 @@ __global__ void narrow_kernel(const float *src, __nv_bfloat16 *dst, uint64_t n, 
 }
 
 template <typename T, typename W>
-cudaError_t launch_kpath_t(const cuda_kpath_args *a, unsigned blocks, cudaStream_t s)
+cudaError_t launch_ll_t(const cuda_ll_args *a, unsigned blocks, cudaStream_t s)
 {
-    kpath_kernel<T, W><<<blocks, KTHREADS, 0, s>>>(*a);
+    if (a->c.nranks <= 2)
+        ll_kernel<T, W, 2><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
+    else if (a->c.nranks <= 4)
+        ll_kernel<T, W, 4><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
+    else if (a->c.nranks <= CUDA_MAX_RANKS)
+        ll_kernel<T, W, CUDA_MAX_RANKS><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
+    else
+        return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
 
@@ -656,17 +699,17 @@ template <typename T, typename W> cudaError_t launch_cadd_t(const cuda_cadd_args
 
 } // namespace
 
-extern "C" int cuda_launch_kpath(const struct cuda_kpath_args *a, unsigned blocks, void *stream)
+extern "C" int cuda_launch_ll(const struct cuda_ll_args *a, unsigned blocks, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (a->c.dtype) {
     case COMM_F32:
-        return a->c.narrow ? launch_kpath_t<float, __nv_bfloat16>(a, blocks, s)
-                           : launch_kpath_t<float, float>(a, blocks, s);
+        return a->c.narrow ? launch_ll_t<float, __nv_bfloat16>(a, blocks, s)
+                           : launch_ll_t<float, float>(a, blocks, s);
     case COMM_F16:
-        return launch_kpath_t<__half, __half>(a, blocks, s);
+        return launch_ll_t<__half, __half>(a, blocks, s);
     case COMM_BF16:
-        return launch_kpath_t<__nv_bfloat16, __nv_bfloat16>(a, blocks, s);
+        return launch_ll_t<__nv_bfloat16, __nv_bfloat16>(a, blocks, s);
     default:
         return cudaErrorInvalidValue;
     }

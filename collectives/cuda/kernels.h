@@ -31,18 +31,15 @@ struct cuda_kcommon {
     int32_t vec;    /* send, recv, addend 16-byte aligned: vector accesses */
 };
 
-/* Kernel path: stage, publish, wait, sum; rounds beyond a sub-slot loop. */
-struct cuda_kpath_args {
+/* Kernel path: one LL round (a launch per round). */
+struct cuda_ll_args {
     struct cuda_kcommon c;
     uint64_t off_kstage; /* of sub-slot 0 within a region */
     uint64_t kslot_bytes;
-    uint64_t round_elems;
-    uint32_t rounds;
-    uint32_t round_base; /* kernel-path rounds before this call */
-    uint32_t *kdone;     /* device: [CUDA_KDONE] blocks done per round, then the last
-                          * round published in 'kcons' */
-    uint32_t slot_wait;  /* bit j (j < 2): round j must wait for the peers' 'kcons'
-                          * before it overwrites its sub-slot (cuda_kslot_reuse_safe) */
+    uint64_t rlo;   /* first element of the round */
+    uint64_t rn;    /* elements of the round */
+    uint32_t round; /* kernel-path round (flag cuda_ll_flag(round), sub-slot round % 2) */
+    uint32_t units; /* payload units of the round */
 };
 
 /* Copy path: the add kernel of one chunk, stream-ordered after its copies. */
@@ -65,7 +62,7 @@ struct cuda_wait_args {
 
 /* Each returns a cudaError_t (0 = launched). */
 int cuda_launch_wait(const struct cuda_wait_args *a, void *stream);
-int cuda_launch_kpath(const struct cuda_kpath_args *a, unsigned blocks, void *stream);
+int cuda_launch_ll(const struct cuda_ll_args *a, unsigned blocks, void *stream);
 int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream);
 /* dst[i] = bf16(src[i]), round to nearest even, NaN kept NaN. */
 int cuda_launch_narrow(const float *src, void *dst, uint64_t count, void *stream);

@@ -1,6 +1,6 @@
 /*
  * The CUDA transport's host-side arithmetic, for 1 to 8 ranks (no GPU needed): region
- * geometry, kernel-path rounds and block slices, copy-path chunks and ring slots, the
+ * geometry, kernel-path LL rounds and their thread mapping, copy-path chunks and ring slots, the
  * call descriptor.  Every rank must compute the same numbers from the same call, and
  * together the pieces must cover every element exactly once, aligned for 16-byte access.
  */
@@ -22,17 +22,18 @@ static void test_struct_layout(void **state)
     assert_int_equal(sizeof(struct cuda_word_line), CUDA_LINE);
     assert_int_equal(sizeof(struct cuda_call_line), CUDA_LINE);
     assert_int_equal(sizeof(struct cuda_geom_line), CUDA_LINE);
-    assert_int_equal(sizeof(struct cuda_token_line), CUDA_LINE);
-    /* Round and descriptor travel in one 8-byte store. */
-    assert_int_equal(offsetof(struct cuda_token_line, desc), 4);
+    /* An LL unit is one 16-byte store; each 8-byte half carries its own flag. */
+    assert_int_equal(sizeof(struct cuda_ll_unit), CUDA_LL_UNIT);
+    assert_int_equal(offsetof(struct cuda_ll_unit, f0), 4);
+    assert_int_equal(offsetof(struct cuda_ll_unit, d1), 8);
+    assert_int_equal(offsetof(struct cuda_ll_unit, f1), 12);
+    assert_int_equal(CUDA_LL_UNIT - CUDA_LL_DATA, 8);
     assert_int_equal(offsetof(struct cuda_ctrl, hfail), 0);
     assert_int_equal(offsetof(struct cuda_ctrl, dfail), 1 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, ready), 2 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, h2d), 3 * CUDA_LINE);
-    assert_int_equal(offsetof(struct cuda_ctrl, kcons), 4 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, call), 5 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, geom), 6 * CUDA_LINE);
-    assert_int_equal(offsetof(struct cuda_ctrl, token), 8 * CUDA_LINE);
     assert_true(sizeof(struct cuda_ctrl) <= CUDA_CTRL_BYTES);
     /* The kernels write the fail record with one 16-byte store. */
     assert_int_equal(offsetof(struct cuda_fail_line, seq), 12);
@@ -79,15 +80,18 @@ static void test_geometry(void **state)
 static void test_copy_chunk(void **state)
 {
     (void)state;
-    /* clamp(n / 4, 512 KiB, 2 MiB) unless the knob says otherwise. */
-    assert_int_equal(cuda_copy_chunk(1u << 20, 0, 2u << 20), 512u << 10);
-    assert_int_equal(cuda_copy_chunk(4u << 20, 0, 2u << 20), 1u << 20);
+    /* clamp(n / 2, 512 KiB, 4 MiB) unless the knob says otherwise. */
+    assert_int_equal(cuda_copy_chunk(1u << 20, 0, 4u << 20), 512u << 10);
+    assert_int_equal(cuda_copy_chunk(4u << 20, 0, 4u << 20), 2u << 20);
+    assert_int_equal(cuda_copy_chunk(8u << 20, 0, 4u << 20), 4u << 20);
+    assert_int_equal(cuda_copy_chunk(128u << 20, 0, 4u << 20), 4u << 20);
+    assert_int_equal(cuda_copy_chunk(100, 0, 4u << 20), 512u << 10);
+    assert_int_equal(cuda_copy_chunk(128u << 20, 64u << 10, 4u << 20), 64u << 10);
+    assert_int_equal(cuda_copy_chunk(128u << 20, 8u << 20, 4u << 20), 4u << 20); /* slot cap */
+    assert_int_equal(cuda_copy_chunk(128u << 20, 100, 4u << 20), 64);            /* 64 B cut */
+    assert_int_equal(cuda_copy_chunk(128u << 20, 10, 4u << 20), 64);
+    /* A smaller slot (geometry from a small knob) caps the auto chunk too. */
     assert_int_equal(cuda_copy_chunk(128u << 20, 0, 2u << 20), 2u << 20);
-    assert_int_equal(cuda_copy_chunk(100, 0, 2u << 20), 512u << 10);
-    assert_int_equal(cuda_copy_chunk(128u << 20, 64u << 10, 2u << 20), 64u << 10);
-    assert_int_equal(cuda_copy_chunk(128u << 20, 8u << 20, 2u << 20), 2u << 20); /* slot cap */
-    assert_int_equal(cuda_copy_chunk(128u << 20, 100, 2u << 20), 64);            /* 64 B cut */
-    assert_int_equal(cuda_copy_chunk(128u << 20, 10, 2u << 20), 64);
 }
 
 /* Chunks cover [0, count) once, each within a slot, in 16-byte aligned pieces. */
@@ -111,42 +115,90 @@ static void test_copy_plan(void **state)
     assert_int_equal(cuda_cplan_compute(0, 4, 0, 2u << 20).chunks, 0);
 }
 
-/* Rounds and block slices cover every element once; slices start at multiples of 8. */
+/*
+ * LL rounds cover every element once and fit a sub-slot with their header; the launch of
+ * a round maps every payload unit to exactly one (batch, slot, thread), and the thread
+ * that sums a unit is the one that staged it (in place: it reads send before it writes
+ * recv).
+ */
 static void test_kernel_plan(void **state)
 {
     (void)state;
-    static const uint64_t counts[] = {1,    2,     7,     8,      9,      33,      1000,
-                                      4095, 16384, 65537, 262147, 524288, 1048583, 3000001};
+    static const uint64_t counts[] = {1,      2,      7,      8,       9,      33,
+                                      1000,   4095,   16384,  65537,   131070, 131071,
+                                      262140, 262147, 524288, 1048583, 3000001};
     uint8_t *seen = malloc(3000001);
     for (size_t a = 0; a < sizeof(counts) / sizeof(counts[0]); a++) {
         for (uint32_t wsize = 2; wsize <= 4; wsize += 2) {
-            for (uint32_t maxb = 1; maxb <= 128; maxb *= 4) {
-                uint64_t n = counts[a];
-                struct cuda_kplan p = cuda_kplan_compute(n, wsize, CUDA_KSLOT_BYTES, maxb);
-                assert_true(p.blocks >= 1 && p.blocks <= CUDA_MAX_BLOCKS && p.blocks <= maxb);
-                assert_true(p.round_elems * wsize <= CUDA_KSLOT_BYTES);
-                assert_int_equal(p.round_elems % CUDA_VEC_ELEMS, 0);
-                memset(seen, 0, n);
-                for (uint32_t j = 0; j < p.rounds; j++) {
-                    uint64_t rlo = (uint64_t)j * p.round_elems;
-                    assert_true(rlo < n);
-                    uint64_t rn = n - rlo < p.round_elems ? n - rlo : p.round_elems;
-                    for (uint32_t b = 0; b < p.blocks; b++) {
-                        uint64_t lo, hi;
-                        cuda_block_slice(rn, p.blocks, b, &lo, &hi);
-                        assert_true(lo <= hi && hi <= rn);
-                        if (lo < hi) /* empty slices sit at the end */
-                            assert_int_equal(lo % CUDA_VEC_ELEMS, 0);
-                        for (uint64_t i = lo; i < hi; i++)
-                            seen[rlo + i]++;
-                    }
-                }
-                for (uint64_t i = 0; i < n; i++)
-                    assert_int_equal(seen[i], 1);
+            uint64_t n = counts[a];
+            uint32_t epu = CUDA_LL_DATA / wsize;
+            struct cuda_kplan p = cuda_kplan_compute(n, wsize, CUDA_KSLOT_BYTES);
+            assert_int_equal(p.round_elems % epu, 0);
+            assert_true((CUDA_LL_PAYLOAD0 + (uint64_t)cuda_ll_units(p.round_elems, wsize)) *
+                            CUDA_LL_UNIT <=
+                        CUDA_KSLOT_BYTES);
+            assert_true((uint64_t)(p.rounds - 1) * p.round_elems < n);
+            assert_true((uint64_t)p.rounds * p.round_elems >= n);
+            memset(seen, 0, n);
+            for (uint32_t j = 0; j < p.rounds; j++) {
+                uint64_t rlo = (uint64_t)j * p.round_elems;
+                uint64_t rn = n - rlo < p.round_elems ? n - rlo : p.round_elems;
+                uint32_t units = cuda_ll_units(rn, wsize);
+                assert_true((uint64_t)units * epu >= rn && (uint64_t)(units - 1) * epu < rn);
+                for (uint64_t u = 0; u < units; u++)
+                    for (uint32_t e = 0; e < epu && u * epu + e < rn; e++)
+                        seen[rlo + u * epu + e]++;
             }
+            for (uint64_t i = 0; i < n; i++)
+                assert_int_equal(seen[i], 1);
         }
     }
     free(seen);
+
+    static const uint32_t unit_counts[] = {1, 2, 255, 256, 511, 512, 513, 4096, 8191, 65535};
+    static const uint32_t maxbs[] = {1, 3, 32, 128, 1000};
+    for (size_t a = 0; a < sizeof(unit_counts) / sizeof(unit_counts[0]); a++) {
+        uint32_t units = unit_counts[a];
+        uint16_t *hits = calloc(units, sizeof(uint16_t));
+        for (size_t m = 0; m < sizeof(maxbs) / sizeof(maxbs[0]); m++) {
+            uint32_t blocks = cuda_ll_blocks(units, maxbs[m]);
+            assert_true(blocks >= 1 && blocks <= CUDA_MAX_BLOCKS);
+            /* Every block's header on a 128-byte line of its own, before the payload. */
+            assert_true(cuda_ll_header(blocks - 1) + 1 <= CUDA_LL_PAYLOAD0);
+            assert_int_equal(cuda_ll_header(1) * CUDA_LL_UNIT, 128);
+            assert_true(blocks <= maxbs[m] || maxbs[m] > CUDA_MAX_BLOCKS);
+            uint32_t nthreads = blocks * CUDA_LL_THREADS, per_batch = nthreads * CUDA_LL_UPT;
+            uint32_t batches = (units + per_batch - 1) / per_batch;
+            memset(hits, 0, units * sizeof(uint16_t));
+            for (uint32_t k = 0; k < batches; k++)
+                for (uint32_t i = 0; i < CUDA_LL_UPT; i++)
+                    for (uint32_t t = 0; t < nthreads; t++) {
+                        uint32_t u = k * per_batch + i * nthreads + t;
+                        if (u >= units)
+                            continue;
+                        hits[u]++;
+                        assert_int_equal(u % nthreads, t); /* the staging thread */
+                    }
+            for (uint32_t u = 0; u < units; u++)
+                assert_int_equal(hits[u], 1);
+        }
+        free(hits);
+    }
+}
+
+/* A round's flag differs from the flag of the round two before (which its sub-slot still
+ * holds) and from zeroed memory, across the 32-bit wrap. */
+static void test_ll_flag(void **state)
+{
+    (void)state;
+    static const uint32_t rounds[] = {0,           1,           2,           3,          1000,
+                                      0x7fffffffu, 0xfffffffdu, 0xfffffffeu, 0xffffffffu};
+    for (size_t i = 0; i < sizeof(rounds) / sizeof(rounds[0]); i++) {
+        uint32_t r = rounds[i];
+        assert_true(cuda_ll_flag(r) != 0);
+        assert_true(cuda_ll_flag(r) != cuda_ll_flag(r - 2));
+        assert_true(cuda_ll_flag(r) != cuda_ll_flag(r - 4));
+    }
 }
 
 /* What a rank waits for is what its peers publish: token and counter arithmetic as the
@@ -160,7 +212,7 @@ static void test_counters_n_ranks(void **state)
         static const uint64_t calls[] = {5, 262147, 1, 33554437, 4096, 16777216};
         for (size_t c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
             for (int r = 0; r < nranks; r++) {
-                struct cuda_kplan kp = cuda_kplan_compute(calls[c], 4, g.kslot_bytes, 32);
+                struct cuda_kplan kp = cuda_kplan_compute(calls[c], 4, g.kslot_bytes);
                 struct cuda_cplan cp = cuda_cplan_compute(calls[c], 4, 0, g.chunk_max);
                 if (calls[c] * 4 >= (1u << 20))
                     cchunk[r] += cp.chunks;
@@ -182,30 +234,6 @@ static void test_counters_n_ranks(void **state)
     assert_true(CUDA_RELEASED(rel, want));
     assert_false(CUDA_RELEASED(want + 5, want));
     assert_true((int32_t)(rel - (want + 1000)) >= 0);
-}
-
-/* Sub-slot reuse: only a round cut like the one two rounds before, after a round with at
- * least as many blocks, may skip the wait for the peers' 'kcons'. */
-static void test_kslot_reuse(void **state)
-{
-    (void)state;
-    struct cuda_kshape none = {0, 0, 0};
-    struct cuda_kshape a = {1000, 4, 2}, b = {1000, 4, 1}, big = {262144, 4, 64};
-    struct cuda_kshape part = {5000, 4, 64}, h = {1000, 2, 2};
-    assert_true(cuda_kslot_reuse_safe(a, none, none));
-    assert_true(cuda_kslot_reuse_safe(a, a, a));
-    assert_true(cuda_kslot_reuse_safe(b, b, a));
-    assert_false(cuda_kslot_reuse_safe(a, a, b));        /* block 1 skipped round t - 1 */
-    assert_false(cuda_kslot_reuse_safe(part, big, big)); /* last, partial round */
-    assert_false(cuda_kslot_reuse_safe(h, a, a));        /* other wire size */
-    assert_false(cuda_kslot_reuse_safe(a, b, b));
-    /* Every element a block writes in round t it read in round t - 2 when 'safe'. */
-    for (uint32_t blocks = 1; blocks <= 8; blocks++) {
-        for (uint64_t m = 1; m < 300; m += 7) {
-            struct cuda_kshape s = {m, 4, blocks};
-            assert_true(cuda_kslot_reuse_safe(s, s, s));
-        }
-    }
 }
 
 static void test_call_desc(void **state)
@@ -231,7 +259,7 @@ int main(void)
         cmocka_unit_test(test_struct_layout), cmocka_unit_test(test_geometry),
         cmocka_unit_test(test_copy_chunk),    cmocka_unit_test(test_copy_plan),
         cmocka_unit_test(test_kernel_plan),   cmocka_unit_test(test_counters_n_ranks),
-        cmocka_unit_test(test_call_desc),     cmocka_unit_test(test_kslot_reuse),
+        cmocka_unit_test(test_call_desc),     cmocka_unit_test(test_ll_flag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

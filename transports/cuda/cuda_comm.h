@@ -27,7 +27,7 @@ typedef CUresult (*cuda_write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsig
 struct cuda_knobs {
     uint64_t copy_threshold; /* bytes at or above: copy-engine path (UINT64_MAX = never) */
     uint64_t bf16_threshold; /* f32 bytes at or above: bf16 wire (UINT64_MAX = never) */
-    uint64_t chunk_knob;     /* copy chunk bytes, 0 = clamp(n/4, 512K, 2M) */
+    uint64_t chunk_knob;     /* copy chunk bytes, 0 = clamp(n/2, 512K, 4M) */
     uint64_t staging_bytes;  /* copy-path staging per rank */
     uint32_t blocks;         /* kernel-path blocks at most */
 };
@@ -54,9 +54,6 @@ struct cuda_comm {
 
     uint8_t *tmp; /* device: [nranks - 1][tslots][chunk_max] fetched chunks */
     uint32_t tslots;
-    uint32_t *kdone;           /* device: kernel-path round counters (CUDA_KDONE + 1) */
-    struct cuda_kshape kprev2; /* shapes of the last two kernel-path rounds */
-    struct cuda_kshape kprev1;
     uint16_t *narrow; /* device: bf16 copy of a narrowed f32 input */
     size_t narrow_bytes;
 

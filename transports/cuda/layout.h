@@ -9,8 +9,19 @@
  *
  *   rank r's region (region_bytes, page aligned):
  *     struct cuda_ctrl                      control lines (CUDA_CTRL_BYTES)
- *     kernel-path staging: 2 sub-slots      (kslot_bytes each)
+ *     kernel-path LL buffers: 2 sub-slots   (kslot_bytes each, rounds alternate)
  *     copy-path staging:   cslots slots     (chunk_max bytes each)
+ *
+ * Kernel path (LL, "low latency"): a sub-slot is an array of 16-byte units, each
+ * {data, flag, data, flag} with 32-bit halves, written with one 16-byte store.  The flag
+ * is the round number + 1, so a reader polls the data itself: an 8-byte half whose flag
+ * matches holds this round's 4 data bytes (8-byte accesses are single-copy atomic over
+ * PCIe), and no fence, token or second round trip is on the path.  Each block of the
+ * round's launch writes a header {desc, flag, seq, flag} (the call, so that peers that
+ * disagree notice before they write a result) on a 128-byte line of its own: reads of
+ * one line from many blocks queue up behind each other (measured: about 1 us per block
+ * when every block read one shared header).  Payload unit u (from unit
+ * CUDA_LL_PAYLOAD0) carries wire bytes [8u, 8u + 8) of the round.
  *
  * Only the owner writes its region in normal operation; a failed rank may overwrite
  * peers' copy-path counters with release values so that no stream stays blocked.
@@ -32,20 +43,23 @@
 #define CUDA_LAYOUT_FN static inline
 #endif
 
-#define CUDA_LINE        64
-#define CUDA_PAGE        4096
-#define CUDA_MAX_BLOCKS  64 /* kernel-path blocks: one token line each */
-#define CUDA_CTRL_BYTES  8192
-#define CUDA_KSLOTS      2            /* kernel-path sub-slots: rounds alternate */
-#define CUDA_KSLOT_BYTES (1u << 20)   /* each kernel-path sub-slot */
-#define CUDA_CHUNK_MIN   (512u << 10) /* copy-path auto chunk: clamp(n/4, MIN, MAX) */
-#define CUDA_CHUNK_MAX   (2u << 20)
-#define CUDA_KDONE                                                                                 \
-    64                                        /* kernel-path per-round block counters (a ring: the \
-                                               * blocks of one launch are resident together and    \
-                                               * advance in step, never this many rounds apart) */
-#define CUDA_VEC_ELEMS  8                     /* slices are cut at multiples of 8 elements */
-#define CUDA_GEOM_MAGIC 0x4152435544413031ull /* "ARCUDA01" */
+#define CUDA_LINE          64
+#define CUDA_PAGE          4096
+#define CUDA_MAX_BLOCKS    128 /* kernel-path blocks at most */
+#define CUDA_MAX_RANKS     8   /* GPUs of one communicator at most */
+#define CUDA_CTRL_BYTES    8192
+#define CUDA_KSLOTS        2          /* kernel-path sub-slots: rounds alternate */
+#define CUDA_KSLOT_BYTES   (1u << 20) /* each kernel-path sub-slot */
+#define CUDA_LL_UNIT       16         /* bytes of an LL unit: {data, flag, data, flag} */
+#define CUDA_LL_DATA       8          /* payload bytes of an LL unit */
+#define CUDA_LL_THREADS    256        /* threads of a kernel-path block */
+#define CUDA_LL_UPT        2          /* payload units a thread polls at once */
+#define CUDA_LL_HDR_STRIDE 8          /* units from one block's header to the next (128 B) */
+#define CUDA_LL_PAYLOAD0   (CUDA_MAX_BLOCKS * CUDA_LL_HDR_STRIDE) /* first payload unit */
+#define CUDA_CHUNK_MIN     (512u << 10) /* copy-path auto chunk: clamp(n/2, MIN, MAX) */
+#define CUDA_CHUNK_MAX     (4u << 20)
+#define CUDA_VEC_ELEMS     8 /* copy chunks are cut at multiples of 8 elements */
+#define CUDA_GEOM_MAGIC    0x4152435544413031ull /* "ARCUDA01" */
 /* A counter moved this far past what any wait asks for releases every stream wait
  * (cuStreamWaitValue32 compares cyclically); a kernel that sees such a jump knows a
  * failed rank released it and stops. */
@@ -59,14 +73,13 @@ enum cuda_path { CUDA_PATH_KERNEL = 1, CUDA_PATH_COPY = 2 };
 /* Where a device-side failure happened (struct cuda_fail_line.stage). */
 enum cuda_stage {
     CUDA_STAGE_NONE = 0,
-    CUDA_STAGE_KTOKEN = 1, /* kernel path: waiting for a peer's arrival token */
+    CUDA_STAGE_KWAIT = 1,  /* kernel path: waiting for a peer's data */
     CUDA_STAGE_KDESC = 2,  /* kernel path: peers disagree on the call */
     CUDA_STAGE_CCALL = 3,  /* copy path: waiting for a peer to start the call */
     CUDA_STAGE_CDATA = 4,  /* copy path: waiting for a chunk to arrive */
     CUDA_STAGE_CDESC = 5,  /* copy path: peers disagree on the call */
     CUDA_STAGE_CSLOT = 6,  /* copy path, D2H: waiting for peers to fetch a slot */
     CUDA_STAGE_CFETCH = 7, /* copy path, H2D: waiting for a peer to stage a chunk */
-    CUDA_STAGE_KSLOT = 8,  /* kernel path: waiting for peers to read a sub-slot */
 };
 
 /* A failure record, written with one 16-byte store by its only writer. */
@@ -84,16 +97,12 @@ struct cuda_word_line {
     uint8_t pad[CUDA_LINE - 4];
 };
 
-/* A kernel-path arrival token: round + 1 and the call's descriptor, written together with
- * one 8-byte store, so that one load tells a peer both that the data is there and that it
- * belongs to the same call. */
-struct cuda_token_line {
-    uint32_t value; /* global kernel-path round + 1 */
-    uint32_t desc;  /* cuda_call_desc() of the call of that round */
-    uint8_t pad[CUDA_LINE - 8];
+/* An LL unit as it lies in a sub-slot (16-byte aligned, written with one store). */
+struct cuda_ll_unit {
+    uint32_t d0, f0, d1, f1; /* data, flag, data, flag; header: desc, flag, seq, flag */
 };
 
-/* What a rank's GPU is doing: written with one 8-byte store before its first token. */
+/* What a rank's GPU is doing: written with one 8-byte store at the start of a call. */
 struct cuda_call_line {
     uint32_t seq;  /* call number */
     uint32_t desc; /* cuda_call_desc() of that call */
@@ -119,19 +128,15 @@ struct cuda_ctrl {
     struct cuda_fail_line dfail; /* line 1: the owner's kernels (timeout, peer, mismatch) */
     struct cuda_word_line ready; /* line 2: copy chunks staged (owner's D2H stream) */
     struct cuda_word_line h2d;   /* line 3: copy chunks fetched from all peers (H2D stream) */
-    struct cuda_word_line kcons; /* line 4: kernel-path rounds whose peers' sub-slots the
-                                  * owner has read to the end (published in round order) */
+    uint8_t pad4[CUDA_LINE];     /* line 4 */
     struct cuda_call_line call;  /* line 5 */
     struct cuda_geom_line geom;  /* line 6 */
-    uint8_t pad7[CUDA_LINE];     /* line 7 */
-    struct cuda_token_line token[CUDA_MAX_BLOCKS]; /* lines 8..: kernel-path round tokens */
 };
 
 #ifndef __cplusplus
 _Static_assert(sizeof(struct cuda_fail_line) == CUDA_LINE, "one line");
 _Static_assert(sizeof(struct cuda_geom_line) == CUDA_LINE, "one line");
-_Static_assert(sizeof(struct cuda_token_line) == CUDA_LINE, "one line");
-_Static_assert(offsetof(struct cuda_ctrl, token) == 8 * CUDA_LINE, "tokens from line 8");
+_Static_assert(sizeof(struct cuda_ll_unit) == CUDA_LL_UNIT, "one 16-byte store");
 _Static_assert(sizeof(struct cuda_ctrl) <= CUDA_CTRL_BYTES, "control fits its page");
 #endif
 
@@ -182,13 +187,15 @@ CUDA_LAYOUT_FN uint32_t cuda_wire_size(uint32_t esize, int narrow)
 
 /*
  * The copy-path chunk of a message of wire_bytes: the knob when set, else
- * clamp(wire_bytes / 4, 512 KiB, 2 MiB); a multiple of 64 bytes, at most chunk_max.
+ * clamp(wire_bytes / 2, 512 KiB, 4 MiB); a multiple of 64 bytes, at most chunk_max.  (Issue 4
+ * proposed clamp(n / 4, 512 KiB, 2 MiB); on 2 x H200 4 MiB chunks moved 128 MiB 13% faster
+ * and two chunks beat four at 4 MiB: docs/PERFORMANCE.md, 2026-11-30.)
  */
 CUDA_LAYOUT_FN uint64_t cuda_copy_chunk(uint64_t wire_bytes, uint64_t knob, uint64_t chunk_max)
 {
     uint64_t c = knob;
     if (c == 0) {
-        c = wire_bytes / 4;
+        c = wire_bytes / 2;
         c = c < CUDA_CHUNK_MIN ? CUDA_CHUNK_MIN : c > CUDA_CHUNK_MAX ? CUDA_CHUNK_MAX : c;
     }
     c = cuda_min_u64(c, chunk_max);
@@ -201,72 +208,51 @@ CUDA_LAYOUT_FN uint32_t cuda_div_up32(uint64_t a, uint64_t b)
     return (uint32_t)((a + b - 1) / b);
 }
 
-/* The kernel path's plan for count elements of wsize bytes on the wire. */
+/*
+ * The kernel path's plan for count elements of wsize bytes on the wire: rounds of at
+ * most round_elems elements, one launch each (a sub-slot's payload units).
+ */
 struct cuda_kplan {
-    uint64_t round_elems; /* elements staged per round (a sub-slot's worth) */
+    uint64_t round_elems; /* elements per round */
     uint32_t rounds;      /* rounds of this call (>= 1 when count > 0) */
-    uint32_t blocks;      /* blocks of the kernel */
 };
 
-/* Blocks: one per 2 KiB of a round's wire bytes, at least 1, at most max_blocks. */
 CUDA_LAYOUT_FN struct cuda_kplan cuda_kplan_compute(uint64_t count, uint32_t wsize,
-                                                    uint64_t kslot_bytes, uint32_t max_blocks)
+                                                    uint64_t kslot_bytes)
 {
     struct cuda_kplan p;
-    p.round_elems = kslot_bytes / wsize / CUDA_VEC_ELEMS * CUDA_VEC_ELEMS;
+    p.round_elems = (kslot_bytes / CUDA_LL_UNIT - CUDA_LL_PAYLOAD0) * CUDA_LL_DATA / wsize;
     p.rounds = count ? cuda_div_up32(count, p.round_elems) : 0;
-    uint64_t first = cuda_min_u64(count, p.round_elems) * wsize;
-    uint64_t want = (first + 2047) / 2048;
-    if (max_blocks > CUDA_MAX_BLOCKS)
-        max_blocks = CUDA_MAX_BLOCKS;
-    p.blocks = (uint32_t)(want < 1 ? 1 : want > max_blocks ? max_blocks : want);
     return p;
 }
 
-/*
- * The shape of a kernel-path round: which bytes of a sub-slot each block writes and its
- * peers read.  Two rounds of one shape cut a sub-slot identically.
- */
-struct cuda_kshape {
-    uint64_t elems; /* elements of the round (0: no round) */
-    uint32_t wsize; /* bytes of an element on the wire */
-    uint32_t blocks;
-};
-
-CUDA_LAYOUT_FN int cuda_kshape_same(struct cuda_kshape a, struct cuda_kshape b)
+/* Payload units of a round of n elements. */
+CUDA_LAYOUT_FN uint32_t cuda_ll_units(uint64_t n, uint32_t wsize)
 {
-    return a.elems == b.elems && a.wsize == b.wsize && a.blocks == b.blocks;
+    return cuda_div_up32(n * wsize, CUDA_LL_DATA);
 }
 
-/*
- * May round t write its sub-slot on the strength of the same block's peer tokens alone?
- * Round t reuses the sub-slot of round t - 2.  Block b of round t waited in round t - 1 for
- * every peer's token b, which each peer's block b published after it had read its slice of
- * round t - 2.  That covers what block b now overwrites only when round t cuts the sub-slot
- * as round t - 2 did and block b took part in round t - 1.  Otherwise the block must wait
- * for every peer's 'kcons' to pass round t - 2.  prev2, prev1: shapes of rounds t - 2 and
- * t - 1 (elems 0 where there was none: nothing to overwrite).
- */
-CUDA_LAYOUT_FN int cuda_kslot_reuse_safe(struct cuda_kshape cur, struct cuda_kshape prev2,
-                                         struct cuda_kshape prev1)
+/* Blocks of a round's launch: enough for CUDA_LL_UPT units per thread, at most max_blocks
+ * (then threads take several batches). */
+CUDA_LAYOUT_FN uint32_t cuda_ll_blocks(uint32_t units, uint32_t max_blocks)
 {
-    if (prev2.elems == 0)
-        return 1;
-    return cuda_kshape_same(cur, prev2) && prev1.elems != 0 && prev1.blocks >= cur.blocks;
+    uint32_t want = cuda_div_up32(units, (uint64_t)CUDA_LL_THREADS * CUDA_LL_UPT);
+    if (max_blocks > CUDA_MAX_BLOCKS)
+        max_blocks = CUDA_MAX_BLOCKS;
+    return want < 1 ? 1 : want > max_blocks ? max_blocks : want;
 }
 
-/*
- * Block b's [lo, hi) out of m elements split among nblocks, cut at multiples of
- * CUDA_VEC_ELEMS so that every block's vectors stay 16-byte aligned.
- */
-CUDA_LAYOUT_FN void cuda_block_slice(uint64_t m, uint32_t nblocks, uint32_t b, uint64_t *lo,
-                                     uint64_t *hi)
+/* The unit of block b's header within a sub-slot. */
+CUDA_LAYOUT_FN uint32_t cuda_ll_header(uint32_t block)
 {
-    uint64_t per = (m + nblocks - 1) / nblocks;
-    per = cuda_align_up(per, CUDA_VEC_ELEMS);
-    uint64_t l = per * b;
-    *lo = l < m ? l : m;
-    *hi = m - *lo < per ? m : *lo + per;
+    return block * CUDA_LL_HDR_STRIDE;
+}
+
+/* The LL flag of a round: never 0, never the flag of the round two before. */
+CUDA_LAYOUT_FN uint32_t cuda_ll_flag(uint32_t round)
+{
+    uint32_t f = round + 1;
+    return f ? f : 1u;
 }
 
 /* The copy path's plan: chunk k covers [k * chunk_elems, min(count, (k+1) * chunk_elems)). */

@@ -15,7 +15,7 @@
 #include <time.h>
 
 /* Kernel-path blocks when ARCOMM_CUDA_BLOCKS is 0. */
-#define CUDA_DEFAULT_BLOCKS 32
+#define CUDA_DEFAULT_BLOCKS CUDA_MAX_BLOCKS
 /* Copy-engine path from this size, and bf16 on the wire for f32 from this size, unless
  * the knobs say otherwise (measured on 2 x H200, docs/PERFORMANCE.md). */
 #define CUDA_DEFAULT_COPY_THRESHOLD (1u << 20)
@@ -171,11 +171,6 @@ static comm_status_t make_device_state(struct comm *c, struct cuda_comm *x)
     size_t tmp_bytes = peers * x->tslots * x->g.chunk_max;
     if ((e = cudaMalloc((void **)&x->tmp, tmp_bytes)) != cudaSuccess)
         return cuda_fail_system(c, "cudaMalloc of the copy-path ring", e);
-    size_t kbytes = (CUDA_KDONE + 1) * sizeof(uint32_t);
-    if ((e = cudaMalloc((void **)&x->kdone, kbytes)) != cudaSuccess ||
-        (e = cudaMemset(x->kdone, 0, kbytes)) != cudaSuccess ||
-        (e = cudaDeviceSynchronize()) != cudaSuccess)
-        return cuda_fail_system(c, "cudaMalloc of the kernel-path round counters", e);
     return COMM_OK;
 }
 
@@ -183,8 +178,6 @@ static void free_device_state(struct cuda_comm *x)
 {
     if (x->narrow)
         cudaFree(x->narrow); /* from cudaMallocAsync: cudaFree waits for the device */
-    if (x->kdone)
-        cudaFree(x->kdone);
     if (x->tmp)
         cudaFree(x->tmp);
     for (uint32_t i = 0; i < CUDA_TSLOTS_MAX; i++)
@@ -203,7 +196,6 @@ static void free_device_state(struct cuda_comm *x)
     if (x->sd)
         cudaStreamDestroy(x->sd);
     x->narrow = NULL;
-    x->kdone = NULL;
     for (uint32_t i = 0; i < CUDA_TSLOTS_MAX; i++)
         x->ev_added[i] = NULL;
     x->ev_staged = x->ev_fetched = NULL;
@@ -235,6 +227,13 @@ static comm_status_t cuda_setup(struct comm *c)
     if (e != cudaSuccess || ndev == 0) {
         rt_error(c, COMM_ERR_UNSUPPORTED, "rank %d: no CUDA device (cudaGetDeviceCount: %s)",
                  c->rank, cudaGetErrorString(e));
+        return COMM_ERR_UNSUPPORTED;
+    }
+    if (c->nranks > CUDA_MAX_RANKS) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: the CUDA transport joins at most %d GPUs, this communicator has %d "
+                 "ranks: split it (a communicator per group of at most %d GPUs)",
+                 c->rank, CUDA_MAX_RANKS, c->nranks, CUDA_MAX_RANKS);
         return COMM_ERR_UNSUPPORTED;
     }
     int dev = c->device_index >= 0 ? c->device_index : c->rank % ndev;

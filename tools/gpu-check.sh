@@ -5,7 +5,8 @@
 #
 #   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|arcomm]
 #
-# TEST_LIMIT (seconds, default 300) bounds test_cuda; DIAG=0 skips diag_staging;
+# TEST_LIMIT (seconds, default 300) bounds test_cuda; DIAG=0 skips diag_staging and
+# diag_pcie (the copy engines' ceilings: one GPU, all GPUs, both directions at once);
 # NCCL_NVLINK=0 skips NCCL over NVLink (only NCCL through host memory is compared);
 # OFF_MIN: smallest size of the bf16-off run; ARBENCH=0 skips arbench, ARB_LIMIT bounds it.
 #
@@ -37,7 +38,7 @@ if ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=disabled 
   # The other teams' targets may be mid-change: build what the CUDA run needs.
   echo "full build failed; building the CUDA targets only" | tee -a "$OUT/build.log"
   ninja -C "$B" -k 0 tests/cuda/test_cuda tests/cuda/test_cuda_layout tests/cuda/bench_cuda \
-    tests/cuda/diag_staging \
+    tests/cuda/diag_staging tests/cuda/diag_pcie \
     >>"$OUT/build.log" 2>&1
   [ -x "$B/tests/cuda/test_cuda" ] && [ -x "$B/tests/cuda/bench_cuda" ] || {
     grep -B2 -A12 FAILED "$OUT/build.log" | head -60; exit 1; }
@@ -47,6 +48,8 @@ tail -3 "$OUT/build.log"
 if [ "${DIAG:-1}" != 0 ]; then
   echo "== staging memory" | tee "$OUT/diag.log"
   "$B/tests/cuda/diag_staging" 2>&1 | tee -a "$OUT/diag.log"
+  echo "== PCIe ceilings" | tee -a "$OUT/diag.log"
+  timeout 60 "$B/tests/cuda/diag_pcie" 64 2>&1 | tee -a "$OUT/diag.log"
 fi
 
 echo "== tests" | tee "$OUT/tests.log"

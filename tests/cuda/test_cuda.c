@@ -8,7 +8,8 @@
  * hold the same bits.  Ranks are threads (each enqueueing its own calls), one thread
  * enqueueing every rank in turn (both orders), and processes (this program again).
  *
- *   test_cuda                  all of it
+ *   test_cuda                  all of it (ARCOMM_TEST_ONLY=sweep,fail,proc: parts;
+ *                              ARCOMM_TEST_RANKS=N: N ranks, rank r on GPU r % GPUs)
  *   test_cuda --child R N ID   one process rank (used by the process test)
  */
 #include "arcomm.h"
@@ -794,6 +795,10 @@ int main(int argc, char **argv)
     }
     const char *only = getenv("ARCOMM_TEST_ONLY");
     int nranks = g_ndev < 2 ? 2 : g_ndev > MAX_RANKS ? MAX_RANKS : g_ndev;
+    /* More ranks than GPUs (rank r on GPU r % GPUs) run the N-rank code on a small host. */
+    const char *want = getenv("ARCOMM_TEST_RANKS");
+    if (want != NULL && atoi(want) >= 2 && atoi(want) <= MAX_RANKS)
+        nranks = atoi(want);
     printf("%d CUDA device%s, %d ranks\n", g_ndev, g_ndev == 1 ? "" : "s", nranks);
     bool all = only == NULL;
     if (all || strstr(only, "sweep")) {

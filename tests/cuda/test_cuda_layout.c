@@ -32,6 +32,7 @@ static void test_struct_layout(void **state)
     assert_int_equal(offsetof(struct cuda_ctrl, dfail), 1 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, ready), 2 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, h2d), 3 * CUDA_LINE);
+    assert_int_equal(offsetof(struct cuda_ctrl, device), 4 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, call), 5 * CUDA_LINE);
     assert_int_equal(offsetof(struct cuda_ctrl, geom), 6 * CUDA_LINE);
     assert_true(sizeof(struct cuda_ctrl) <= CUDA_CTRL_BYTES);

@@ -124,13 +124,13 @@ struct cuda_geom_line {
 
 /* The control lines at the start of every rank's region. */
 struct cuda_ctrl {
-    struct cuda_fail_line hfail; /* line 0: the owner's host (comm_abort, failures) */
-    struct cuda_fail_line dfail; /* line 1: the owner's kernels (timeout, peer, mismatch) */
-    struct cuda_word_line ready; /* line 2: copy chunks staged (owner's D2H stream) */
-    struct cuda_word_line h2d;   /* line 3: copy chunks fetched from all peers (H2D stream) */
-    uint8_t pad4[CUDA_LINE];     /* line 4 */
-    struct cuda_call_line call;  /* line 5 */
-    struct cuda_geom_line geom;  /* line 6 */
+    struct cuda_fail_line hfail;  /* line 0: the owner's host (comm_abort, failures) */
+    struct cuda_fail_line dfail;  /* line 1: the owner's kernels (timeout, peer, mismatch) */
+    struct cuda_word_line ready;  /* line 2: copy chunks staged (owner's D2H stream) */
+    struct cuda_word_line h2d;    /* line 3: copy chunks fetched from all peers (H2D stream) */
+    struct cuda_word_line device; /* line 4: the owner's CUDA ordinal (in its process) */
+    struct cuda_call_line call;   /* line 5 */
+    struct cuda_geom_line geom;   /* line 6 */
 };
 
 #ifndef __cplusplus

@@ -120,6 +120,7 @@ static comm_status_t agree_on_geometry(struct comm *c, struct cuda_comm *x)
         .cslots = x->g.cslots,
     };
     cuda_ctrl_of(x, c->rank)->geom = mine;
+    cuda_ctrl_of(x, c->rank)->device.value = (uint32_t)x->device;
     shm_progress_publish(c);
     comm_status_t st = shm_progress_wait_all(c, "cuda setup (geometry)");
     if (st != COMM_OK)
@@ -140,6 +141,24 @@ static comm_status_t agree_on_geometry(struct comm *c, struct cuda_comm *x)
                  (unsigned long long)mine.chunk_knob, (unsigned long long)g->region_bytes,
                  (unsigned long long)mine.region_bytes, g->blocks, mine.blocks);
         return COMM_ERR_INVALID;
+    }
+    /* Two thread ranks on one GPU: each one's waiting kernels can sit in front of the
+     * other's work on a hardware queue the driver gave both streams, and both stop
+     * until the timeout (seen on 2 x H200 with 3 ranks on 2 GPUs).  Every rank finds the
+     * same first pair, so all of them fail alike. */
+    for (int p = 0; p < c->nranks; p++) {
+        for (int q = p + 1; q < c->nranks; q++) {
+            if (c->shm->ranks[p].pid != c->shm->ranks[q].pid ||
+                cuda_ctrl_of(x, p)->device.value != cuda_ctrl_of(x, q)->device.value)
+                continue;
+            rt_error(c, COMM_ERR_INVALID,
+                     "rank %d: ranks %d and %d are threads of one process (pid %d) on the same "
+                     "GPU %u: a CUDA communicator needs a GPU of its own for each thread rank; "
+                     "give each rank its own device_index, or run ranks that share a GPU as "
+                     "processes",
+                     c->rank, p, q, (int)c->shm->ranks[p].pid, cuda_ctrl_of(x, p)->device.value);
+            return COMM_ERR_INVALID;
+        }
     }
     return COMM_OK;
 }

@@ -13,6 +13,7 @@
  *   test_cuda --child R N ID   one process rank (used by the process test)
  */
 #include "arcomm.h"
+#include "cuda_harness.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -26,269 +27,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#define SKIP      77
-#define MAX_RANKS 8
-
-static int g_fail;
-static int g_ndev;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-static void cuda_ok(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess) {
-        fprintf(stderr, "FAIL: %s: %s\n", what, cudaGetErrorString(e));
-        exit(1);
-    }
-}
-
-/* ---- host emulation of the element types ---- */
-
-static float bf16_to_f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float f16_to_f(uint16_t h)
-{
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-}
-
-static uint16_t f_to_f16(float f)
-{
-    _Float16 x = (_Float16)f;
-    uint16_t h;
-    memcpy(&h, &x, 2);
-    return h;
-}
-
-static size_t esize(comm_dtype_t t)
-{
-    return t == COMM_F32 ? 4 : 2;
-}
-
-static float get_f(const void *buf, size_t i, comm_dtype_t t)
-{
-    if (t == COMM_F32)
-        return ((const float *)buf)[i];
-    uint16_t h = ((const uint16_t *)buf)[i];
-    return t == COMM_F16 ? f16_to_f(h) : bf16_to_f(h);
-}
-
-static void put_f(void *buf, size_t i, comm_dtype_t t, float v)
-{
-    if (t == COMM_F32)
-        ((float *)buf)[i] = v;
-    else
-        ((uint16_t *)buf)[i] = t == COMM_F16 ? f_to_f16(v) : f_to_bf16(v);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Random values in [-2, 2), never all zero, exactly representable in the dtype. */
-static void fill(void *buf, size_t n, comm_dtype_t t, uint64_t seed)
-{
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        double u = (double)(rng_next(&s) >> 11) * 0x1.0p-53;
-        put_f(buf, i, t, (float)(4.0 * u - 2.0));
-    }
-}
-
-/* ---- one case ---- */
-
-struct kase {
-    comm_dtype_t dtype;
-    size_t count;
-    bool inplace;
-    size_t offset;       /* elements past a 256-byte aligned base: unaligned when odd */
-    size_t addend_count; /* 0 = plain allreduce */
-    bool narrow;         /* f32 expected to travel as bf16 */
-    uint64_t seed;
-};
-
-/* What rank r contributes to element i (before the wire). */
-static uint64_t input_seed(const struct kase *k, int r)
-{
-    return k->seed * 1000003u + (uint64_t)r * 7919u + 1;
-}
-
-/* The expected bits (host emulation) and the float64 reference check for element i. */
-struct expect {
-    void *bits;    /* count elements of dtype */
-    double *ref;   /* float64 sum + addend */
-    double *bound; /* allowed |result - ref| */
-};
-
-static void make_expect(const struct kase *k, int nranks, void *const *inputs, const void *addend,
-                        struct expect *e)
-{
-    size_t n = k->count;
-    e->bits = malloc(n * esize(k->dtype) + 1);
-    e->ref = malloc(n * sizeof(double) + 1);
-    e->bound = malloc(n * sizeof(double) + 1);
-    for (size_t i = 0; i < n; i++) {
-        float acc = 0.0f;
-        double ref = 0.0, abs = 0.0;
-        for (int r = 0; r < nranks; r++) {
-            float x = get_f(inputs[r], i, k->dtype);
-            float w = k->narrow ? bf16_to_f(f_to_bf16(x)) : x;
-            acc = r == 0 ? w : acc + w;
-            ref += x;
-            abs += fabs(x);
-        }
-        double bound = nranks * 0x1.0p-23 * abs + 1e-30;
-        if (k->narrow)
-            bound += 0x1.0p-8 * abs; /* one bf16 rounding per input */
-        if (addend) {
-            float a = get_f(addend, i % k->addend_count, k->dtype);
-            acc = acc + a;
-            ref += a;
-            bound += 0x1.0p-23 * fabs(a);
-        }
-        if (k->dtype != COMM_F32)
-            bound += fabs(ref) * (k->dtype == COMM_F16 ? 0x1.0p-11 : 0x1.0p-8) + 0x1.0p-24;
-        put_f(e->bits, i, k->dtype, acc);
-        e->ref[i] = ref;
-        e->bound[i] = bound;
-    }
-}
-
-static void free_expect(struct expect *e)
-{
-    free(e->bits);
-    free(e->ref);
-    free(e->bound);
-}
-
-/* Checks one rank's output; returns the number of wrong elements (reported once). */
-static long check_output(const struct kase *k, int rank, const void *out, const struct expect *e)
-{
-    long wrong = 0;
-    size_t es = esize(k->dtype);
-    for (size_t i = 0; i < k->count; i++) {
-        float v = get_f(out, i, k->dtype);
-        bool bits_ok = memcmp((const char *)out + i * es, (const char *)e->bits + i * es, es) == 0;
-        bool ref_ok = fabs((double)v - e->ref[i]) <= e->bound[i];
-        if (bits_ok && ref_ok)
-            continue;
-        if (wrong++ < 3)
-            fprintf(stderr,
-                    "  rank %d dtype %d count %zu%s%s off %zu add %zu: [%zu] = %.9g, expected "
-                    "%.9g (float64 %.9g +- %.3g)%s\n",
-                    rank, (int)k->dtype, k->count, k->inplace ? " inplace" : "",
-                    k->narrow ? " bf16-wire" : "", k->offset, k->addend_count, i, v,
-                    get_f(e->bits, i, k->dtype), e->ref[i], e->bound[i],
-                    bits_ok ? "" : " (bits differ)");
-    }
-    return wrong;
-}
-
-/* ---- ranks ---- */
-
-struct rank_ctx {
-    int rank, nranks, device;
-    comm_t *comm;
-    cudaStream_t stream;
-    void *dbuf, *drecv, *dadd; /* device: send (and in place), recv, addend */
-    size_t cap;                /* bytes of each device buffer */
-    void *hin, *hout;          /* host copies */
-};
-
-static void rank_alloc(struct rank_ctx *r, size_t cap)
-{
-    cuda_ok(cudaSetDevice(r->device), "cudaSetDevice");
-    if (r->stream == NULL)
-        cuda_ok(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking), "stream");
-    r->cap = cap;
-    cuda_ok(cudaMalloc(&r->dbuf, cap), "cudaMalloc");
-    cuda_ok(cudaMalloc(&r->drecv, cap), "cudaMalloc");
-    cuda_ok(cudaMalloc(&r->dadd, cap), "cudaMalloc");
-    r->hin = malloc(cap);
-    r->hout = malloc(cap);
-}
-
-static void rank_free(struct rank_ctx *r)
-{
-    cudaSetDevice(r->device);
-    cudaFree(r->dbuf);
-    cudaFree(r->drecv);
-    cudaFree(r->dadd);
-    free(r->hin);
-    free(r->hout);
-    r->dbuf = r->drecv = r->dadd = r->hin = r->hout = NULL;
-}
-
-/* Uploads this rank's input and poison; returns the send, recv and addend pointers. */
-static void stage_case(struct rank_ctx *r, const struct kase *k, const void *addend_host,
-                       void **send, void **recv, void **add)
-{
-    size_t es = esize(k->dtype), bytes = k->count * es, off = k->offset * es;
-    cuda_ok(cudaSetDevice(r->device), "cudaSetDevice");
-    fill(r->hin, k->count, k->dtype, input_seed(k, r->rank));
-    *send = (char *)r->dbuf + off;
-    *recv = k->inplace ? *send : (char *)r->drecv + off;
-    cuda_ok(cudaMemset(r->drecv, 0xff, r->cap), "poison"); /* NaN in every dtype */
-    cuda_ok(cudaMemcpy(*send, r->hin, bytes, cudaMemcpyHostToDevice), "upload");
-    *add = NULL;
-    if (k->addend_count) {
-        *add = (char *)r->dadd + off;
-        cuda_ok(cudaMemcpy(*add, addend_host, k->addend_count * es, cudaMemcpyHostToDevice),
-                "upload addend");
-    }
-    /* cudaMemcpy from pageable memory may return before its DMA ends, and the legacy
-     * stream it runs on does not order the non-blocking stream the allreduce runs on:
-     * without this the collective can read the tail of the previous case's input. */
-    cuda_ok(cudaStreamSynchronize(0), "waiting for the uploads");
-}
-
-static comm_status_t enqueue(struct rank_ctx *r, const struct kase *k, void *send, void *recv,
-                             void *add)
-{
-    if (k->addend_count)
-        return comm_allreduce_add(r->comm, send, recv, add, k->addend_count, k->count, k->dtype,
-                                  r->stream);
-    return comm_allreduce(r->comm, send, recv, k->count, k->dtype, COMM_SUM, r->stream);
-}
-
-static void fetch(struct rank_ctx *r, const struct kase *k, const void *recv)
-{
-    cuda_ok(cudaSetDevice(r->device), "cudaSetDevice");
-    cuda_ok(cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
-    cuda_ok(cudaMemcpy(r->hout, recv, k->count * esize(k->dtype), cudaMemcpyDeviceToHost),
-            "download");
-}
 
 /* ---- the case list ---- */
 
@@ -329,179 +67,6 @@ static size_t make_cases(struct kase *out, uint64_t seed, size_t bf16_from, size
         }
     }
     return n;
-}
-
-/* ---- thread ranks ---- */
-
-struct job {
-    int nranks;
-    comm_id_t id;
-    struct rank_ctx r[MAX_RANKS];
-    pthread_barrier_t bar;
-    const struct kase *cases;
-    size_t ncases;
-    int timeout_ms;
-    void *addend; /* host addend of the current case */
-    void *inputs[MAX_RANKS];
-};
-
-static void *init_thread(void *arg)
-{
-    struct rank_ctx *r = arg;
-    struct job *j = (struct job *)((char *)(r - r->rank) - offsetof(struct job, r));
-    comm_config_t cfg;
-    comm_config_init(&cfg);
-    cfg.nranks = j->nranks;
-    cfg.rank = r->rank;
-    cfg.id = j->id;
-    cfg.device = COMM_DEVICE_CUDA;
-    cfg.device_index = r->device;
-    cfg.timeout_ms = j->timeout_ms;
-    comm_status_t st = comm_init(&r->comm, &cfg);
-    if (st != COMM_OK) {
-        fprintf(stderr, "FAIL: rank %d comm_init: %s: %s\n", r->rank, comm_status_string(st),
-                comm_last_error(NULL));
-        exit(1);
-    }
-    return NULL;
-}
-
-/* Joins nranks thread ranks (threads only for comm_init, which waits for all). */
-static void job_init(struct job *j, int nranks, int timeout_ms, size_t cap)
-{
-    memset(j, 0, sizeof(*j));
-    j->nranks = nranks;
-    j->timeout_ms = timeout_ms;
-    if (comm_id_new(&j->id) != COMM_OK) {
-        fprintf(stderr, "FAIL: comm_id_new\n");
-        exit(1);
-    }
-    pthread_t t[MAX_RANKS];
-    for (int r = 0; r < nranks; r++) {
-        j->r[r].rank = r;
-        j->r[r].nranks = nranks;
-        j->r[r].device = r % g_ndev;
-        rank_alloc(&j->r[r], cap);
-    }
-    for (int r = 0; r < nranks; r++)
-        pthread_create(&t[r], NULL, init_thread, &j->r[r]);
-    for (int r = 0; r < nranks; r++)
-        pthread_join(t[r], NULL);
-}
-
-static void job_destroy(struct job *j)
-{
-    for (int r = 0; r < j->nranks; r++) {
-        comm_status_t st = comm_destroy(j->r[r].comm);
-        CHECK(st == COMM_OK, "comm_destroy rank %d: %s", r, comm_status_string(st));
-        cudaSetDevice(j->r[r].device);
-        cudaStreamDestroy(j->r[r].stream);
-        rank_free(&j->r[r]);
-    }
-}
-
-/* Runs one case with every rank already staged; checks outputs and bit-identity. */
-static void verify_case(struct job *j, const struct kase *k, void *const *recv)
-{
-    void *inputs[MAX_RANKS];
-    for (int r = 0; r < j->nranks; r++) {
-        fetch(&j->r[r], k, recv[r]);
-        inputs[r] = malloc(k->count * esize(k->dtype));
-        fill(inputs[r], k->count, k->dtype, input_seed(k, r));
-    }
-    struct expect e;
-    make_expect(k, j->nranks, inputs, j->addend, &e);
-    for (int r = 0; r < j->nranks; r++) {
-        long wrong = check_output(k, r, j->r[r].hout, &e);
-        CHECK(wrong == 0, "dtype %d count %zu: rank %d has %ld wrong elements", (int)k->dtype,
-              k->count, r, wrong);
-        CHECK(memcmp(j->r[r].hout, j->r[0].hout, k->count * esize(k->dtype)) == 0,
-              "dtype %d count %zu: rank %d's result differs from rank 0's", (int)k->dtype, k->count,
-              r);
-    }
-    for (int r = 0; r < j->nranks; r++)
-        free(inputs[r]);
-    free_expect(&e);
-}
-
-static void *addend_for(const struct kase *k)
-{
-    if (!k->addend_count)
-        return NULL;
-    void *a = malloc(k->addend_count * esize(k->dtype));
-    fill(a, k->addend_count, k->dtype, k->seed ^ 0xadd);
-    return a;
-}
-
-/* One thread enqueues every rank's call, in order (or reversed), then waits for all. */
-static void run_single_thread(struct job *j, const struct kase *cases, size_t n, bool reverse)
-{
-    for (size_t c = 0; c < n; c++) {
-        const struct kase *k = &cases[c];
-        void *send[MAX_RANKS], *recv[MAX_RANKS], *add[MAX_RANKS];
-        j->addend = addend_for(k);
-        for (int r = 0; r < j->nranks; r++)
-            stage_case(&j->r[r], k, j->addend, &send[r], &recv[r], &add[r]);
-        for (int i = 0; i < j->nranks; i++) {
-            int r = reverse ? j->nranks - 1 - i : i;
-            comm_status_t st = enqueue(&j->r[r], k, send[r], recv[r], add[r]);
-            CHECK(st == COMM_OK, "rank %d enqueue: %s: %s", r, comm_status_string(st),
-                  comm_last_error(j->r[r].comm));
-        }
-        verify_case(j, k, recv);
-        free(j->addend);
-        j->addend = NULL;
-    }
-}
-
-/* Each rank's own thread stages, enqueues and syncs; rank 0's thread checks. */
-struct thr_arg {
-    struct job *j;
-    int rank;
-    void *recv[MAX_RANKS];
-};
-static struct thr_arg g_targs[MAX_RANKS];
-
-static void *rank_thread(void *arg)
-{
-    struct thr_arg *t = arg;
-    struct job *j = t->j;
-    struct rank_ctx *r = &j->r[t->rank];
-    for (size_t c = 0; c < j->ncases; c++) {
-        const struct kase *k = &j->cases[c];
-        if (t->rank == 0)
-            j->addend = addend_for(k);
-        pthread_barrier_wait(&j->bar);
-        void *send, *add;
-        stage_case(r, k, j->addend, &send, &g_targs[0].recv[t->rank], &add);
-        comm_status_t st = enqueue(r, k, send, g_targs[0].recv[t->rank], add);
-        CHECK(st == COMM_OK, "rank %d enqueue: %s: %s", t->rank, comm_status_string(st),
-              comm_last_error(r->comm));
-        cuda_ok(cudaStreamSynchronize(r->stream), "sync");
-        pthread_barrier_wait(&j->bar);
-        if (t->rank == 0) {
-            verify_case(j, k, g_targs[0].recv);
-            free(j->addend);
-            j->addend = NULL;
-        }
-        pthread_barrier_wait(&j->bar);
-    }
-    return NULL;
-}
-
-static void run_threads(struct job *j, const struct kase *cases, size_t n)
-{
-    pthread_t t[MAX_RANKS];
-    j->cases = cases;
-    j->ncases = n;
-    pthread_barrier_init(&j->bar, NULL, (unsigned)j->nranks);
-    for (int r = 0; r < j->nranks; r++) {
-        g_targs[r] = (struct thr_arg){.j = j, .rank = r};
-        pthread_create(&t[r], NULL, rank_thread, &g_targs[r]);
-    }
-    for (int r = 0; r < j->nranks; r++)
-        pthread_join(t[r], NULL);
-    pthread_barrier_destroy(&j->bar);
 }
 
 /* ---- sweeps under several knob settings ---- */
@@ -651,7 +216,9 @@ static void test_mismatch(int nranks, size_t count)
         void *send, *recv, *add;
         stage_case(&j->r[r], &k, NULL, &send, &recv, &add);
         comm_status_t st = enqueue(&j->r[r], &k, send, recv, add);
-        CHECK(st == COMM_OK, "mismatch: enqueue: %s", comm_status_string(st));
+        /* With more than two ranks a later rank may already hear of the disagreement. */
+        CHECK(st == COMM_OK || (r > 1 && (st == COMM_ERR_PEER || st == COMM_ERR_MISMATCH)),
+              "mismatch: rank %d's enqueue: %s", r, comm_status_string(st));
     }
     for (int r = 0; r < nranks; r++) {
         cuda_ok(cudaSetDevice(j->r[r].device), "set");
@@ -692,6 +259,59 @@ static void test_unsupported(int nranks)
 }
 
 /* ---- process ranks ---- */
+
+/* Thread ranks of one process on one GPU are refused at init, on every rank alike. */
+struct dup_arg {
+    comm_id_t id;
+    int rank;
+    comm_status_t st;
+    char msg[512];
+};
+
+static void *dup_init(void *arg)
+{
+    struct dup_arg *d = arg;
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = 2;
+    cfg.rank = d->rank;
+    cfg.id = d->id;
+    cfg.device = COMM_DEVICE_CUDA;
+    cfg.device_index = 0;
+    cfg.timeout_ms = 5000;
+    comm_t *c = NULL;
+    d->st = comm_init(&c, &cfg);
+    snprintf(d->msg, sizeof(d->msg), "%s", comm_last_error(NULL));
+    if (d->st == COMM_OK)
+        comm_destroy(c);
+    return NULL;
+}
+
+static void test_shared_gpu(void)
+{
+    int before = g_fail;
+    struct dup_arg d[2];
+    pthread_t t[2];
+    memset(d, 0, sizeof(d));
+    if (comm_id_new(&d[0].id) != COMM_OK) {
+        CHECK(0, "comm_id_new");
+        return;
+    }
+    for (int r = 0; r < 2; r++) {
+        d[r].id = d[0].id;
+        d[r].rank = r;
+        pthread_create(&t[r], NULL, dup_init, &d[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(t[r], NULL);
+    for (int r = 0; r < 2; r++)
+        CHECK(d[r].st == COMM_ERR_INVALID && strstr(d[r].msg, "same GPU") != NULL,
+              "two thread ranks on GPU 0: rank %d got %s (%s)", r, comm_status_string(d[r].st),
+              d[r].msg);
+    printf("     shared GPU: %s\n", d[0].msg);
+    printf("%s two thread ranks on one GPU are refused at init on both\n",
+           g_fail == before ? "ok  " : "FAIL");
+}
 
 static const size_t proc_counts[] = {5, 4096, 65536 + 3, 300000, 2000003};
 
@@ -801,7 +421,15 @@ int main(int argc, char **argv)
         nranks = atoi(want);
     printf("%d CUDA device%s, %d ranks\n", g_ndev, g_ndev == 1 ? "" : "s", nranks);
     bool all = only == NULL;
-    if (all || strstr(only, "sweep")) {
+    /* Thread ranks need a GPU each (test_shared_gpu); process ranks may share. */
+    bool threads = nranks <= g_ndev;
+    if (!threads)
+        printf("SKIP thread-rank sweeps and failure tests: %d ranks on %d GPU%s (thread ranks "
+               "need a GPU each); process ranks still run\n",
+               nranks, g_ndev, g_ndev == 1 ? "" : "s");
+    if (all || strstr(only, "fail"))
+        test_shared_gpu();
+    if (threads && (all || strstr(only, "sweep"))) {
         const size_t mib = 1u << 20, never = SIZE_MAX;
         sweep(nranks, "default knobs", NULL, NULL, NULL, mib, 0);
         sweep(nranks, "default knobs", NULL, NULL, NULL, mib, 1);
@@ -812,7 +440,7 @@ int main(int argc, char **argv)
         sweep(nranks, "copy path only, 64 KiB chunks", "0", "off", "64K", never, 2);
         sweep(nranks, "copy path only, bf16 everywhere", "0", "0", NULL, 0, 0);
     }
-    if (all || strstr(only, "fail")) {
+    if (threads && (all || strstr(only, "fail"))) {
         test_unsupported(nranks);
         test_timeout(nranks, 1000);
         test_timeout(nranks, 2000000);

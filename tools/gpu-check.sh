@@ -9,6 +9,7 @@
 # diag_pcie (the copy engines' ceilings: one GPU, all GPUs, both directions at once);
 # NCCL_NVLINK=0 skips NCCL over NVLink (only NCCL through host memory is compared);
 # OFF_MIN: smallest size of the bf16-off run; ARBENCH=0 skips arbench, ARB_LIMIT bounds it.
+# SANITIZE=1 also runs the failure and process-rank tests under compute-sanitizer memcheck.
 #
 # Never touches the GPUs' settings.  NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 set -u -o pipefail
@@ -45,6 +46,13 @@ if ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=disabled 
 fi
 tail -3 "$OUT/build.log"
 
+# What arcomm sees here: the GPUs, their NUMA node and PCI bus id, the peer matrix.
+if [ -x "$B/tools/arinfo/arinfo" ]; then
+  "$B/tools/arinfo/arinfo" > "$OUT/arinfo.txt" 2>&1
+  "$B/tools/arinfo/arinfo" --json > "$OUT/arinfo.json" 2>&1
+  "$B/tools/arinfo/arinfo" --only cuda 2>&1 | tee -a "$OUT/machine.txt"
+fi
+
 if [ "${DIAG:-1}" != 0 ]; then
   echo "== staging memory" | tee "$OUT/diag.log"
   "$B/tests/cuda/diag_staging" 2>&1 | tee -a "$OUT/diag.log"
@@ -60,6 +68,16 @@ grep -E "^(ok|FAIL|PASS|SKIP|     )" "$OUT/tests.log" | head -40
 grep -A2 "^FAIL" "$OUT/tests.log" | head -30
 echo "test_cuda exit status $trc"
 [ $trc = 0 ] || rc=1
+
+if [ "${SANITIZE:-0}" != 0 ] && command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer memcheck (failure paths, process ranks)" | tee "$OUT/sanitize.log"
+  ARCOMM_TEST_ONLY=fail,proc timeout "${SAN_LIMIT:-240}" compute-sanitizer --tool memcheck \
+    --target-processes all --error-exitcode 9 "$B/tests/cuda/test_cuda" >>"$OUT/sanitize.log" 2>&1
+  src=$?
+  grep -E "^(ok|FAIL|PASS)|ERROR SUMMARY|Invalid" "$OUT/sanitize.log" | head -30
+  echo "compute-sanitizer exit status $src"
+  [ $src = 0 ] || rc=1
+fi
 
 [ "$mode" = tests ] && exit $rc
 echo "== bench" | tee "$OUT/bench.log"

@@ -258,7 +258,7 @@ static void test_unsupported(int nranks)
            g_fail == before ? "ok  " : "FAIL");
 }
 
-/* ---- process ranks ---- */
+/* ---- a GPU per thread rank ---- */
 
 /* Thread ranks of one process on one GPU are refused at init, on every rank alike. */
 struct dup_arg {
@@ -312,6 +312,8 @@ static void test_shared_gpu(void)
     printf("%s two thread ranks on one GPU are refused at init on both\n",
            g_fail == before ? "ok  " : "FAIL");
 }
+
+/* ---- process ranks ---- */
 
 static const size_t proc_counts[] = {5, 4096, 65536 + 3, 300000, 2000003};
 

@@ -312,8 +312,22 @@ comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
         return st;
     cudaStream_t stream = call->stream;
     int e;
+    /* A call recorded into a CUDA graph would replay the LL flags and chunk counters it
+     * was enqueued with, which the peers have moved past: refuse it, and let the peers
+     * hear of it now rather than at their timeout. */
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaError_t ce = cudaStreamIsCapturing(stream, &cap);
+    if (ce != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: the stream is being captured into a CUDA graph (%s): arcomm's CUDA "
+                 "calls cannot be captured yet; call comm_allreduce outside the capture",
+                 c->rank, ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaStreamIsCapturing");
+        (void)cudaGetLastError();
+        st = COMM_ERR_INVALID;
+        goto out;
+    }
     /* Calls on one communicator run one after another whatever streams they use: the
-     * token and counter protocols count on it. */
+     * LL rounds and the copy-path counters count on it. */
     if (x->have_last && x->last_stream != call->stream &&
         (e = cudaStreamWaitEvent(stream, x->ev_done, 0)) != 0) {
         st = launch_failed(c, "ordering after the previous call's stream", e);

@@ -258,6 +258,37 @@ static void test_unsupported(int nranks)
            g_fail == before ? "ok  " : "FAIL");
 }
 
+/* A call on a stream being captured into a CUDA graph is refused; the peers hear of it. */
+static void test_capture(int nranks)
+{
+    int before = g_fail;
+    struct job *j = calloc(1, sizeof(*j));
+    job_init(j, nranks, 5000, 4096);
+    struct rank_ctx *r = &j->r[0];
+    cuda_ok(cudaSetDevice(r->device), "set");
+    cuda_ok(cudaStreamBeginCapture(r->stream, cudaStreamCaptureModeThreadLocal), "capture");
+    comm_status_t st =
+        comm_allreduce(r->comm, r->dbuf, r->drecv, 1000, COMM_F32, COMM_SUM, r->stream);
+    cudaGraph_t g = NULL;
+    cuda_ok(cudaStreamEndCapture(r->stream, &g), "end capture");
+    if (g != NULL)
+        cudaGraphDestroy(g);
+    CHECK(st == COMM_ERR_INVALID && strstr(comm_last_error(r->comm), "CUDA graph") != NULL,
+          "capture: rank 0 got %s (%s)", comm_status_string(st), comm_last_error(r->comm));
+    printf("     capture: %s\n", comm_last_error(r->comm));
+    for (int p = 1; p < nranks; p++) {
+        uint64_t t0 = now_ms();
+        st = comm_barrier(j->r[p].comm);
+        CHECK(st == COMM_ERR_PEER && now_ms() - t0 < 2000,
+              "capture: rank %d's barrier returned %s after %llu ms", p, comm_status_string(st),
+              (unsigned long long)(now_ms() - t0));
+    }
+    job_destroy(j);
+    free(j);
+    printf("%s a call on a capturing stream is refused, peers hear of it\n",
+           g_fail == before ? "ok  " : "FAIL");
+}
+
 /* ---- a GPU per thread rank ---- */
 
 /* Thread ranks of one process on one GPU are refused at init, on every rank alike. */
@@ -450,6 +481,7 @@ int main(int argc, char **argv)
         test_abort(nranks, 2000000);
         test_mismatch(nranks, 1000);
         test_mismatch(nranks, 2000000);
+        test_capture(nranks);
     }
     if (all || strstr(only, "proc"))
         test_processes(nranks, argv[0]);

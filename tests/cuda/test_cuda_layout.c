@@ -202,7 +202,7 @@ static void test_ll_flag(void **state)
     }
 }
 
-/* What a rank waits for is what its peers publish: token and counter arithmetic as the
+/* What a rank waits for is what its peers publish: round and counter arithmetic as the
  * host and the kernels compute it, for N ranks over many calls. */
 static void test_counters_n_ranks(void **state)
 {

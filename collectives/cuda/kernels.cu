@@ -94,11 +94,9 @@ template <typename W> __device__ __forceinline__ float wire_round(float x)
     return to_f(from_f<W>(x));
 }
 
-/* 8 elements: two 16-byte accesses for 4-byte types, one for 2-byte types. */
-template <typename T> __device__ __forceinline__ void load8(const T *p, float v[8]);
-template <> __device__ __forceinline__ void load8<float>(const float *p, float v[8])
+/* The eight floats of two float4. */
+__device__ __forceinline__ void split8(float4 a, float4 b, float v[8])
 {
-    float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
     v[0] = a.x;
     v[1] = a.y;
     v[2] = a.z;
@@ -108,27 +106,41 @@ template <> __device__ __forceinline__ void load8<float>(const float *p, float v
     v[6] = b.z;
     v[7] = b.w;
 }
-template <> __device__ __forceinline__ void load8<__half>(const __half *p, float v[8])
+
+/* The eight floats of 16 bytes of 2-byte elements, P the pair type (__half2 or
+ * __nv_bfloat162). */
+__device__ __forceinline__ float2 pair_to_f2(__half2 h)
 {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+    return __half22float2(h);
+}
+__device__ __forceinline__ float2 pair_to_f2(__nv_bfloat162 h)
+{
+    return __bfloat1622float2(h);
+}
+template <typename P> __device__ __forceinline__ void unpack8(uint4 u, float v[8])
+{
+    const P *h = reinterpret_cast<const P *>(&u);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        float2 f = __half22float2(h[k]);
+        float2 f = pair_to_f2(h[k]);
         v[2 * k] = f.x;
         v[2 * k + 1] = f.y;
     }
 }
+
+/* 8 elements: two 16-byte accesses for 4-byte types, one for 2-byte types. */
+template <typename T> __device__ __forceinline__ void load8(const T *p, float v[8]);
+template <> __device__ __forceinline__ void load8<float>(const float *p, float v[8])
+{
+    split8(reinterpret_cast<const float4 *>(p)[0], reinterpret_cast<const float4 *>(p)[1], v);
+}
+template <> __device__ __forceinline__ void load8<__half>(const __half *p, float v[8])
+{
+    unpack8<__half2>(*reinterpret_cast<const uint4 *>(p), v);
+}
 template <> __device__ __forceinline__ void load8<__nv_bfloat16>(const __nv_bfloat16 *p, float v[8])
 {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
-    }
+    unpack8<__nv_bfloat162>(*reinterpret_cast<const uint4 *>(p), v);
 }
 
 /* Loads that skip L1 and may stay in L2: device buffers this GPU's copy engine rewrites
@@ -136,16 +148,8 @@ template <> __device__ __forceinline__ void load8<__nv_bfloat16>(const __nv_bflo
 template <typename T> __device__ __forceinline__ void load8_cg(const T *p, float v[8])
 {
     if (sizeof(T) == 4) {
-        float4 a = __ldcg(reinterpret_cast<const float4 *>(p));
-        float4 b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
-        v[0] = a.x;
-        v[1] = a.y;
-        v[2] = a.z;
-        v[3] = a.w;
-        v[4] = b.x;
-        v[5] = b.y;
-        v[6] = b.z;
-        v[7] = b.w;
+        split8(__ldcg(reinterpret_cast<const float4 *>(p)),
+               __ldcg(reinterpret_cast<const float4 *>(p) + 1), v);
     } else {
         uint4 u = __ldcg(reinterpret_cast<const uint4 *>(p));
         load8<T>(reinterpret_cast<const T *>(&u), v);

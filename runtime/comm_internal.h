@@ -70,4 +70,27 @@ comm_status_t rt_fail(struct comm *c, comm_status_t status, const char *fmt, ...
 
 uint64_t rt_now_ns(void);
 
+/*
+ * Time limits.  A timeout in ms (< 0 = never) becomes a duration in ns and then an
+ * absolute deadline on CLOCK_MONOTONIC.  RT_NEVER is the one "never" of both, and the
+ * arithmetic saturates, so no limit wraps whatever the knob says.
+ */
+#define RT_NEVER UINT64_MAX
+/* The duration of a timeout in ms: RT_NEVER when ms < 0, saturating. */
+uint64_t rt_ms_to_ns(long ms);
+/* The deadline ns from now: RT_NEVER when ns is RT_NEVER, saturating. */
+uint64_t rt_deadline_in(uint64_t ns);
+/* The deadline of the communicator's timeout, from now. */
+uint64_t rt_comm_deadline(const struct comm *c);
+/* Has the deadline passed at now?  Never for RT_NEVER. */
+static inline bool rt_passed(uint64_t deadline, uint64_t now)
+{
+    return deadline != RT_NEVER && now >= deadline;
+}
+/* Time left until the deadline (0 once passed, RT_NEVER for RT_NEVER). */
+static inline uint64_t rt_left_ns(uint64_t deadline, uint64_t now)
+{
+    return deadline == RT_NEVER ? RT_NEVER : now >= deadline ? 0 : deadline - now;
+}
+
 #endif /* ARCOMM_RT_COMM_INTERNAL_H */

@@ -51,6 +51,26 @@ uint64_t rt_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t rt_ms_to_ns(long ms)
+{
+    if (ms < 0)
+        return RT_NEVER;
+    return (unsigned long)ms >= (RT_NEVER - 1) / 1000000u ? RT_NEVER - 1 : (uint64_t)ms * 1000000u;
+}
+
+uint64_t rt_deadline_in(uint64_t ns)
+{
+    if (ns == RT_NEVER)
+        return RT_NEVER;
+    uint64_t now = rt_now_ns();
+    return ns >= RT_NEVER - 1 - now ? RT_NEVER - 1 : now + ns;
+}
+
+uint64_t rt_comm_deadline(const struct comm *c)
+{
+    return rt_deadline_in(rt_ms_to_ns(c->timeout_ms));
+}
+
 static const char *level_name(int level)
 {
     static const char *const names[] = {"none", "error", "warn", "info", "debug", "trace"};

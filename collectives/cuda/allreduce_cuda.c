@@ -123,7 +123,9 @@ static void fill_common(struct comm *c, const struct coll_call *call, bool narro
     k->addend_count = call->addend ? call->addend_count : 0;
     k->regions = x->dregions;
     k->region_bytes = x->g.region_bytes;
-    k->timeout_ns = c->timeout_ms < 0 ? 0 : (uint64_t)c->timeout_ms * 1000000u;
+    /* The kernels' encoding: 0 = never. */
+    uint64_t t = rt_ms_to_ns(c->timeout_ms);
+    k->timeout_ns = t == RT_NEVER ? 0 : t > 0 ? t : 1;
     k->seq = c->seq;
     k->desc = cuda_call_desc(call->count, (uint32_t)call->dtype, (uint32_t)call->op, (uint32_t)path,
                              narrow, call->addend != NULL, k->addend_count);

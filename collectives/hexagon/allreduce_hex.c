@@ -245,9 +245,11 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     a.seq_entry = hex_seq_next(hx->seq_last);
     a.seq_exit = hex_seq_next(a.seq_entry);
     hx->seq_last = a.seq_exit;
-    a.timeout_ms = hx->fence_timeout_ms < 0    ? 0
-                   : hx->fence_timeout_ms == 0 ? 1
-                                               : (uint32_t)hx->fence_timeout_ms;
+    /* The DSP's encoding: 0 = never; longer limits saturate rather than wrap. */
+    a.timeout_ms = hx->fence_timeout_ms < 0             ? 0
+                   : hx->fence_timeout_ms == 0          ? 1
+                   : hx->fence_timeout_ms >= UINT32_MAX ? UINT32_MAX
+                                                        : (uint32_t)hx->fence_timeout_ms;
     if (hx->debug_stall_ms != 0) {
         struct timespec ts = {.tv_sec = hx->debug_stall_ms / 1000,
                               .tv_nsec = (long)(hx->debug_stall_ms % 1000) * 1000000};

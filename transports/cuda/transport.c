@@ -360,9 +360,9 @@ static bool streams_idle(struct cuda_comm *x)
 /* Waits (bounded) for this rank's enqueued work; false when it did not finish. */
 static bool drain(struct cuda_comm *x, uint64_t limit_ns)
 {
-    uint64_t end = rt_now_ns() + limit_ns;
+    uint64_t end = rt_deadline_in(limit_ns);
     while (!streams_idle(x)) {
-        if (rt_now_ns() >= end)
+        if (rt_passed(end, rt_now_ns()))
             return false;
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000};
         nanosleep(&ts, NULL);
@@ -374,7 +374,8 @@ static uint64_t drain_limit(const struct comm *c)
 {
     if (atomic_load(&c->broken) != 0)
         return CUDA_DRAIN_BROKEN_NS;
-    return c->timeout_ms < 0 ? UINT64_MAX / 2 : (uint64_t)c->timeout_ms * 1000000u + 1000000000u;
+    uint64_t t = rt_ms_to_ns(c->timeout_ms);
+    return t >= RT_NEVER - 1000000000u ? RT_NEVER : t + 1000000000u;
 }
 
 static void cuda_teardown(struct comm *c)

@@ -42,7 +42,7 @@ static void nap(unsigned *us)
 
 static bool past(uint64_t deadline)
 {
-    return deadline != 0 && rt_now_ns() >= deadline;
+    return rt_passed(deadline, rt_now_ns());
 }
 
 /*
@@ -435,7 +435,7 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         return COMM_ERR_NOMEM;
     }
     shm_segment_name(&c->id, s->name, sizeof(s->name));
-    uint64_t deadline = c->timeout_ms < 0 ? 0 : rt_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+    uint64_t deadline = rt_comm_deadline(c);
     int fd = -1;
     comm_status_t status =
         c->rank == 0 ? create_segment(c, s, &fd) : open_segment(c, s, deadline, &fd);

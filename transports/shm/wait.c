@@ -120,7 +120,7 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
     uint64_t start = rt_now_ns();
     uint64_t yield_at = start + (uint64_t)c->spin_ns;
     uint64_t sleep_at = yield_at + (uint64_t)(c->knobs.yield_ns > 0 ? c->knobs.yield_ns : 0);
-    uint64_t deadline = c->timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)c->timeout_ms * 1000000u;
+    uint64_t deadline = rt_comm_deadline(c);
     uint64_t next_liveness = start + LIVENESS_PERIOD_NS;
     enum phase phase = c->spin_ns > 0 ? PHASE_SPIN : PHASE_YIELD;
     unsigned iter = 0;
@@ -143,7 +143,7 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
         if (st != COMM_OK)
             return st;
         uint64_t now = rt_now_ns();
-        if (now >= deadline) {
+        if (rt_passed(deadline, now)) {
             rt_error(c, COMM_ERR_TIMEOUT,
                      "rank %d: timed out after %ld ms waiting for peers in %s (call %u); a rank "
                      "did not reach this collective: check that every rank makes the same calls,"
@@ -171,7 +171,7 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
             atomic_fetch_add(&s->hdr->sleepers, 1);
             r = ready(c, arg);
             if (r == 0 && !atomic_load(&c->aborted)) {
-                uint64_t left = deadline - now;
+                uint64_t left = rt_left_ns(deadline, now);
                 uint64_t slice = left < SLEEP_SLICE_NS ? left : SLEEP_SLICE_NS;
                 if (!c->same_process && next_liveness - now < slice)
                     slice = next_liveness - now;

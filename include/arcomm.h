@@ -99,12 +99,33 @@ comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, void *recvbu
 comm_status_t comm_barrier(comm_t *comm);
 
 /*
+ * Threads: a communicator serves one thread at a time (each thread rank has its own).
+ * A call entered while another thread is inside a call on the same communicator
+ * returns COMM_ERR_INVALID at once with the reason in comm_last_error(NULL), and the
+ * communicator breaks at its next call on every rank.  A NULL or dead handle passed to
+ * any function that takes one returns COMM_ERR_INVALID with the reason in
+ * comm_last_error(NULL).
+ */
+
+/*
  * Breaks the communicator: a collective blocked on it (in any thread) returns
- * COMM_ERR_ABORTED, peers return COMM_ERR_PEER.  Safe from any thread, at any time.
+ * COMM_ERR_ABORTED, peers return COMM_ERR_PEER.  Safe from any thread at any time
+ * until comm_destroy of the communicator returns, also while comm_destroy runs in
+ * another thread (the abort then either completes first or finds nothing and returns
+ * COMM_ERR_INVALID).  After comm_destroy has returned the handle is dead: comm_abort
+ * on it returns COMM_ERR_INVALID, unless the memory has since been reused for a new
+ * communicator, which it would then abort.  Not async-signal-safe.
  */
 comm_status_t comm_abort(comm_t *comm);
 
-/* Frees every resource of the communicator, also after an error.  comm may be NULL. */
+/*
+ * Frees every resource of the communicator, also after an error.  comm may be NULL.
+ * Call it once, when no other thread is inside a call on comm: while one is, nothing
+ * is freed and COMM_ERR_INVALID is returned (comm_abort it first, let that call
+ * return).  A second comm_destroy of the same handle returns COMM_ERR_INVALID.  Any
+ * other use of the handle after comm_destroy is a use after free: the calls check a
+ * marker in the freed memory and usually return COMM_ERR_INVALID, but cannot promise to.
+ */
 comm_status_t comm_destroy(comm_t *comm);
 
 /*
@@ -120,7 +141,8 @@ const char *comm_transport_name(const comm_t *comm);
 const char *comm_status_string(comm_status_t status);
 /*
  * The detail of the last error on comm ("" when none).  With comm == NULL: the
- * reason the calling thread's last comm_init, comm_init_env or comm_id_new failed.
+ * reason the calling thread's last comm_init, comm_init_env or comm_id_new failed, or
+ * why its last call was refused a handle (NULL, dead, or in use by another thread).
  */
 const char *comm_last_error(const comm_t *comm);
 

@@ -17,12 +17,51 @@ static comm_status_t rt_break(struct comm *c, comm_status_t status)
     return status;
 }
 
+/*
+ * A communicator serves one thread at a time.  A second thread entering while a call
+ * runs is refused (its reason goes to comm_last_error(NULL): the running call owns
+ * the communicator's message), and the communicator breaks at its next call, on every
+ * rank: the two threads' calls could no longer be numbered alike on every rank.  Plain
+ * loads and stores, not a read-modify-write: the flag is held for the whole call, so
+ * any overlap longer than a store's propagation is seen, at no cost to the fast path.
+ */
+static bool enter(struct comm *c, const char *fn)
+{
+    if (!rt_handle_ok(c, fn))
+        return false;
+    if (atomic_load_explicit(&c->entered, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&c->misused, 1, memory_order_relaxed);
+        rt_init_error(&c->knobs, COMM_ERR_INVALID,
+                      "rank %d: %s: another thread is inside a call on this communicator: a "
+                      "comm_t serves one thread at a time (give each thread its own "
+                      "communicator, or serialise the calls); the communicator is now broken",
+                      c->rank, fn);
+        return false;
+    }
+    atomic_store_explicit(&c->entered, 1, memory_order_relaxed);
+    return true;
+}
+
+static comm_status_t leave(struct comm *c, comm_status_t st)
+{
+    atomic_store_explicit(&c->entered, 0, memory_order_release);
+    return st;
+}
+
 /* A broken communicator answers at once with the status that broke it. */
 static comm_status_t check_usable(struct comm *c)
 {
     int broken = atomic_load(&c->broken);
     if (broken != 0)
         return (comm_status_t)broken;
+    if (atomic_load_explicit(&c->misused, memory_order_relaxed)) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: two threads made calls on this communicator at once (call %u): a "
+                 "comm_t serves one thread at a time; give each thread its own communicator, "
+                 "or serialise the calls",
+                 c->rank, c->seq);
+        return rt_break(c, COMM_ERR_INVALID);
+    }
     if (atomic_load(&c->aborted)) {
         rt_error(c, COMM_ERR_ABORTED, "rank %d: comm_abort was called on this communicator",
                  c->rank);
@@ -102,7 +141,7 @@ static comm_status_t validate(struct comm *c, const struct coll_call *call, bool
     return COMM_OK;
 }
 
-static comm_status_t run(struct comm *c, const struct coll_call *call, bool add)
+static comm_status_t run_entered(struct comm *c, const struct coll_call *call, bool add)
 {
     comm_status_t st = check_usable(c);
     if (st != COMM_OK)
@@ -121,12 +160,17 @@ static comm_status_t run(struct comm *c, const struct coll_call *call, bool add)
     return COMM_OK;
 }
 
+static comm_status_t run(struct comm *c, const struct coll_call *call, bool add)
+{
+    if (!enter(c, add ? "comm_allreduce_add" : "comm_allreduce"))
+        return COMM_ERR_INVALID;
+    return leave(c, run_entered(c, call, add));
+}
+
 ARCOMM_API comm_status_t comm_allreduce(comm_t *comm, const void *sendbuf, void *recvbuf,
                                         size_t count, comm_dtype_t dtype, comm_op_t op,
                                         void *stream)
 {
-    if (comm == NULL)
-        return COMM_ERR_INVALID;
     struct coll_call call = {
         .send = sendbuf,
         .recv = recvbuf,
@@ -142,8 +186,6 @@ ARCOMM_API comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, v
                                             const void *addend, size_t addend_count, size_t count,
                                             comm_dtype_t dtype, void *stream)
 {
-    if (comm == NULL)
-        return COMM_ERR_INVALID;
     struct coll_call call = {
         .send = sendbuf,
         .recv = recvbuf,
@@ -157,16 +199,21 @@ ARCOMM_API comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, v
     return run(comm, &call, true);
 }
 
-ARCOMM_API comm_status_t comm_barrier(comm_t *comm)
+static comm_status_t barrier_entered(struct comm *c)
 {
-    if (comm == NULL)
-        return COMM_ERR_INVALID;
-    comm_status_t st = check_usable(comm);
+    comm_status_t st = check_usable(c);
     if (st != COMM_OK)
         return st;
-    st = coll_barrier(comm);
+    st = coll_barrier(c);
     if (st != COMM_OK)
-        return rt_break(comm, st);
-    comm->seq++;
+        return rt_break(c, st);
+    c->seq++;
     return COMM_OK;
+}
+
+ARCOMM_API comm_status_t comm_barrier(comm_t *comm)
+{
+    if (!enter(comm, "comm_barrier"))
+        return COMM_ERR_INVALID;
+    return leave(comm, barrier_entered(comm));
 }

@@ -195,6 +195,8 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
         c->knobs.bf16_threshold = bf16_raw;
     rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,
            c->id.str, c->nranks, c->ops->name);
+    c->magic = RT_COMM_LIVE;
+    rt_live_add(c);
     *comm = c;
     return COMM_OK;
 
@@ -277,6 +279,24 @@ ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
 {
     if (comm == NULL)
         return COMM_OK;
+    /* Out of the registry first: a comm_abort in another thread either finished before
+     * this or finds nothing. */
+    enum rt_live_status live = rt_live_remove(comm);
+    if (live == RT_LIVE_GONE) {
+        rt_init_error(NULL, COMM_ERR_INVALID,
+                      "comm_destroy: %p is not a live communicator: it was destroyed already, "
+                      "or it was not made by comm_init; destroy each communicator once",
+                      (void *)comm);
+        return COMM_ERR_INVALID;
+    }
+    if (live == RT_LIVE_BUSY) {
+        rt_init_error(NULL, COMM_ERR_INVALID,
+                      "comm_destroy: rank %d: a call on this communicator is still running in "
+                      "another thread; nothing was freed: call comm_abort, let that call "
+                      "return, then comm_destroy",
+                      comm->rank);
+        return COMM_ERR_INVALID;
+    }
     /* Peers still waiting for a call this rank will never make learn at once. */
     if (atomic_load(&comm->broken) == 0 && comm->ops != NULL && comm->nranks > 1) {
         char msg[160];
@@ -289,8 +309,20 @@ ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
     free(comm->scratch);
     if (comm->log_owned)
         fclose(comm->log);
+    comm->magic = RT_COMM_DEAD;
     free(comm);
     return COMM_OK;
+}
+
+/* comm_abort's work, under the registry lock (live.c): only atomics and the segment,
+ * since a collective may be running in another thread. */
+static void abort_live(struct comm *c)
+{
+    atomic_store(&c->aborted, 1);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "rank %d called comm_abort", c->rank);
+    c->ops->publish_failure(c, COMM_ERR_ABORTED, msg, false);
+    c->ops->wake(c);
 }
 
 ARCOMM_API comm_status_t comm_abort(comm_t *comm)
@@ -299,21 +331,20 @@ ARCOMM_API comm_status_t comm_abort(comm_t *comm)
         rt_init_error(NULL, COMM_ERR_INVALID, "comm_abort: comm is NULL");
         return COMM_ERR_INVALID;
     }
-    /* Only atomics and the segment here: a collective may be running in another thread. */
-    atomic_store(&comm->aborted, 1);
-    char msg[96];
-    snprintf(msg, sizeof(msg), "rank %d called comm_abort", comm->rank);
-    comm->ops->publish_failure(comm, COMM_ERR_ABORTED, msg, false);
-    comm->ops->wake(comm);
+    if (!rt_live_run(comm, abort_live)) {
+        rt_init_error(NULL, COMM_ERR_INVALID,
+                      "comm_abort: %p is not a live communicator (comm_destroy freed it, or it "
+                      "was not made by comm_init); nothing was aborted",
+                      (void *)comm);
+        return COMM_ERR_INVALID;
+    }
     return COMM_OK;
 }
 
 ARCOMM_API comm_status_t comm_mem_alloc(comm_t *comm, size_t bytes, void **ptr)
 {
-    if (comm == NULL) {
-        rt_init_error(NULL, COMM_ERR_INVALID, "comm_mem_alloc: comm is NULL");
+    if (!rt_handle_ok(comm, "comm_mem_alloc"))
         return COMM_ERR_INVALID;
-    }
     if (ptr == NULL || bytes == 0) {
         rt_error(comm, COMM_ERR_INVALID, "rank %d: comm_mem_alloc: %s", comm->rank,
                  ptr == NULL ? "ptr is NULL" : "bytes is 0");
@@ -324,10 +355,8 @@ ARCOMM_API comm_status_t comm_mem_alloc(comm_t *comm, size_t bytes, void **ptr)
 
 ARCOMM_API comm_status_t comm_mem_free(comm_t *comm, void *ptr)
 {
-    if (comm == NULL) {
-        rt_init_error(NULL, COMM_ERR_INVALID, "comm_mem_free: comm is NULL");
+    if (!rt_handle_ok(comm, "comm_mem_free"))
         return COMM_ERR_INVALID;
-    }
     if (ptr == NULL)
         return COMM_OK;
     return comm->ops->mem_free(comm, ptr);

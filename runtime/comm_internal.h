@@ -19,7 +19,12 @@
 
 #define RT_ERRMSG_BYTES 512
 
+/* struct comm.magic while the communicator is alive, and after comm_destroy. */
+#define RT_COMM_LIVE 0x636f6d6du /* "comm" */
+#define RT_COMM_DEAD 0x64656164u /* "dead" */
+
 struct comm {
+    uint32_t magic; /* RT_COMM_LIVE from comm_init to comm_destroy: a cheap misuse check */
     int rank;
     int nranks;
     comm_device_t device;
@@ -44,11 +49,30 @@ struct comm {
     _Atomic int broken;           /* 0, or the status that broke the communicator */
     _Atomic int aborted;          /* set by comm_abort, from any thread */
     _Atomic int published;        /* this rank's failure went out to the peers */
+    _Atomic int entered;          /* a thread is inside a call on this communicator */
+    _Atomic int misused;          /* two threads entered at once: the next call fails */
     char errmsg[RT_ERRMSG_BYTES]; /* comm_last_error */
 
     FILE *log; /* NULL = stderr */
     bool log_owned;
+    struct comm *live_next; /* the registry of live communicators (live.c) */
 };
+
+/*
+ * Is comm a handle a public function may use?  Not when NULL, nor (a cheap, best-effort
+ * check) when its memory no longer says it is alive; the reason goes to
+ * comm_last_error(NULL) in this thread.
+ */
+bool rt_handle_ok(const struct comm *comm, const char *fn);
+
+/* live.c: the communicators alive in this process. */
+void rt_live_add(struct comm *c);
+enum rt_live_status { RT_LIVE_OK, RT_LIVE_GONE, RT_LIVE_BUSY };
+/* Takes c out of the registry: GONE when it is not alive, BUSY (and left in) when a
+ * call on it is running in another thread. */
+enum rt_live_status rt_live_remove(struct comm *c);
+/* Runs fn(c) under the registry lock when c is alive; false when it is not. */
+bool rt_live_run(struct comm *c, void (*fn)(struct comm *c));
 
 /* Records an error on c (message for comm_last_error) and logs it once. */
 void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)

@@ -124,6 +124,23 @@ void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *f
     }
 }
 
+bool rt_handle_ok(const struct comm *comm, const char *fn)
+{
+    if (comm == NULL) {
+        rt_init_error(NULL, COMM_ERR_INVALID,
+                      "%s: comm is NULL; pass the communicator comm_init made", fn);
+        return false;
+    }
+    if (comm->magic != RT_COMM_LIVE) {
+        rt_init_error(NULL, COMM_ERR_INVALID,
+                      "%s: %p is not a live communicator (used after comm_destroy, or not made "
+                      "by comm_init)",
+                      fn, (const void *)comm);
+        return false;
+    }
+    return true;
+}
+
 void rt_init_error_clear(void)
 {
     init_errmsg[0] = '\0';

@@ -126,6 +126,9 @@ const char *comm_last_error(const comm_t *comm);
 
 /* Additions to api.md. */
 
+/* The most ranks one communicator can have: comm_init refuses a larger nranks. */
+#define COMM_MAX_RANKS 256
+
 /* The size in bytes of one element of dtype, or 0 for an unknown dtype. */
 size_t comm_dtype_size(comm_dtype_t dtype);
 

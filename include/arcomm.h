@@ -12,8 +12,10 @@
 extern "C" {
 #endif
 
+/* The version of this header; comm_get_version says the library's (the same when built). */
 #define ARCOMM_VERSION_MAJOR 0
 #define ARCOMM_VERSION_MINOR 1
+#define ARCOMM_VERSION_PATCH 0
 
 typedef struct comm comm_t; /* opaque */
 
@@ -131,6 +133,12 @@ const char *comm_last_error(const comm_t *comm);
 
 /* The size in bytes of one element of dtype, or 0 for an unknown dtype. */
 size_t comm_dtype_size(comm_dtype_t dtype);
+
+/*
+ * The version of the library loaded at run time (ARCOMM_VERSION_* are the header's):
+ * writes each part whose pointer is not NULL.  Always COMM_OK.
+ */
+comm_status_t comm_get_version(int *major, int *minor, int *patch);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,12 @@
 #ifndef ARBENCH_MPIRUN
 #define ARBENCH_MPIRUN "mpirun"
 #endif
+#ifndef ARBENCH_VERSION
+#define ARBENCH_VERSION "unknown"
+#endif
+#ifndef ARBENCH_MPI_FROM_BINDIR
+#define ARBENCH_MPI_FROM_BINDIR "../libexec/arcomm"
+#endif
 
 static const char usage[] =
     "usage: arbench [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPE] [-o OP]\n"
@@ -63,7 +69,7 @@ static const char usage[] =
     "  --compare nccl     the same against NCCL (builds with CUDA and NCCL)\n"
     "  --csv FILE         the table as CSV; --json FILE as JSON; --plot FILE.png busbw\n"
     "                     against size through gnuplot\n"
-    "  -h, --help         this text\n"
+    "  -h, --help         this text; --version: arbench's and the library's version\n"
     "Time per size: every call timed on every rank, back to back; per call the slowest\n"
     "rank; median and p90 over calls.  algbw = size/time, busbw = algbw*2(n-1)/n\n"
     "(0 for one rank).  Exit status: 0 ok, 1 a call failed or #wrong > 0, 2 usage.\n";
@@ -598,16 +604,27 @@ static int run_procs(const struct bench_opts *o, struct bench_result *res, size_
 
 static int run_mpi(const struct bench_opts *o, struct bench_result *res, size_t nsizes)
 {
-    char dir[PATH_MAX], exe[PATH_MAX], prog[PATH_MAX + 16], nbuf[16], sweep[1024], tr[64];
+    char dir[PATH_MAX], exe[PATH_MAX], prog[2 * PATH_MAX + 64], nbuf[16], sweep[1024], tr[64];
     char *argv[40];
     int k = 0;
 
     if (self_dir(dir, sizeof(dir), exe, sizeof(exe)))
         return -1;
-    snprintf(prog, sizeof(prog), "%s/arbench-mpi", dir);
+    /* Installed: the libexec directory, relative to bin; in the build tree: beside us. */
+    snprintf(prog, sizeof(prog), "%s/%s/arbench-mpi", dir, ARBENCH_MPI_FROM_BINDIR);
+    if (ARBENCH_MPI_FROM_BINDIR[0] == '/')
+        snprintf(prog, sizeof(prog), "%s/arbench-mpi", ARBENCH_MPI_FROM_BINDIR);
     if (access(prog, X_OK)) {
-        fprintf(stderr, "arbench: --compare mpi: %s not found (built without Open MPI?)\n", prog);
-        return -1;
+        char beside[PATH_MAX + 16];
+        snprintf(beside, sizeof(beside), "%s/arbench-mpi", dir);
+        if (access(beside, X_OK)) {
+            fprintf(stderr,
+                    "arbench: --compare mpi: neither %s nor %s exists (arcomm built without "
+                    "Open MPI? install libopenmpi-dev and rebuild)\n",
+                    prog, beside);
+            return -1;
+        }
+        snprintf(prog, sizeof(prog), "%s", beside);
     }
     snprintf(nbuf, sizeof(nbuf), "%d", o->nranks);
     /* A build-time mpirun path when it still exists, else whatever PATH has. */
@@ -713,6 +730,12 @@ int main(int argc, char **argv)
 
     bench_opts_init(&o);
     int rc = bench_parse_args(&o, argc, argv, "arbench", usage);
+    if (rc == BENCH_PARSE_VERSION) {
+        int major, minor, patch;
+        comm_get_version(&major, &minor, &patch);
+        printf("arbench %s (libarcomm %d.%d.%d)\n", ARBENCH_VERSION, major, minor, patch);
+        return BENCH_EXIT_OK;
+    }
     if (rc)
         return rc == 1 ? BENCH_EXIT_OK : BENCH_EXIT_USAGE;
     if (o.peer == BENCH_PEER_NCCL) {

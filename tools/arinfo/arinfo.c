@@ -60,6 +60,7 @@ static void usage(FILE *f)
             "                     hexagon, transports, paths, config\n"
             "  --no-host          leave out the host section (host name, OS, CPU model)\n"
             "  -h, --help         this text\n"
+            "  --version          arinfo's and the library's version\n"
             "\n"
             "Exit status: 0; 1 when the topology cannot be loaded; 2 on a usage error or a\n"
             "malformed ARCOMM_* variable.\n",
@@ -157,15 +158,11 @@ static void print_header(struct arinfo *ai)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"config", no_argument, NULL, 'c'},
-        {"sizes", required_argument, NULL, 's'},
-        {"ranks", required_argument, NULL, 'n'},
-        {"topology", required_argument, NULL, 't'},
-        {"only", required_argument, NULL, 'o'},
-        {"no-host", no_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},           {"config", no_argument, NULL, 'c'},
+        {"sizes", required_argument, NULL, 's'},    {"ranks", required_argument, NULL, 'n'},
+        {"topology", required_argument, NULL, 't'}, {"only", required_argument, NULL, 'o'},
+        {"no-host", no_argument, NULL, 'H'},        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
     };
     struct arinfo ai = {.nranks = 2, .out = stdout};
     bool config = false, no_host = false;
@@ -198,6 +195,12 @@ int main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
+        case 'V': {
+            int major, minor, patch;
+            comm_get_version(&major, &minor, &patch);
+            printf("arinfo %s (libarcomm %d.%d.%d)\n", ARCOMM_VERSION_STRING, major, minor, patch);
+            return 0;
+        }
         default:
             usage(stderr);
             return 2;

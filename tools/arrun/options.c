@@ -4,6 +4,8 @@
  */
 #include "arrun.h"
 
+#include <arcomm.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -296,9 +298,12 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
         case 'h':
             printf("%s%s", usage_line, usage_text);
             return 0;
-        case 'V':
-            printf("arrun (arcomm) %s\n", ARRUN_VERSION);
+        case 'V': {
+            int major, minor, patch;
+            comm_get_version(&major, &minor, &patch);
+            printf("arrun %s (libarcomm %d.%d.%d)\n", ARRUN_VERSION, major, minor, patch);
             return 0;
+        }
         case ':':
             return usage_error("option '%s' needs a value", argv[optind - 1]);
         default:

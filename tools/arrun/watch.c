@@ -110,8 +110,8 @@ static bool group_alive(pid_t pgid)
             continue;
         /* "pid (comm) S ppid pgrp ...": comm may hold anything, so parse after the last ')'. */
         if (fgets(line, sizeof(line), f) && (p = strrchr(line, ')')) != NULL &&
-            sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid &&
-            state != 'Z' && state != 'X')
+            sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid && state != 'Z' &&
+            state != 'X')
             alive = true;
         fclose(f);
     }

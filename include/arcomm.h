@@ -136,9 +136,9 @@ size_t comm_dtype_size(comm_dtype_t dtype);
 
 /*
  * The version of the library loaded at run time (ARCOMM_VERSION_* are the header's):
- * writes each part whose pointer is not NULL.  Always COMM_OK.
+ * writes each part whose pointer is not NULL (any may be NULL), as api.md 0.2 has it.
  */
-comm_status_t comm_get_version(int *major, int *minor, int *patch);
+void comm_get_version(int *major, int *minor, int *patch);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@ _Static_assert(ARCOMM_VERSION_MINOR == ARCOMM_BUILD_VERSION_MINOR,
 _Static_assert(ARCOMM_VERSION_PATCH == ARCOMM_BUILD_VERSION_PATCH,
                "ARCOMM_VERSION_PATCH in arcomm.h differs from meson.build's project version");
 
-ARCOMM_API comm_status_t comm_get_version(int *major, int *minor, int *patch)
+ARCOMM_API void comm_get_version(int *major, int *minor, int *patch)
 {
     if (major)
         *major = ARCOMM_BUILD_VERSION_MAJOR;
@@ -22,5 +22,4 @@ ARCOMM_API comm_status_t comm_get_version(int *major, int *minor, int *patch)
         *minor = ARCOMM_BUILD_VERSION_MINOR;
     if (patch)
         *patch = ARCOMM_BUILD_VERSION_PATCH;
-    return COMM_OK;
 }

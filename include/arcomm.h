@@ -1,6 +1,6 @@
 /*
  * arcomm — collective communication between the threads, processes and devices of
- * one host.  The public API; the only installed header.  See api.md for the
+ * one host.  The public API; the only installed header.  See docs/api.md for the
  * normative semantics and README.md for a complete example.
  */
 #ifndef ARCOMM_H

@@ -88,9 +88,10 @@ struct job {
     pid_t pgid;   /* the ranks' process group: rank 0's pid */
     int sigfd;    /* SIGCHLD, SIGINT, SIGTERM, SIGHUP */
     enum job_phase phase;
-    int exit_code;   /* what arrun exits with */
-    double deadline; /* --timeout, on the monotonic clock; 0 = none */
-    double kill_at;  /* JOB_ENDING: when SIGKILL follows */
+    int exit_code;             /* what arrun exits with */
+    double deadline;           /* --timeout, on the monotonic clock; 0 = none */
+    double kill_at;            /* JOB_ENDING: when SIGKILL follows */
+    struct arrun_watch *watch; /* the watcher, told when the group is no longer ours */
 };
 
 static void job_signal(struct job *j, int signo)
@@ -301,6 +302,8 @@ static void job_finish(struct job *j, struct pollfd *pfds)
         label_stream_finish(&j->ranks[i].err);
     }
 
+    /* Once the ranks are reaped the group's id may be reused: the watcher forgets it. */
+    arrun_watch_group(j->watch, 0);
     for (int i = 0; i < j->nstarted; i++) {
         while (waitpid(j->ranks[i].pid, NULL, 0) < 0 && errno == EINTR)
             ;
@@ -312,8 +315,8 @@ static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_b
     struct sigaction ign = {.sa_handler = SIG_IGN}, dfl = {.sa_handler = SIG_DFL}, old_pipe;
     sigset_t watched, orig_mask;
     struct pollfd *pfds = NULL;
-    struct job j = {.opts = opts, .sigfd = -1};
     struct arrun_watch watch = {.pid = -1, .fd = -1};
+    struct job j = {.opts = opts, .sigfd = -1, .watch = &watch};
     struct arrun_spawn sp = {
         .opts = opts,
         .binding = binding,

@@ -11,8 +11,9 @@
  * no live process is left in it, removes every /dev/shm name of the job's id, and exits.
  *
  * The group's id stays safe to signal: arrun's unreaped ranks hold it while arrun
- * lives, and once arrun dies the watcher signals it at once, while the ranks (killed
- * by PDEATHSIG at the same moment) or their children still hold it.  A process that
+ * lives (arrun tells the watcher to forget the group before it reaps them), and once
+ * arrun dies the watcher signals it at once, while the ranks (killed by PDEATHSIG at
+ * the same moment) or their children still hold it.  A process that
  * left the group (setsid, setpgid) is out of reach, as it is for arrun.
  */
 #include "arrun.h"
@@ -35,7 +36,7 @@
 #define ARRUN_ID_HEX     32
 #define ARRUN_SHM_PREFIX "arcomm-"
 
-#define WATCH_GROUP 'G' /* value: the ranks' process group */
+#define WATCH_GROUP 'G' /* value: the ranks' process group; 0: no group to end any more */
 #define WATCH_DONE  'D' /* arrun ended the job itself: nothing to do */
 
 #define WATCH_GONE_S 5.0 /* how long the watcher waits for the group to die */

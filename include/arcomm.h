@@ -1,6 +1,6 @@
 /*
  * arcomm — collective communication between the threads, processes and devices of
- * one host.  The public API; the only installed header.  See api.md for the
+ * one host.  The public API; the only installed header.  See docs/api.md for the
  * normative semantics and README.md for a complete example.
  */
 #ifndef ARCOMM_H
@@ -12,8 +12,10 @@
 extern "C" {
 #endif
 
+/* The version of this header; comm_get_version says the library's (the same when built). */
 #define ARCOMM_VERSION_MAJOR 0
 #define ARCOMM_VERSION_MINOR 1
+#define ARCOMM_VERSION_PATCH 0
 
 typedef struct comm comm_t; /* opaque */
 
@@ -148,8 +150,17 @@ const char *comm_last_error(const comm_t *comm);
 
 /* Additions to api.md. */
 
+/* The most ranks one communicator can have: comm_init refuses a larger nranks. */
+#define COMM_MAX_RANKS 256
+
 /* The size in bytes of one element of dtype, or 0 for an unknown dtype. */
 size_t comm_dtype_size(comm_dtype_t dtype);
+
+/*
+ * The version of the library loaded at run time (ARCOMM_VERSION_* are the header's):
+ * writes each part whose pointer is not NULL (any may be NULL), as api.md 0.2 has it.
+ */
+void comm_get_version(int *major, int *minor, int *patch);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 /* The largest communicator: staged-path bookkeeping is sized for it. */
-#define RT_MAX_RANKS 256
+#define RT_MAX_RANKS COMM_MAX_RANKS
 
 void rt_init_error_clear(void);
 void rt_init_error_quiet(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,11 +34,17 @@
 #ifndef ARBENCH_MPIRUN
 #define ARBENCH_MPIRUN "mpirun"
 #endif
+#ifndef ARBENCH_VERSION
+#define ARBENCH_VERSION "unknown"
+#endif
+#ifndef ARBENCH_MPI_FROM_BINDIR
+#define ARBENCH_MPI_FROM_BINDIR "../libexec/arcomm"
+#endif
 
 static const char usage[] =
     "usage: arbench [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPE] [-o OP]\n"
     "               [--inplace] [--check] [--iters N] [--warmup N] [--rounds R]\n"
-    "               [--no-bind] [--device host|cuda|hexagon] [--compare mpi|nccl]\n"
+    "               [--no-bind] [--device host|cuda] [--compare mpi|nccl]\n"
     "               [--csv FILE] [--json FILE] [--plot FILE.png]\n"
     "Times comm_allreduce over a sweep of sizes, like nccl-tests' all_reduce_perf.\n"
     "  -n, --nranks N     ranks (default 2): threads of this process, or with --procs\n"
@@ -57,13 +64,13 @@ static const char usage[] =
     "  --no-bind          let ranks float; by default each rank gets its own core,\n"
     "                     round robin (threads here, arrun --bind core, mpirun's\n"
     "                     default binding): unbound ranks may share a core and wait\n"
-    "  --device D         where the buffers live: host (default), cuda, hexagon\n"
+    "  --device D         where the buffers live: host (default) or cuda (CUDA builds)\n"
     "  --compare mpi      the same sweep through MPI_Allreduce (arbench-mpi under\n"
     "                     mpirun), side by side; ratio = mpi time / arcomm time\n"
     "  --compare nccl     the same against NCCL (builds with CUDA and NCCL)\n"
     "  --csv FILE         the table as CSV; --json FILE as JSON; --plot FILE.png busbw\n"
     "                     against size through gnuplot\n"
-    "  -h, --help         this text\n"
+    "  -h, --help         this text; --version: arbench's and the library's version\n"
     "Time per size: every call timed on every rank, back to back; per call the slowest\n"
     "rank; median and p90 over calls.  algbw = size/time, busbw = algbw*2(n-1)/n\n"
     "(0 for one rank).  Exit status: 0 ok, 1 a call failed or #wrong > 0, 2 usage.\n";
@@ -113,6 +120,85 @@ static int open_device(comm_device_t kind, int ordinal, struct bench_device *out
     fprintf(stderr, "arbench: device %s: this arbench has no buffer backend for it\n",
             bench_device_name(kind));
     return BENCH_EXIT_USAGE;
+}
+
+/* What main refuses before any rank starts, so that each mistake is said once. */
+static int check_device(comm_device_t kind)
+{
+    if (kind == COMM_DEVICE_HEXAGON) {
+        fprintf(stderr, "arbench: --device hexagon is not supported: arbench has no Hexagon "
+                        "buffer backend yet (tests/hexagon exercise the emulated HTP); use "
+                        "--device host or cuda\n");
+        return BENCH_EXIT_USAGE;
+    }
+    if (kind == COMM_DEVICE_CUDA && !ARBENCH_HAVE_CUDA) {
+        fprintf(stderr, "arbench: --device cuda: this arbench was built without CUDA "
+                        "(configure with nvcc in PATH, -Dcuda=enabled)\n");
+        return BENCH_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/*
+ * Every output file must be writable before the sweep, not found unwritable after it:
+ * an existing file arbench may write, or a new one in a directory it may write.
+ */
+static int check_output(const char *opt, const char *path)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    char *slash;
+
+    if (!path)
+        return 0;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "arbench: %s %s: is a directory; give a file name\n", opt, path);
+            return BENCH_EXIT_USAGE;
+        }
+        if (access(path, W_OK) != 0) {
+            fprintf(stderr, "arbench: %s %s: cannot write it: %s\n", opt, path, strerror(errno));
+            return BENCH_EXIT_USAGE;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) {
+        fprintf(stderr, "arbench: %s %s: %s\n", opt, path, strerror(errno));
+        return BENCH_EXIT_USAGE;
+    }
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr,
+                "arbench: %s %s: cannot create it in %s: %s (give a path in a directory "
+                "that exists and that you may write)\n",
+                opt, path, dir, strerror(errno));
+        return BENCH_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int check_outputs(const struct bench_opts *o)
+{
+    int rc;
+
+    if ((rc = check_output("--csv", o->csv_path)) || (rc = check_output("--json", o->json_path)) ||
+        (rc = check_output("--plot", o->plot_path)))
+        return rc;
+    if (o->plot_path && !bench_in_path("gnuplot")) {
+        fprintf(stderr,
+                "arbench: --plot %s needs gnuplot, which is not in PATH (install "
+                "gnuplot-nox, or leave out --plot)\n",
+                o->plot_path);
+        return BENCH_EXIT_USAGE;
+    }
+    return 0;
 }
 
 static void close_device(struct bench_device *d)
@@ -598,16 +684,27 @@ static int run_procs(const struct bench_opts *o, struct bench_result *res, size_
 
 static int run_mpi(const struct bench_opts *o, struct bench_result *res, size_t nsizes)
 {
-    char dir[PATH_MAX], exe[PATH_MAX], prog[PATH_MAX + 16], nbuf[16], sweep[1024], tr[64];
+    char dir[PATH_MAX], exe[PATH_MAX], prog[2 * PATH_MAX + 64], nbuf[16], sweep[1024], tr[64];
     char *argv[40];
     int k = 0;
 
     if (self_dir(dir, sizeof(dir), exe, sizeof(exe)))
         return -1;
-    snprintf(prog, sizeof(prog), "%s/arbench-mpi", dir);
+    /* Installed: the libexec directory, relative to bin; in the build tree: beside us. */
+    snprintf(prog, sizeof(prog), "%s/%s/arbench-mpi", dir, ARBENCH_MPI_FROM_BINDIR);
+    if (ARBENCH_MPI_FROM_BINDIR[0] == '/')
+        snprintf(prog, sizeof(prog), "%s/arbench-mpi", ARBENCH_MPI_FROM_BINDIR);
     if (access(prog, X_OK)) {
-        fprintf(stderr, "arbench: --compare mpi: %s not found (built without Open MPI?)\n", prog);
-        return -1;
+        char beside[PATH_MAX + 16];
+        snprintf(beside, sizeof(beside), "%s/arbench-mpi", dir);
+        if (access(beside, X_OK)) {
+            fprintf(stderr,
+                    "arbench: --compare mpi: neither %s nor %s exists (arcomm built without "
+                    "Open MPI? install libopenmpi-dev and rebuild)\n",
+                    prog, beside);
+            return -1;
+        }
+        snprintf(prog, sizeof(prog), "%s", beside);
     }
     snprintf(nbuf, sizeof(nbuf), "%d", o->nranks);
     /* A build-time mpirun path when it still exists, else whatever PATH has. */
@@ -713,8 +810,21 @@ int main(int argc, char **argv)
 
     bench_opts_init(&o);
     int rc = bench_parse_args(&o, argc, argv, "arbench", usage);
+    if (rc == BENCH_PARSE_VERSION) {
+        int major, minor, patch;
+        comm_get_version(&major, &minor, &patch);
+        printf("arbench %s (libarcomm %d.%d.%d)\n", ARBENCH_VERSION, major, minor, patch);
+        return BENCH_EXIT_OK;
+    }
     if (rc)
         return rc == 1 ? BENCH_EXIT_OK : BENCH_EXIT_USAGE;
+    if (o.nranks > COMM_MAX_RANKS) {
+        fprintf(stderr, "arbench: -n %d: a communicator has at most %d ranks (COMM_MAX_RANKS)\n",
+                o.nranks, COMM_MAX_RANKS);
+        return BENCH_EXIT_USAGE;
+    }
+    if ((rc = check_device(o.device)))
+        return rc;
     if (o.peer == BENCH_PEER_NCCL) {
         /* NCCL is loaded at run time; the build needs CUDA for the device buffers. */
         if (!ARBENCH_HAVE_CUDA) {
@@ -739,5 +849,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "arbench: --csv-stdout is internal (for ranks under arrun)\n%s", usage);
         return BENCH_EXIT_USAGE;
     }
+    if ((rc = check_outputs(&o)))
+        return rc;
     return run_sweeps(&o, argc, argv);
 }

@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#ifndef ARBENCH_VERSION
+#define ARBENCH_VERSION "unknown"
+#endif
+
 static const char usage[] =
     "usage: mpirun -np N arbench-mpi [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPE] [-o OP]\n"
     "               [--inplace] [--check] [--iters N] [--warmup N] [--csv FILE]\n"
@@ -94,9 +98,11 @@ int main(int argc, char **argv)
         dup2(saved, STDERR_FILENO);
         close(saved);
     }
+    if (prc == BENCH_PARSE_VERSION && rank == 0)
+        printf("arbench-mpi %s (arcomm's Open MPI peer)\n", ARBENCH_VERSION);
     if (prc) {
         MPI_Finalize();
-        return prc == 1 ? BENCH_EXIT_OK : BENCH_EXIT_USAGE;
+        return prc == 1 || prc == BENCH_PARSE_VERSION ? BENCH_EXIT_OK : BENCH_EXIT_USAGE;
     }
     o.nranks = size;
     o.device = COMM_DEVICE_HOST;

@@ -134,6 +134,7 @@ enum {
     OPT_ROUNDS,
     OPT_CSV_STDOUT,
     OPT_NO_BIND,
+    OPT_VERSION,
 };
 
 static const struct option long_opts[] = {
@@ -157,6 +158,7 @@ static const struct option long_opts[] = {
     {"csv-stdout", no_argument, NULL, OPT_CSV_STDOUT},
     {"no-bind", no_argument, NULL, OPT_NO_BIND},
     {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -256,6 +258,8 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
         case 'h':
             fputs(usage, stdout);
             return 1;
+        case OPT_VERSION:
+            return BENCH_PARSE_VERSION;
         case ':':
             return usage_error(prog, usage, "missing argument for", argv[optind - 1]);
         default:

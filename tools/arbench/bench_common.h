@@ -116,9 +116,11 @@ struct bench_rank {
 
 void bench_opts_init(struct bench_opts *o);
 /*
- * Parses argv into *o.  Returns 0, 1 after -h (usage printed to stdout) or 2 after a
- * usage error (message and usage printed to stderr).
+ * Parses argv into *o.  Returns 0, 1 after -h (usage printed to stdout), 2 after a
+ * usage error (message and usage printed to stderr), or BENCH_PARSE_VERSION after
+ * --version (the caller prints it).
  */
+#define BENCH_PARSE_VERSION 3
 int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *prog,
                      const char *usage);
 int bench_parse_size(const char *s, size_t *out);

@@ -326,7 +326,7 @@ int bench_write_json(const char *path, const struct bench_report *rep)
 
 /* ---- gnuplot ---- */
 
-static bool in_path(const char *prog)
+bool bench_in_path(const char *prog)
 {
     const char *path = getenv("PATH");
     char buf[4096];
@@ -355,14 +355,15 @@ static void gp_str(FILE *f, const char *s)
 int bench_plot(const char *path, const struct bench_report *rep)
 {
     const struct bench_opts *o = rep->opts;
-    if (!in_path("gnuplot")) {
+    if (!bench_in_path("gnuplot")) {
         fprintf(stderr,
                 "arbench: gnuplot not found in PATH, not writing the plot %s "
                 "(install gnuplot-nox)\n",
                 path);
         return 0;
     }
-    FILE *gp = popen("gnuplot", "w");
+    /* gnuplot writes the PNG to its stdout when it cannot open the file: never to ours. */
+    FILE *gp = popen("gnuplot >/dev/null", "w");
     if (!gp) {
         perror("arbench: gnuplot");
         return -1;

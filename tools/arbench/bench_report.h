@@ -76,4 +76,7 @@ void bench_result_median(const struct bench_result *rounds, int nrounds, int nra
 void bench_progress(const char *what, size_t done, size_t total, size_t bytes);
 void bench_progress_end(void);
 
+/* True when prog is an executable file in one of PATH's directories. */
+bool bench_in_path(const char *prog);
+
 #endif /* ARBENCH_BENCH_REPORT_H */

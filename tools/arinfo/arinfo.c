@@ -20,6 +20,10 @@
 
 #define ARINFO_SEC_ALL 0xffu
 
+#define STR_(x)             #x
+#define STR(x)              STR_(x)
+#define COMM_MAX_RANKS_TEXT STR(COMM_MAX_RANKS)
+
 static const struct {
     const char *name;
     unsigned bit;
@@ -48,17 +52,19 @@ static void usage(FILE *f)
             "  --config           every ARCOMM_* knob: value, source (default, environment), doc\n"
             "  --sizes LIST       message sizes to show the allreduce path of, in bytes with\n"
             "                     K/M/G suffixes (default %s)\n"
-            "  -n, --ranks RANKS  local ranks of the communicator asked about (default 2)\n"
+            "  -n, --ranks RANKS  local ranks of the communicator asked about (1 to %d,\n"
+            "                     COMM_MAX_RANKS; default 2)\n"
             "  --topology FILE    load the hwloc topology from this XML file (as HWLOC_XMLFILE\n"
             "                     does); the runtime's automatic knobs then follow it too\n"
             "  --only SECTIONS    print only these, comma-separated: host, topology, pci, cuda,\n"
             "                     hexagon, transports, paths, config\n"
             "  --no-host          leave out the host section (host name, OS, CPU model)\n"
             "  -h, --help         this text\n"
+            "  --version          arinfo's and the library's version\n"
             "\n"
             "Exit status: 0; 1 when the topology cannot be loaded; 2 on a usage error or a\n"
             "malformed ARCOMM_* variable.\n",
-            default_sizes);
+            default_sizes, COMM_MAX_RANKS);
 }
 
 static void die_usage(const char *fmt, const char *arg)
@@ -119,8 +125,13 @@ static int parse_ranks(const char *text)
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < 1 || v > 65536)
-        die_usage("-n \"%s\": expected a number of ranks from 1 to 65536", text);
+    if (errno != 0 || end == text || *end != '\0' || v < 1)
+        die_usage("-n \"%s\": expected a number of ranks from 1 to " COMM_MAX_RANKS_TEXT, text);
+    /* Beyond it comm_init refuses: no transport serves such a communicator. */
+    if (v > COMM_MAX_RANKS)
+        die_usage("-n %s: a communicator has at most " COMM_MAX_RANKS_TEXT
+                  " ranks (COMM_MAX_RANKS); comm_init would refuse more",
+                  text);
     return (int)v;
 }
 
@@ -147,15 +158,11 @@ static void print_header(struct arinfo *ai)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"config", no_argument, NULL, 'c'},
-        {"sizes", required_argument, NULL, 's'},
-        {"ranks", required_argument, NULL, 'n'},
-        {"topology", required_argument, NULL, 't'},
-        {"only", required_argument, NULL, 'o'},
-        {"no-host", no_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},           {"config", no_argument, NULL, 'c'},
+        {"sizes", required_argument, NULL, 's'},    {"ranks", required_argument, NULL, 'n'},
+        {"topology", required_argument, NULL, 't'}, {"only", required_argument, NULL, 'o'},
+        {"no-host", no_argument, NULL, 'H'},        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
     };
     struct arinfo ai = {.nranks = 2, .out = stdout};
     bool config = false, no_host = false;
@@ -188,6 +195,12 @@ int main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
+        case 'V': {
+            int major, minor, patch;
+            comm_get_version(&major, &minor, &patch);
+            printf("arinfo %s (libarcomm %d.%d.%d)\n", ARCOMM_VERSION_STRING, major, minor, patch);
+            return 0;
+        }
         default:
             usage(stderr);
             return 2;
@@ -215,8 +228,11 @@ int main(int argc, char **argv)
     }
     arinfo_knobs_load(&ai);
     arinfo_warn_unknown_env(&ai);
-    if (ai.sections & (ARINFO_SEC_HOST | ARINFO_SEC_TOPOLOGY | ARINFO_SEC_PCI | ARINFO_SEC_CUDA |
-                       ARINFO_SEC_HEXAGON)) {
+    /* A topology file given is always loaded: the runtime's fallback for one it cannot
+     * load (one core) would otherwise show in the paths as if it were the file's. */
+    if (ai.topology_file != NULL ||
+        (ai.sections & (ARINFO_SEC_HOST | ARINFO_SEC_TOPOLOGY | ARINFO_SEC_PCI | ARINFO_SEC_CUDA |
+                        ARINFO_SEC_HEXAGON))) {
         if (arinfo_topo_load(&ai) != 0)
             return 1;
     }

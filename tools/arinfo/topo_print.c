@@ -22,18 +22,34 @@ int arinfo_topo_load(struct arinfo *ai)
     /* Every PCI device, not only the classes this hwloc deems important: an accelerator
      * class it does not know yet must not vanish from the list. */
     hwloc_topology_set_type_filter(t, HWLOC_OBJ_PCI_DEVICE, HWLOC_TYPE_FILTER_KEEP_ALL);
-    if (ai->topology_file != NULL && hwloc_topology_set_xml(t, ai->topology_file) != 0) {
-        fprintf(stderr, "arinfo: cannot use topology file %s: %s\n", ai->topology_file,
-                strerror(errno));
-        hwloc_topology_destroy(t);
-        return -1;
-    }
-    if (hwloc_topology_load(t) != 0) {
-        fprintf(stderr, "arinfo: cannot load the topology%s%s: %s\n",
-                ai->topology_file ? " from " : "", ai->topology_file ? ai->topology_file : "",
-                strerror(errno));
-        hwloc_topology_destroy(t);
-        return -1;
+    if (ai->topology_file != NULL) {
+        /* hwloc does not always set errno (it then reads "Success"): look first. */
+        FILE *f = fopen(ai->topology_file, "r");
+        if (f == NULL) {
+            fprintf(stderr, "arinfo: cannot open topology file %s: %s\n", ai->topology_file,
+                    strerror(errno));
+            hwloc_topology_destroy(t);
+            return -1;
+        }
+        fclose(f);
+        errno = 0;
+        if (hwloc_topology_set_xml(t, ai->topology_file) != 0 || hwloc_topology_load(t) != 0) {
+            fprintf(stderr,
+                    "arinfo: cannot load topology file %s: hwloc does not read it as a "
+                    "topology%s%s; give an XML file written by lstopo (lstopo FILE.xml)\n",
+                    ai->topology_file, errno != 0 && errno != EINVAL ? ": " : "",
+                    errno != 0 && errno != EINVAL ? strerror(errno) : "");
+            hwloc_topology_destroy(t);
+            return -1;
+        }
+    } else {
+        errno = 0;
+        if (hwloc_topology_load(t) != 0) {
+            fprintf(stderr, "arinfo: hwloc cannot discover this host's topology%s%s\n",
+                    errno != 0 ? ": " : "", errno != 0 ? strerror(errno) : "");
+            hwloc_topology_destroy(t);
+            return -1;
+        }
     }
     ai->topo = t;
     return 0;

@@ -8,15 +8,15 @@
  * no segment name and no fd outlives arrun.
  *
  * The ranks share one process group (not arrun's), so killpg() reaches them and
- * whatever they started.  Ranks are left as zombies until the very end: an unreaped
- * rank keeps the group's id from being reused, which makes every killpg() safe.
+ * whatever they started.  If arrun itself is SIGKILLed, the ranks die by PDEATHSIG and
+ * a watcher process (watch.c) kills the rest of the group and removes the job's names.  Ranks are
+ * left as zombies until the very end: an unreaped rank keeps the group's id from being reused,
+ * which makes every killpg() safe.
  */
 #include "arrun.h"
 
 #include <arcomm.h>
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -26,16 +26,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define ARRUN_DRAIN_S    1.0 /* how long output is still read once every rank is gone */
-#define ARRUN_ID_PREFIX  "arc1-"
-#define ARRUN_ID_HEX     32
-#define ARRUN_SHM_PREFIX "arcomm-"
+#define ARRUN_DRAIN_S 1.0 /* how long output is still read once every rank is gone */
 
 void arrun_msg(const char *fmt, ...)
 {
@@ -92,9 +88,10 @@ struct job {
     pid_t pgid;   /* the ranks' process group: rank 0's pid */
     int sigfd;    /* SIGCHLD, SIGINT, SIGTERM, SIGHUP */
     enum job_phase phase;
-    int exit_code;   /* what arrun exits with */
-    double deadline; /* --timeout, on the monotonic clock; 0 = none */
-    double kill_at;  /* JOB_ENDING: when SIGKILL follows */
+    int exit_code;             /* what arrun exits with */
+    double deadline;           /* --timeout, on the monotonic clock; 0 = none */
+    double kill_at;            /* JOB_ENDING: when SIGKILL follows */
+    struct arrun_watch *watch; /* the watcher, told when the group is no longer ours */
 };
 
 static void job_signal(struct job *j, int signo)
@@ -305,50 +302,12 @@ static void job_finish(struct job *j, struct pollfd *pfds)
         label_stream_finish(&j->ranks[i].err);
     }
 
+    /* Once the ranks are reaped the group's id may be reused: the watcher forgets it. */
+    arrun_watch_group(j->watch, 0);
     for (int i = 0; i < j->nstarted; i++) {
         while (waitpid(j->ranks[i].pid, NULL, 0) < 0 && errno == EINTR)
             ;
     }
-}
-
-/*
- * The job's shared-memory names: "/arcomm-" + the id's hex digits, and any name the
- * library derives from it by a suffix.  A rank killed during rendezvous (before every
- * rank attached and the name was unlinked) would otherwise leave it in /dev/shm.
- */
-static void remove_segments(const struct arrun_opts *o, const char *id)
-{
-    char prefix[sizeof(ARRUN_SHM_PREFIX) + ARRUN_ID_HEX], name[NAME_MAX + 2];
-    const char *hex = id + strlen(ARRUN_ID_PREFIX);
-    size_t plen;
-    struct dirent *e;
-    DIR *dir;
-
-    if (strncmp(id, ARRUN_ID_PREFIX, strlen(ARRUN_ID_PREFIX)) != 0 || strlen(hex) != ARRUN_ID_HEX) {
-        if (o->verbose >= 1)
-            arrun_msg("note: id '%s' has an unknown form; no segment name to clean up", id);
-        return;
-    }
-    plen = (size_t)snprintf(prefix, sizeof(prefix), ARRUN_SHM_PREFIX "%s", hex);
-
-    dir = opendir("/dev/shm");
-    if (!dir) {
-        /* No /dev/shm to look at: at least the rendezvous segment's own name. */
-        snprintf(name, sizeof(name), "/%s", prefix);
-        if (shm_unlink(name) < 0 && errno != ENOENT)
-            arrun_msg("warning: cannot remove shared memory %s: %s", name, strerror(errno));
-        return;
-    }
-    while ((e = readdir(dir)) != NULL) {
-        if (strncmp(e->d_name, prefix, plen) != 0 || isxdigit((unsigned char)e->d_name[plen]))
-            continue;
-        snprintf(name, sizeof(name), "/%s", e->d_name);
-        if (shm_unlink(name) < 0 && errno != ENOENT)
-            arrun_msg("warning: cannot remove shared memory %s: %s", name, strerror(errno));
-        else if (o->verbose >= 1)
-            arrun_msg("note: removed shared memory %s left by the job", name);
-    }
-    closedir(dir);
 }
 
 static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_binding *binding)
@@ -356,7 +315,8 @@ static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_b
     struct sigaction ign = {.sa_handler = SIG_IGN}, dfl = {.sa_handler = SIG_DFL}, old_pipe;
     sigset_t watched, orig_mask;
     struct pollfd *pfds = NULL;
-    struct job j = {.opts = opts, .sigfd = -1};
+    struct arrun_watch watch = {.pid = -1, .fd = -1};
+    struct job j = {.opts = opts, .sigfd = -1, .watch = &watch};
     struct arrun_spawn sp = {
         .opts = opts,
         .binding = binding,
@@ -364,6 +324,7 @@ static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_b
         .parent = getpid(),
         .orig_mask = &orig_mask,
         .stdin_null = isatty(STDIN_FILENO),
+        .watch = &watch,
     };
     int status = ARRUN_EXIT_ERROR;
 
@@ -399,6 +360,9 @@ static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_b
     for (int i = 0; i < opts->nranks; i++)
         j.ranks[i].out.fd = j.ranks[i].err.fd = -1;
 
+    /* Without a watcher the job still runs; only a SIGKILLed arrun would leave more. */
+    arrun_watch_start(&watch, opts, id, &orig_mask);
+
     if (opts->timeout_s > 0)
         j.deadline = now_s() + opts->timeout_s;
     for (int i = 0; i < opts->nranks; i++) {
@@ -426,10 +390,11 @@ static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_b
 
     job_wait(&j, pfds);
     job_finish(&j, pfds);
-    remove_segments(opts, id);
+    arrun_remove_segments(opts, id);
     status = j.exit_code;
 
 err_free:
+    arrun_watch_done(&watch);
     for (int i = 0; j.ranks && i < opts->nranks; i++) {
         label_stream_free(&j.ranks[i].out);
         label_stream_free(&j.ranks[i].err);

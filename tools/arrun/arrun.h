@@ -83,6 +83,25 @@ struct arrun_rank {
     struct label_stream out, err;
 };
 
+/*
+ * The watcher (watch.c): a process that outlives a SIGKILLed arrun long enough to
+ * kill what the ranks left running and remove the job's shared-memory names.
+ */
+struct arrun_watch {
+    pid_t pid; /* the watcher; -1 when none runs */
+    int fd;    /* write end of its pipe; -1 once closed */
+};
+
+/* Forks the watcher; returns 0, or -1 with the message printed (the job runs without). */
+int arrun_watch_start(struct arrun_watch *w, const struct arrun_opts *o, const char *id,
+                      const sigset_t *orig_mask);
+/* Tells the watcher the ranks' process group, as soon as rank 0 made it. */
+void arrun_watch_group(struct arrun_watch *w, pid_t pgid);
+/* The job ended and arrun cleaned up: the watcher exits, and is reaped here. */
+void arrun_watch_done(struct arrun_watch *w);
+/* Unlinks every /dev/shm name that starts with "arcomm-" + the hex digits of id. */
+void arrun_remove_segments(const struct arrun_opts *o, const char *id);
+
 /* What a child needs to turn itself into rank `rank`. */
 struct arrun_spawn {
     const struct arrun_opts *opts;
@@ -93,6 +112,7 @@ struct arrun_spawn {
     const sigset_t *orig_mask; /* arrun's signal mask before it blocked signals */
     bool pipe_ignored;         /* SIGPIPE was ignored when arrun started */
     bool stdin_null;           /* rank 0 too gets /dev/null: arrun's stdin is a terminal */
+    struct arrun_watch *watch; /* told the group as soon as rank 0 is forked */
 };
 
 /*

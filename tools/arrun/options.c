@@ -4,7 +4,10 @@
  */
 #include "arrun.h"
 
+#include <arcomm.h>
+
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -42,8 +45,9 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 when every rank exits 0; else the status of the first rank that\n"
     "failed (128+N for signal N); 124 on --timeout; 128+N when arrun gets signal N\n"
-    "(SIGINT, SIGTERM, SIGHUP are passed on to every rank); 2 for bad usage; 1 when\n"
-    "arrun itself cannot run the job.\n";
+    "(SIGINT, SIGTERM, SIGHUP are passed on to every rank); 2 for bad usage or a\n"
+    "PROGRAM that cannot be found or run (checked before any rank starts: the file, its\n"
+    "#! interpreter, its ELF machine); 1 when arrun itself cannot run the job.\n";
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -143,6 +147,83 @@ static int find_program(const char *name, char **out)
     return status;
 }
 
+/*
+ * What the kernel would refuse to exec although the file is an executable file: a
+ * script whose interpreter is missing or cannot be run, or a file that is neither an
+ * ELF executable of this machine (the class, byte order and machine of arrun's own
+ * ELF header) nor a script.  Returns 0, or -1 with why[] filled.  A file arrun may not
+ * read is left to exec (execute-only binaries exist).
+ */
+static int check_format(const char *path, int depth, char *why, size_t why_len)
+{
+    unsigned char head[256], self[20];
+    ssize_t n, m;
+    int fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, head, sizeof(head) - 1);
+    close(fd);
+    if (n < 0)
+        return 0;
+    if (n >= 2 && head[0] == '#' && head[1] == '!') {
+        char interp[sizeof(head)];
+        size_t i = 2, k = 0;
+        int rc;
+
+        while (i < (size_t)n && (head[i] == ' ' || head[i] == '\t'))
+            i++;
+        while (i < (size_t)n && head[i] != ' ' && head[i] != '\t' && head[i] != '\n' &&
+               head[i] != '\0')
+            interp[k++] = (char)head[i++];
+        interp[k] = '\0';
+        if (k == 0) {
+            snprintf(why, why_len, "its #! line names no interpreter");
+            return -1;
+        }
+        if (i == (size_t)n && n == (ssize_t)sizeof(head) - 1) {
+            snprintf(why, why_len, "its #! line is longer than %zu bytes", sizeof(head) - 2);
+            return -1;
+        }
+        rc = check_executable(interp);
+        if (rc < 0) {
+            snprintf(why, why_len, "its interpreter %s (from the #! line) %s", interp,
+                     rc == -ENOENT ? "does not exist" : "cannot be run");
+            return -1;
+        }
+        /* Linux lets an interpreter be a script itself, a few levels deep. */
+        if (depth < 4) {
+            char inner[512];
+            if (check_format(interp, depth + 1, inner, sizeof(inner)) < 0) {
+                snprintf(why, why_len, "its interpreter %.200s cannot be run: %.200s", interp,
+                         inner);
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (n < 20 || memcmp(head,
+                         "\x7f"
+                         "ELF",
+                         4) != 0) {
+        snprintf(why, why_len, "it is neither an ELF executable nor a script starting with #!");
+        return -1;
+    }
+    fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    m = read(fd, self, sizeof(self));
+    close(fd);
+    /* EI_CLASS, EI_DATA and e_machine (bytes 18-19, in the file's own byte order). */
+    if (m == (ssize_t)sizeof(self) &&
+        (head[4] != self[4] || head[5] != self[5] || memcmp(head + 18, self + 18, 2) != 0)) {
+        snprintf(why, why_len, "it is an ELF executable for another machine or ABI");
+        return -1;
+    }
+    return 0;
+}
+
 static int log_verbosity(void)
 {
     const char *level = getenv("ARCOMM_LOG_LEVEL");
@@ -217,9 +298,12 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
         case 'h':
             printf("%s%s", usage_line, usage_text);
             return 0;
-        case 'V':
-            printf("arrun (arcomm) %s\n", ARRUN_VERSION);
+        case 'V': {
+            int major, minor, patch;
+            comm_get_version(&major, &minor, &patch);
+            printf("arrun %s (libarcomm %d.%d.%d)\n", ARRUN_VERSION, major, minor, patch);
             return 0;
+        }
         case ':':
             return usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
@@ -243,5 +327,10 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
     }
     if (status < 0)
         return usage_error("cannot run '%s': %s", o->argv[0], strerror(-status));
+    {
+        char why[512];
+        if (check_format(o->path, 0, why, sizeof(why)) < 0)
+            return usage_error("cannot run '%s': %s", o->path, why);
+    }
     return -1;
 }

@@ -142,6 +142,9 @@ int arrun_spawn_rank(const struct arrun_spawn *sp, int rank, struct arrun_rank *
         child_exec(sp, rank, report[1], out[1], err[1]);
     }
     r->pid = pid;
+    /* Before anything else: from now on, arrun dying would leave this group behind. */
+    if (sp->pgid == 0 && sp->watch)
+        arrun_watch_group(sp->watch, pid);
 
     /* The write ends belong to the child now; EOF on report means exec succeeded. */
     close(report[1]);

@@ -2,6 +2,9 @@
 # Host measurements for docs/PERFORMANCE.md: arcomm against Open MPI in the same run
 # (2 thread ranks, 2 process ranks, 4 thread ranks on this host's cores), f32 sum,
 # 4 B to 64 MiB, results checked.  Prints markdown tables; CSVs go to ${OUT:-perf-out}.
+# LOAD=N runs N busy-looping processes (unpinned, like other work) for the whole run,
+# to see how both degrade when they compete for the cores; ONLY=threads2|procs2|threads4
+# runs one of the three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh build
@@ -36,7 +39,19 @@ for r in rows:
           f"{int(g('arcomm_wrong'))}/{int(g('peer_wrong'))} |")
 PY
 }
+load=${LOAD:-0}
+busy=()
+stop_load() { [ ${#busy[@]} -eq 0 ] || kill "${busy[@]}" 2>/dev/null || true; }
+trap stop_load EXIT
+for ((i = 0; i < load; i++)); do
+    sh -c 'while :; do :; done' &
+    busy+=($!)
+done
+only=${ONLY:-}
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
+echo "load: $load busy-looping processes"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  host: $(hostname)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)  cores: $(nproc)"
-run "2 thread ranks (arbench -n 2) vs Open MPI, 2 processes" threads2.csv -n 2
-run "2 process ranks under arrun (arbench -n 2 --procs) vs Open MPI, 2 processes" procs2.csv -n 2 --procs
-run "4 thread ranks on $(nproc) cores (arbench -n 4) vs Open MPI, 4 processes" threads4.csv -n 4
+want threads2 && run "2 thread ranks (arbench -n 2) vs Open MPI, 2 processes" threads2.csv -n 2
+want procs2 && run "2 process ranks under arrun (arbench -n 2 --procs) vs Open MPI, 2 processes" procs2.csv -n 2 --procs
+want threads4 && run "4 thread ranks on $(nproc) cores (arbench -n 4) vs Open MPI, 4 processes" threads4.csv -n 4
+true

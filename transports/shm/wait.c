@@ -175,6 +175,11 @@ static void describe_missing(struct comm *c, shm_behind_fn behind, void *arg, co
 
 enum phase { PHASE_SPIN, PHASE_YIELD, PHASE_SLEEP };
 
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
 void shm_note_cpu(struct comm *c)
 {
     if (c->same_cpu_check) {
@@ -210,8 +215,10 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
 
     struct shm_comm *s = c->shm;
     uint64_t start = rt_now_ns();
-    uint64_t yield_at = start + (uint64_t)c->spin_ns;
-    uint64_t sleep_at = yield_at + (uint64_t)(c->knobs.yield_ns > 0 ? c->knobs.yield_ns : 0);
+    /* Phase ends saturate like deadlines: ARCOMM_SPIN_NS and ARCOMM_YIELD_NS may be
+     * as large as a long. */
+    uint64_t yield_at = sat_add(start, c->spin_ns > 0 ? (uint64_t)c->spin_ns : 0);
+    uint64_t sleep_at = sat_add(yield_at, c->knobs.yield_ns > 0 ? (uint64_t)c->knobs.yield_ns : 0);
     uint64_t deadline = rt_comm_deadline(c);
     uint64_t next_liveness = start + LIVENESS_PERIOD_NS;
     enum phase phase = c->spin_ns > 0 ? PHASE_SPIN : PHASE_YIELD;

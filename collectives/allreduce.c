@@ -54,6 +54,13 @@ const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)
     return bytes <= k->flag_threshold ? "flag" : "bulk";
 }
 
+/* Does [p, p + len) lie in the comm_mem_alloc pools, where peers accept offsets? */
+static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
+{
+    return shm_contains(s, p, len) &&
+           shm_pool_range(s, (uint64_t)((const uint8_t *)p - s->base), len);
+}
+
 /* How peers may reach this rank's buffers: same process, in the segment, or not. */
 static uint32_t reach(const struct comm *c, const struct coll_call *call, size_t bytes,
                       uint64_t *send, uint64_t *recv, uint64_t *addend)
@@ -66,8 +73,8 @@ static uint32_t reach(const struct comm *c, const struct coll_call *call, size_t
     }
     const struct shm_comm *s = c->shm;
     size_t addend_bytes = call->addend ? call->addend_count * comm_dtype_size(call->dtype) : 0;
-    if (shm_contains(s, call->send, bytes) && shm_contains(s, call->recv, bytes) &&
-        (call->addend == NULL || shm_contains(s, call->addend, addend_bytes))) {
+    if (in_pool(s, call->send, bytes) && in_pool(s, call->recv, bytes) &&
+        (call->addend == NULL || in_pool(s, call->addend, addend_bytes))) {
         *send = (uint64_t)((const uint8_t *)call->send - s->base);
         *recv = (uint64_t)((uint8_t *)call->recv - s->base);
         *addend = call->addend ? (uint64_t)((const uint8_t *)call->addend - s->base) : 0;
@@ -76,7 +83,7 @@ static uint32_t reach(const struct comm *c, const struct coll_call *call, size_t
     return 0;
 }
 
-static comm_status_t host_allreduce(struct comm *c, const struct coll_call *call)
+static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call *call)
 {
     size_t bytes = call->count * comm_dtype_size(call->dtype);
     bool narrow = coll_narrows(&c->knobs, call->dtype, bytes);
@@ -96,7 +103,9 @@ static comm_status_t host_allreduce(struct comm *c, const struct coll_call *call
     comm_status_t st = coll_wait_arrivals(c, "allreduce (bulk path handshake)");
     if (st != COMM_OK)
         return st;
-    uint32_t all = SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG;
+    /* Only the kinds this rank itself published can be common to all: raw pointers
+     * between thread ranks of this process (known at join), or segment offsets. */
+    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG);
     for (int p = 0; p < c->nranks; p++)
         all &= shm_arrival_at(c->shm, c->seq, p)->flags;
     if (all != 0)
@@ -104,11 +113,11 @@ static comm_status_t host_allreduce(struct comm *c, const struct coll_call *call
     return coll_allreduce_staged(c, call, narrow);
 }
 
-comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call)
+static comm_status_t device_allreduce(struct comm *c, const struct coll_call *call)
 {
     switch (c->device) {
     case COMM_DEVICE_HOST:
-        return host_allreduce(c, call);
+        return host_allreduce_path(c, call);
 #if ARCOMM_HAVE_CUDA
     case COMM_DEVICE_CUDA:
         return coll_cuda_allreduce(c, call);
@@ -122,4 +131,15 @@ comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call)
                  c->rank);
         return COMM_ERR_UNSUPPORTED;
     }
+}
+
+comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = device_allreduce(c, call);
+    /* Every device's calls go through the segment's failure words: a rank that
+     * completed this call never fails a peer's (CUDA: the call is enqueued, and
+     * comm_destroy drains it before it leaves). */
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
 }

@@ -8,12 +8,37 @@
 #include "coll.h"
 #include "reduce.h"
 
-/* A peer's buffer as this rank can address it. */
-static void *peer_ptr(const struct comm *c, const struct shm_arrival *a, uint64_t v)
+/*
+ * A peer's buffer as this rank can address it, or NULL (the message recorded) when the
+ * peer published one this rank must not touch: an offset must lie, with its whole
+ * length, in the segment's comm_mem_alloc pools; a raw pointer is only taken from a
+ * rank known at join to live in this process.
+ */
+static void *peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64_t v, uint64_t len,
+                      const char *what)
 {
-    if (a->flags & SHM_BUF_IN_SEG)
-        return c->shm->base + v;
-    return (void *)(uintptr_t)v;
+    struct shm_comm *s = c->shm;
+    if (c->same_process && (a->flags & SHM_BUF_SAME_PROC) && !(a->flags & SHM_BUF_IN_SEG))
+        return (void *)(uintptr_t)v;
+    if (!c->same_process && (a->flags & SHM_BUF_IN_SEG) && !(a->flags & SHM_BUF_SAME_PROC)) {
+        if (shm_pool_range(s, v, len))
+            return s->base + v;
+        rt_error(c, COMM_ERR_PEER,
+                 "rank %d: peer rank %d published %s at offset %llu (%llu bytes) outside the "
+                 "segment's buffer pools (bytes %llu to %llu) in call %u: the segment is "
+                 "corrupted (a stray write by another process of this user?); restart the job",
+                 c->rank, p, what, (unsigned long long)v, (unsigned long long)len,
+                 (unsigned long long)(s->pool - s->base), (unsigned long long)s->size, c->seq);
+        return NULL;
+    }
+    rt_error(c, COMM_ERR_PEER,
+             "rank %d: peer rank %d published buffer flags 0x%x in call %u, which no rank of "
+             "this communicator publishes (%s): the segment is corrupted (a stray write by "
+             "another process of this user?); restart the job",
+             c->rank, p, a->flags, c->seq,
+             c->same_process ? "every rank is a thread of this process"
+                             : "not every rank is a thread of this process");
+    return NULL;
 }
 
 comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call, bool narrow)
@@ -22,23 +47,35 @@ comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call
     size_t esize = comm_dtype_size(call->dtype);
     size_t lo, hi;
     coll_slice(call->count, esize, n, c->rank, &lo, &hi);
+    /* count, dtype and addend_count are this rank's own (the handshake checked that
+     * every peer's equal them), so these lengths cannot overflow. */
+    uint64_t bytes = (uint64_t)call->count * esize;
+    uint64_t addend_bytes = (uint64_t)call->addend_count * esize;
 
-    if (hi > lo) {
-        const void *src[n];
-        void *dst[n];
-        const void *addend[n];
-        bool any_addend = false;
-        for (int p = 0; p < n; p++) {
-            const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
-            src[p] = (const char *)peer_ptr(c, a, a->send) + lo * esize;
-            dst[p] = (char *)peer_ptr(c, a, a->recv) + lo * esize;
-            addend[p] = NULL;
-            if (a->flags & SHM_BUF_ADD) {
-                /* Each rank's own addend, lined up with where this slice starts. */
-                addend[p] = peer_ptr(c, a, a->addend);
-                any_addend = true;
-            }
+    /* Every peer's buffers are checked before any is touched, by every rank: a bad
+     * one fails the call on every rank before anyone writes. */
+    const void *src[n];
+    void *dst[n];
+    const void *addend[n];
+    bool any_addend = false;
+    for (int p = 0; p < n; p++) {
+        const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
+        const char *in = peer_ptr(c, p, a, a->send, bytes, "a send buffer");
+        char *out = in ? peer_ptr(c, p, a, a->recv, bytes, "a receive buffer") : NULL;
+        if (out == NULL)
+            return COMM_ERR_PEER;
+        src[p] = in + lo * esize;
+        dst[p] = out + lo * esize;
+        addend[p] = NULL;
+        if (a->flags & SHM_BUF_ADD) {
+            /* Each rank's own addend, lined up with where this slice starts. */
+            addend[p] = peer_ptr(c, p, a, a->addend, addend_bytes, "an addend");
+            if (addend[p] == NULL)
+                return COMM_ERR_PEER;
+            any_addend = true;
         }
+    }
+    if (hi > lo) {
         struct coll_reduce_args args = {
             .dst = dst,
             .ndst = n,

@@ -68,17 +68,17 @@ static int arrivals_ready(struct comm *c, void *arg)
         int32_t st = atomic_load_explicit(&a->status, memory_order_relaxed);
         /* A peer that found a mismatch in this call saw every arrival of it: this rank
          * will find the same mismatch itself, and report it as such, not as PEER. */
-        if (st != COMM_OK && st != COMM_ERR_MISMATCH) {
-            const struct shm_rank *pr = &c->shm->ranks[w->next];
-            rt_error(
-                c, COMM_ERR_PEER, "rank %d: peer rank %d failed in call %u with %s: %.*s", c->rank,
-                w->next, c->seq, comm_status_string((comm_status_t)st), SHM_ERRMSG_BYTES,
-                atomic_load_explicit(&pr->status, memory_order_acquire) != COMM_OK ? pr->errmsg
-                                                                                   : "(no detail)");
-            return COMM_ERR_PEER;
-        }
+        if (st != COMM_OK && st != COMM_ERR_MISMATCH)
+            return shm_peer_failed(c, w->next, st);
     }
     return 1;
+}
+
+static bool arrival_behind(struct comm *c, void *arg, int p)
+{
+    (void)arg;
+    const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
+    return !shm_seq_reached(atomic_load_explicit(&a->seq, memory_order_acquire), c->seq);
 }
 
 static void describe(const struct shm_arrival *a, char *buf, size_t len)
@@ -97,7 +97,7 @@ static void describe(const struct shm_arrival *a, char *buf, size_t len)
 comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
 {
     struct arrivals_arg w = {.next = 0};
-    comm_status_t st = shm_wait(c, arrivals_ready, &w, what);
+    comm_status_t st = shm_wait_for(c, arrivals_ready, arrival_behind, &w, what, "arrive");
     if (st != COMM_OK)
         return st;
     const struct shm_arrival *mine = shm_arrival_at(c->shm, c->seq, c->rank);
@@ -107,6 +107,15 @@ comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
             a->path == mine->path && (a->flags & SHM_BUF_ADD) == (mine->flags & SHM_BUF_ADD) &&
             a->addend_count == mine->addend_count)
             continue;
+        /* Values no rank publishes are not a disagreement but a corrupted segment. */
+        if (a->dtype >= 6 || a->op >= 3 || a->path < SHM_PATH_FLAG || a->path > SHM_PATH_BARRIER) {
+            rt_error(c, COMM_ERR_PEER,
+                     "rank %d: peer rank %d published dtype %u, op %u, path %u in call %u, "
+                     "values no rank of this library publishes: the segment is corrupted (a "
+                     "stray write by another process of this user?); restart the job",
+                     c->rank, p, a->dtype, a->op, a->path, c->seq);
+            return COMM_ERR_PEER;
+        }
         char m[96], t[96];
         describe(mine, m, sizeof(m));
         describe(a, t, sizeof(t));
@@ -147,5 +156,8 @@ comm_status_t coll_barrier(struct comm *c)
 #endif
     struct shm_arrival mine = {.path = SHM_PATH_BARRIER};
     coll_arrive(c, &mine);
-    return coll_wait_arrivals(c, "comm_barrier");
+    comm_status_t st = coll_wait_arrivals(c, "comm_barrier");
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
 }

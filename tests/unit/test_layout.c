@@ -26,12 +26,14 @@ static void header(void **s)
 static void rank_record(void **s)
 {
     (void)s;
-    assert_int_equal(sizeof(struct shm_rank), 320);
+    assert_int_equal(sizeof(struct shm_rank), 640);
     assert_int_equal(offsetof(struct shm_rank, claimed), 0);
     assert_int_equal(offsetof(struct shm_rank, start_time), 8);
     assert_int_equal(offsetof(struct shm_rank, progress), 64);
     assert_int_equal(offsetof(struct shm_rank, status), 72);
     assert_int_equal(offsetof(struct shm_rank, cpu), 80);
+    assert_int_equal(offsetof(struct shm_rank, completed), 84);
+    assert_int_equal(offsetof(struct shm_rank, root_kind), 96);
     assert_int_equal(offsetof(struct shm_rank, errmsg), 128);
     assert_int_equal(_Alignof(struct shm_rank), 64);
 }

@@ -3,7 +3,7 @@
  * Rank 0 creates it; the others check it before trusting a byte (segment.c).
  *
  *   offset 0            struct shm_header          (one page)
- *   off_ranks           struct shm_rank[nranks]    (two cache lines each)
+ *   off_ranks           struct shm_rank[nranks]    (ten cache lines each)
  *   off_arrival         struct shm_arrival[2][nranks]  (one cache line each)
  *   off_staging         rank r: slot 0, slot 1     (slot_bytes each, page aligned)
  *   off_pool            rank r: pool_bytes         (comm_mem_alloc arena, page aligned)
@@ -23,9 +23,9 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      1u
+#define SHM_VERSION      2u
 #define SHM_SLOTS        2
-#define SHM_ERRMSG_BYTES 192
+#define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
 
 /* Header: written by rank 0 before it publishes magic; read-only afterwards, except
@@ -69,13 +69,27 @@ struct shm_rank {
     uint8_t pad0[SHM_CACHE_LINE - 20];
     /* --- line 1: progress of multi-step algorithms --- */
     alignas(SHM_CACHE_LINE) _Atomic uint64_t progress; /* steps completed, monotonic */
-    _Atomic int32_t status; /* sticky: COMM_OK, or the error that broke it */
-    uint32_t failed_seq;    /* call number where status was set */
-    _Atomic int32_t cpu;    /* CPU the owner last arrived from (-1 unknown): a
-                             * waiter on the same CPU yields instead of spinning */
-    uint8_t pad1[SHM_CACHE_LINE - 20];
-    /* --- lines 2..4: the owner's error text, valid once status != COMM_OK --- */
+    _Atomic int32_t status;     /* sticky: COMM_OK, or the error that broke it */
+    uint32_t failed_seq;        /* call number where status was set */
+    _Atomic int32_t cpu;        /* CPU the owner last arrived from (-1 unknown): a
+                                 * waiter on the same CPU yields instead of spinning */
+    _Atomic uint32_t completed; /* host calls the owner completed (release, wraps): a
+                                 * peer that completed call N never fails call N */
+    /* The root cause of the owner's failure, valid with status like errmsg: */
+    uint32_t root_rank1; /* 0: the owner's own failure; else the rank (plus one)
+                          * whose failure the owner saw, and errmsg is that rank's */
+    int32_t root_status; /* with root_rank1: the status the root rank failed with */
+    uint32_t root_kind;  /* with root_rank1: enum shm_root_kind */
+    uint8_t pad1[SHM_CACHE_LINE - 36];
+    /* --- lines 2..9: the error text of the root cause, valid once status != COMM_OK:
+     * the owner's own message, or (root_rank1) the root rank's, whole --- */
     char errmsg[SHM_ERRMSG_BYTES];
+};
+
+/* How the root rank of a failure failed. */
+enum shm_root_kind {
+    SHM_ROOT_FAILED = 0, /* it published root_status and errmsg itself */
+    SHM_ROOT_DIED = 1,   /* its process exited; errmsg is what the rank that found it saw */
 };
 
 /* Path a rank takes for a call: the peers must agree. */
@@ -112,11 +126,15 @@ struct shm_arrival {
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
 _Static_assert(sizeof(struct shm_header) == 4 * SHM_CACHE_LINE, "header is four lines");
-_Static_assert(sizeof(struct shm_rank) == 5 * SHM_CACHE_LINE, "rank record is five lines");
+_Static_assert(sizeof(struct shm_rank) == 2 * SHM_CACHE_LINE + SHM_ERRMSG_BYTES,
+               "rank record is two lines and the message");
+_Static_assert(SHM_ERRMSG_BYTES % SHM_CACHE_LINE == 0, "the message fills whole lines");
 _Static_assert(sizeof(struct shm_arrival) == SHM_CACHE_LINE, "an arrival is one line");
 _Static_assert(offsetof(struct shm_header, attached) == 2 * SHM_CACHE_LINE, "line 2");
 _Static_assert(offsetof(struct shm_header, bell) == 3 * SHM_CACHE_LINE, "line 3");
 _Static_assert(offsetof(struct shm_rank, progress) == SHM_CACHE_LINE, "progress on line 1");
+_Static_assert(offsetof(struct shm_rank, root_kind) < 2 * SHM_CACHE_LINE, "root on line 1");
+_Static_assert(offsetof(struct shm_rank, errmsg) == 2 * SHM_CACHE_LINE, "message from line 2");
 
 /* Geometry of a segment for nranks ranks; every offset page aligned. */
 struct shm_geometry {

@@ -446,6 +446,7 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
 
     struct shm_header *h = (struct shm_header *)s->base;
     s->hdr = h;
+    s->nranks = (uint32_t)c->nranks; /* geometry is never re-read from the header */
     s->ranks = (struct shm_rank *)(s->base + h->off_ranks);
     s->arrival = (struct shm_arrival *)(s->base + h->off_arrival);
     s->staging = s->base + h->off_staging;

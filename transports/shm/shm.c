@@ -34,7 +34,18 @@ void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, 
         return;
     struct shm_rank *me = &s->ranks[c->rank];
     if (!atomic_exchange(&c->published, 1)) {
-        snprintf(me->errmsg, sizeof(me->errmsg), "%s", msg);
+        /* A rank that fails because of a peer passes the root cause on instead of
+         * wrapping it: every rank's message then starts with the rank that really
+         * failed, and carries what that rank said, whole. */
+        if (status == COMM_ERR_PEER && s->root_rank1 != 0) {
+            snprintf(me->errmsg, sizeof(me->errmsg), "%s", s->root_msg);
+            me->root_rank1 = s->root_rank1;
+            me->root_status = s->root_status;
+            me->root_kind = s->root_kind;
+        } else {
+            snprintf(me->errmsg, sizeof(me->errmsg), "%s", msg);
+            me->root_rank1 = 0;
+        }
         /* comm_abort's thread must not read c->seq: the owner may be updating it. */
         me->failed_seq = in_call ? c->seq : UINT32_MAX;
         atomic_store_explicit(&me->status, (int32_t)status, memory_order_release);

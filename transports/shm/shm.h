@@ -22,6 +22,7 @@ struct shm_comm {
     uint8_t *base;           /* the whole segment, mapped here */
     size_t size;
     struct shm_header *hdr;
+    uint32_t nranks;             /* local copy: never re-read from the header */
     struct shm_rank *ranks;      /* [nranks] */
     struct shm_arrival *arrival; /* [SHM_SLOTS][nranks] */
     uint8_t *staging;            /* rank r slot s at (r * SHM_SLOTS + s) * slot_bytes */
@@ -31,7 +32,16 @@ struct shm_comm {
     struct shm_pool_block *blocks; /* this rank's arena: blocks in address order */
     struct shm_mapping *mapping;   /* the process-wide mapping record (segment.c) */
     int ext_refs_private;          /* ext holders when the mapping is not shared */
+    /* The root cause of this rank's COMM_ERR_PEER, when it saw a peer fail: what it
+     * publishes instead of its own message, so every rank names the rank that really
+     * failed (root_rank1: that rank plus one; 0 = none seen). */
+    uint32_t root_rank1;
+    int32_t root_status;
+    uint32_t root_kind; /* enum shm_root_kind */
+    char root_msg[SHM_ERRMSG_BYTES];
 };
+
+_Static_assert(SHM_ERRMSG_BYTES >= RT_ERRMSG_BYTES, "a peer's message travels whole");
 
 extern const struct transport_ops shm_transport_ops;
 
@@ -67,7 +77,7 @@ void shm_pool_release(struct comm *c);
 
 static inline struct shm_arrival *shm_arrival_at(const struct shm_comm *s, uint32_t seq, int rank)
 {
-    return &s->arrival[(seq % SHM_SLOTS) * s->hdr->nranks + (uint32_t)rank];
+    return &s->arrival[(seq % SHM_SLOTS) * s->nranks + (uint32_t)rank];
 }
 
 static inline void *shm_slot(const struct shm_comm *s, int rank, uint32_t seq)
@@ -82,6 +92,14 @@ static inline bool shm_contains(const struct shm_comm *s, const void *p, size_t 
     return b >= s->base && len <= s->size && (size_t)(b - s->base) <= s->size - len;
 }
 
+/* Is [off, off + len) inside the comm_mem_alloc pools (the only segment memory a
+ * buffer a rank publishes may lie in)?  Overflow-safe for any off and len. */
+static inline bool shm_pool_range(const struct shm_comm *s, uint64_t off, uint64_t len)
+{
+    uint64_t lo = (uint64_t)(s->pool - s->base);
+    return off >= lo && off <= s->size && len <= s->size - off;
+}
+
 /* Wrap-aware: has a reached b? */
 static inline bool shm_seq_reached(uint32_t a, uint32_t b)
 {
@@ -94,12 +112,22 @@ static inline bool shm_seq_reached(uint32_t a, uint32_t b)
  * condition has already recorded the message with rt_error). */
 typedef int (*shm_ready_fn)(struct comm *c, void *arg);
 
+/* For a timeout message: is peer still missing for the condition? */
+typedef bool (*shm_behind_fn)(struct comm *c, void *arg, int peer);
+
 /*
  * Waits until ready says so: spin (c->spin_ns), then sched_yield (yield_ns), then sleep
  * on the doorbell futex.  Bounded by the timeout; ends early on comm_abort, on a peer's
- * published failure, and on a dead peer process.  what names the stage in messages.
+ * published failure, and on a dead peer process, except a peer that completed this
+ * call (c->seq): it can fail only calls it never made.  what names the stage in
+ * messages.
  */
 comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char *what);
+
+/* shm_wait whose timeout names the peers still behind (behind) and those not: "rank 2
+ * did not <missing> (ranks 1, 3 did)". */
+comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind, void *arg,
+                           const char *what, const char *missing);
 
 /* After publishing a word peers may sleep on: wake them if any sleeps. */
 void shm_ring(struct shm_comm *s);
@@ -114,7 +142,29 @@ void shm_progress_publish(struct comm *c);
 /* Waits until every peer's progress reached c->steps. */
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what);
 
-/* Checks the peers' sticky status words; records the first failure seen. */
+/* Checks the peers' sticky status words; records the first failure seen.  A peer that
+ * completed call c->seq is not a failure of this call. */
 comm_status_t shm_check_peers(struct comm *c);
+
+/* Did peer complete call seq?  All its writes for that call are visible after this. */
+static inline bool shm_peer_completed(const struct shm_comm *s, int peer, uint32_t seq)
+{
+    return shm_seq_reached(atomic_load_explicit(&s->ranks[peer].completed, memory_order_acquire),
+                           seq + 1);
+}
+
+/* Publishes that this rank completed call c->seq (release): called when a call that
+ * went through the segment succeeded, before the caller counts it. */
+static inline void shm_complete(struct comm *c)
+{
+    atomic_store_explicit(&c->shm->ranks[c->rank].completed, c->seq + 1, memory_order_release);
+}
+
+/*
+ * Records, as COMM_ERR_PEER, that peer failed with status (its sticky status word or
+ * its arrival status, loaded with acquire order), passing on the root cause the peer
+ * published, and returns COMM_ERR_PEER.
+ */
+comm_status_t shm_peer_failed(struct comm *c, int peer, int32_t status);
 
 #endif /* ARCOMM_SHM_H */

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <string.h>
@@ -50,6 +51,53 @@ void shm_ring_all(struct shm_comm *s)
     futex(&s->hdr->bell, FUTEX_WAKE, INT_MAX, NULL);
 }
 
+/* "COMM_ERR_INVALID" out of "COMM_ERR_INVALID: bad argument or configuration". */
+static int status_name_len(const char *s)
+{
+    const char *colon = strchr(s, ':');
+    return colon ? (int)(colon - s) : (int)strlen(s);
+}
+
+static void set_root(struct shm_comm *s, int rank, int32_t status, uint32_t kind, const char *msg)
+{
+    s->root_rank1 = (uint32_t)rank + 1;
+    s->root_status = status;
+    s->root_kind = kind;
+    snprintf(s->root_msg, sizeof(s->root_msg), "%s", msg);
+}
+
+comm_status_t shm_peer_failed(struct comm *c, int p, int32_t st)
+{
+    struct shm_comm *s = c->shm;
+    const struct shm_rank *pr = &s->ranks[p];
+    /* The peer's record is only trusted as far as it is bounded: a copy, terminated,
+     * and a root rank that exists. */
+    char msg[SHM_ERRMSG_BYTES];
+    int32_t sticky = atomic_load_explicit(&pr->status, memory_order_acquire);
+    if (sticky != COMM_OK) {
+        memcpy(msg, pr->errmsg, sizeof(msg));
+        msg[sizeof(msg) - 1] = '\0';
+    } else {
+        snprintf(msg, sizeof(msg), "(rank %d published no detail)", p);
+    }
+    uint32_t via = sticky != COMM_OK ? pr->root_rank1 : 0;
+    int root = via != 0 && via <= (uint32_t)c->nranks ? (int)via - 1 : p;
+    int32_t root_status = root != p ? pr->root_status : st;
+    uint32_t kind = root != p && pr->root_kind == SHM_ROOT_DIED ? SHM_ROOT_DIED : SHM_ROOT_FAILED;
+    const char *name = comm_status_string((comm_status_t)root_status);
+    if (root == p)
+        rt_error(c, COMM_ERR_PEER, "rank %d: rank %d failed with %.*s: %s", c->rank, p,
+                 status_name_len(name), name, msg);
+    else if (kind == SHM_ROOT_DIED)
+        rt_error(c, COMM_ERR_PEER, "rank %d: rank %d died (seen through rank %d): %s", c->rank,
+                 root, p, msg);
+    else
+        rt_error(c, COMM_ERR_PEER, "rank %d: rank %d failed with %.*s (seen through rank %d): %s",
+                 c->rank, root, status_name_len(name), name, p, msg);
+    set_root(s, root, root_status, kind, msg);
+    return COMM_ERR_PEER;
+}
+
 comm_status_t shm_check_peers(struct comm *c)
 {
     struct shm_comm *s = c->shm;
@@ -58,12 +106,12 @@ comm_status_t shm_check_peers(struct comm *c)
             continue;
         int32_t st = atomic_load_explicit(&s->ranks[p].status, memory_order_acquire);
         /* A mismatch is found in the handshake, after every rank arrived: each rank
-         * finds it there itself (coll_wait_arrivals), so it is not a peer failure. */
-        if (st != COMM_OK && st != COMM_ERR_MISMATCH) {
-            rt_error(c, COMM_ERR_PEER, "rank %d: peer rank %d failed with %s: %.*s", c->rank, p,
-                     comm_status_string((comm_status_t)st), SHM_ERRMSG_BYTES, s->ranks[p].errmsg);
-            return COMM_ERR_PEER;
-        }
+         * finds it there itself (coll_wait_arrivals), so it is not a peer failure.  A
+         * peer that completed this call failed later, in a call this rank has not
+         * made yet (comm_destroy right after it, say): what it wrote for this call is
+         * all there, and the caller's condition sees it on its next look. */
+        if (st != COMM_OK && st != COMM_ERR_MISMATCH && !shm_peer_completed(s, p, c->seq))
+            return shm_peer_failed(c, p, st);
     }
     return COMM_OK;
 }
@@ -76,18 +124,61 @@ static comm_status_t check_liveness(struct comm *c, const char *what)
         pid_t pid = s->ranks[p].pid;
         if (p == c->rank || pid == self)
             continue;
-        if (!rt_proc_alive(pid, s->ranks[p].start_time)) {
-            rt_error(c, COMM_ERR_PEER,
-                     "rank %d: peer rank %d (pid %d) exited or was killed while rank %d waited "
-                     "for it in %s (call %u); the job cannot continue",
-                     c->rank, p, (int)pid, c->rank, what, c->seq);
+        /* A process that completed this call and exited broke nothing of it. */
+        if (!rt_proc_alive(pid, s->ranks[p].start_time) && !shm_peer_completed(s, p, c->seq)) {
+            char msg[SHM_ERRMSG_BYTES];
+            snprintf(msg, sizeof(msg),
+                     "rank %d (pid %d) exited or was killed while rank %d waited for it in %s "
+                     "(call %u); the job cannot continue: see rank %d's own output for why (a "
+                     "crash, the OOM killer, an exit without comm_destroy) and restart the job",
+                     p, (int)pid, c->rank, what, c->seq, p);
+            rt_error(c, COMM_ERR_PEER, "rank %d: %s", c->rank, msg);
+            set_root(s, p, COMM_ERR_PEER, SHM_ROOT_DIED, msg);
             return COMM_ERR_PEER;
         }
     }
     return COMM_OK;
 }
 
+/* "rank 2 did not arrive (ranks 1, 3 did)", or "a rank did not ..." without behind. */
+static void describe_missing(struct comm *c, shm_behind_fn behind, void *arg, const char *missing,
+                             char *out, size_t len)
+{
+    if (behind == NULL) {
+        snprintf(out, len, "a rank did not %s", missing ? missing : "reach this collective");
+        return;
+    }
+    char late[160] = "", there[160] = "";
+    size_t nl = 0, nt = 0;
+    int late_n = 0, there_n = 0;
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == c->rank)
+            continue;
+        bool is_late = behind(c, arg, p);
+        char *b = is_late ? late : there;
+        size_t *n = is_late ? &nl : &nt;
+        int *k = is_late ? &late_n : &there_n;
+        if (*n + 12 < sizeof(late))
+            *n += (size_t)snprintf(b + *n, sizeof(late) - *n, "%s%d", *k ? ", " : "", p);
+        else if (*n + 4 < sizeof(late) && b[*n - 1] != '.')
+            *n += (size_t)snprintf(b + *n, sizeof(late) - *n, "...");
+        ++*k;
+    }
+    if (late_n == 0)
+        snprintf(out, len, "every rank did %s; woken too late", missing);
+    else if (there_n == 0)
+        snprintf(out, len, "%s %s did not %s", late_n > 1 ? "ranks" : "rank", late, missing);
+    else
+        snprintf(out, len, "%s %s did not %s (%s %s did)", late_n > 1 ? "ranks" : "rank", late,
+                 missing, there_n > 1 ? "ranks" : "rank", there);
+}
+
 enum phase { PHASE_SPIN, PHASE_YIELD, PHASE_SLEEP };
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
 
 void shm_note_cpu(struct comm *c)
 {
@@ -112,14 +203,22 @@ static bool peer_on_my_cpu(struct comm *c)
 
 comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char *what)
 {
+    return shm_wait_for(c, ready, NULL, arg, what, NULL);
+}
+
+comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind, void *arg,
+                           const char *what, const char *missing)
+{
     int r = ready(c, arg);
     if (r != 0)
         return r > 0 ? COMM_OK : (comm_status_t)r;
 
     struct shm_comm *s = c->shm;
     uint64_t start = rt_now_ns();
-    uint64_t yield_at = start + (uint64_t)c->spin_ns;
-    uint64_t sleep_at = yield_at + (uint64_t)(c->knobs.yield_ns > 0 ? c->knobs.yield_ns : 0);
+    /* Phase ends saturate like deadlines: ARCOMM_SPIN_NS and ARCOMM_YIELD_NS may be
+     * as large as a long. */
+    uint64_t yield_at = sat_add(start, c->spin_ns > 0 ? (uint64_t)c->spin_ns : 0);
+    uint64_t sleep_at = sat_add(yield_at, c->knobs.yield_ns > 0 ? (uint64_t)c->knobs.yield_ns : 0);
     uint64_t deadline = rt_comm_deadline(c);
     uint64_t next_liveness = start + LIVENESS_PERIOD_NS;
     enum phase phase = c->spin_ns > 0 ? PHASE_SPIN : PHASE_YIELD;
@@ -144,11 +243,17 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
             return st;
         uint64_t now = rt_now_ns();
         if (rt_passed(deadline, now)) {
+            /* One last look: the condition may have come true while this rank slept. */
+            r = ready(c, arg);
+            if (r != 0)
+                return r > 0 ? COMM_OK : (comm_status_t)r;
+            char who[400];
+            describe_missing(c, behind, arg, missing, who, sizeof(who));
             rt_error(c, COMM_ERR_TIMEOUT,
-                     "rank %d: timed out after %ld ms waiting for peers in %s (call %u); a rank "
-                     "did not reach this collective: check that every rank makes the same calls,"
-                     " or raise ARCOMM_TIMEOUT_MS",
-                     c->rank, c->timeout_ms, what, c->seq);
+                     "rank %d: timed out after %ld ms in %s call %u: %s; check that every rank "
+                     "makes the same calls in the same order (a rank that skipped one waits "
+                     "in another), or raise ARCOMM_TIMEOUT_MS",
+                     c->rank, c->timeout_ms, what, c->seq, who);
             return COMM_ERR_TIMEOUT;
         }
         if (now >= next_liveness && !c->same_process) {
@@ -201,6 +306,12 @@ static int progress_ready(struct comm *c, void *arg)
     return 1;
 }
 
+static bool progress_behind(struct comm *c, void *arg, int p)
+{
+    const struct progress_arg *a = arg;
+    return atomic_load_explicit(&c->shm->ranks[p].progress, memory_order_acquire) < a->target;
+}
+
 void shm_progress_publish(struct comm *c)
 {
     c->steps++;
@@ -211,5 +322,5 @@ void shm_progress_publish(struct comm *c)
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what)
 {
     struct progress_arg a = {.target = c->steps};
-    return shm_wait(c, progress_ready, &a, what);
+    return shm_wait_for(c, progress_ready, progress_behind, &a, what, "reach this step");
 }

@@ -64,7 +64,10 @@ comm_status_t cuda_check_device(struct comm *c)
         default: {
             int p = d->peer >= 0 && d->peer < c->nranks ? d->peer : 0;
             const struct shm_rank *pr = &c->shm->ranks[p];
-            bool said = atomic_load_explicit(&pr->status, memory_order_acquire) != COMM_OK;
+            int32_t pst = atomic_load_explicit(&pr->status, memory_order_acquire);
+            if (pst != COMM_OK && p != c->rank) /* the root cause, passed on whole */
+                return shm_peer_failed(c, p, pst);
+            bool said = pst != COMM_OK;
             rt_error(c, (comm_status_t)st,
                      "rank %d: GPU %d stopped in call %u (%s): rank %d failed: %.*s", c->rank,
                      x->device, d->seq, stage, d->peer, SHM_ERRMSG_BYTES,

@@ -103,8 +103,12 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
                      "waited at the %s; the job cannot continue",
                      c->rank, p, (int)c->shm->ranks[p].pid, stage);
         } else {
-            const struct shm_rank *pr = &c->shm->ranks[r->peer];
-            bool has_msg = atomic_load_explicit(&pr->status, memory_order_acquire) != COMM_OK;
+            int p = r->peer >= 0 && r->peer < c->nranks ? r->peer : 0;
+            const struct shm_rank *pr = &c->shm->ranks[p];
+            int32_t pst = atomic_load_explicit(&pr->status, memory_order_acquire);
+            if (pst != COMM_OK && p != c->rank) /* the root cause, passed on whole */
+                return shm_peer_failed(c, p, pst);
+            bool has_msg = pst != COMM_OK;
             rt_error(c, COMM_ERR_PEER,
                      "rank %d: the HTP session of rank %d failed with %s (seen at the %s): %.*s",
                      c->rank, r->peer, comm_status_string((comm_status_t)r->peer_status), stage,

@@ -181,7 +181,7 @@ static const char *accepted_forms(enum rt_knob_type type)
 {
     switch (type) {
     case RT_KNOB_INT:
-        return "a decimal integer";
+        return "a decimal integer from -9223372036854775808 to 9223372036854775807";
     case RT_KNOB_SIZE:
         return "bytes such as 4096, 64K, 1M, 2G, or off, or auto";
     case RT_KNOB_BOOL:

@@ -699,8 +699,11 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
     comm_status_t status = COMM_ERR_INVALID;
     if (!wait_magic(h, deadline)) {
         rt_error(c, COMM_ERR_TIMEOUT,
-                 "rank %d: the segment %s never became valid (bad magic) within %ld ms", c->rank,
-                 s->name, c->timeout_ms);
+                 "rank %d: the segment %s never became valid (bad magic) within %ld ms: rank 0 "
+                 "stopped while making it; it is removed, start the job again",
+                 c->rank, s->name, c->timeout_ms);
+        /* Nobody can ever join it: the name must not outlive this job. */
+        shm_unlink(s->name);
         status = COMM_ERR_TIMEOUT;
         goto err_unmap;
     }
@@ -714,7 +717,8 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
     /* A stub, or a segment whose rendezvous failed already: learn why and leave. */
     if (h->stub || atomic_load(&h->init_status) != COMM_OK) {
         unsigned wait_us = 20;
-        while ((status = learn_failure(c, h)) == COMM_OK && !past(deadline))
+        uint64_t soon = linger_deadline(deadline);
+        while ((status = learn_failure(c, h)) == COMM_OK && !past(soon))
             nap(&wait_us); /* the writer is between init_status and init_msg */
         if (status == COMM_OK) {
             rt_error(c, COMM_ERR_PEER, "rank %d: a rank gave up joining communicator %s", c->rank,

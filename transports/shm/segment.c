@@ -453,11 +453,14 @@ void shm_init_failure_publish(const comm_id_t *id, int nranks, int rank, long ti
  */
 static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, uint64_t deadline)
 {
+    /* The other maker (or the stub's writer) is at most a few system calls from done:
+     * what is still unfinished after the linger never will be. */
+    uint64_t soon = linger_deadline(deadline);
     int fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
     struct stat st;
     unsigned us = 20;
     while (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0077) == 0 &&
-           (size_t)st.st_size < sizeof(struct shm_header) && !past(deadline))
+           (size_t)st.st_size < sizeof(struct shm_header) && !past(soon))
         nap(&us);
     size_t len = 0;
     struct shm_header *h = NULL;
@@ -466,7 +469,7 @@ static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, u
         h = map_front(fd, (size_t)st.st_size, &len);
     if (fd >= 0)
         close(fd);
-    if (h == NULL || !wait_magic(h, deadline) || h->version != SHM_VERSION ||
+    if (h == NULL || !wait_magic(h, soon) || h->version != SHM_VERSION ||
         h->header_bytes != sizeof(*h)) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank 0: /dev/shm%s already exists and is not a communicator this rank can "
@@ -482,7 +485,7 @@ static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, u
     bool reporter = false;
     /* The other rank 0 claims its record right after making the segment. */
     while (!h->stub && ranks != NULL && atomic_load(&ranks[0].claimed) != 2 &&
-           atomic_load(&h->init_status) == COMM_OK && !past(deadline))
+           atomic_load(&h->init_status) == COMM_OK && !past(soon))
         nap(&us);
     status = learn_failure(c, h);
     if (status == COMM_OK) {

@@ -4,22 +4,12 @@
  * geometry before trusting a byte, then claim their rank.  Once every rank has joined,
  * rank 0 unlinks the name, so a crash afterwards leaves nothing in /dev/shm.
  *
- * A failed rendezvous.  Every init failure a rank can attribute to a communicator (its
- * id is valid) goes into the segment's header: init_status/init_rank/init_msg, first
- * writer wins and becomes the reporter.  Where there is no segment yet (rank 0 failed
- * before making it, or another rank failed first) the failing rank makes a stub under
- * the same name: one page, the header alone, stub = 1, with the failure already in it.
- * Whoever opens the name (rank 0 creating it finds it exists, a joiner) reads the
- * failure and leaves at once.  Every rank that leaves a failed rendezvous sets its bit
- * in init_done.  Removing the name: the rank that completes the set (every rank done,
- * or claimed and dead) unlinks it; the reporter stays until then (while ranks keep
- * coming, SHM_LINGER_NS at most, SHM_LINGER_IDLE_NS after the last one, never past its
- * own timeout) and unlinks it on its way out, so a rank that never comes cannot keep
- * the name alive.  A rank that comes after that finds no name and times out as if rank
- * 0 had never started; a job cleaner that removes "arcomm-<hex>*" catches a stub whose
- * reporter was killed while it waited.
+ * Every init failure a rank can attribute to the communicator reaches the other ranks
+ * through the header (or a one-page stub under the same name), and the name goes once
+ * they know: rendezvous.c says how and who removes it.
  */
 #include "shm.h"
+#include "rendezvous.h"
 #include "topo.h"
 #include "arcomm_build.h"
 
@@ -47,31 +37,6 @@ void shm_segment_name(const comm_id_t *id, char *name, size_t len)
     const char *hex = strchr(id->str, '-');
     snprintf(name, len, "/arcomm-%s", hex ? hex + 1 : id->str);
 }
-
-static void nap(unsigned *us)
-{
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)*us * 1000};
-    nanosleep(&ts, NULL);
-    if (*us < 1000)
-        *us *= 2;
-}
-
-static bool past(uint64_t deadline)
-{
-    return rt_passed(deadline, rt_now_ns());
-}
-
-/* How long a reporter waits for the other ranks to learn of its failure: while ranks
- * keep coming, up to SHM_LINGER_NS in all, but no more than SHM_LINGER_IDLE_NS after
- * the last one came (a rank that never comes must not hold its error back long). */
-#define SHM_LINGER_NS      5000000000ull
-#define SHM_LINGER_IDLE_NS 500000000ull
-
-/* The front of a segment that failure handling reads: the header and the rank records
- * (for 256 ranks), or less when the file is smaller (a stub). */
-#define SHM_FRONT_BYTES                                                                            \
-    ((sizeof(struct shm_header) + 256 * sizeof(struct shm_rank) + SHM_PAGE - 1) / SHM_PAGE *       \
-     SHM_PAGE)
 
 /*
  * One mapping per segment per process: thread ranks of one process share it, so they
@@ -217,236 +182,6 @@ void shm_mapping_ext_release(struct comm *c, shm_ext_teardown_fn teardown)
     pthread_mutex_unlock(&registry_lock);
 }
 
-/* ---- a failed rendezvous (see the top of the file) ---- */
-
-/* Records the failure; true for the first writer (the reporter). */
-static bool record_init_failure(struct shm_header *h, int rank, comm_status_t status,
-                                const char *msg)
-{
-    int32_t ok = COMM_OK;
-    if (!atomic_compare_exchange_strong(&h->init_status, &ok, (int32_t)status))
-        return false;
-    atomic_store(&h->init_rank, rank);
-    snprintf(h->init_msg, sizeof(h->init_msg), "%.*s", (int)sizeof(h->init_msg) - 1, msg);
-    atomic_store_explicit(&h->init_published, 1, memory_order_release);
-    return true;
-}
-
-/* The failure recorded in h, once its writer finished writing it. */
-static bool read_init_failure(struct shm_header *h, comm_status_t *status, int *rank, char *msg,
-                              size_t len)
-{
-    if (atomic_load(&h->init_status) == COMM_OK ||
-        atomic_load_explicit(&h->init_published, memory_order_acquire) == 0)
-        return false;
-    *status = (comm_status_t)atomic_load(&h->init_status);
-    *rank = atomic_load(&h->init_rank);
-    snprintf(msg, len, "%.*s", (int)sizeof(h->init_msg) - 1, h->init_msg);
-    return true;
-}
-
-static uint32_t failure_nranks(const struct shm_header *h)
-{
-    return h->nranks < 1                          ? 1
-           : h->nranks > 64 * SHM_INIT_DONE_WORDS ? 64 * SHM_INIT_DONE_WORDS
-                                                  : h->nranks;
-}
-
-static void mark_done(struct shm_header *h, int rank)
-{
-    if (rank >= 0 && rank < 64 * SHM_INIT_DONE_WORDS)
-        atomic_fetch_or(&h->init_done[rank / 64], 1ull << (rank % 64));
-}
-
-/* How many ranks have left the failed rendezvous, or died after claiming their place
- * (ranks: the rank records, NULL for a stub)?  All of them: failure_nranks(h). */
-static uint32_t count_done(struct shm_header *h, const struct shm_rank *ranks)
-{
-    uint32_t n = failure_nranks(h), done = 0;
-    for (uint32_t r = 0; r < n; r++) {
-        if (atomic_load(&h->init_done[r / 64]) & (1ull << (r % 64)))
-            done++;
-        else if (ranks != NULL &&
-                 atomic_load_explicit(&ranks[r].claimed, memory_order_acquire) == 2 &&
-                 !rt_proc_alive(ranks[r].pid, ranks[r].start_time))
-            done++;
-    }
-    return done;
-}
-
-/*
- * This rank leaves a failed rendezvous: it marks itself done; the rank that completes
- * the set removes the name; the reporter waits for that (the others are polling the
- * header and learn within a millisecond or so), until linger at most, then removes it
- * itself so that no rank that never comes keeps it alive.
- */
-static void leave_failed(struct shm_header *h, const struct shm_rank *ranks, const char *name,
-                         int rank, bool reporter, uint64_t linger)
-{
-    mark_done(h, rank);
-    unsigned us = 20;
-    uint32_t n = failure_nranks(h), done = count_done(h, ranks), seen = done;
-    uint64_t idle = rt_deadline_in(SHM_LINGER_IDLE_NS);
-    while (reporter && done < n && !past(linger) && !past(idle)) {
-        nap(&us);
-        done = count_done(h, ranks);
-        if (done > seen) {
-            seen = done;
-            idle = rt_deadline_in(SHM_LINGER_IDLE_NS);
-        }
-    }
-    if (done == n || reporter)
-        shm_unlink(name);
-}
-
-static uint64_t linger_deadline(uint64_t deadline)
-{
-    uint64_t l = rt_deadline_in(SHM_LINGER_NS);
-    return l < deadline ? l : deadline;
-}
-
-/* Maps the front of an open segment file (header and rank records, as far as the file
- * goes); NULL when it cannot. */
-static struct shm_header *map_front(int fd, size_t file_bytes, size_t *len)
-{
-    *len = file_bytes < SHM_FRONT_BYTES ? file_bytes : SHM_FRONT_BYTES;
-    void *p = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-/* The rank records of a mapped front, when it holds them all. */
-static const struct shm_rank *front_ranks(const struct shm_header *h, size_t len)
-{
-    if (h->stub || h->off_ranks < sizeof(*h) ||
-        h->off_ranks + (uint64_t)failure_nranks(h) * sizeof(struct shm_rank) > len)
-        return NULL;
-    return (const struct shm_rank *)((const uint8_t *)h + h->off_ranks);
-}
-
-/* The error a rank reports when it learns of the failure another rank recorded. */
-static comm_status_t learn_failure(struct comm *c, struct shm_header *h)
-{
-    comm_status_t st;
-    int who;
-    char msg[SHM_INIT_MSG_BYTES];
-    if (!read_init_failure(h, &st, &who, msg, sizeof(msg)))
-        return COMM_OK;
-    comm_status_t mine = st == COMM_ERR_MISMATCH ? COMM_ERR_MISMATCH : COMM_ERR_PEER;
-    rt_error(c, mine, "rank %d: rank %d could not join communicator %s (%s): %s", c->rank, who,
-             c->id.str, comm_status_string(st), msg);
-    return mine;
-}
-
-/* Waits (until deadline) for a segment file's magic; false on timeout. */
-static bool wait_magic(struct shm_header *h, uint64_t deadline)
-{
-    unsigned us = 20;
-    while (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_MAGIC) {
-        if (past(deadline))
-            return false;
-        nap(&us);
-    }
-    return true;
-}
-
-/*
- * Makes fd (just created, exclusively ours) a failure stub: one page, the header with
- * the failure in it.  False when even that cannot be done (the caller unlinks).
- */
-static bool write_stub(int fd, int nranks, int rank, comm_status_t status, const char *msg)
-{
-    /* Reserve the page first: a full /dev/shm must fail here, not SIGBUS below. */
-    if (ftruncate(fd, SHM_PAGE) != 0 || posix_fallocate(fd, 0, SHM_PAGE) != 0)
-        return false;
-    struct shm_header *h = mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (h == MAP_FAILED)
-        return false;
-    memset(h, 0, sizeof(*h));
-    h->version = SHM_VERSION;
-    h->nranks = (uint32_t)nranks;
-    h->total_bytes = SHM_PAGE;
-    h->owner_uid = (uint32_t)geteuid();
-    h->header_bytes = sizeof(*h);
-    h->stub = 1;
-    record_init_failure(h, rank, status, msg);
-    atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
-    munmap(h, SHM_PAGE);
-    return true;
-}
-
-/* Stays in a stub this rank made until the others learned, then removes it. */
-static void stub_linger(int fd, const char *name, int rank, uint64_t linger)
-{
-    struct shm_header *h = mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (h == MAP_FAILED) {
-        shm_unlink(name);
-        return;
-    }
-    leave_failed(h, NULL, name, rank, true, linger);
-    munmap(h, SHM_PAGE);
-}
-
-/*
- * Records a failure in the segment file that exists under name (a real segment or a
- * stub): waits for its magic until deadline, checks that it is ours, then records and
- * leaves.  Returns false when the file is not one this rank can write a failure to.
- */
-static bool publish_into_existing(const char *name, int rank, comm_status_t status, const char *msg,
-                                  uint64_t deadline)
-{
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    struct stat st;
-    unsigned us = 20;
-    for (;;) {
-        if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 0077) != 0) {
-            close(fd);
-            return false;
-        }
-        if ((size_t)st.st_size >= sizeof(struct shm_header))
-            break;
-        if (past(deadline)) {
-            close(fd);
-            return false;
-        }
-        nap(&us);
-    }
-    size_t len;
-    struct shm_header *h = map_front(fd, (size_t)st.st_size, &len);
-    close(fd);
-    if (h == NULL)
-        return false;
-    bool ok = wait_magic(h, deadline) && h->version == SHM_VERSION && h->header_bytes == sizeof(*h);
-    if (ok) {
-        bool reporter = record_init_failure(h, rank, status, msg);
-        leave_failed(h, front_ranks(h, len), name, rank, reporter, linger_deadline(deadline));
-    }
-    munmap(h, len);
-    return ok;
-}
-
-void shm_init_failure_publish(const comm_id_t *id, int nranks, int rank, long timeout_ms,
-                              comm_status_t status, const char *msg)
-{
-    if (nranks <= 1)
-        return; /* nobody to tell */
-    char name[SHM_NAME_MAX];
-    shm_segment_name(id, name, sizeof(name));
-    uint64_t deadline = linger_deadline(rt_deadline_in(rt_ms_to_ns(timeout_ms)));
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-        if (fchmod(fd, 0600) == 0 && write_stub(fd, nranks, rank, status, msg))
-            stub_linger(fd, name, rank, deadline);
-        else
-            shm_unlink(name);
-        close(fd);
-        return;
-    }
-    if (errno == EEXIST)
-        publish_into_existing(name, rank, status, msg, deadline);
-}
-
 /*
  * Rank 0 found the name taken: a stub carrying a peer's failure, another rank 0 of this
  * communicator that is creating or has created it, or a segment a crashed job left.
@@ -455,21 +190,21 @@ static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, u
 {
     /* The other maker (or the stub's writer) is at most a few system calls from done:
      * what is still unfinished after the linger never will be. */
-    uint64_t soon = linger_deadline(deadline);
+    uint64_t soon = shm_init_linger(deadline);
     int fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
     struct stat st;
     unsigned us = 20;
     while (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0077) == 0 &&
-           (size_t)st.st_size < sizeof(struct shm_header) && !past(soon))
-        nap(&us);
+           (size_t)st.st_size < sizeof(struct shm_header) && !shm_past(soon))
+        shm_nap(&us);
     size_t len = 0;
     struct shm_header *h = NULL;
     if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0077) == 0 &&
         (size_t)st.st_size >= sizeof(struct shm_header))
-        h = map_front(fd, (size_t)st.st_size, &len);
+        h = shm_front_map(fd, (size_t)st.st_size, &len);
     if (fd >= 0)
         close(fd);
-    if (h == NULL || !wait_magic(h, soon) || h->version != SHM_VERSION ||
+    if (h == NULL || !shm_wait_magic(h, soon) || h->version != SHM_VERSION ||
         h->header_bytes != sizeof(*h)) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank 0: /dev/shm%s already exists and is not a communicator this rank can "
@@ -480,14 +215,14 @@ static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, u
             munmap(h, len);
         return COMM_ERR_INVALID;
     }
-    const struct shm_rank *ranks = front_ranks(h, len);
+    const struct shm_rank *ranks = shm_front_ranks(h, len);
     comm_status_t status;
     bool reporter = false;
     /* The other rank 0 claims its record right after making the segment. */
     while (!h->stub && ranks != NULL && atomic_load(&ranks[0].claimed) != 2 &&
-           atomic_load(&h->init_status) == COMM_OK && !past(soon))
-        nap(&us);
-    status = learn_failure(c, h);
+           atomic_load(&h->init_status) == COMM_OK && !shm_past(soon))
+        shm_nap(&us);
+    status = shm_init_failure_learn(c, h);
     if (status == COMM_OK) {
         int32_t pid = ranks != NULL && atomic_load(&ranks[0].claimed) == 2 ? ranks[0].pid : 0;
         if (pid != 0 && rt_proc_alive(pid, ranks[0].start_time)) {
@@ -496,7 +231,7 @@ static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, u
                      "give every rank its own number in 0..%d",
                      c->id.str, (int)pid, c->nranks - 1);
             status = COMM_ERR_INVALID;
-            reporter = record_init_failure(h, 0, status, c->errmsg);
+            reporter = shm_init_failure_record(h, 0, status, c->errmsg);
         } else {
             rt_error(c, COMM_ERR_INVALID,
                      "rank 0: /dev/shm%s already exists: its rank 0 (pid %d) is gone, a crashed "
@@ -508,7 +243,7 @@ static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, u
     }
     /* A rank 0 that learned of a peer's failure is done as rank 0; a second rank 0 counts
      * under no number (the first has the segment mapped and learns through it). */
-    leave_failed(h, ranks, s->name, reporter ? -1 : 0, reporter, linger_deadline(deadline));
+    shm_init_leave(h, ranks, s->name, reporter ? -1 : 0, reporter, shm_init_linger(deadline));
     munmap(h, len);
     return status;
 }
@@ -520,8 +255,8 @@ static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, u
 static comm_status_t create_failed(struct comm *c, struct shm_comm *s, int fd, comm_status_t status,
                                    uint64_t deadline)
 {
-    if (write_stub(fd, c->nranks, 0, status, c->errmsg) && c->nranks > 1)
-        stub_linger(fd, s->name, 0, linger_deadline(deadline));
+    if (shm_stub_write(fd, c->nranks, 0, status, c->errmsg) && c->nranks > 1)
+        shm_stub_linger(fd, s->name, 0, shm_init_linger(deadline));
     else
         shm_unlink(s->name);
     close(fd);
@@ -679,20 +414,20 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
                      strerror(errno));
             return COMM_ERR_SYSTEM;
         }
-        if (past(deadline)) {
+        if (shm_past(deadline)) {
             rt_error(c, COMM_ERR_TIMEOUT,
                      "rank %d: rank 0 did not create the communicator's segment (%s) within %ld "
                      "ms; start rank 0 with the same id, or raise ARCOMM_TIMEOUT_MS",
                      c->rank, s->name, c->timeout_ms);
             return COMM_ERR_TIMEOUT;
         }
-        nap(&us);
+        shm_nap(&us);
     }
 
     /* Writable: a rank that finds it cannot join says so in init_status, so the ranks
      * already there fail at once instead of at the timeout. */
     size_t front;
-    struct shm_header *h = map_front(fd, (size_t)st.st_size, &front);
+    struct shm_header *h = shm_front_map(fd, (size_t)st.st_size, &front);
     if (h == NULL) {
         rt_error(c, COMM_ERR_SYSTEM, "rank %d: mmap of %s failed: %s", c->rank, s->name,
                  strerror(errno));
@@ -700,7 +435,7 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
         return COMM_ERR_SYSTEM;
     }
     comm_status_t status = COMM_ERR_INVALID;
-    if (!wait_magic(h, deadline)) {
+    if (!shm_wait_magic(h, deadline)) {
         rt_error(c, COMM_ERR_TIMEOUT,
                  "rank %d: the segment %s never became valid (bad magic) within %ld ms: rank 0 "
                  "stopped while making it; it is removed, start the job again",
@@ -720,15 +455,15 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
     /* A stub, or a segment whose rendezvous failed already: learn why and leave. */
     if (h->stub || atomic_load(&h->init_status) != COMM_OK) {
         unsigned wait_us = 20;
-        uint64_t soon = linger_deadline(deadline);
-        while ((status = learn_failure(c, h)) == COMM_OK && !past(soon))
-            nap(&wait_us); /* the writer is between init_status and init_msg */
+        uint64_t soon = shm_init_linger(deadline);
+        while ((status = shm_init_failure_learn(c, h)) == COMM_OK && !shm_past(soon))
+            shm_nap(&wait_us); /* the writer is between init_status and init_msg */
         if (status == COMM_OK) {
             rt_error(c, COMM_ERR_PEER, "rank %d: a rank gave up joining communicator %s", c->rank,
                      c->id.str);
             status = COMM_ERR_PEER;
         }
-        leave_failed(h, front_ranks(h, front), s->name, c->rank, false, 0);
+        shm_init_leave(h, shm_front_ranks(h, front), s->name, c->rank, false, 0);
         goto err_unmap;
     }
     struct shm_geometry g = shm_geometry_compute(h->nranks, h->slot_bytes, h->pool_bytes);
@@ -752,9 +487,9 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
                  "(ulimit -v) or lower ARCOMM_SHM_SLOT_BYTES / ARCOMM_MEM_POOL_BYTES",
                  c->rank, s->name, (unsigned long long)(total >> 20), strerror(errno));
         /* The others are waiting for this rank: tell them. */
-        bool reporter = record_init_failure(h, c->rank, st_map, c->errmsg);
-        leave_failed(h, front_ranks(h, front), s->name, c->rank, reporter,
-                     linger_deadline(deadline));
+        bool reporter = shm_init_failure_record(h, c->rank, st_map, c->errmsg);
+        shm_init_leave(h, shm_front_ranks(h, front), s->name, c->rank, reporter,
+                       shm_init_linger(deadline));
         munmap(h, front);
         close(fd);
         return st_map;
@@ -904,17 +639,17 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     s->pool_bytes = h->pool_bytes;
     c->shm = s;
     bool reporter = false;
-    uint64_t linger = linger_deadline(deadline);
+    uint64_t linger = shm_init_linger(deadline);
 
     if (c->rank != 0) {
         if (atomic_load(&h->init_status) != COMM_OK) {
-            status = learn_failure(c, h);
+            status = shm_init_failure_learn(c, h);
             if (status != COMM_OK)
                 goto err_leave; /* another rank's failure */
         }
         status = check_joinable(c, h);
         if (status != COMM_OK) {
-            reporter = record_init_failure(h, c->rank, status, c->errmsg);
+            reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
             goto err_leave;
         }
     }
@@ -928,8 +663,8 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
                  c->rank, c->rank, c->id.str, (int)me->pid, c->nranks - 1);
         status = COMM_ERR_INVALID;
         /* Not this rank's record: it leaves under no rank number. */
-        reporter = record_init_failure(h, c->rank, status, c->errmsg);
-        leave_failed(h, s->ranks, s->name, -1, reporter, linger);
+        reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
+        shm_init_leave(h, s->ranks, s->name, -1, reporter, linger);
         s->unlinked = true;
         goto err_unmap;
     }
@@ -944,7 +679,7 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     uint64_t next_liveness = rt_now_ns() + 100000000u;
     for (;;) {
         if (atomic_load(&h->init_status) != COMM_OK) {
-            status = learn_failure(c, h);
+            status = shm_init_failure_learn(c, h);
             if (status != COMM_OK)
                 goto err_leave;
         }
@@ -961,11 +696,11 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
                          "before every rank had joined",
                          c->rank, dead, (int)s->ranks[dead].pid, c->id.str);
                 status = COMM_ERR_PEER;
-                reporter = record_init_failure(h, c->rank, status, c->errmsg);
+                reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
                 goto err_leave;
             }
         }
-        if (past(deadline)) {
+        if (shm_past(deadline)) {
             char missing[128] = "";
             size_t used = 0;
             for (int r = 0; r < c->nranks && used + 8 < sizeof(missing); r++)
@@ -978,10 +713,10 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
                      c->rank, atomic_load(&h->attached), c->nranks, c->id.str, c->timeout_ms,
                      missing);
             status = COMM_ERR_TIMEOUT;
-            reporter = record_init_failure(h, c->rank, status, c->errmsg);
+            reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
             goto err_leave;
         }
-        nap(&us);
+        shm_nap(&us);
     }
     if (c->rank == 0) {
         shm_unlink(s->name);
@@ -996,7 +731,7 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
 err_leave:
     /* Nobody may join a communicator that failed; the name goes once every rank knows
      * (the top of the file says who removes it). */
-    leave_failed(h, s->ranks, s->name, c->rank, reporter, linger);
+    shm_init_leave(h, s->ranks, s->name, c->rank, reporter, linger);
     s->unlinked = true;
 err_unmap:
     mapping_release(s);

@@ -259,6 +259,10 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     if (status != COMM_OK) {
         /* Already logged where it was found. */
         rt_init_error_quiet("comm_init: %s", c->errmsg);
+        /* A transport that failed before it reached the segment (a CUDA device it
+         * cannot use, a Hexagon knob out of range) has told nobody yet. */
+        if (!atomic_load(&c->published))
+            init_failure_publish(cfg, c->timeout_ms, status);
         goto err_log;
     }
     /* After setup: the host paths' defaults depend on whether all ranks are threads of

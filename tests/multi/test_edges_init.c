@@ -423,6 +423,29 @@ static void init_bad_knob_procs(void **s)
     }
 }
 
+/* A transport that fails in its own setup, before it reaches the segment: a Hexagon
+ * knob out of range on one process rank. */
+static void hex_bad_threads(struct h_rank *r, comm_config_t *cfg)
+{
+    cfg->device = COMM_DEVICE_HEXAGON;
+    if (r->rank == culprit_rank)
+        setenv("ARCOMM_HEX_THREADS", "99", 1);
+}
+
+static void init_hexagon_setup_fails(void **s)
+{
+    (void)s;
+#if !ARCOMM_TEST_HAVE_HEXAGON
+    skip();
+#endif
+    for (culprit_rank = 0; culprit_rank < 2; culprit_rank++) {
+        struct edge e = {.prepare = hex_bad_threads, .absent = -1};
+        struct h_rank *res = run_edge(&e, 2, true);
+        expect_all_fail(res, 2, &e, culprit_rank, COMM_ERR_INVALID, COMM_ERR_PEER,
+                        "ARCOMM_HEX_THREADS");
+    }
+}
+
 /* Rank 0 cannot make its segment: 64 GiB slots do not fit /dev/shm. */
 static void init_rank0_nomem(void **s)
 {
@@ -713,6 +736,7 @@ int main(void)
         cmocka_unit_test_teardown(init_bogus_transport, pop_env),
         cmocka_unit_test_teardown(init_bad_size, pop_env),
         cmocka_unit_test_teardown(init_bad_knob_procs, pop_env),
+        cmocka_unit_test_teardown(init_hexagon_setup_fails, pop_env),
         cmocka_unit_test_teardown(init_rank0_nomem, pop_env),
         cmocka_unit_test_teardown(init_rank0_ulimit, pop_env),
         cmocka_unit_test_teardown(init_rank0_killed, pop_env),

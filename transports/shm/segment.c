@@ -616,6 +616,7 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory", c->rank);
         shm_init_failure_publish(&c->id, c->nranks, c->rank, c->timeout_ms, COMM_ERR_NOMEM,
                                  c->errmsg);
+        atomic_store(&c->published, 1);
         return COMM_ERR_NOMEM;
     }
     shm_segment_name(&c->id, s->name, sizeof(s->name));
@@ -737,6 +738,9 @@ err_unmap:
     mapping_release(s);
     c->shm = NULL;
 err_free:
+    /* Every way out above told the peers (or had nobody it could tell): comm_init must
+     * not publish this failure again. */
+    atomic_store(&c->published, 1);
     free(s);
     return status;
 }

@@ -111,6 +111,22 @@ static void malformed(void **s)
     }
 }
 
+/* Integers beyond long are refused with the range, not wrapped; the largest is kept. */
+static void int_range(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[256];
+    setenv("ARCOMM_TIMEOUT_MS", "9223372036854775808", 1);
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_ERR_INVALID);
+    assert_non_null(strstr(err, "ARCOMM_TIMEOUT_MS"));
+    assert_non_null(strstr(err, "9223372036854775807"));
+    setenv("ARCOMM_TIMEOUT_MS", "9223372036854775807", 1);
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_true(k.timeout_ms == 9223372036854775807L);
+    unsetenv("ARCOMM_TIMEOUT_MS");
+}
+
 /* Slots that cannot work are refused with the knob, the value and the range. */
 static void slot_range(void **s)
 {
@@ -176,7 +192,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(defaults, setup),    cmocka_unit_test_setup(sizes, setup),
         cmocka_unit_test_setup(environment, setup), cmocka_unit_test_setup(malformed, setup),
-        cmocka_unit_test_setup(slot_range, setup),  cmocka_unit_test_setup(agree_flags, setup),
+        cmocka_unit_test_setup(int_range, setup),   cmocka_unit_test_setup(slot_range, setup),
+        cmocka_unit_test_setup(agree_flags, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,13 +6,16 @@
 #include "coll.h"
 #include "id.h"
 #include "topo.h"
+#include "shm/shm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The largest communicator: staged-path bookkeeping is sized for it. */
@@ -76,6 +79,69 @@ static void expand_log_path(const char *pattern, char *out, size_t len)
     out[o] = '\0';
 }
 
+/*
+ * Can a failure of this config be told to the other ranks of its communicator?  Only
+ * when the config names one: its size covers nranks, rank and the id, and they are
+ * valid (a rank outside 0..nranks-1 has no place to report from).
+ */
+static bool config_identifiable(const comm_config_t *cfg)
+{
+    char idwhy[128];
+    return cfg->size >= offsetof(comm_config_t, device) && cfg->nranks >= 1 &&
+           cfg->nranks <= RT_MAX_RANKS && cfg->rank >= 0 && cfg->rank < cfg->nranks &&
+           rt_id_valid(&cfg->id, idwhy, sizeof(idwhy));
+}
+
+/*
+ * An init failure after the config named its communicator reaches the other ranks at
+ * once (with comm_last_error(NULL)'s message) instead of at their timeout; segment.c
+ * says how, and who removes what it leaves in /dev/shm.
+ */
+static void init_failure_publish(const comm_config_t *cfg, long timeout_ms, comm_status_t status)
+{
+    if (!config_identifiable(cfg))
+        return;
+    if (timeout_ms == 0)
+        timeout_ms = 120000;
+    shm_init_failure_publish(&cfg->id, cfg->nranks, cfg->rank, timeout_ms, status,
+                             comm_last_error(NULL));
+}
+
+/*
+ * Opens the log file without blocking (a FIFO with no reader would hang fopen), and
+ * takes only a regular file or a character device (a terminal, /dev/null).
+ */
+static FILE *open_log(const char *path, char *why, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+    if (fd < 0) {
+        if (errno == ENXIO)
+            snprintf(why, len,
+                     "it is a FIFO with no reader (a log must be a regular file or a "
+                     "terminal)");
+        else
+            snprintf(why, len, "%s", strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
+        snprintf(why, len,
+                 "it is not a regular file or a terminal (a FIFO, socket or "
+                 "directory cannot take the log)");
+        close(fd);
+        return NULL;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    FILE *f = NULL;
+    if (fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+        f = fdopen(fd, "a");
+    if (f == NULL) {
+        snprintf(why, len, "%s", strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 static comm_status_t check_config(const comm_config_t *cfg, char *why, size_t len)
 {
     if (cfg->size < offsetof(comm_config_t, timeout_ms) + sizeof(cfg->timeout_ms)) {
@@ -118,12 +184,14 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     comm_status_t status = check_config(cfg, why, sizeof(why));
     if (status != COMM_OK) {
         rt_init_error(NULL, status, "comm_init: %s", why);
+        init_failure_publish(cfg, 0, status);
         return status;
     }
 
     struct comm *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         rt_init_error(NULL, COMM_ERR_NOMEM, "comm_init: rank %d: out of memory", cfg->rank);
+        init_failure_publish(cfg, cfg->timeout_ms, COMM_ERR_NOMEM);
         return COMM_ERR_NOMEM;
     }
     c->rank = cfg->rank;
@@ -133,8 +201,11 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     c->id = cfg->id;
 
     status = rt_knobs_load(&c->knobs, why, sizeof(why));
+    if (status == COMM_OK)
+        status = rt_knobs_check(&c->knobs, c->nranks, why, sizeof(why));
     if (status != COMM_OK) {
         rt_init_error(NULL, status, "comm_init: rank %d: %s", c->rank, why);
+        init_failure_publish(cfg, cfg->timeout_ms, status);
         goto err_free;
     }
     if (cfg->timeout_ms != 0) {
@@ -150,12 +221,15 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     if (c->knobs.log_file[0] != '\0') {
         char path[PATH_MAX];
         expand_log_path(c->knobs.log_file, path, sizeof(path));
-        c->log = fopen(path, "ae");
+        char logwhy[160];
+        c->log = open_log(path, logwhy, sizeof(logwhy));
         if (c->log == NULL) {
             rt_init_error(&c->knobs, COMM_ERR_INVALID,
-                          "comm_init: rank %d: cannot open ARCOMM_LOG_FILE %s: %s", c->rank, path,
-                          strerror(errno));
+                          "comm_init: rank %d: cannot open ARCOMM_LOG_FILE %s: %s; point it at "
+                          "a file, or unset it to log to stderr",
+                          c->rank, path, logwhy);
             status = COMM_ERR_INVALID;
+            init_failure_publish(cfg, c->timeout_ms, status);
             goto err_free;
         }
         c->log_owned = true;
@@ -166,6 +240,7 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     if (c->ops == NULL) {
         status = c->knobs.transport[0] ? COMM_ERR_INVALID : COMM_ERR_UNSUPPORTED;
         rt_init_error(&c->knobs, status, "comm_init: rank %d: %s", c->rank, why);
+        init_failure_publish(cfg, c->timeout_ms, status);
         goto err_log;
     }
 
@@ -184,6 +259,10 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     if (status != COMM_OK) {
         /* Already logged where it was found. */
         rt_init_error_quiet("comm_init: %s", c->errmsg);
+        /* A transport that failed before it reached the segment (a CUDA device it
+         * cannot use, a Hexagon knob out of range) has told nobody yet. */
+        if (!atomic_load(&c->published))
+            init_failure_publish(cfg, c->timeout_ms, status);
         goto err_log;
     }
     /* After setup: the host paths' defaults depend on whether all ranks are threads of

@@ -15,6 +15,13 @@
     {                                                                                              \
         .name = n, .type = t, .def = d, .doc = doc_, .offset = offsetof(struct rt_knobs, f)        \
     }
+/* A knob every rank must set alike (RT_KNOB_AGREE): README.md's knob section says why
+ * for each. */
+#define KNOB_AGREE(n, t, d, f, doc_)                                                               \
+    {                                                                                              \
+        .name = n, .type = t, .def = d, .doc = doc_, .offset = offsetof(struct rt_knobs, f),       \
+        .flags = RT_KNOB_AGREE                                                                     \
+    }
 
 /*
  * Defaults measured on the 2-core development machine (docs/PERFORMANCE.md says how):
@@ -30,12 +37,13 @@ const struct rt_knob_desc rt_knob_table[] = {
          "how long a rank waits for its peers before COMM_ERR_TIMEOUT; < 0 = never"),
     KNOB("ARCOMM_TRANSPORT", RT_KNOB_STRING, "", transport,
          "transport to use (shm, ...); empty = the first whose probe succeeds"),
-    KNOB("ARCOMM_FLAG_THRESHOLD", RT_KNOB_SIZE, "auto", flag_threshold,
-         "host: messages up to this many bytes take the one-round-trip flag path"),
-    KNOB("ARCOMM_BF16_THRESHOLD", RT_KNOB_SIZE, "auto", bf16_threshold,
-         "f32 messages of at least this many bytes travel as bf16 (off on host, on for cuda)"),
-    KNOB("ARCOMM_SHM_SLOT_BYTES", RT_KNOB_SIZE, "1M", shm_slot_bytes,
-         "size of each of the two staging slots of every rank in the shared segment"),
+    KNOB_AGREE("ARCOMM_FLAG_THRESHOLD", RT_KNOB_SIZE, "auto", flag_threshold,
+               "host: messages up to this many bytes take the one-round-trip flag path"),
+    KNOB_AGREE(
+        "ARCOMM_BF16_THRESHOLD", RT_KNOB_SIZE, "auto", bf16_threshold,
+        "f32 messages of at least this many bytes travel as bf16 (off on host, on for cuda)"),
+    KNOB_AGREE("ARCOMM_SHM_SLOT_BYTES", RT_KNOB_SIZE, "1M", shm_slot_bytes,
+               "size of each of the two staging slots of every rank in the shared segment"),
     KNOB("ARCOMM_MEM_POOL_BYTES", RT_KNOB_SIZE, "64M", mem_pool_bytes,
          "comm_mem_alloc arena of every rank in the shared segment (sparse until used)"),
     KNOB("ARCOMM_NT_THRESHOLD", RT_KNOB_SIZE, "auto", nt_threshold,
@@ -47,14 +55,14 @@ const struct rt_knob_desc rt_knob_table[] = {
          "after spinning, sched_yield for this long before sleeping on a futex"),
     KNOB("ARCOMM_NUMA", RT_KNOB_BOOL, "1", numa,
          "bind each rank's staging memory to the NUMA node of the rank that writes it"),
-    KNOB("ARCOMM_COPY_THRESHOLD", RT_KNOB_SIZE, "auto", copy_threshold,
-         "cuda: messages of at least this many bytes take the copy-engine path"),
-    KNOB("ARCOMM_COPY_CHUNK_BYTES", RT_KNOB_SIZE, "auto", copy_chunk_bytes,
-         "cuda: copy-engine chunk (auto = clamp(bytes/2, 512K, 4M))"),
-    KNOB("ARCOMM_CUDA_STAGING_BYTES", RT_KNOB_SIZE, "32M", cuda_staging_bytes,
-         "cuda: pinned host staging of the copy-engine path, per rank"),
-    KNOB("ARCOMM_CUDA_BLOCKS", RT_KNOB_INT, "0", cuda_blocks,
-         "cuda: kernel-path blocks at most (0 = auto: 128)"),
+    KNOB_AGREE("ARCOMM_COPY_THRESHOLD", RT_KNOB_SIZE, "auto", copy_threshold,
+               "cuda: messages of at least this many bytes take the copy-engine path"),
+    KNOB_AGREE("ARCOMM_COPY_CHUNK_BYTES", RT_KNOB_SIZE, "auto", copy_chunk_bytes,
+               "cuda: copy-engine chunk (auto = clamp(bytes/2, 512K, 4M))"),
+    KNOB_AGREE("ARCOMM_CUDA_STAGING_BYTES", RT_KNOB_SIZE, "32M", cuda_staging_bytes,
+               "cuda: pinned host staging of the copy-engine path, per rank"),
+    KNOB_AGREE("ARCOMM_CUDA_BLOCKS", RT_KNOB_INT, "0", cuda_blocks,
+               "cuda: kernel-path blocks at most (0 = auto: 128)"),
     KNOB("ARCOMM_HEX_THREADS", RT_KNOB_INT, "4", hex_threads,
          "hexagon: HVX worker threads of each HTP session (1..8)"),
     KNOB("ARCOMM_HEX_VTCM_BYTES", RT_KNOB_SIZE, "8M", hex_vtcm_bytes,
@@ -173,7 +181,7 @@ static const char *accepted_forms(enum rt_knob_type type)
 {
     switch (type) {
     case RT_KNOB_INT:
-        return "a decimal integer";
+        return "a decimal integer from -9223372036854775808 to 9223372036854775807";
     case RT_KNOB_SIZE:
         return "bytes such as 4096, 64K, 1M, 2G, or off, or auto";
     case RT_KNOB_BOOL:
@@ -235,6 +243,65 @@ comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen)
         k->source[i] = RT_SRC_ENV;
     }
     return COMM_OK;
+}
+
+size_t rt_knob_min_slot_bytes(int nranks)
+{
+    /* The staged path splits a slot into one region per rank, cache-line aligned, and
+     * each region must hold at least one element of every type (8 bytes). */
+    size_t per_rank = (size_t)(nranks > 0 ? nranks : 1) * 64;
+    return per_rank > 4096 ? per_rank : 4096;
+}
+
+comm_status_t rt_knobs_check(const struct rt_knobs *k, int nranks, char *err, size_t errlen)
+{
+    size_t min = rt_knob_min_slot_bytes(nranks);
+    size_t slot = k->shm_slot_bytes;
+    if (slot == RT_SIZE_OFF || slot == RT_SIZE_AUTO || slot < min) {
+        char text[32];
+        rt_knob_format(k, (size_t)rt_knob_find("ARCOMM_SHM_SLOT_BYTES"), text, sizeof(text));
+        snprintf(err, errlen,
+                 "ARCOMM_SHM_SLOT_BYTES=%s is not valid for %d ranks: the staging slot needs "
+                 "at least %zu bytes (one page, and 64 bytes per rank); set a size such as 1M",
+                 text, nranks, min);
+        return COMM_ERR_INVALID;
+    }
+    return COMM_OK;
+}
+
+uint64_t rt_knob_value(const struct rt_knobs *k, size_t i)
+{
+    const struct rt_knob_desc *d = &rt_knob_table[i];
+    const void *field = (const char *)k + d->offset;
+    switch (d->type) {
+    case RT_KNOB_INT:
+        return (uint64_t) * (const long *)field;
+    case RT_KNOB_SIZE:
+        return (uint64_t) * (const size_t *)field;
+    case RT_KNOB_BOOL:
+        return *(const bool *)field;
+    default:
+        return 0;
+    }
+}
+
+void rt_knob_set_value(struct rt_knobs *k, size_t i, uint64_t v)
+{
+    const struct rt_knob_desc *d = &rt_knob_table[i];
+    void *field = (char *)k + d->offset;
+    switch (d->type) {
+    case RT_KNOB_INT:
+        *(long *)field = (long)v;
+        break;
+    case RT_KNOB_SIZE:
+        *(size_t *)field = (size_t)v;
+        break;
+    case RT_KNOB_BOOL:
+        *(bool *)field = v != 0;
+        break;
+    default:
+        break;
+    }
 }
 
 static void format_size(size_t v, char *buf, size_t len)

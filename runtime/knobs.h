@@ -67,12 +67,19 @@ struct rt_knobs {
     enum rt_knob_source source[32];  /* where each knob's value came from, by index */
 };
 
+/* Knob flags. */
+#define RT_KNOB_AGREE                                                                              \
+    0x1u /* changes what goes into shared memory or how it is read:                                \
+          * every rank of a communicator must have rank 0's value                                  \
+          * (compared at join, COMM_ERR_MISMATCH otherwise) */
+
 struct rt_knob_desc {
     const char *name; /* ARCOMM_... */
     enum rt_knob_type type;
     const char *def; /* default, as text */
     const char *doc; /* one line */
     size_t offset;   /* of the value in struct rt_knobs */
+    unsigned flags;  /* RT_KNOB_* */
 };
 
 extern const struct rt_knob_desc rt_knob_table[];
@@ -84,6 +91,21 @@ extern const size_t rt_knob_count;
  * forms) into err.
  */
 comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen);
+
+/*
+ * Checks the values that parse but cannot work for a communicator of nranks ranks (a
+ * staging slot too small to hold a line per rank, "off" where nothing can be off).
+ * Returns COMM_ERR_INVALID with the knob, its value and the valid range in err.
+ */
+comm_status_t rt_knobs_check(const struct rt_knobs *k, int nranks, char *err, size_t errlen);
+
+/* The smallest staging slot: one page, and a cache line per rank for 8-byte elements. */
+size_t rt_knob_min_slot_bytes(int nranks);
+
+/* The value of knob i as a number, for knobs whose type is INT, SIZE or BOOL. */
+uint64_t rt_knob_value(const struct rt_knobs *k, size_t i);
+/* Sets knob i (INT, SIZE or BOOL) from rt_knob_value's number. */
+void rt_knob_set_value(struct rt_knobs *k, size_t i, uint64_t v);
 
 /* The value of knob i as text ("64K", "off", "warn", ...). */
 void rt_knob_format(const struct rt_knobs *k, size_t i, char *buf, size_t len);

@@ -12,6 +12,7 @@
 #include "hexagon/hexagon.h"
 #endif
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,21 +28,35 @@ const struct transport_ops *const rt_transports[] = {
 
 const size_t rt_transport_count = sizeof(rt_transports) / sizeof(rt_transports[0]);
 
+/* Appends "name: reason" to the list of every probe's refusal. */
+static void add_reason(char *list, size_t len, const char *name, const char *reason)
+{
+    size_t used = strlen(list);
+    if (used + 1 >= len)
+        return;
+    size_t n = strlen(name);
+    bool named = strncmp(reason, name, n) == 0 && reason[n] == ' ';
+    snprintf(list + used, len - used, "%s%s%s%s", used ? "; " : "", named ? "" : name,
+             named ? "" : ": ", reason);
+}
+
 const struct transport_ops *rt_transport_pick(const struct transport_probe *p, const char *name,
                                               char *why, size_t len)
 {
-    char reason[160] = "";
+    char reason[160] = "", reasons[400] = "";
     bool named = name != NULL && name[0] != '\0';
     for (size_t i = 0; i < rt_transport_count; i++) {
         const struct transport_ops *t = rt_transports[i];
         if (named && strcmp(t->name, name) != 0)
             continue;
+        reason[0] = '\0';
         if (t->probe(p, reason, sizeof(reason)))
             return t;
         if (named) {
             snprintf(why, len, "transport \"%s\" cannot serve this communicator: %s", name, reason);
             return NULL;
         }
+        add_reason(reasons, sizeof(reasons), t->name, reason);
     }
     if (named) {
         char list[128] = "";
@@ -49,13 +64,27 @@ const struct transport_ops *rt_transport_pick(const struct transport_probe *p, c
         for (size_t i = 0; i < rt_transport_count && used < sizeof(list); i++)
             used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
                                      rt_transports[i]->name);
-        snprintf(why, len, "no transport named \"%s\" in this build (built: %s)", name, list);
-    } else {
-        snprintf(why, len, "no transport in this build serves %s buffers%s%s",
-                 p->device == COMM_DEVICE_CUDA      ? "CUDA"
-                 : p->device == COMM_DEVICE_HEXAGON ? "Hexagon"
-                                                    : "host",
-                 reason[0] ? ": " : "", reason);
+        snprintf(why, len,
+                 "no transport named \"%s\" in this build (built: %s); set ARCOMM_TRANSPORT or "
+                 "the config's transport to one of them, or leave it empty",
+                 name, list);
+        return NULL;
     }
+    /* A device whose transport is not in this build says so: no probe could. */
+    const char *missing = "";
+#if !ARCOMM_HAVE_CUDA
+    if (p->device == COMM_DEVICE_CUDA)
+        missing = "; CUDA is not built into this arcomm (rebuild with -Dcuda=enabled and nvcc "
+                  "on PATH)";
+#endif
+#if !ARCOMM_HAVE_HEXAGON
+    if (p->device == COMM_DEVICE_HEXAGON)
+        missing = "; Hexagon is not built into this arcomm";
+#endif
+    snprintf(why, len, "no transport in this build serves %s buffers (%s)%s",
+             p->device == COMM_DEVICE_CUDA      ? "CUDA"
+             : p->device == COMM_DEVICE_HEXAGON ? "Hexagon"
+                                                : "host",
+             reasons, missing);
     return NULL;
 }

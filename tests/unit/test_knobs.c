@@ -111,13 +111,89 @@ static void malformed(void **s)
     }
 }
 
+/* Integers beyond long are refused with the range, not wrapped; the largest is kept. */
+static void int_range(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[256];
+    setenv("ARCOMM_TIMEOUT_MS", "9223372036854775808", 1);
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_ERR_INVALID);
+    assert_non_null(strstr(err, "ARCOMM_TIMEOUT_MS"));
+    assert_non_null(strstr(err, "9223372036854775807"));
+    setenv("ARCOMM_TIMEOUT_MS", "9223372036854775807", 1);
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_true(k.timeout_ms == 9223372036854775807L);
+    unsetenv("ARCOMM_TIMEOUT_MS");
+}
+
+/* Slots that cannot work are refused with the knob, the value and the range. */
+static void slot_range(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[256];
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_int_equal(rt_knobs_check(&k, 2, err, sizeof(err)), COMM_OK);
+    const size_t bad[] = {0, 1, 4095, RT_SIZE_OFF, RT_SIZE_AUTO};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        k.shm_slot_bytes = bad[i];
+        assert_int_equal(rt_knobs_check(&k, 2, err, sizeof(err)), COMM_ERR_INVALID);
+        assert_non_null(strstr(err, "ARCOMM_SHM_SLOT_BYTES"));
+        assert_non_null(strstr(err, "at least 4096"));
+    }
+    assert_int_equal(rt_knob_min_slot_bytes(1), 4096);
+    assert_int_equal(rt_knob_min_slot_bytes(256), 16384);
+    k.shm_slot_bytes = 8192;
+    assert_int_equal(rt_knobs_check(&k, 128, err, sizeof(err)), COMM_OK);
+    assert_int_equal(rt_knobs_check(&k, 129, err, sizeof(err)), COMM_ERR_INVALID);
+}
+
+/* The knobs that change what goes into shared memory are the ones flagged to agree, and
+ * every flagged knob has a number to compare. */
+static void agree_flags(void **s)
+{
+    (void)s;
+    static const char *const agree[] = {"ARCOMM_FLAG_THRESHOLD",   "ARCOMM_BF16_THRESHOLD",
+                                        "ARCOMM_SHM_SLOT_BYTES",   "ARCOMM_COPY_THRESHOLD",
+                                        "ARCOMM_COPY_CHUNK_BYTES", "ARCOMM_CUDA_STAGING_BYTES",
+                                        "ARCOMM_CUDA_BLOCKS"};
+    size_t n = 0;
+    for (size_t i = 0; i < rt_knob_count; i++) {
+        if (!(rt_knob_table[i].flags & RT_KNOB_AGREE))
+            continue;
+        n++;
+        assert_true(rt_knob_table[i].type == RT_KNOB_SIZE || rt_knob_table[i].type == RT_KNOB_INT ||
+                    rt_knob_table[i].type == RT_KNOB_BOOL);
+    }
+    assert_int_equal(n, sizeof(agree) / sizeof(agree[0]));
+    for (size_t i = 0; i < n; i++) {
+        int k = rt_knob_find(agree[i]);
+        assert_true(k >= 0);
+        assert_true(rt_knob_table[k].flags & RT_KNOB_AGREE);
+    }
+    /* Values round-trip through the number the segment header carries. */
+    struct rt_knobs k, t;
+    char err[256], buf[32];
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    t = k;
+    int slot = rt_knob_find("ARCOMM_SHM_SLOT_BYTES");
+    rt_knob_set_value(&t, (size_t)slot, 65536);
+    assert_int_equal(rt_knob_value(&t, (size_t)slot), 65536);
+    rt_knob_format(&t, (size_t)slot, buf, sizeof(buf));
+    assert_string_equal(buf, "64K");
+    int bf16 = rt_knob_find("ARCOMM_BF16_THRESHOLD");
+    rt_knob_format(&k, (size_t)bf16, buf, sizeof(buf));
+    assert_string_equal(buf, "auto");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(defaults, setup),
-        cmocka_unit_test_setup(sizes, setup),
-        cmocka_unit_test_setup(environment, setup),
-        cmocka_unit_test_setup(malformed, setup),
+        cmocka_unit_test_setup(defaults, setup),    cmocka_unit_test_setup(sizes, setup),
+        cmocka_unit_test_setup(environment, setup), cmocka_unit_test_setup(malformed, setup),
+        cmocka_unit_test_setup(int_range, setup),   cmocka_unit_test_setup(slot_range, setup),
+        cmocka_unit_test_setup(agree_flags, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,7 @@
 static void header(void **s)
 {
     (void)s;
-    assert_int_equal(sizeof(struct shm_header), 256);
+    assert_int_equal(sizeof(struct shm_header), 960);
     assert_int_equal(offsetof(struct shm_header, magic), 0);
     assert_int_equal(offsetof(struct shm_header, off_arrival), 64);
     assert_int_equal(offsetof(struct shm_header, attached), 128);

@@ -32,7 +32,11 @@ static bool cuda_probe(const struct transport_probe *p, char *why, size_t len)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        snprintf(why, len, "no CUDA device (cudaGetDeviceCount: %s)",
+        /* Without libcuda (no driver, no GPU) the runtime says "driver version is
+         * insufficient", which sends people updating a driver they do not have. */
+        bool none = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || n == 0;
+        snprintf(why, len, "%s (cudaGetDeviceCount: %s)",
+                 none ? "no GPU or no driver" : "the CUDA runtime cannot list GPUs",
                  e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         (void)cudaGetLastError();
         return false;

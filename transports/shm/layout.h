@@ -17,6 +17,7 @@
 
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,10 @@
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
+/* Header room for the init failure record and the agreed knobs. */
+#define SHM_INIT_DONE_WORDS 4 /* bits for 256 ranks (RT_MAX_RANKS) */
+#define SHM_AGREE_MAX       16
+#define SHM_INIT_MSG_BYTES  SHM_ERRMSG_BYTES /* whole, like a call's */
 
 /* Header: written by rank 0 before it publishes magic; read-only afterwards, except
  * the lines marked otherwise. */
@@ -56,6 +61,20 @@ struct shm_header {
     alignas(SHM_CACHE_LINE) _Atomic uint32_t bell; /* bumped when a sleeper must wake */
     _Atomic uint32_t sleepers;                     /* waiters blocked on bell right now */
     uint8_t pad3[56];
+    /* --- line 4: how a failed rendezvous ends (segment.c, "failed rendezvous") --- */
+    alignas(SHM_CACHE_LINE) _Atomic uint64_t
+        init_done[SHM_INIT_DONE_WORDS]; /* bit r: rank
+                                         * r left the failed rendezvous (or failed itself) */
+    _Atomic uint32_t init_published;    /* 1 once init_rank and init_msg are written (release) */
+    uint32_t stub;                      /* 1: only this header exists, made to carry a failure
+                                         * that happened before a real segment (rank 0's) */
+    uint32_t agree_count;               /* values in agree[] */
+    uint8_t pad4[SHM_CACHE_LINE - 8 * SHM_INIT_DONE_WORDS - 12];
+    /* --- lines 5..6: rank 0's values of the knobs every rank must share (knobs.c,
+     * RT_KNOB_AGREE), in table order; a joining rank compares its own --- */
+    alignas(SHM_CACHE_LINE) uint64_t agree[SHM_AGREE_MAX];
+    /* --- lines 7..14: the message of the init failure, valid once init_published --- */
+    alignas(SHM_CACHE_LINE) char init_msg[SHM_INIT_MSG_BYTES];
 };
 
 /* Per-rank state: line 0 is written once at join; line 1 by its owner during calls. */
@@ -125,7 +144,11 @@ struct shm_arrival {
     uint64_t addend_count; /* addend row length, with SHM_BUF_ADD */
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
-_Static_assert(sizeof(struct shm_header) == 4 * SHM_CACHE_LINE, "header is four lines");
+_Static_assert(sizeof(struct shm_header) == 15 * SHM_CACHE_LINE, "header is fifteen lines");
+_Static_assert(sizeof(struct shm_header) <= SHM_PAGE, "a failure stub is one page");
+_Static_assert(offsetof(struct shm_header, init_done) == 4 * SHM_CACHE_LINE, "line 4");
+_Static_assert(offsetof(struct shm_header, agree) == 5 * SHM_CACHE_LINE, "line 5");
+_Static_assert(offsetof(struct shm_header, init_msg) == 7 * SHM_CACHE_LINE, "line 7");
 _Static_assert(sizeof(struct shm_rank) == 2 * SHM_CACHE_LINE + SHM_ERRMSG_BYTES,
                "rank record is two lines and the message");
 _Static_assert(SHM_ERRMSG_BYTES % SHM_CACHE_LINE == 0, "the message fills whole lines");
@@ -136,26 +159,40 @@ _Static_assert(offsetof(struct shm_rank, progress) == SHM_CACHE_LINE, "progress 
 _Static_assert(offsetof(struct shm_rank, root_kind) < 2 * SHM_CACHE_LINE, "root on line 1");
 _Static_assert(offsetof(struct shm_rank, errmsg) == 2 * SHM_CACHE_LINE, "message from line 2");
 
-/* Geometry of a segment for nranks ranks; every offset page aligned. */
+/* Geometry of a segment for nranks ranks; every offset page aligned.  ok is false when
+ * a size does not fit 64 bits (then the offsets mean nothing). */
 struct shm_geometry {
     uint64_t off_ranks, off_arrival, off_staging, off_pool, total_bytes;
+    bool ok;
 };
 
+/* v rounded up to a multiple of a; UINT64_MAX when that does not fit. */
 static inline uint64_t shm_align_up(uint64_t v, uint64_t a)
 {
-    return (v + a - 1) / a * a;
+    return v > UINT64_MAX - (a - 1) ? UINT64_MAX : (v + a - 1) / a * a;
+}
+
+/* a * b + c, or false on overflow. */
+static inline bool shm_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+    uint64_t p;
+    return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);
 }
 
 static inline struct shm_geometry shm_geometry_compute(uint32_t nranks, uint64_t slot_bytes,
                                                        uint64_t pool_bytes)
 {
-    struct shm_geometry g;
+    struct shm_geometry g = {0};
+    uint64_t n = nranks, end;
+    /* nranks is at most 2^32, the records a few lines each: these cannot overflow. */
     g.off_ranks = shm_align_up(sizeof(struct shm_header), SHM_CACHE_LINE);
-    g.off_arrival = shm_align_up(g.off_ranks + nranks * sizeof(struct shm_rank), SHM_CACHE_LINE);
+    g.off_arrival = shm_align_up(g.off_ranks + n * sizeof(struct shm_rank), SHM_CACHE_LINE);
     g.off_staging =
-        shm_align_up(g.off_arrival + SHM_SLOTS * nranks * sizeof(struct shm_arrival), SHM_PAGE);
-    g.off_pool = g.off_staging + (uint64_t)nranks * SHM_SLOTS * slot_bytes;
-    g.total_bytes = g.off_pool + (uint64_t)nranks * pool_bytes;
+        shm_align_up(g.off_arrival + SHM_SLOTS * n * sizeof(struct shm_arrival), SHM_PAGE);
+    /* The sizes come from knobs (or a peer's header): every step is checked. */
+    g.ok = shm_mul_add(n * SHM_SLOTS, slot_bytes, g.off_staging, &g.off_pool) &&
+           shm_mul_add(n, pool_bytes, g.off_pool, &end) && end != UINT64_MAX;
+    g.total_bytes = g.ok ? end : 0;
     return g;
 }
 

@@ -7,6 +7,7 @@
 #include "shm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define POOL_ALIGN 64
 
@@ -37,6 +38,16 @@ comm_status_t shm_pool_alloc(struct comm *c, size_t bytes, void **ptr)
     for (struct shm_pool_block *b = s->blocks; b != NULL; b = b->next) {
         if (b->used || b->size < want)
             continue;
+        /* The arena is sparse: reserve the block's pages now, so that a /dev/shm that
+         * fills later fails this call instead of a SIGBUS in some later one. */
+        int err = shm_segment_reserve(c, arena(c) + b->offset, (size_t)want);
+        if (err != 0) {
+            rt_error(c, COMM_ERR_NOMEM,
+                     "rank %d: comm_mem_alloc(%zu): reserving its pages in /dev/shm failed: %s; "
+                     "free space in /dev/shm or enlarge it",
+                     c->rank, bytes, strerror(err));
+            return COMM_ERR_NOMEM; /* the block stays free */
+        }
         if (b->size > want) {
             struct shm_pool_block *rest = calloc(1, sizeof(*rest));
             if (rest == NULL)

@@ -3,12 +3,18 @@
  * it exclusively (mode 0600); the others open it, check owner, mode, magic, version and
  * geometry before trusting a byte, then claim their rank.  Once every rank has joined,
  * rank 0 unlinks the name, so a crash afterwards leaves nothing in /dev/shm.
+ *
+ * Every init failure a rank can attribute to the communicator reaches the other ranks
+ * through the header (or a one-page stub under the same name), and the name goes once
+ * they know: rendezvous.c says how and who removes it.
  */
 #include "shm.h"
+#include "rendezvous.h"
 #include "topo.h"
 #include "arcomm_build.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,19 +38,6 @@ void shm_segment_name(const comm_id_t *id, char *name, size_t len)
     snprintf(name, len, "/arcomm-%s", hex ? hex + 1 : id->str);
 }
 
-static void nap(unsigned *us)
-{
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)*us * 1000};
-    nanosleep(&ts, NULL);
-    if (*us < 1000)
-        *us *= 2;
-}
-
-static bool past(uint64_t deadline)
-{
-    return rt_passed(deadline, rt_now_ns());
-}
-
 /*
  * One mapping per segment per process: thread ranks of one process share it, so they
  * see each other's words at the same addresses (the sanitizers can follow the
@@ -55,6 +48,7 @@ struct shm_mapping {
     char name[SHM_NAME_MAX];
     uint8_t *base;
     size_t size;
+    int fd;       /* kept to reserve comm_mem_alloc pages (shm_segment_reserve) */
     int refs;     /* communicators of this process on this mapping */
     int ext_refs; /* holders of the transport's per-process state (shm_mapping_ext_hold) */
     struct shm_mapping *next;
@@ -68,7 +62,7 @@ static struct shm_mapping *registry;
  * thread of this process registered one meanwhile (it mapped the file between our
  * shm_open and here), drops ours and uses that one: one mapping per segment, always.
  */
-static void mapping_share(struct shm_comm *s)
+static void mapping_share(struct shm_comm *s, int fd)
 {
     struct shm_mapping *fresh = calloc(1, sizeof(*fresh));
     pthread_mutex_lock(&registry_lock);
@@ -85,15 +79,20 @@ static void mapping_share(struct shm_comm *s)
         snprintf(fresh->name, sizeof(fresh->name), "%s", s->name);
         fresh->base = s->base;
         fresh->size = s->size;
+        fresh->fd = fd;
         fresh->refs = 1;
         fresh->next = registry;
         registry = fresh;
         s->mapping = fresh;
         fresh = NULL;
+        fd = -1;
     }
-    /* (Without memory for the record the mapping simply stays this rank's own.) */
+    /* (Without memory for the record the mapping simply stays this rank's own, and its
+     * arena pages are reserved with MADV_POPULATE_WRITE instead of through the fd.) */
     pthread_mutex_unlock(&registry_lock);
     free(fresh);
+    if (fd >= 0)
+        close(fd);
 }
 
 static bool mapping_find(struct shm_comm *s)
@@ -130,9 +129,33 @@ static void mapping_release(struct shm_comm *s)
     pthread_mutex_unlock(&registry_lock);
     if (last) {
         munmap(m->base, m->size);
+        if (m->fd >= 0)
+            close(m->fd);
         free(m);
     }
     s->mapping = NULL;
+}
+
+int shm_segment_reserve(struct comm *c, void *p, size_t len)
+{
+    struct shm_comm *s = c->shm;
+    uint64_t off = (uint64_t)((uint8_t *)p - s->base);
+    uint64_t start = off / SHM_PAGE * SHM_PAGE;
+    uint64_t end = shm_align_up(off + len, SHM_PAGE);
+    if (end > s->size)
+        end = s->size;
+    /* The fd of the mapping record when there is one (thread ranks share it), else the
+     * page tables: either fails where touching the pages later would SIGBUS. */
+    int fd = s->mapping ? s->mapping->fd : -1;
+    if (fd >= 0)
+        return posix_fallocate(fd, (off_t)start, (off_t)(end - start));
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(s->base + start, end - start, MADV_POPULATE_WRITE) != 0)
+        return errno == EFAULT ? ENOSPC : errno;
+    return 0;
+#else
+    return ENOTSUP;
+#endif
 }
 
 comm_status_t shm_mapping_ext_hold(struct comm *c, shm_ext_setup_fn setup)
@@ -159,15 +182,116 @@ void shm_mapping_ext_release(struct comm *c, shm_ext_teardown_fn teardown)
     pthread_mutex_unlock(&registry_lock);
 }
 
-static comm_status_t create_segment(struct comm *c, struct shm_comm *s, int *fd_out)
+/*
+ * Rank 0 found the name taken: a stub carrying a peer's failure, another rank 0 of this
+ * communicator that is creating or has created it, or a segment a crashed job left.
+ */
+static comm_status_t create_found_existing(struct comm *c, struct shm_comm *s, uint64_t deadline)
+{
+    /* The other maker (or the stub's writer) is at most a few system calls from done:
+     * what is still unfinished after the linger never will be. */
+    uint64_t soon = shm_init_linger(deadline);
+    int fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
+    struct stat st;
+    unsigned us = 20;
+    while (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0077) == 0 &&
+           (size_t)st.st_size < sizeof(struct shm_header) && !shm_past(soon))
+        shm_nap(&us);
+    size_t len = 0;
+    struct shm_header *h = NULL;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0077) == 0 &&
+        (size_t)st.st_size >= sizeof(struct shm_header))
+        h = shm_front_map(fd, (size_t)st.st_size, &len);
+    if (fd >= 0)
+        close(fd);
+    if (h == NULL || !shm_wait_magic(h, soon) || h->version != SHM_VERSION ||
+        h->header_bytes != sizeof(*h)) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank 0: /dev/shm%s already exists and is not a communicator this rank can "
+                 "join: another job uses id %s (make a fresh one with comm_id_new) or a crashed "
+                 "job left it (remove it)",
+                 s->name, c->id.str);
+        if (h != NULL)
+            munmap(h, len);
+        return COMM_ERR_INVALID;
+    }
+    const struct shm_rank *ranks = shm_front_ranks(h, len);
+    comm_status_t status;
+    bool reporter = false;
+    /* The other rank 0 claims its record right after making the segment. */
+    while (!h->stub && ranks != NULL && atomic_load(&ranks[0].claimed) != 2 &&
+           atomic_load(&h->init_status) == COMM_OK && !shm_past(soon))
+        shm_nap(&us);
+    status = shm_init_failure_learn(c, h);
+    if (status == COMM_OK) {
+        int32_t pid = ranks != NULL && atomic_load(&ranks[0].claimed) == 2 ? ranks[0].pid : 0;
+        if (pid != 0 && rt_proc_alive(pid, ranks[0].start_time)) {
+            rt_error(c, COMM_ERR_INVALID,
+                     "rank 0: two ranks claim rank 0 of communicator %s (the other is pid %d): "
+                     "give every rank its own number in 0..%d",
+                     c->id.str, (int)pid, c->nranks - 1);
+            status = COMM_ERR_INVALID;
+            reporter = shm_init_failure_record(h, 0, status, c->errmsg);
+        } else {
+            rt_error(c, COMM_ERR_INVALID,
+                     "rank 0: /dev/shm%s already exists: its rank 0 (pid %d) is gone, a crashed "
+                     "job with id %s left it: remove it, or make a fresh id with comm_id_new",
+                     s->name, (int)pid, c->id.str);
+            munmap(h, len);
+            return COMM_ERR_INVALID;
+        }
+    }
+    /* A rank 0 that learned of a peer's failure is done as rank 0; a second rank 0 counts
+     * under no number (the first has the segment mapped and learns through it). */
+    shm_init_leave(h, ranks, s->name, reporter ? -1 : 0, reporter, shm_init_linger(deadline));
+    munmap(h, len);
+    return status;
+}
+
+/*
+ * Rank 0 failed with the segment file made but not valid: the file becomes a stub that
+ * carries the failure (the message is already in c->errmsg), or goes.
+ */
+static comm_status_t create_failed(struct comm *c, struct shm_comm *s, int fd, comm_status_t status,
+                                   uint64_t deadline)
+{
+    if (shm_stub_write(fd, c->nranks, 0, status, c->errmsg) && c->nranks > 1)
+        shm_stub_linger(fd, s->name, 0, shm_init_linger(deadline));
+    else
+        shm_unlink(s->name);
+    close(fd);
+    return status;
+}
+
+/* Rank 0 failed before making the file: a stub under the name carries the failure. */
+static comm_status_t create_refused(struct comm *c, comm_status_t status)
+{
+    shm_init_failure_publish(&c->id, c->nranks, 0, c->timeout_ms, status, c->errmsg);
+    return status;
+}
+
+static comm_status_t create_segment(struct comm *c, struct shm_comm *s, uint64_t deadline,
+                                    int *fd_out)
 {
     uint64_t slot = shm_align_up(c->knobs.shm_slot_bytes, SHM_PAGE);
-    uint64_t pool = shm_align_up(c->knobs.mem_pool_bytes, SHM_PAGE);
+    size_t pool_knob = c->knobs.mem_pool_bytes;
+    uint64_t pool = pool_knob == RT_SIZE_OFF    ? 0
+                    : pool_knob == RT_SIZE_AUTO ? 64u << 20
+                                                : shm_align_up(pool_knob, SHM_PAGE);
     struct shm_geometry g = shm_geometry_compute((uint32_t)c->nranks, slot, pool);
+    if (!g.ok) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank 0: a segment of %d ranks with %llu-byte staging slots and %llu-byte "
+                 "arenas does not fit 64 bits; lower ARCOMM_SHM_SLOT_BYTES or "
+                 "ARCOMM_MEM_POOL_BYTES",
+                 c->nranks, (unsigned long long)slot, (unsigned long long)pool);
+        return create_refused(c, COMM_ERR_INVALID);
+    }
 
     /* tmpfs allocates on first touch: a segment larger than /dev/shm has room for would
      * SIGBUS later, far from the cause.  Staging is touched on every large call, so it
-     * must fit; the pool is sparse and is only shrunk, with a warning. */
+     * must fit (and is reserved below); the pool is sparse and is only shrunk, with a
+     * warning (comm_mem_alloc reserves a block's pages when it hands the block out). */
     struct statvfs vfs;
     if (statvfs("/dev/shm", &vfs) == 0) {
         uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
@@ -177,7 +301,7 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, int *fd_
                      " lower ARCOMM_SHM_SLOT_BYTES or enlarge /dev/shm",
                      (unsigned long long)(avail >> 20), c->nranks,
                      (unsigned long long)(g.off_pool >> 20));
-            return COMM_ERR_NOMEM;
+            return create_refused(c, COMM_ERR_NOMEM);
         }
         if (g.total_bytes > avail) {
             uint64_t fit = (avail - g.off_pool) / (uint64_t)c->nranks / SHM_PAGE * SHM_PAGE;
@@ -194,27 +318,35 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, int *fd_
     int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
         if (errno == EEXIST)
-            rt_error(c, COMM_ERR_INVALID,
-                     "rank 0: /dev/shm%s already exists: another communicator uses id %s "
-                     "(make a fresh one with comm_id_new) or a crashed job left it (remove it)",
-                     s->name, c->id.str);
-        else
-            rt_error(c, COMM_ERR_SYSTEM, "rank 0: shm_open(%s) failed: %s", s->name,
-                     strerror(errno));
-        return errno == EEXIST ? COMM_ERR_INVALID : COMM_ERR_SYSTEM;
+            return create_found_existing(c, s, deadline);
+        rt_error(c, COMM_ERR_SYSTEM, "rank 0: shm_open(%s) failed: %s", s->name, strerror(errno));
+        return create_refused(c, COMM_ERR_SYSTEM);
     }
-    comm_status_t status = COMM_ERR_SYSTEM;
     /* The umask may have cleared bits of 0600 but never added any; make it exact. */
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)g.total_bytes) != 0) {
         rt_error(c, COMM_ERR_SYSTEM, "rank 0: sizing %s to %llu bytes failed: %s", s->name,
                  (unsigned long long)g.total_bytes, strerror(errno));
-        goto err_unlink;
+        return create_failed(c, s, fd, COMM_ERR_SYSTEM, deadline);
+    }
+    /* Reserve every page but the arenas' now, so that no later call can fault on a full
+     * /dev/shm (tmpfs would SIGBUS where the pages are first touched). */
+    int err = posix_fallocate(fd, 0, (off_t)g.off_pool);
+    if (err != 0) {
+        comm_status_t st = err == ENOSPC || err == ENOMEM ? COMM_ERR_NOMEM : COMM_ERR_SYSTEM;
+        rt_error(c, st,
+                 "rank 0: reserving %llu MiB of staging for %d ranks in /dev/shm failed: %s; "
+                 "lower ARCOMM_SHM_SLOT_BYTES or enlarge /dev/shm",
+                 (unsigned long long)(g.off_pool >> 20), c->nranks, strerror(err));
+        return create_failed(c, s, fd, st, deadline);
     }
     void *base = mmap(NULL, g.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
-        rt_error(c, COMM_ERR_SYSTEM, "rank 0: mmap of %s (%llu bytes) failed: %s", s->name,
-                 (unsigned long long)g.total_bytes, strerror(errno));
-        goto err_unlink;
+        comm_status_t st = errno == ENOMEM ? COMM_ERR_NOMEM : COMM_ERR_SYSTEM;
+        rt_error(c, st,
+                 "rank 0: mmap of %s (%llu MiB) failed: %s; lower ARCOMM_SHM_SLOT_BYTES or "
+                 "ARCOMM_MEM_POOL_BYTES, or raise the address-space limit (ulimit -v)",
+                 s->name, (unsigned long long)(g.total_bytes >> 20), strerror(errno));
+        return create_failed(c, s, fd, st, deadline);
     }
     struct shm_header *h = base;
     h->version = SHM_VERSION;
@@ -229,6 +361,10 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, int *fd_
     h->off_staging = g.off_staging;
     h->off_pool = g.off_pool;
     snprintf(h->transport, sizeof(h->transport), "%s", c->ops->name);
+    /* The knobs every rank must share, as rank 0 has them (check_joinable compares). */
+    for (size_t i = 0; i < rt_knob_count && h->agree_count < SHM_AGREE_MAX; i++)
+        if (rt_knob_table[i].flags & RT_KNOB_AGREE)
+            h->agree[h->agree_count++] = rt_knob_value(&c->knobs, i);
     /* Arrival seq starts one slot-cycle behind call 0, so "reached" is false for every
      * slot until a rank publishes (ftruncate zeroed everything else). */
     struct shm_arrival *arr = (struct shm_arrival *)((uint8_t *)base + g.off_arrival);
@@ -237,21 +373,8 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, int *fd_
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
     s->base = base;
     s->size = g.total_bytes;
-    mapping_share(s);
     *fd_out = fd;
     return COMM_OK;
-
-err_unlink:
-    shm_unlink(s->name);
-    close(fd);
-    return status;
-}
-
-static void record_init_failure(struct shm_header *h, int rank, comm_status_t status)
-{
-    int32_t ok = COMM_OK;
-    if (atomic_compare_exchange_strong(&h->init_status, &ok, (int32_t)status))
-        atomic_store(&h->init_rank, rank);
 }
 
 static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t deadline,
@@ -291,38 +414,37 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
                      strerror(errno));
             return COMM_ERR_SYSTEM;
         }
-        if (past(deadline)) {
+        if (shm_past(deadline)) {
             rt_error(c, COMM_ERR_TIMEOUT,
                      "rank %d: rank 0 did not create the communicator's segment (%s) within %ld "
                      "ms; start rank 0 with the same id, or raise ARCOMM_TIMEOUT_MS",
                      c->rank, s->name, c->timeout_ms);
             return COMM_ERR_TIMEOUT;
         }
-        nap(&us);
+        shm_nap(&us);
     }
 
     /* Writable: a rank that finds it cannot join says so in init_status, so the ranks
      * already there fail at once instead of at the timeout. */
-    struct shm_header *h =
-        mmap(NULL, sizeof(struct shm_header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (h == MAP_FAILED) {
+    size_t front;
+    struct shm_header *h = shm_front_map(fd, (size_t)st.st_size, &front);
+    if (h == NULL) {
         rt_error(c, COMM_ERR_SYSTEM, "rank %d: mmap of %s failed: %s", c->rank, s->name,
                  strerror(errno));
         close(fd);
         return COMM_ERR_SYSTEM;
     }
     comm_status_t status = COMM_ERR_INVALID;
-    while (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_MAGIC) {
-        if (past(deadline)) {
-            rt_error(c, COMM_ERR_TIMEOUT,
-                     "rank %d: the segment %s never became valid (bad magic) within %ld ms",
-                     c->rank, s->name, c->timeout_ms);
-            status = COMM_ERR_TIMEOUT;
-            goto err_unmap;
-        }
-        nap(&us);
+    if (!shm_wait_magic(h, deadline)) {
+        rt_error(c, COMM_ERR_TIMEOUT,
+                 "rank %d: the segment %s never became valid (bad magic) within %ld ms: rank 0 "
+                 "stopped while making it; it is removed, start the job again",
+                 c->rank, s->name, c->timeout_ms);
+        /* Nobody can ever join it: the name must not outlive this job. */
+        shm_unlink(s->name);
+        status = COMM_ERR_TIMEOUT;
+        goto err_unmap;
     }
-    struct shm_geometry g = shm_geometry_compute(h->nranks, h->slot_bytes, h->pool_bytes);
     if (h->version != SHM_VERSION || h->header_bytes != sizeof(*h)) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank %d: segment %s has layout version %u (%u-byte header), this library "
@@ -330,7 +452,22 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
                  c->rank, s->name, h->version, h->header_bytes, SHM_VERSION);
         goto err_unmap;
     }
-    if (h->owner_uid != (uint32_t)geteuid() || g.total_bytes != h->total_bytes ||
+    /* A stub, or a segment whose rendezvous failed already: learn why and leave. */
+    if (h->stub || atomic_load(&h->init_status) != COMM_OK) {
+        unsigned wait_us = 20;
+        uint64_t soon = shm_init_linger(deadline);
+        while ((status = shm_init_failure_learn(c, h)) == COMM_OK && !shm_past(soon))
+            shm_nap(&wait_us); /* the writer is between init_status and init_msg */
+        if (status == COMM_OK) {
+            rt_error(c, COMM_ERR_PEER, "rank %d: a rank gave up joining communicator %s", c->rank,
+                     c->id.str);
+            status = COMM_ERR_PEER;
+        }
+        shm_init_leave(h, shm_front_ranks(h, front), s->name, c->rank, false, 0);
+        goto err_unmap;
+    }
+    struct shm_geometry g = shm_geometry_compute(h->nranks, h->slot_bytes, h->pool_bytes);
+    if (!g.ok || h->owner_uid != (uint32_t)geteuid() || g.total_bytes != h->total_bytes ||
         g.off_ranks != h->off_ranks || g.off_arrival != h->off_arrival ||
         g.off_staging != h->off_staging || g.off_pool != h->off_pool ||
         h->slot_bytes % SHM_PAGE != 0 || (uint64_t)st.st_size < h->total_bytes) {
@@ -342,30 +479,77 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
         goto err_unmap;
     }
     uint64_t total = h->total_bytes;
-    munmap(h, sizeof(*h));
     void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
-        rt_error(c, COMM_ERR_SYSTEM, "rank %d: mmap of %s (%llu bytes) failed: %s", c->rank,
-                 s->name, (unsigned long long)total, strerror(errno));
+        comm_status_t st_map = errno == ENOMEM ? COMM_ERR_NOMEM : COMM_ERR_SYSTEM;
+        rt_error(c, st_map,
+                 "rank %d: mmap of %s (%llu MiB) failed: %s; raise the address-space limit "
+                 "(ulimit -v) or lower ARCOMM_SHM_SLOT_BYTES / ARCOMM_MEM_POOL_BYTES",
+                 c->rank, s->name, (unsigned long long)(total >> 20), strerror(errno));
+        /* The others are waiting for this rank: tell them. */
+        bool reporter = shm_init_failure_record(h, c->rank, st_map, c->errmsg);
+        shm_init_leave(h, shm_front_ranks(h, front), s->name, c->rank, reporter,
+                       shm_init_linger(deadline));
+        munmap(h, front);
         close(fd);
-        return COMM_ERR_SYSTEM;
+        return st_map;
     }
+    munmap(h, front);
     s->base = base;
     s->size = total;
-    mapping_share(s);
     *fd_out = fd;
     return COMM_OK;
 
 err_unmap:
-    munmap(h, sizeof(*h));
+    munmap(h, front);
     close(fd);
     return status;
 }
 
+/* Knob i of rank 0 (from the header) against this rank's: COMM_OK when equal. */
+static comm_status_t check_knob(struct comm *c, const struct shm_header *h, size_t i, uint32_t j)
+{
+    uint64_t mine = rt_knob_value(&c->knobs, i);
+    if (j >= h->agree_count || h->agree[j] == mine)
+        return COMM_OK;
+    struct rt_knobs theirs = c->knobs;
+    char a[32], b[32];
+    rt_knob_set_value(&theirs, i, h->agree[j]);
+    rt_knob_format(&c->knobs, i, a, sizeof(a));
+    rt_knob_format(&theirs, i, b, sizeof(b));
+    rt_error(c, COMM_ERR_MISMATCH,
+             "rank %d: %s is %s on this rank but %s on rank 0: it decides what goes into shared "
+             "memory and how it is read, so every rank must have the same value (set it alike "
+             "in every rank's environment, or leave it unset everywhere)",
+             c->rank, rt_knob_table[i].name, a, b);
+    return COMM_ERR_MISMATCH;
+}
+
+/* Every RT_KNOB_AGREE knob against rank 0's.  The staging slot goes last: the CUDA
+ * transport derives it from its own knobs, which name the real difference. */
+static comm_status_t check_knobs(struct comm *c, const struct shm_header *h)
+{
+    int slot = rt_knob_find("ARCOMM_SHM_SLOT_BYTES");
+    uint32_t j = 0, slot_j = 0;
+    for (size_t i = 0; i < rt_knob_count; i++) {
+        if (!(rt_knob_table[i].flags & RT_KNOB_AGREE))
+            continue;
+        if ((int)i == slot) {
+            slot_j = j++;
+            continue;
+        }
+        comm_status_t st = check_knob(c, h, i, j++);
+        if (st != COMM_OK)
+            return st;
+    }
+    return check_knob(c, h, (size_t)slot, slot_j);
+}
+
 /*
  * What a joining rank must agree on with rank 0; checked on every path in (also when a
- * thread of this process already mapped the segment).  A rank that cannot join says so
- * in init_status, so the ranks already there fail at once instead of at the timeout.
+ * thread of this process already mapped the segment), before this rank writes a byte.
+ * The caller records a failure in init_status, so the ranks already there fail at once
+ * instead of at the timeout.
  */
 static comm_status_t check_joinable(struct comm *c, struct shm_header *h)
 {
@@ -374,7 +558,6 @@ static comm_status_t check_joinable(struct comm *c, struct shm_header *h)
                  "rank %d: rank 0 created the communicator for %u ranks, this rank was given "
                  "nranks %d: every rank must pass the same nranks",
                  c->rank, h->nranks, c->nranks);
-        record_init_failure(h, c->rank, COMM_ERR_INVALID);
         return COMM_ERR_INVALID;
     }
     if (strncmp(h->transport, c->ops->name, sizeof(h->transport)) != 0) {
@@ -382,10 +565,9 @@ static comm_status_t check_joinable(struct comm *c, struct shm_header *h)
                  "rank %d: rank 0 uses transport \"%.16s\", this rank picked \"%s\": set the "
                  "same ARCOMM_TRANSPORT / config transport on every rank",
                  c->rank, h->transport, c->ops->name);
-        record_init_failure(h, c->rank, COMM_ERR_INVALID);
         return COMM_ERR_INVALID;
     }
-    return COMM_OK;
+    return check_knobs(c, h);
 }
 
 /* Binds this rank's staging slots to its NUMA node before anyone touches them. */
@@ -432,17 +614,21 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     struct shm_comm *s = calloc(1, sizeof(*s));
     if (s == NULL) {
         rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory", c->rank);
+        shm_init_failure_publish(&c->id, c->nranks, c->rank, c->timeout_ms, COMM_ERR_NOMEM,
+                                 c->errmsg);
+        atomic_store(&c->published, 1);
         return COMM_ERR_NOMEM;
     }
     shm_segment_name(&c->id, s->name, sizeof(s->name));
     uint64_t deadline = rt_comm_deadline(c);
     int fd = -1;
+    /* Both publish their own failures (the functions above say how). */
     comm_status_t status =
-        c->rank == 0 ? create_segment(c, s, &fd) : open_segment(c, s, deadline, &fd);
+        c->rank == 0 ? create_segment(c, s, deadline, &fd) : open_segment(c, s, deadline, &fd);
     if (status != COMM_OK)
         goto err_free;
     if (fd >= 0)
-        close(fd); /* the mapping keeps the segment; no fd outlives comm_init */
+        mapping_share(s, fd); /* keeps fd for shm_segment_reserve, or closes it */
 
     struct shm_header *h = (struct shm_header *)s->base;
     s->hdr = h;
@@ -454,21 +640,34 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     s->pool = s->base + h->off_pool;
     s->pool_bytes = h->pool_bytes;
     c->shm = s;
+    bool reporter = false;
+    uint64_t linger = shm_init_linger(deadline);
 
     if (c->rank != 0) {
+        if (atomic_load(&h->init_status) != COMM_OK) {
+            status = shm_init_failure_learn(c, h);
+            if (status != COMM_OK)
+                goto err_leave; /* another rank's failure */
+        }
         status = check_joinable(c, h);
-        if (status != COMM_OK)
-            goto err_unmap;
+        if (status != COMM_OK) {
+            reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
+            goto err_leave;
+        }
     }
 
     struct shm_rank *me = &s->ranks[c->rank];
     uint32_t unclaimed = 0;
     if (!atomic_compare_exchange_strong(&me->claimed, &unclaimed, 1)) {
         rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: another rank already joined communicator %s as rank %d: every rank "
-                 "needs its own number in 0..%d",
-                 c->rank, c->id.str, c->rank, c->nranks - 1);
+                 "rank %d: two ranks claim rank %d of communicator %s (the other is pid %d): "
+                 "every rank needs its own number in 0..%d",
+                 c->rank, c->rank, c->id.str, (int)me->pid, c->nranks - 1);
         status = COMM_ERR_INVALID;
+        /* Not this rank's record: it leaves under no rank number. */
+        reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
+        shm_init_leave(h, s->ranks, s->name, -1, reporter, linger);
+        s->unlinked = true;
         goto err_unmap;
     }
     me->pid = (int32_t)getpid();
@@ -481,14 +680,10 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     unsigned us = 20;
     uint64_t next_liveness = rt_now_ns() + 100000000u;
     for (;;) {
-        int32_t failed = atomic_load(&h->init_status);
-        if (failed != COMM_OK) {
-            int who = atomic_load(&h->init_rank);
-            rt_error(c, COMM_ERR_PEER,
-                     "rank %d: rank %d gave up joining communicator %s (%s); see its error",
-                     c->rank, who, c->id.str, comm_status_string((comm_status_t)failed));
-            status = COMM_ERR_PEER;
-            goto err_leave;
+        if (atomic_load(&h->init_status) != COMM_OK) {
+            status = shm_init_failure_learn(c, h);
+            if (status != COMM_OK)
+                goto err_leave;
         }
         if (atomic_load(&h->attached) == (uint32_t)c->nranks)
             break;
@@ -503,10 +698,11 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
                          "before every rank had joined",
                          c->rank, dead, (int)s->ranks[dead].pid, c->id.str);
                 status = COMM_ERR_PEER;
+                reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
                 goto err_leave;
             }
         }
-        if (past(deadline)) {
+        if (shm_past(deadline)) {
             char missing[128] = "";
             size_t used = 0;
             for (int r = 0; r < c->nranks && used + 8 < sizeof(missing); r++)
@@ -518,11 +714,11 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
                      "(missing: %s); start every rank, or raise ARCOMM_TIMEOUT_MS",
                      c->rank, atomic_load(&h->attached), c->nranks, c->id.str, c->timeout_ms,
                      missing);
-            record_init_failure(h, c->rank, COMM_ERR_TIMEOUT);
             status = COMM_ERR_TIMEOUT;
+            reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
             goto err_leave;
         }
-        nap(&us);
+        shm_nap(&us);
     }
     if (c->rank == 0) {
         shm_unlink(s->name);
@@ -535,16 +731,17 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     return COMM_OK;
 
 err_leave:
-    record_init_failure(h, c->rank, status);
+    /* Nobody may join a communicator that failed; the name goes once every rank knows
+     * (the top of the file says who removes it). */
+    shm_init_leave(h, s->ranks, s->name, c->rank, reporter, linger);
+    s->unlinked = true;
 err_unmap:
-    if (c->rank == 0 || status == COMM_ERR_TIMEOUT) {
-        /* Nobody may join a communicator that failed; the name must not outlive it. */
-        shm_unlink(s->name);
-        s->unlinked = true;
-    }
     mapping_release(s);
     c->shm = NULL;
 err_free:
+    /* Every way out above told the peers (or had nobody it could tell): comm_init must
+     * not publish this failure again. */
+    atomic_store(&c->published, 1);
     free(s);
     return status;
 }

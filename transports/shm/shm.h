@@ -59,6 +59,14 @@ comm_status_t shm_segment_create_or_attach(struct comm *c);
 void shm_segment_detach(struct comm *c);
 /* The shared-memory name of a communicator id ("/arcomm-<hex>"). */
 void shm_segment_name(const comm_id_t *id, char *name, size_t len);
+/* Tells the other ranks of communicator id, joining or about to, that this rank failed
+ * comm_init (status, msg) before it could join; returns once they know (at most a few
+ * seconds, never past timeout_ms).  segment.c says how. */
+void shm_init_failure_publish(const comm_id_t *id, int nranks, int rank, long timeout_ms,
+                              comm_status_t status, const char *msg);
+/* Reserves the pages of [p, p + len) of the segment, so touching them cannot SIGBUS;
+ * 0 or an errno. */
+int shm_segment_reserve(struct comm *c, void *p, size_t len);
 
 /*
  * Per-process state a transport keeps on the mapping (CUDA registers it with the

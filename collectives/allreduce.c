@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Allreduce: picks the path for a validated call.  Small messages take the flag path;
  * large ones the bulk path, one-pass where every rank can reach every buffer, staged

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The one-pass bulk path, for ranks that can reach each other's buffers (thread ranks
  * of one process, or comm_mem_alloc buffers): each rank reduces its slice straight from

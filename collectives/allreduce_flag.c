@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The flag path (small messages): each rank copies its input into its staging slot,
  * publishes its arrival word, waits for every peer's, and sums all slots in rank order

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The staged bulk path, for process ranks whose buffers peers cannot reach: a
  * reduce-scatter and an all-gather through the staging slots, in rounds.  In round k

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The collective algorithms.  The runtime validates a call and hands it here; the
  * host paths are built on the shm transport's primitives.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * f16/bf16 <-> f32 conversions: the scalar ones the rest of arcomm (and the tests) use,
  * and the vectorised f32 -> bf16 narrowing of the BF16 wire format.  The arithmetic

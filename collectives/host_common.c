@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The arrival handshake that starts every host collective, and what the host paths
  * share: names, slicing, knob resolution.

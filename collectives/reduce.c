@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * coll_reduce: the host reduction every host path shares.  It picks the kernels of the
  * best instruction set once (reduce_isa.h), then walks the tensor in blocks of a few

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Element-wise reduction kernels of the host device: the arithmetic every host path
  * (flag, bulk direct, bulk staged) shares, so that every path and every rank produces

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * AVX2 + F16C reduction kernels (256-bit vectors, 8 f32 lanes): the primitives the
  * shared kernels of reduce_simd.h are written in.  Compiled for that target whatever

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * AVX-512 reduction kernels (512-bit vectors, 16 f32 lanes): the primitives the shared
  * kernels of reduce_simd.h are written in.  Only AVX512F and AVX512BW are used: the

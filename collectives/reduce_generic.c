@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Portable reduction kernels: the fallback where no vector ISA was found, and the
  * reference the vector kernels are tested against bit for bit.  Built from the scalar

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Internal to the host reduction kernels (reduce*.c, convert.c and their tests).
  *

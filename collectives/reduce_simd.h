@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The vector reduction kernels, written once over a small set of vector primitives and
  * included by reduce_avx2.c and reduce_avx512.c, each of which defines the primitives

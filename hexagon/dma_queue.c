@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The emulated DMA queue (see hex_dma.h): copies run in FIFO order when a descriptor
  * is popped or flushed.  Plain C: it runs on the host and as real Hexagon code under

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A DMA queue with the semantics of the Hexagon user DMA as ggml-hexagon drives it:
  * descriptors are pushed at the tail and complete in order; pop waits for the oldest

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * IEEE binary16 <-> binary32 conversions in integer arithmetic.  clang ships no f16
  * conversion helpers for the Hexagon target (no compiler-rt there), and the host

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Fences between HTP sessions.  Every session owns one 64 KiB fence buffer, cut into
  * 128-byte slots (one HVX vector, one L2 line on the DSP), cloned into every peer

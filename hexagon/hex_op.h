@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The DSP-side allreduce ops and their per-call parameters.  The host computes the
  * parameters (collectives/hexagon/hex_params.c) and fills the arguments with pointers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the DSP sources need from where they run, and the session they run in.  Three
  * builds provide it:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Status codes of the DSP side.  The values are those of comm_status_t (arcomm.h),
  * so a status read from a fence word means the same on the host; the DSP sources do

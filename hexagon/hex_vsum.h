@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Sums over HVX vectors (128 bytes: 32 f32 or 64 f16 lanes) held in VTCM: the
  * arithmetic of op_allreduce.  Every rank sums in the same order, so every rank gets

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * op_allreduce and op_allreduce_add, the DSP side of a Hexagon allreduce:
  *

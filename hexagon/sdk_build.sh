@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Builds the DSP sources with a Qualcomm Hexagon SDK's compiler into a static library:
 #   sdk_build.sh SDK_ROOT OUTPUT.a DSP_INCLUDE PARAMS_INCLUDE SOURCE...
 # Untested: no SDK exists on the machines arcomm is developed on.  HEX_ARCH (default

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The session's workers, one after the other in the caller: the freestanding builds
  * (qemu-hexagon runs one thread; the SDK build until a qurt worker pool exists).  The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * HVX float vector sums for v68 and later (the DSP build): f32 lanes added as qf32,
  * f16 lanes widened to qf32 pairs (a multiply by 1.0, the HVX idiom), summed there and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Portable C vector sums: the host emulation's stand-in for HVX, and the sum path of
  * Hexagon cores without HVX float (v67 under qemu).  Lane by lane, in the order

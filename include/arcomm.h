@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arcomm — collective communication between the threads, processes and devices of
  * one host.  The public API; the only installed header.  See docs/api.md for the

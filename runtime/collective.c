@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The public collective entry points: validate on this rank, number the call, hand it
  * to collectives/, and break the communicator on every rank when anything fails.  A

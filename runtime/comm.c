@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The communicator's lifecycle: comm_init (validate, knobs, transport, rendezvous),
  * comm_init_env, comm_destroy, comm_abort, comm_mem_alloc/free and the accessors.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The communicator as the runtime, the transports and the collectives see it.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Communicator ids: "arc1-" followed by 32 lowercase hex digits, 128 bits from the
  * OS random source.  Printable, so that launchers pass them in the environment.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #ifndef ARCOMM_RT_ID_H
 #define ARCOMM_RT_ID_H
 

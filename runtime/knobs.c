@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The knob table and its parser.  One place declares every ARCOMM_* variable, its
  * default and its one-line doc; arinfo --config prints this table.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The knob table: every ARCOMM_* setting, declared once (name, type, default, doc),
  * parsed into a communicator at comm_init.  Nothing else in arcomm calls getenv.

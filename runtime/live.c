@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The communicators alive in this process.  comm_abort may run in any thread while
  * another tears the communicator down: it finds the handle here and does its work

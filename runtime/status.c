@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Status strings, error recording and logging.  An error is logged once, where it is
  * first detected, and kept for comm_last_error.

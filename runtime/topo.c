@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Host topology through hwloc, loaded once per process, and process liveness through
  * /proc (a dead rank must be noticed even while it is an unreaped zombie).

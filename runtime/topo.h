@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the runtime needs to know about the host: cores, NUMA nodes, caches (hwloc,
  * loaded once per process), and process identity for liveness checks.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The transports built into this library, in order of preference, and the choice
  * between them.

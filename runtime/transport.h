@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The transport ops table: how the runtime reaches a transport.  A capability probe
  * apart from the data operations; transports are listed once, in transport.c.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The main job: set up, build, and run the 2-rank host allreduce benchmark against
 # Open MPI (f32 sum, 4 B to 64 MiB, results checked), thread ranks then process ranks.
 set -euo pipefail

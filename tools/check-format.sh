@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The style check of CI: every C, header and CUDA file of the tree as .clang-format
-# wants it.  Prints the files that differ; exits 1 if any, 77 (skipped) without
-# clang-format.
+# wants it, each with its SPDX license line.  Prints the files that differ; exits 1 if
+# any, 77 (skipped) without clang-format.
 set -u
 cd "$(dirname "$0")/.."
 cf=$(command -v clang-format || command -v clang-format-14 || true)
@@ -13,6 +14,13 @@ else
                               -name '*.c' -o -name '*.h' -o -name '*.cu')
 fi
 bad=0
+# Every source names its license (SPDX) near its top.
+for f in "${files[@]}"; do
+    if ! head -3 "$f" | grep -q 'SPDX-License-Identifier: MIT'; then
+        echo "no SPDX line: $f (add /* SPDX-License-Identifier: MIT */ as its first line)"
+        bad=1
+    fi
+done
 for f in "${files[@]}"; do
     if ! "$cf" --dry-run -Werror "$f" >/dev/null 2>&1; then
         echo "not formatted: $f (clang-format -i $f)"

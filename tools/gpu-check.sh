@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # The whole GPU run of the CUDA transport, on the lent GPU machine, in one call:
 # unpack the deps, build with CUDA, run the CUDA tests, benchmark arcomm against NCCL
 # (default, and NCCL_P2P_DISABLE=1: NCCL through host memory), logs under $OUT.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Host measurements for docs/PERFORMANCE.md: arcomm against Open MPI in the same run
 # (2 thread ranks, 2 process ranks, 4 thread ranks on this host's cores), f32 sum,
 # 4 B to 64 MiB, results checked.  Prints markdown tables; CSVs go to ${OUT:-perf-out}.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what arcomm builds and tests with (Debian 12, as root) when it is missing,
 # then configures and builds a release tree in build/ (or $1).  Safe to run again.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Sets up, builds and runs every test: a release build with -Werror (all suites), an
 # ASan+UBSan build (runtime, kernels, tools, Hexagon) and a TSan build (the threaded
 # paths: runtime and Hexagon emulation), with lighter sweeps.  Ends with one line: "N passed, N failed, N skipped".

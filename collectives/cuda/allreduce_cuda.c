@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA allreduce, host side.  Nothing here waits for a peer: a call checks what the
  * device reported since the last call, picks the path and enqueues it on the caller's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA allreduce: path selection (kernel path below ARCOMM_COPY_THRESHOLD, copy
  * engines from it), bf16 wire narrowing, and what collectives/allreduce.c calls.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA kernels of the allreduce paths, as the host code launches them (plain C
  * structs passed by value; kernels.cu holds the device code).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Allreduce on Hexagon communicators: validate (f32/f16 SUM on comm_mem_alloc
  * buffers), compute this session's parameters, agree with the peers through the

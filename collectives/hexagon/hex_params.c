@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Per-call parameters of a Hexagon allreduce (see hex_params.h).  Host code, kept
  * freestanding so the qemu driver computes its parameters with the same function.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Per-call parameters of a Hexagon allreduce, computed on the host for each rank's
  * session: the rank's slice, the worker count, the VTCM block (shrunk to fit).  Plain

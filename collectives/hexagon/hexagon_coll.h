@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The Hexagon allreduce as the runtime's collective switch calls it.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The host emulation of an HTP session: what the Hexagon transport creates per rank.
  * A pool of pthread workers stands in for the HVX threads, an aligned host buffer for

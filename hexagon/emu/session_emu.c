@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Host emulation of an HTP session: pthread workers for the HVX threads (started once
  * per session, woken per op), VTCM as a 2 KiB-aligned host buffer, one emulated DMA

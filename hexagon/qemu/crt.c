@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The little a freestanding Hexagon program needs under qemu-hexagon (linux-user):
  * _start, write/exit/clock_gettime through trap0(#1) with the syscall number in r6,

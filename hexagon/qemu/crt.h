@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The freestanding runtime of the qemu test driver (crt.c). */
 #ifndef ARCOMM_HEX_CRT_H
 #define ARCOMM_HEX_CRT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The DSP-side op as real Hexagon code under qemu-hexagon: 32-bit pointers, Hexagon
  * alignment rules, clang's Hexagon code generation, the scalar sum path (the QEMU in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Configure-time probe: does this clang build HVX v69 float code for Hexagon? */
 #include <hexagon_types.h>
 #include <hvx_hexagon_protos.h>

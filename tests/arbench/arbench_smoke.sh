@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # arbench smoke test: arbench_smoke.sh threads|procs|mpi ARBENCH
 # A small checked sweep must exit 0 and report #wrong == 0 for every size (and for the
 # MPI peer with "mpi").  Exit 77 (meson: skipped) when arrun or mpirun is missing.

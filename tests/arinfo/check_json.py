@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks arinfo --json against the schema in docs/arinfo-json.md.
 
     check_json.py ARINFO TOPOLOGY.xml

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs arinfo and compares its standard output with a golden file, line for line.
 
     golden.py --golden FILE [--subst KEY=VALUE]... [--env NAME=VALUE]... -- ARINFO ARGS...

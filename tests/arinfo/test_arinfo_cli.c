@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arinfo's command line against the library's own tables: --config lists every knob
  * of rt_knob_table with its source and the value comm_init would use, a malformed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arinfo's pieces with made-up inputs: the JSON writer's escaping and layout, and the
  * CUDA and Hexagon sections with devices this machine does not have (their owners

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_cuda: sum-allreduce on every local GPU, one thread per rank, timed the same way
  * for arcomm and for NCCL (loaded with dlopen, so the build needs no NCCL):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CUDA tests' harness (cuda_harness.h). */
 #include "cuda_harness.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA tests' harness: element types emulated on the host, random cases, the
  * expected results (bit for bit and against float64), rank contexts on their GPUs, and

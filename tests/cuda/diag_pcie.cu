@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * diag_pcie: the PCIe / host-memory ceilings of an allreduce that stages through pinned
  * host memory (no NVLink, no peer access).  Each GPU gets one device source, one device

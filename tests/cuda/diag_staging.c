@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * diag_staging: D2H and H2D copy-engine bandwidth of GPU 0 into the kinds of pinned host
  * memory the CUDA transport could stage through (cudaHostAlloc; malloc, anonymous

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CUDA transport tests (need a GPU; exit 77 = skipped when none is found).
  *

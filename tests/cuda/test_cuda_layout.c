@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA transport's host-side arithmetic, for 1 to 8 ranks (no GPU needed): region
  * geometry, kernel-path LL rounds and their thread mapping, copy-path chunks and ring slots, the

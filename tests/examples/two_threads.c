@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Two thread ranks sum a vector of floats: the README's example, built and run as a test. */
 #include <arcomm.h>
 #include <pthread.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Helpers of the Hexagon tests (see hex_test_util.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Helpers of the Hexagon tests: N ranks as threads (or processes) on emulated HTP
  * sessions, knobs set through the environment and restored, random data, float64

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * comm_allreduce and comm_allreduce_add on Hexagon communicators (emulated HTP
  * sessions): 2, 3 and 4 ranks as threads and as processes; f32 and f16; 1D, residual

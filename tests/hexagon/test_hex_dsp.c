@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The DSP side under the host emulation, below the communicator: the DMA queue's FIFO
  * semantics, f16 conversions against the host library's, the per-call parameters, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Failures on Hexagon communicators: a stalled session (entry-fence timeout, the
  * peers fail with its status), an error status injected into one session reaching

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The multi-rank harness (see harness.h).  The float64 reference decodes f16/bf16 by
  * itself, not through arcomm's conversions, so a conversion bug cannot hide.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Multi-rank test harness: run one body on N thread ranks (one process) or N process
  * ranks (forked children), each with its own communicator, and collect per-rank error

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Allreduce conformance on the host: every dtype and op, counts from 0 to past 1 MiB,
  * in place and out of place, buffers offset by one element, outputs poisoned first,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The handle's edges: comm_abort racing comm_destroy, two threads on one communicator,
  * a second comm_destroy, NULL handles and the message they leave.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * comm_init keeps its promises at the edges: knobs that must agree are compared before
  * any byte is written, bad sizes are refused with the range, every init failure after

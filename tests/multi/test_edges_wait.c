@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The edges of the shared-memory waits and handshake: a peer that finishes a call and
  * leaves at once never fails that call elsewhere; garbage a peer writes into the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Failures: mismatched calls, bad arguments on one rank, timeouts, comm_abort while
  * blocked, a process rank killed mid-call, ranks that leave, bad configurations.  No

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Endurance: 10,000 back-to-back calls (every result checked), paths alternating call
  * by call (slot reuse across paths), two communicators used at once, and 8 ranks on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * One rank of a process-rank allreduce, started by arrun: comm_init_env, an f32 SUM of
  * 1000 random elements, every element checked against a float64 reference that each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The rank program test_arrun starts under arrun.  One mode a behaviour:
  *

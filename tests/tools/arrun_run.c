@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The harness of test_arrun (see arrun_run.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The harness of test_arrun: runs the arrun binary with a rank program, collects its
  * exit status, timing and output, and checks that nothing outlives the job.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arrun, tested from the outside: each test runs the arrun binary on arrun_helper (or
  * on arrun_allreduce) and checks its exit status, its timing, its messages, what the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_reduce: speed of coll_reduce under every instruction set this machine has.
  * Built, not run as a test.  GB/s counts the bytes the reduction must move: every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * f16/bf16 <-> f32 conversions: the scalar ones against references computed another
  * way (exact double arithmetic: ldexp, frexp and nearbyint in the default round to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Communicator ids: format, randomness (no repeats), validation of malformed ids.
  */

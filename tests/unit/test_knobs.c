@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The knob table: defaults parse, sizes and booleans parse and reject garbage with a
  * message naming the variable, the environment wins over defaults and says so, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The shared segment's layout: sizes, offsets and cache-line placement of every struct
  * that ranks share, and the geometry arithmetic for 1..256 ranks.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * comm_mem_alloc arenas: alignment, no overlap, reuse after free with coalescing, a
  * clear NOMEM when full, INVALID for foreign and double frees, and that the memory is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * coll_reduce: every dtype x op x source/destination count x length, run under every
  * instruction set this machine has, each output element checked against an exact model

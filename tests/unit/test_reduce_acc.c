@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Accumulator hand-off (the staged path's f16/bf16 results): acc_out holds the f32 sum
  * before rounding, and narrowing it later with an addend gives exactly what one call

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arbench: the allreduce benchmark of arcomm, in the manner of nccl-tests'
  * all_reduce_perf.  Three ways to run:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arbench-mpi: arbench's sweep through MPI_Allreduce, the peer of `arbench --compare
  * mpi`.  The measurement is bench_common's, unchanged: the same sizes, data, per-call

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The measurement shared by arbench and arbench-mpi: options, sizes, test data, the
  * float64 check and the per-call timing.  See bench_common.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What arbench and arbench-mpi share: the sweep options, the test data, the float64
  * check, the per-call timing and its statistics.  The two programs differ only in the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arbench's test data and its check: counter-based random inputs (any rank can
  * recompute any rank's element), the f16/bf16 conversions, the float64 reference with

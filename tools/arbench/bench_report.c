@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arbench's output formats; see bench_report.h for the CSV columns and the JSON
  * schema in bench_write_json.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arbench's output: the header, the nccl-tests style table, CSV, JSON and the
  * gnuplot chart, and the CSV reader through which arbench takes the results of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arbench's CUDA buffer backend and its NCCL peer (see device_cuda.h).  NCCL is loaded
  * with dlopen, so one build serves machines with and without it, and the comparison

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arbench's CUDA side: the buffer backend of --device cuda (device memory of one GPU
  * per rank, the rank's own non-blocking stream) and the NCCL peer of --compare nccl

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arinfo: prints what arcomm sees on this host and what it would do here: the hwloc
  * tree, PCI accelerators and their NUMA locality, CUDA devices, Hexagon sessions, the

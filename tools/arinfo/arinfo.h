@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arinfo: what arcomm sees on this host (topology, accelerators, transports, paths,
  * knobs), as text or JSON.  One struct carries the options and what was loaded; each

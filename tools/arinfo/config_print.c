@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The knobs (--config), the transports built and the pick a communicator would make,
  * and the allreduce path of each message size.  Everything here goes through the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA section of arinfo: CUDA devices (matched to hwloc's PCI objects by bus id in
  * the transport's cuda_topo_list), their memory and compute capability, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What the CUDA and Hexagon sections print, in a form that belongs to arinfo: the
  * transports fill it (cuda_section.c, hexagon_section.c) from their own query

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA and Hexagon sections' output.  The data comes from cuda_section.c and
  * hexagon_section.c; the layout lives here, apart, so that filling in a transport's

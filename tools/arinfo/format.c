@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Formatting shared by arinfo's sections: byte counts for people and for knobs,
  * section titles, and text that must stay on one line.

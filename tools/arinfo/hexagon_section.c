@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The Hexagon section of arinfo: the HTP sessions a Hexagon communicator could use,
  * real DSPs or the host emulation (hexagon/emu).

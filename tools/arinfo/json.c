@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The JSON writer behind arinfo --json.  Strings come from hwloc info attributes, PCI
  * name databases and the environment, none of which promise UTF-8, so each one is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A streaming JSON writer for arinfo --json: pretty-printed, commas placed by the
  * writer, every string escaped so that the output is valid JSON (and valid UTF-8)

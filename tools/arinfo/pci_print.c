@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * PCI accelerators: GPUs (display controller classes) and NPUs (processing
  * accelerators, Qualcomm's AI parts), with the NUMA nodes they are local to: where a

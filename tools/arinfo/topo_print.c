@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The host, the hwloc tree and the PCI accelerators.  arinfo loads its own topology,
  * with PCI and OS devices, apart from the runtime's (which leaves I/O out because a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arrun — starts the N ranks of one arcomm job on this host and watches them.
  *

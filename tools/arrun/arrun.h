@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arrun — the launcher: what its parts share (arrun.c: the job's event loop,
  * options.c: the command line, spawn.c: one rank's process, label.c: "[rank] " output,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arrun --bind: where each rank runs.  The plan is made once, in arrun, before any
  * fork; a child only applies its own cpuset (spawn.c), so every rank sees the same

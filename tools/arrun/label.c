@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arrun --label: every line a rank writes leaves arrun as "[rank] line\n" in one
  * write(2).  arrun is the only writer of its stdout and stderr while ranks are piped,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arrun's command line: options, the usage text, and the program looked up the way
  * execvp would, so that every mistake is reported before any rank starts.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arrun: one rank's process.  Between fork and exec the child joins the job's process
  * group, asks to die with arrun, takes its stdio, its cpuset and its ARCOMM_*

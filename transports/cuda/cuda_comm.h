@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA transport: GPUs of one host (thread or process ranks) that meet in mapped,
  * portable pinned host memory (the communicator's shm segment, registered with CUDA),

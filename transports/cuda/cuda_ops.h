@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA transport's ops table, for runtime/transport.c (no CUDA header needed).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA transport's part of the communicator's shared segment, and the arithmetic
  * every rank must do alike (chunks, rounds, block slices, call descriptors).

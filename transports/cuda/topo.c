@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * GPUs as hwloc sees them: each CUDA ordinal's PCI bus id, matched to hwloc's PCI
  * object with that bus id (class 0x0302 or 0x0300, vendor 0x10de), and the NUMA node

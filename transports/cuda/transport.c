@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The CUDA transport's ops table: pick the GPU, join the shm segment with staging
  * sized for CUDA, register it as mapped portable pinned memory (in every process, so

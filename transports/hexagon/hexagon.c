@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The Hexagon transport's ops table, and the lifecycle of a rank's HTP session:
  * setup (segment rendezvous, session, fence buffer, fence exchange with the peers,

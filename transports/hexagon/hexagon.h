@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The Hexagon transport: one emulated (or, with libcdsprpc, rpcmem-backed) HTP session
  * per rank, buffers shared between sessions by file descriptor, fences in a 64 KiB

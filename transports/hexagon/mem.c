@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Buffers of the Hexagon transport: allocation (rpcmem, else a dma-heap dma-buf, else
  * a memfd), each mapped with a 4 KiB guard page behind it; the per-rank registry in

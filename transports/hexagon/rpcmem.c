@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rpcmem through libcdsprpc.so, loaded at run time: on a Snapdragon with the FastRPC
  * driver, buffers are ION/dma-buf memory the DSP can map (rpcmem_alloc2 on the system

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The shared-memory segment of one communicator: what every rank maps, byte for byte.
  * Rank 0 creates it; the others check it before trusting a byte (segment.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * comm_mem_alloc arenas: each rank owns pool_bytes of the segment and allocates from
  * it alone (so allocation is not collective).  Memory there is reachable by every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A failed rendezvous: how an init failure reaches every rank of a communicator, and
  * who removes what it leaves in /dev/shm.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A failed rendezvous (rendezvous.c): the init failure record in the segment header,
  * the one-page stub that carries a failure where there is no segment, and who removes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Creating, checking and joining the shared segment of a communicator.  Rank 0 creates
  * it exclusively (mode 0600); the others open it, check owner, mode, magic, version and

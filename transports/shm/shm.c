@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The shm transport's ops table: ranks of one host (threads or processes) that share
  * the communicator's segment.  The host collectives (collectives/) are built on the

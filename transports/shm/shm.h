@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The shared-memory transport: the communicator's segment as mapped in this process,
  * and the primitives the host collectives are built from (staging slots, arrival

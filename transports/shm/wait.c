@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Waiting for peers: spin, then yield, then sleep on the segment's doorbell futex, so
  * that 8 ranks on 2 cores still progress.  Every wait is bounded by the timeout and

@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,8 +118,10 @@ void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *f
     vsnprintf(init_errmsg, sizeof(init_errmsg), fmt, ap);
     va_end(ap);
     /* Before a communicator exists the knobs may not be parsed yet: log at the default
-     * level (errors shown) unless they say otherwise. */
-    if (k == NULL || k->log_level >= RT_LOG_ERROR) {
+     * level (errors shown) unless they, or ARCOMM_LOG_LEVEL=none, say otherwise. */
+    const char *env = k == NULL ? getenv("ARCOMM_LOG_LEVEL") : NULL;
+    bool quiet = env != NULL && strcasecmp(env, "none") == 0;
+    if (k == NULL ? !quiet : k->log_level >= RT_LOG_ERROR) {
         char line[RT_ERRMSG_BYTES + 64];
         snprintf(line, sizeof(line), "arcomm error: %s (%s)\n", init_errmsg,
                  comm_status_string(status));

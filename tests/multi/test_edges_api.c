@@ -94,19 +94,28 @@ static void abort_destroy_body(struct h_rank *r)
     }
 }
 
+/* The aborts after comm_destroy are refused on purpose, each with a logged error: keep
+ * them out of the test's output. */
+static void run_abort_destroy(bool procs)
+{
+    struct h_job job = {
+        .nranks = 2, .procs = procs, .no_init = true, .body = abort_destroy_body, .kill_rank = -1};
+    setenv("ARCOMM_LOG_LEVEL", "none", 1);
+    struct h_rank *res = h_run(&job);
+    setenv("ARCOMM_LOG_LEVEL", "error", 1);
+    expect_clean(res, 2);
+}
+
 static void abort_races_destroy(void **s)
 {
     (void)s;
-    struct h_job job = {.nranks = 2, .no_init = true, .body = abort_destroy_body, .kill_rank = -1};
-    expect_clean(h_run(&job), 2);
+    run_abort_destroy(false);
 }
 
 static void abort_races_destroy_procs(void **s)
 {
     (void)s;
-    struct h_job job = {
-        .nranks = 2, .procs = true, .no_init = true, .body = abort_destroy_body, .kill_rank = -1};
-    expect_clean(h_run(&job), 2);
+    run_abort_destroy(true);
 }
 
 /* ---- two threads on one communicator ---- */
@@ -121,6 +130,7 @@ static void *intrude(void *arg)
 {
     struct intruder *in = arg;
     float x[16] = {0};
+    usleep(100 * 1000); /* the first thread is inside its call by now (rank 1 comes late) */
     in->st = comm_allreduce(in->comm, x, x, 16, COMM_F32, COMM_SUM, NULL);
     snprintf(in->msg, sizeof(in->msg), "%s", comm_last_error(NULL));
     return NULL;

@@ -5,17 +5,18 @@
 # 4 B to 64 MiB, results checked.  Prints markdown tables; CSVs go to ${OUT:-perf-out}.
 # LOAD=N runs N busy-looping processes (unpinned, like other work) for the whole run,
 # to see how both degrade when they compete for the cores; ONLY=threads2|procs2|threads4
-# runs one of the three.
+# runs one of the three; BUILD=DIR uses another build tree than build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh build
+build=${BUILD:-build}
+bash tools/setup.sh "$build"
 out=${OUT:-perf-out}
 mkdir -p "$out"
 rounds=${ROUNDS:-2}
 run() { # label, csv, arbench args...
     local label=$1 csv=$2
     shift 2
-    ./build/tools/arbench/arbench -b 4 -e 64M -f 4 --compare mpi --check --rounds "$rounds" \
+    "./$build/tools/arbench/arbench" -b 4 -e 64M -f 4 --compare mpi --check --rounds "$rounds" \
         --csv "$out/$csv" "$@" >"$out/${csv%.csv}.txt" 2>&1
     python3 - "$label" "$out/$csv" <<'PY'
 import csv, sys

@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: MIT
 # Sets up, builds and runs every test: a release build with -Werror (all suites), an
 # ASan+UBSan build (runtime, kernels, tools, Hexagon) and a TSan build (the threaded
-# paths: runtime and Hexagon emulation), with lighter sweeps.  Ends with one line: "N passed, N failed, N skipped".
+# paths: runtime and Hexagon emulation), with lighter sweeps, and a build without the
+# Hexagon and CUDA backends (-Dhexagon=disabled -Dcuda=disabled: the library alone, its
+# unit and multi suites, and the refusal of a Hexagon communicator).  Ends with one
+# line: "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh build-ci --werror || { echo "0 passed, 1 failed"; exit 1; }
@@ -37,8 +40,15 @@ ninja -C build-tsan >/dev/null || status=1
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ARCOMM_TEST_QUICK=1 \
 run_suite build-tsan "TSan build" --suite unit --suite multi --suite hexagon
 
-# One plain summary line over the three runs, from meson's own JSON logs.
-python3 - build-ci build-asan build-tsan <<'PY'
+if [ ! -f build-nohex/build.ninja ]; then
+    meson setup build-nohex -Dhexagon=disabled -Dcuda=disabled --werror >/dev/null || status=1
+fi
+ninja -C build-nohex >/dev/null || status=1
+ARCOMM_TEST_QUICK=1 run_suite build-nohex "build without Hexagon or CUDA" --suite unit --suite multi \
+    --suite hexagon
+
+# One plain summary line over the four runs, from meson's own JSON logs.
+python3 - build-ci build-asan build-tsan build-nohex <<'PY'
 import json, sys, os
 passed = failed = skipped = 0
 for d in sys.argv[1:]:

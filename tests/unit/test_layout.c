@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The shared segment's layout: sizes, offsets and cache-line placement of every struct
- * that ranks share, and the geometry arithmetic for 1..256 ranks.
+ * that ranks share, the geometry arithmetic for 1..256 ranks, and the wrap-aware
+ * sequence comparison (shm_seq_reached) the arrival and completion words use.
  */
 #include "shm/layout.h"
+#include "shm/shm.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,15 +74,55 @@ static void geometry(void **s)
     }
 }
 
+/*
+ * shm_seq_reached(a, b): a is b or comes after it, on the 2^32 circle.  Each pair is
+ * checked both ways; want_ab = reached(a, b), want_ba = reached(b, a).
+ */
 static void seq_compare(void **s)
 {
     (void)s;
-    /* The wrap-aware comparison the arrival words use: (int32_t)(a - b) >= 0. */
-    uint32_t pairs[][2] = {{5, 5}, {6, 5}, {0, 0xffffffffu}, {1, 0xfffffffeu}, {0x80000000u, 1}};
-    for (size_t i = 0; i < 4; i++)
-        assert_true((int32_t)(pairs[i][0] - pairs[i][1]) >= 0);
-    assert_false((int32_t)(5u - 6u) >= 0);
-    assert_false((int32_t)(0xffffffffu - 0u) >= 0);
+    static const struct {
+        uint32_t a, b;
+        bool want_ab, want_ba;
+    } pairs[] = {
+        {5, 5, true, true},                       /* equal */
+        {0, 0, true, true},                       /* equal, at 0 */
+        {0xffffffffu, 0xffffffffu, true, true},   /* equal, just before 2^32 */
+        {6, 5, true, false},                      /* one ahead */
+        {0, 0xffffffffu, true, false},            /* just after 2^32 and just before */
+        {1, 0xfffffffeu, true, false},            /* across 2^32, 3 apart */
+        {0x10u, 0xfffffff0u, true, false},        /* across 2^32, 32 apart */
+        {0x80000000u, 0x7fffffffu, true, false},  /* across 2^31 (the sign bit) */
+        {0x7fffffffu, 0, true, false},            /* the farthest ahead: 2^31 - 1 */
+        {0x80000000u, 1, true, false},            /* 2^31 - 1 ahead */
+        {0x7ffffffeu, 0xffffffffu, true, false},  /* 2^31 - 1 ahead, across 2^32 */
+        {0x80000000u, 0, false, false},           /* exactly 2^31 apart: neither */
+        {0xffffffffu, 0x7fffffffu, false, false}, /* exactly 2^31 apart: neither */
+    };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        uint32_t a = pairs[i].a, b = pairs[i].b;
+        bool ab = shm_seq_reached(a, b), ba = shm_seq_reached(b, a);
+        if (ab != pairs[i].want_ab || ba != pairs[i].want_ba)
+            fail_msg("pair %zu: shm_seq_reached(%#x, %#x) = %d (want %d), "
+                     "shm_seq_reached(%#x, %#x) = %d (want %d)",
+                     i, (unsigned)a, (unsigned)b, ab, pairs[i].want_ab, (unsigned)b, (unsigned)a,
+                     ba, pairs[i].want_ba);
+    }
+    /* Every base near the edges, every distance up to half the circle: b + d has reached
+     * b and b has not reached b + d (d > 0). */
+    static const uint32_t bases[] = {
+        0, 1, 5, 0x7ffffffeu, 0x7fffffffu, 0x80000000u, 0x80000001u, 0xfffffffeu, 0xffffffffu};
+    static const uint32_t dists[] = {0, 1, 2, 1000, 0x7ffffffeu, 0x7fffffffu};
+    for (size_t i = 0; i < sizeof(bases) / sizeof(bases[0]); i++)
+        for (size_t j = 0; j < sizeof(dists) / sizeof(dists[0]); j++) {
+            uint32_t b = bases[i], a = b + dists[j];
+            if (!shm_seq_reached(a, b))
+                fail_msg("shm_seq_reached(%#x, %#x): %#x ahead, not reached", (unsigned)a,
+                         (unsigned)b, (unsigned)dists[j]);
+            if (dists[j] != 0 && shm_seq_reached(b, a))
+                fail_msg("shm_seq_reached(%#x, %#x): %#x behind, reached", (unsigned)b, (unsigned)a,
+                         (unsigned)dists[j]);
+        }
 }
 
 int main(void)

@@ -6,7 +6,7 @@
 #ifndef ARCOMM_COLL_H
 #define ARCOMM_COLL_H
 
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "knobs.h"
 #include "shm/shm.h"
 

@@ -5,7 +5,7 @@
  * rank that rejects its arguments still publishes the failure, so that its peers
  * return COMM_ERR_PEER at once instead of waiting for it.
  */
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "coll.h"
 
 #include <stdint.h>

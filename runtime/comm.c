@@ -3,7 +3,7 @@
  * The communicator's lifecycle: comm_init (validate, knobs, transport, rendezvous),
  * comm_init_env, comm_destroy, comm_abort, comm_mem_alloc/free and the accessors.
  */
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "coll.h"
 #include "id.h"
 #include "topo.h"

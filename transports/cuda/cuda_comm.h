@@ -8,7 +8,7 @@
 #ifndef ARCOMM_CUDA_COMM_H
 #define ARCOMM_CUDA_COMM_H
 
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "cuda/layout.h"
 
 #include <cuda.h>

@@ -15,7 +15,7 @@
 #ifndef ARCOMM_HEX_TRANSPORT_H
 #define ARCOMM_HEX_TRANSPORT_H
 
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "hex_op.h"
 
 #include <stdatomic.h>

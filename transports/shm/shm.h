@@ -7,7 +7,7 @@
 #ifndef ARCOMM_SHM_H
 #define ARCOMM_SHM_H
 
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "layout.h"
 
 #include <stdbool.h>

@@ -3,7 +3,7 @@
  * Status strings, error recording and logging.  An error is logged once, where it is
  * first detected, and kept for comm_last_error.
  */
-#include "comm_internal.h"
+#include "comm_base.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -30,7 +30,8 @@ comm_status_t coll_barrier(struct comm *c);
 
 /* Turns the "auto" knobs of the host paths into numbers for this host, rank count and
  * kind of ranks (all threads of one process, or not). */
-void coll_host_resolve_knobs(struct rt_knobs *k, int nranks, bool same_process);
+void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *topo, int nranks,
+                             bool same_process);
 
 /* Which host path a message of bytes (of dtype) takes: "flag" or "bulk". */
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes);
@@ -40,9 +41,6 @@ static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, si
 {
     return dtype == COMM_F32 && k->bf16_threshold != RT_SIZE_OFF && bytes >= k->bf16_threshold;
 }
-
-const char *coll_dtype_name(comm_dtype_t dtype);
-const char *coll_op_name(comm_op_t op);
 
 /* host_common.c: the arrival handshake every host call starts with. */
 
@@ -61,7 +59,7 @@ void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_
 /* Alternating staging slot for the next phase that writes staging (all ranks alike). */
 static inline uint32_t coll_next_stage_slot(struct comm *c)
 {
-    return c->stage_slot++;
+    return c->shm->stage_slot++;
 }
 
 /* The host paths. */

@@ -5,7 +5,7 @@
  * rank that rejects its arguments still publishes the failure, so that its peers
  * return COMM_ERR_PEER at once instead of waiting for it.
  */
-#include "comm_base.h"
+#include "comm_internal.h"
 #include "coll.h"
 
 #include <stdint.h>
@@ -80,7 +80,7 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
 static comm_status_t validate(struct comm *c, const struct coll_call *call, bool add)
 {
     const char *fn = add ? "comm_allreduce_add" : "comm_allreduce";
-    size_t esize = comm_dtype_size(call->dtype);
+    size_t esize = rt_dtype_size(call->dtype);
     if (esize == 0) {
         rt_error(c, COMM_ERR_INVALID, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank, fn,
                  (int)call->dtype);

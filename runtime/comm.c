@@ -3,16 +3,14 @@
  * The communicator's lifecycle: comm_init (validate, knobs, transport, rendezvous),
  * comm_init_env, comm_destroy, comm_abort, comm_mem_alloc/free and the accessors.
  */
-#include "comm_base.h"
+#include "comm_internal.h"
 #include "coll.h"
 #include "id.h"
-#include "topo.h"
 #include "shm/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +19,6 @@
 
 /* The largest communicator: staged-path bookkeeping is sized for it. */
 #define RT_MAX_RANKS COMM_MAX_RANKS
-
-void rt_init_error_clear(void);
-void rt_init_error_quiet(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 ARCOMM_API void comm_config_init(comm_config_t *cfg)
 {
@@ -41,18 +36,7 @@ ARCOMM_API void comm_config_init(comm_config_t *cfg)
 
 ARCOMM_API size_t comm_dtype_size(comm_dtype_t dtype)
 {
-    switch (dtype) {
-    case COMM_F32:
-    case COMM_I32:
-        return 4;
-    case COMM_F16:
-    case COMM_BF16:
-        return 2;
-    case COMM_F64:
-    case COMM_I64:
-        return 8;
-    }
-    return 0;
+    return rt_dtype_size(dtype);
 }
 
 /* Expands %h (host name) and %p (pid) in a log file pattern. */
@@ -245,16 +229,9 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
         goto err_log;
     }
 
-    /* Spinning only pays when every rank has a core; oversubscribed, yield early so the
-     * peer we wait for gets the CPU. */
-    const struct rt_topo_summary *topo = rt_topo_summary();
-    c->oversubscribed = c->nranks > topo->pus;
-    c->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : c->oversubscribed ? 0 : 50000;
-    /* An unpinned rank may share its CPU with the peer it waits for (the scheduler does
-     * that under load): it then checks, and yields rather than spins. */
-    cpu_set_t mask;
-    c->same_cpu_check =
-        c->nranks > 1 && sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 1;
+    /* What the backends may know of the host, found once here (hwloc). */
+    c->topo = rt_topo_summary();
+    c->numa_node = rt_topo_current_numa_node();
 
     status = c->ops->setup(c);
     if (status != COMM_OK) {
@@ -270,7 +247,7 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
      * this process.  cuda: "auto" bf16 narrowing means on for the CUDA paths (resolved
      * by the transport in setup), so the host resolution applies to host devices only. */
     size_t bf16_raw = c->knobs.bf16_threshold;
-    coll_host_resolve_knobs(&c->knobs, c->nranks, c->same_process);
+    coll_host_resolve_knobs(&c->knobs, c->topo, c->nranks, c->shm->same_process);
     if (c->device == COMM_DEVICE_CUDA)
         c->knobs.bf16_threshold = bf16_raw;
     rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,
@@ -336,13 +313,7 @@ ARCOMM_API comm_status_t comm_init_env(comm_t **comm)
     }
     const char *dev = getenv("ARCOMM_DEVICE");
     if (dev != NULL) {
-        if (strcmp(dev, "host") == 0)
-            cfg.device = COMM_DEVICE_HOST;
-        else if (strcmp(dev, "cuda") == 0)
-            cfg.device = COMM_DEVICE_CUDA;
-        else if (strcmp(dev, "hexagon") == 0)
-            cfg.device = COMM_DEVICE_HEXAGON;
-        else {
+        if (!rt_device_parse(dev, &cfg.device)) {
             snprintf(why, sizeof(why), "ARCOMM_DEVICE=\"%.32s\" is not host, cuda or hexagon", dev);
             goto err_invalid;
         }
@@ -386,7 +357,6 @@ ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
     }
     if (comm->ops != NULL)
         comm->ops->teardown(comm);
-    free(comm->scratch);
     if (comm->log_owned)
         fclose(comm->log);
     comm->magic = RT_COMM_DEAD;

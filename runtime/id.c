@@ -3,7 +3,7 @@
  * Communicator ids: "arc1-" followed by 32 lowercase hex digits, 128 bits from the
  * OS random source.  Printable, so that launchers pass them in the environment.
  */
-#include "comm_base.h"
+#include "comm_internal.h"
 #include "id.h"
 
 #include <errno.h>

@@ -6,7 +6,7 @@
  * before it frees anything, so an abort either completes first or finds nothing.
  * Lookups compare pointers only: a dead handle is never dereferenced.
  */
-#include "comm_base.h"
+#include "comm_internal.h"
 
 #include <pthread.h>
 

@@ -3,7 +3,7 @@
  * The transports built into this library, in order of preference, and the choice
  * between them.
  */
-#include "transport.h"
+#include "comm_internal.h"
 #include "arcomm_build.h"
 #include "shm/shm.h"
 #if ARCOMM_HAVE_CUDA
@@ -83,9 +83,6 @@ const struct transport_ops *rt_transport_pick(const struct transport_probe *p, c
         missing = "; Hexagon is not built into this arcomm";
 #endif
     snprintf(why, len, "no transport in this build serves %s buffers (%s)%s",
-             p->device == COMM_DEVICE_CUDA      ? "CUDA"
-             : p->device == COMM_DEVICE_HEXAGON ? "Hexagon"
-                                                : "host",
-             reasons, missing);
+             rt_device_title(p->device), reasons, missing);
     return NULL;
 }

@@ -3,7 +3,7 @@
  * comm_get_version: the library's own version, as meson.build's project version says
  * (through arcomm_build.h), so that a program can tell which library it loaded.
  */
-#include "comm_base.h"
+#include "comm_internal.h"
 #include "arcomm_build.h"
 
 /* arcomm.h's compile-time version and the library's must never disagree. */

@@ -83,7 +83,7 @@ comm_status_t cuda_check_device(struct comm *c)
         if (p == c->rank || __atomic_load_n(&pd->status, __ATOMIC_ACQUIRE) == COMM_OK)
             continue;
         rt_error(c, COMM_ERR_PEER, "rank %d: rank %d's GPU failed in call %u (%s) with %s", c->rank,
-                 p, pd->seq, stage_name(pd->stage), comm_status_string((comm_status_t)pd->status));
+                 p, pd->seq, stage_name(pd->stage), rt_status_string((comm_status_t)pd->status));
         return COMM_ERR_PEER;
     }
     /* No stream queries here: a driver call per collective costs more than the smallest
@@ -146,7 +146,7 @@ static void fill_common(struct comm *c, const struct coll_call *call, bool narro
 static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, bool narrow)
 {
     struct cuda_comm *x = cuda_of(c);
-    uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
+    uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
     struct cuda_kplan plan = cuda_kplan_compute(call->count, wsize, x->g.kslot_bytes);
     struct cuda_ll_args a = {
         .off_kstage = x->g.off_kstage,
@@ -202,7 +202,7 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
 {
     struct cuda_comm *x = cuda_of(c);
     cudaStream_t stream = call->stream;
-    uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
+    uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
     struct cuda_cplan plan =
         cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
     const uint8_t *src = call->send;
@@ -305,7 +305,7 @@ comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
         rt_error(c, COMM_ERR_UNSUPPORTED,
                  "rank %d: the CUDA transport sums f32, f16 and bf16; %s %s is not supported "
                  "(use a host communicator for it)",
-                 c->rank, coll_op_name(call->op), coll_dtype_name(call->dtype));
+                 c->rank, rt_op_name(call->op), rt_dtype_name(call->dtype));
         return COMM_ERR_UNSUPPORTED;
     }
     comm_status_t st = cuda_check_device(c);
@@ -339,7 +339,7 @@ comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
         st = launch_failed(c, "ordering after the previous call's stream", e);
         goto out;
     }
-    size_t bytes = call->count * comm_dtype_size(call->dtype);
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
     bool narrow = call->dtype == COMM_F32 && bytes >= x->k.bf16_threshold;
     if (bytes >= x->k.copy_threshold && c->nranks > 1)
         st = copy_path(c, call, narrow);

@@ -112,7 +112,7 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
             bool has_msg = pst != COMM_OK;
             rt_error(c, COMM_ERR_PEER,
                      "rank %d: the HTP session of rank %d failed with %s (seen at the %s): %.*s",
-                     c->rank, r->peer, comm_status_string((comm_status_t)r->peer_status), stage,
+                     c->rank, r->peer, rt_status_string((comm_status_t)r->peer_status), stage,
                      SHM_ERRMSG_BYTES,
                      has_msg ? pr->errmsg : "(its session status; no message yet)");
         }
@@ -127,13 +127,13 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
             rt_error(c, (comm_status_t)r->status,
                      "rank %d: this rank's HTP session is in error (%s) since an earlier "
                      "failure; make a new communicator",
-                     c->rank, comm_status_string((comm_status_t)r->status));
+                     c->rank, rt_status_string((comm_status_t)r->status));
             return (comm_status_t)r->status;
         }
         rt_error(c, COMM_ERR_SYSTEM,
                  "rank %d: op_allreduce failed in the %s with DSP status %d (%s): an arcomm "
                  "bug, please report it",
-                 c->rank, stage, (int)r->status, comm_status_string((comm_status_t)r->status));
+                 c->rank, stage, (int)r->status, rt_status_string((comm_status_t)r->status));
         return COMM_ERR_SYSTEM;
     }
 }
@@ -175,7 +175,7 @@ static comm_status_t params_for(struct comm *c, const struct coll_call *call,
         rt_error(c, COMM_ERR_UNSUPPORTED,
                  "rank %d: count %zu of %s does not fit the DSP's 32-bit buffers (at most "
                  "4 GiB per tensor)",
-                 c->rank, call->count, coll_dtype_name(call->dtype));
+                 c->rank, call->count, rt_dtype_name(call->dtype));
         return COMM_ERR_UNSUPPORTED;
     }
     return COMM_OK;
@@ -188,7 +188,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
         /* Decided by the arguments alone, so every rank answers alike, untouched. */
         rt_error(c, COMM_ERR_UNSUPPORTED,
                  "rank %d: Hexagon sessions reduce f32 and f16 with COMM_SUM only, not %s %s",
-                 c->rank, coll_dtype_name(call->dtype), coll_op_name(call->op));
+                 c->rank, rt_dtype_name(call->dtype), rt_op_name(call->op));
         return COMM_ERR_UNSUPPORTED;
     }
     if (call->stream != NULL) {
@@ -198,7 +198,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     }
     if (call->count == 0)
         return COMM_OK;
-    size_t esize = comm_dtype_size(call->dtype);
+    size_t esize = rt_dtype_size(call->dtype);
     size_t bytes = call->count * esize;
     size_t add_bytes = call->addend ? call->addend_count * esize : 0;
 
@@ -266,8 +266,8 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     rt_log(c, RT_LOG_TRACE,
            "rank %d: op_allreduce%s count %zu %s: rows %u..%u cols %u..%u, %u threads, "
            "block %u, %llu DMA bytes, status %d",
-           c->rank, call->addend ? "_add" : "", call->count, coll_dtype_name(call->dtype),
-           a.p.row_lo, a.p.row_hi, a.p.col_lo, a.p.col_hi, a.p.n_threads, a.p.block_elems,
+           c->rank, call->addend ? "_add" : "", call->count, rt_dtype_name(call->dtype), a.p.row_lo,
+           a.p.row_hi, a.p.col_lo, a.p.col_hi, a.p.n_threads, a.p.block_elems,
            (unsigned long long)r.dma_bytes, (int)r.status);
     return report(c, &a, &r);
 }

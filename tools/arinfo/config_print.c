@@ -7,7 +7,7 @@
  */
 #include "arinfo.h"
 #include "coll.h"
-#include "transport.h"
+#include "comm_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +32,7 @@ void arinfo_knobs_load(struct arinfo *ai)
         exit(2);
     }
     ai->resolved = ai->knobs;
-    coll_host_resolve_knobs(&ai->resolved, ai->nranks, false);
+    coll_host_resolve_knobs(&ai->resolved, rt_topo_summary(), ai->nranks, false);
 }
 
 static const char *device_name(comm_device_t d)
@@ -233,7 +233,7 @@ void print_paths(struct arinfo *ai)
     arinfo_fmt_size(k->flag_threshold, flag, sizeof(flag));
     /* Thread ranks of one process have their own default (the one-pass path wins early). */
     struct rt_knobs threads = ai->knobs;
-    coll_host_resolve_knobs(&threads, ai->nranks, true);
+    coll_host_resolve_knobs(&threads, rt_topo_summary(), ai->nranks, true);
     arinfo_fmt_size(threads.flag_threshold, flag_threads, sizeof(flag_threads));
     if (k->bf16_threshold == RT_SIZE_OFF)
         snprintf(bf16, sizeof(bf16), "off");

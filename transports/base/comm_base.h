@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The communicator as the runtime, the transports and the collectives see it.
+ * The communicator's base, as every layer sees it: identity, status and error
+ * reporting, logging, knobs, deadlines.  What a backend keeps of its own lives behind
+ * xport (and, for the segment every backend embeds, in struct shm_comm).
  */
-#ifndef ARCOMM_RT_COMM_INTERNAL_H
-#define ARCOMM_RT_COMM_INTERNAL_H
+#ifndef ARCOMM_BASE_COMM_BASE_H
+#define ARCOMM_BASE_COMM_BASE_H
 
 #include "arcomm.h"
 #include "knobs.h"
+#include "tables.h"
+#include "topo.h"
 #include "transport.h"
 
 #include <stdarg.h>
@@ -20,32 +24,23 @@
 
 #define RT_ERRMSG_BYTES 512
 
-/* struct comm.magic while the communicator is alive, and after comm_destroy. */
-#define RT_COMM_LIVE 0x636f6d6du /* "comm" */
-#define RT_COMM_DEAD 0x64656164u /* "dead" */
-
 struct comm {
-    uint32_t magic; /* RT_COMM_LIVE from comm_init to comm_destroy: a cheap misuse check */
+    uint32_t magic; /* runtime/: alive from comm_init to comm_destroy (a cheap misuse check) */
     int rank;
     int nranks;
     comm_device_t device;
     int device_index;
     comm_id_t id;
     struct rt_knobs knobs;
-    long timeout_ms; /* effective: config, else knob; < 0 = never */
+    long timeout_ms;                    /* effective: config, else knob; < 0 = never */
+    const struct rt_topo_summary *topo; /* the host, as runtime/ found it (hwloc) */
+    int numa_node;                      /* NUMA node this rank ran on at comm_init, -1 unknown */
 
     const struct transport_ops *ops; /* the transport serving this communicator */
     void *xport;                     /* the transport's private state */
-    struct shm_comm *shm;            /* the shared segment, as mapped here (shm.h) */
+    struct shm_comm *shm;            /* the segment every backend embeds (shm/shm.h) */
 
-    uint32_t seq;        /* number of the next collective call */
-    uint64_t steps;      /* progress steps this rank has published */
-    uint32_t stage_slot; /* staging slot of the next phase (alternates) */
-    void *scratch;       /* private scratch of shm slot size (staged path) */
-    bool oversubscribed; /* more local ranks than usable cores */
-    bool same_process;   /* every rank lives in this process */
-    bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
-    long spin_ns;        /* effective spin phase */
+    uint32_t seq; /* number of the next collective call */
 
     _Atomic int broken;           /* 0, or the status that broke the communicator */
     _Atomic int aborted;          /* set by comm_abort, from any thread */
@@ -56,24 +51,8 @@ struct comm {
 
     FILE *log; /* NULL = stderr */
     bool log_owned;
-    struct comm *live_next; /* the registry of live communicators (live.c) */
+    struct comm *live_next; /* runtime/: the registry of live communicators (live.c) */
 };
-
-/*
- * Is comm a handle a public function may use?  Not when NULL, nor (a cheap, best-effort
- * check) when its memory no longer says it is alive; the reason goes to
- * comm_last_error(NULL) in this thread.
- */
-bool rt_handle_ok(const struct comm *comm, const char *fn);
-
-/* live.c: the communicators alive in this process. */
-void rt_live_add(struct comm *c);
-enum rt_live_status { RT_LIVE_OK, RT_LIVE_GONE, RT_LIVE_BUSY };
-/* Takes c out of the registry: GONE when it is not alive, BUSY (and left in) when a
- * call on it is running in another thread. */
-enum rt_live_status rt_live_remove(struct comm *c);
-/* Runs fn(c) under the registry lock when c is alive; false when it is not. */
-bool rt_live_run(struct comm *c, void (*fn)(struct comm *c));
 
 /* Records an error on c (message for comm_last_error) and logs it once. */
 void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)
@@ -82,15 +61,13 @@ void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)
 /* Records an init failure for comm_last_error(NULL) in this thread and logs it. */
 void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same, without logging (the failure was logged where it was found). */
+void rt_init_error_quiet(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void rt_init_error_clear(void);
+/* This thread's last init failure: comm_last_error(NULL). */
+const char *rt_init_errmsg(void);
 
 void rt_log(const struct comm *c, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/*
- * Marks the communicator broken with status: records the message, publishes the
- * failure to every peer (the transport's fail hook), and returns status.
- */
-comm_status_t rt_fail(struct comm *c, comm_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 uint64_t rt_now_ns(void);
@@ -118,4 +95,4 @@ static inline uint64_t rt_left_ns(uint64_t deadline, uint64_t now)
     return deadline == RT_NEVER ? RT_NEVER : now >= deadline ? 0 : deadline - now;
 }
 
-#endif /* ARCOMM_RT_COMM_INTERNAL_H */
+#endif /* ARCOMM_BASE_COMM_BASE_H */

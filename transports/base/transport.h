@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The transport ops table: how the runtime reaches a transport.  A capability probe
- * apart from the data operations; transports are listed once, in transport.c.
+ * apart from the data operations; transports are listed once, in runtime/transport.c.
  */
-#ifndef ARCOMM_RT_TRANSPORT_H
-#define ARCOMM_RT_TRANSPORT_H
+#ifndef ARCOMM_BASE_TRANSPORT_H
+#define ARCOMM_BASE_TRANSPORT_H
 
 #include "arcomm.h"
 
@@ -40,16 +40,4 @@ struct transport_ops {
     comm_status_t (*mem_free)(struct comm *c, void *ptr);
 };
 
-/* The transports built into this library, in order of preference. */
-extern const struct transport_ops *const rt_transports[];
-extern const size_t rt_transport_count;
-
-/*
- * Picks the transport for a communicator: the one named (by the config or
- * ARCOMM_TRANSPORT) if any, else the first whose probe succeeds.  NULL with a reason
- * in why when none can serve it.
- */
-const struct transport_ops *rt_transport_pick(const struct transport_probe *p, const char *name,
-                                              char *why, size_t len);
-
-#endif /* ARCOMM_RT_TRANSPORT_H */
+#endif /* ARCOMM_BASE_TRANSPORT_H */

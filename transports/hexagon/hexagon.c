@@ -45,7 +45,7 @@ static int32_t hx_poll(void *ctx)
     if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
         return HEX_ERR_ABORTED;
     uint64_t now = rt_now_ns();
-    if (!c->same_process && now >= hx->next_liveness) {
+    if (!c->shm->same_process && now >= hx->next_liveness) {
         hx->next_liveness = now + LIVENESS_PERIOD_NS;
         pid_t self = getpid();
         for (int p = 0; p < c->nranks; p++) {

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -574,7 +575,7 @@ static comm_status_t check_joinable(struct comm *c, struct shm_header *h)
 /* Binds this rank's staging slots to its NUMA node before anyone touches them. */
 static int bind_staging(struct comm *c, struct shm_comm *s)
 {
-    int node = rt_topo_current_numa_node();
+    int node = c->numa_node;
 #if ARCOMM_HAVE_NUMA
     if (c->knobs.numa && node >= 0 && numa_available() >= 0 && numa_max_node() > 0) {
         void *mine = shm_slot(s, c->rank, 0);
@@ -620,6 +621,15 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         atomic_store(&c->published, 1);
         return COMM_ERR_NOMEM;
     }
+    /* Spinning only pays when every rank has a core; oversubscribed, yield early so the
+     * peer we wait for gets the CPU. */
+    bool oversubscribed = c->nranks > c->topo->pus;
+    s->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : oversubscribed ? 0 : 50000;
+    /* An unpinned rank may share its CPU with the peer it waits for (the scheduler does
+     * that under load): it then checks, and yields rather than spins. */
+    cpu_set_t mask;
+    s->same_cpu_check =
+        c->nranks > 1 && sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 1;
     shm_segment_name(&c->id, s->name, sizeof(s->name));
     uint64_t deadline = rt_comm_deadline(c);
     int fd = -1;
@@ -726,9 +736,9 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         s->unlinked = true;
     }
     /* Thread ranks of one process can read each other's buffers directly. */
-    c->same_process = true;
+    c->shm->same_process = true;
     for (int r = 0; r < c->nranks; r++)
-        c->same_process = c->same_process && s->ranks[r].pid == me->pid;
+        c->shm->same_process = c->shm->same_process && s->ranks[r].pid == me->pid;
     return COMM_OK;
 
 err_leave:
@@ -756,6 +766,7 @@ void shm_segment_detach(struct comm *c)
     if (!s->unlinked && c->rank == 0)
         shm_unlink(s->name);
     mapping_release(s);
+    free(s->scratch);
     free(s);
     c->shm = NULL;
 }

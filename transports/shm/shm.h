@@ -33,6 +33,16 @@ struct shm_comm {
     struct shm_pool_block *blocks; /* this rank's arena: blocks in address order */
     struct shm_mapping *mapping;   /* the process-wide mapping record (segment.c) */
     int ext_refs_private;          /* ext holders when the mapping is not shared */
+
+    /* This rank's side of the protocol, which only the segment and the host
+     * collectives built on it read. */
+    uint64_t steps;      /* progress steps this rank has published */
+    uint32_t stage_slot; /* staging slot of the next phase (alternates) */
+    void *scratch;       /* private scratch of slot size (staged path), freed at detach */
+    bool same_process;   /* every rank lives in this process */
+    bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
+    long spin_ns;        /* effective spin phase */
+
     /* The root cause of this rank's COMM_ERR_PEER, when it saw a peer fail: what it
      * publishes instead of its own message, so every rank names the rank that really
      * failed (root_rank1: that rank plus one; 0 = none seen). */
@@ -125,7 +135,7 @@ typedef int (*shm_ready_fn)(struct comm *c, void *arg);
 typedef bool (*shm_behind_fn)(struct comm *c, void *arg, int peer);
 
 /*
- * Waits until ready says so: spin (c->spin_ns), then sched_yield (yield_ns), then sleep
+ * Waits until ready says so: spin (c->shm->spin_ns), then sched_yield (yield_ns), then sleep
  * on the doorbell futex.  Bounded by the timeout; ends early on comm_abort, on a peer's
  * published failure, and on a dead peer process, except a peer that completed this
  * call (c->seq): it can fail only calls it never made.  what names the stage in
@@ -148,7 +158,7 @@ void shm_note_cpu(struct comm *c);
 
 /* Publishes this rank's progress step (release) and wakes sleepers. */
 void shm_progress_publish(struct comm *c);
-/* Waits until every peer's progress reached c->steps. */
+/* Waits until every peer's progress reached c->shm->steps. */
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what);
 
 /* Checks the peers' sticky status words; records the first failure seen.  A peer that

@@ -85,7 +85,7 @@ comm_status_t shm_peer_failed(struct comm *c, int p, int32_t st)
     int root = via != 0 && via <= (uint32_t)c->nranks ? (int)via - 1 : p;
     int32_t root_status = root != p ? pr->root_status : st;
     uint32_t kind = root != p && pr->root_kind == SHM_ROOT_DIED ? SHM_ROOT_DIED : SHM_ROOT_FAILED;
-    const char *name = comm_status_string((comm_status_t)root_status);
+    const char *name = rt_status_string((comm_status_t)root_status);
     if (root == p)
         rt_error(c, COMM_ERR_PEER, "rank %d: rank %d failed with %.*s: %s", c->rank, p,
                  status_name_len(name), name, msg);
@@ -183,7 +183,7 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 
 void shm_note_cpu(struct comm *c)
 {
-    if (c->same_cpu_check) {
+    if (c->shm->same_cpu_check) {
         int cpu = sched_getcpu();
         struct shm_rank *me = &c->shm->ranks[c->rank];
         if (atomic_load_explicit(&me->cpu, memory_order_relaxed) != cpu)
@@ -218,11 +218,11 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
     uint64_t start = rt_now_ns();
     /* Phase ends saturate like deadlines: ARCOMM_SPIN_NS and ARCOMM_YIELD_NS may be
      * as large as a long. */
-    uint64_t yield_at = sat_add(start, c->spin_ns > 0 ? (uint64_t)c->spin_ns : 0);
+    uint64_t yield_at = sat_add(start, c->shm->spin_ns > 0 ? (uint64_t)c->shm->spin_ns : 0);
     uint64_t sleep_at = sat_add(yield_at, c->knobs.yield_ns > 0 ? (uint64_t)c->knobs.yield_ns : 0);
     uint64_t deadline = rt_comm_deadline(c);
     uint64_t next_liveness = start + LIVENESS_PERIOD_NS;
-    enum phase phase = c->spin_ns > 0 ? PHASE_SPIN : PHASE_YIELD;
+    enum phase phase = c->shm->spin_ns > 0 ? PHASE_SPIN : PHASE_YIELD;
     unsigned iter = 0;
 
     for (;;) {
@@ -257,13 +257,14 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
                      c->rank, c->timeout_ms, what, c->seq, who);
             return COMM_ERR_TIMEOUT;
         }
-        if (now >= next_liveness && !c->same_process) {
+        if (now >= next_liveness && !c->shm->same_process) {
             next_liveness = now + LIVENESS_PERIOD_NS;
             st = check_liveness(c, what);
             if (st != COMM_OK)
                 return st;
         }
-        if (phase == PHASE_SPIN && (now >= yield_at || (c->same_cpu_check && peer_on_my_cpu(c))))
+        if (phase == PHASE_SPIN &&
+            (now >= yield_at || (c->shm->same_cpu_check && peer_on_my_cpu(c))))
             phase = PHASE_YIELD;
         if (phase == PHASE_YIELD && now >= sleep_at)
             phase = PHASE_SLEEP;
@@ -279,7 +280,7 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
             if (r == 0 && !atomic_load(&c->aborted)) {
                 uint64_t left = rt_left_ns(deadline, now);
                 uint64_t slice = left < SLEEP_SLICE_NS ? left : SLEEP_SLICE_NS;
-                if (!c->same_process && next_liveness - now < slice)
+                if (!c->shm->same_process && next_liveness - now < slice)
                     slice = next_liveness - now;
                 struct timespec ts = {.tv_sec = (time_t)(slice / 1000000000u),
                                       .tv_nsec = (long)(slice % 1000000000u)};
@@ -315,13 +316,13 @@ static bool progress_behind(struct comm *c, void *arg, int p)
 
 void shm_progress_publish(struct comm *c)
 {
-    c->steps++;
-    atomic_store_explicit(&c->shm->ranks[c->rank].progress, c->steps, memory_order_release);
+    c->shm->steps++;
+    atomic_store_explicit(&c->shm->ranks[c->rank].progress, c->shm->steps, memory_order_release);
     shm_ring(c->shm);
 }
 
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what)
 {
-    struct progress_arg a = {.target = c->steps};
+    struct progress_arg a = {.target = c->shm->steps};
     return shm_wait_for(c, progress_ready, progress_behind, &a, what, "reach this step");
 }

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the runtime keeps to itself: handle checks, the registry of live communicators,
+ * the list of transports, and the host topology it discovers with hwloc.
+ */
+#ifndef ARCOMM_RT_COMM_INTERNAL_H
+#define ARCOMM_RT_COMM_INTERNAL_H
+
+#include "comm_base.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* struct comm.magic while the communicator is alive, and after comm_destroy. */
+#define RT_COMM_LIVE 0x636f6d6du /* "comm" */
+#define RT_COMM_DEAD 0x64656164u /* "dead" */
+
+/*
+ * Is comm a handle a public function may use?  Not when NULL, nor (a cheap, best-effort
+ * check) when its memory no longer says it is alive; the reason goes to
+ * comm_last_error(NULL) in this thread.
+ */
+bool rt_handle_ok(const struct comm *comm, const char *fn);
+
+/* live.c: the communicators alive in this process. */
+void rt_live_add(struct comm *c);
+enum rt_live_status { RT_LIVE_OK, RT_LIVE_GONE, RT_LIVE_BUSY };
+/* Takes c out of the registry: GONE when it is not alive, BUSY (and left in) when a
+ * call on it is running in another thread. */
+enum rt_live_status rt_live_remove(struct comm *c);
+/* Runs fn(c) under the registry lock when c is alive; false when it is not. */
+bool rt_live_run(struct comm *c, void (*fn)(struct comm *c));
+
+/* transport.c: the transports built into this library, in order of preference. */
+extern const struct transport_ops *const rt_transports[];
+extern const size_t rt_transport_count;
+
+/*
+ * Picks the transport for a communicator: the one named (by the config or
+ * ARCOMM_TRANSPORT) if any, else the first whose probe succeeds.  NULL with a reason
+ * in why when none can serve it.
+ */
+const struct transport_ops *rt_transport_pick(const struct transport_probe *p, const char *name,
+                                              char *why, size_t len);
+
+/* topo.c: the host's summary; hwloc is loaded once per process (without I/O devices). */
+const struct rt_topo_summary *rt_topo_summary(void);
+
+/* The NUMA node of the CPU this thread runs on now, or -1 when unknown/single node. */
+int rt_topo_current_numa_node(void);
+
+#endif /* ARCOMM_RT_COMM_INTERNAL_H */

@@ -6,14 +6,7 @@
  * peers check it), the bulk handshake's published buffer kinds decide the rest.
  */
 #include "coll.h"
-#include "arcomm_build.h"
 #include "reduce.h"
-#if ARCOMM_HAVE_CUDA
-#include "cuda/coll_cuda.h"
-#endif
-#if ARCOMM_HAVE_HEXAGON
-#include "hexagon/hexagon_coll.h"
-#endif
 
 #include <unistd.h>
 
@@ -114,32 +107,10 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     return coll_allreduce_staged(c, call, narrow);
 }
 
-static comm_status_t device_allreduce(struct comm *c, const struct coll_call *call)
+comm_status_t coll_host_allreduce(struct comm *c, const struct coll_call *call)
 {
-    switch (c->device) {
-    case COMM_DEVICE_HOST:
-        return host_allreduce_path(c, call);
-#if ARCOMM_HAVE_CUDA
-    case COMM_DEVICE_CUDA:
-        return coll_cuda_allreduce(c, call);
-#endif
-#if ARCOMM_HAVE_HEXAGON
-    case COMM_DEVICE_HEXAGON:
-        return coll_hexagon_allreduce(c, call);
-#endif
-    default:
-        rt_error(c, COMM_ERR_UNSUPPORTED, "rank %d: no collectives for this device in this build",
-                 c->rank);
-        return COMM_ERR_UNSUPPORTED;
-    }
-}
-
-comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call)
-{
-    comm_status_t st = device_allreduce(c, call);
-    /* Every device's calls go through the segment's failure words: a rank that
-     * completed this call never fails a peer's (CUDA: the call is enqueued, and
-     * comm_destroy drains it before it leaves). */
+    comm_status_t st = host_allreduce_path(c, call);
+    /* A rank that completed this call never fails a peer's. */
     if (st == COMM_OK)
         shm_complete(c);
     return st;

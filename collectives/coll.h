@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The collective algorithms.  The runtime validates a call and hands it here; the
- * host paths are built on the shm transport's primitives.
+ * The collective algorithms.  The runtime validates a call and hands it to the
+ * backend (backend.h); the host paths are built on the shm segment's primitives, and
+ * every backend's calls start with the segment's arrival handshake.
  */
 #ifndef ARCOMM_COLL_H
 #define ARCOMM_COLL_H
@@ -25,8 +26,10 @@ struct coll_call {
     void *stream;
 };
 
-comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call);
-comm_status_t coll_barrier(struct comm *c);
+/* The host allreduce (with or without an addend): flag, one-pass or staged. */
+comm_status_t coll_host_allreduce(struct comm *c, const struct coll_call *call);
+/* The segment's barrier: every backend's (CUDA checks its GPU first). */
+comm_status_t coll_host_barrier(struct comm *c);
 
 /* Turns the "auto" knobs of the host paths into numbers for this host, rank count and
  * kind of ranks (all threads of one process, or not). */

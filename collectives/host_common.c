@@ -4,10 +4,6 @@
  * share: names, slicing, knob resolution.
  */
 #include "coll.h"
-#include "arcomm_build.h"
-#if ARCOMM_HAVE_CUDA
-#include "cuda/coll_cuda.h"
-#endif
 
 #include <stdio.h>
 #include <string.h>
@@ -134,16 +130,8 @@ void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_
     *hi = count - *lo < chunk ? count : *lo + chunk;
 }
 
-comm_status_t coll_barrier(struct comm *c)
+comm_status_t coll_host_barrier(struct comm *c)
 {
-#if ARCOMM_HAVE_CUDA
-    /* A CUDA rank's GPU may have failed after its last call returned: say so here. */
-    if (c->device == COMM_DEVICE_CUDA) {
-        comm_status_t st = coll_cuda_check(c);
-        if (st != COMM_OK)
-            return st;
-    }
-#endif
     struct shm_arrival mine = {.path = SHM_PATH_BARRIER};
     coll_arrive(c, &mine);
     comm_status_t st = coll_wait_arrivals(c, "comm_barrier");

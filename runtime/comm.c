@@ -4,7 +4,6 @@
  * comm_init_env, comm_destroy, comm_abort, comm_mem_alloc/free and the accessors.
  */
 #include "comm_internal.h"
-#include "coll.h"
 #include "id.h"
 #include "shm/shm.h"
 
@@ -221,7 +220,7 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     }
 
     struct transport_probe probe = {.nranks = c->nranks, .device = c->device};
-    c->ops = rt_transport_pick(&probe, c->knobs.transport, why, sizeof(why));
+    c->ops = rt_backend_pick(&probe, c->knobs.transport, why, sizeof(why));
     if (c->ops == NULL) {
         status = c->knobs.transport[0] ? COMM_ERR_INVALID : COMM_ERR_UNSUPPORTED;
         rt_init_error(&c->knobs, status, "comm_init: rank %d: %s", c->rank, why);
@@ -233,6 +232,7 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     c->topo = rt_topo_summary();
     c->numa_node = rt_topo_current_numa_node();
 
+    c->backend_name = c->ops->name;
     status = c->ops->setup(c);
     if (status != COMM_OK) {
         /* Already logged where it was found. */
@@ -243,13 +243,8 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
             init_failure_publish(cfg, c->timeout_ms, status);
         goto err_log;
     }
-    /* After setup: the host paths' defaults depend on whether all ranks are threads of
-     * this process.  cuda: "auto" bf16 narrowing means on for the CUDA paths (resolved
-     * by the transport in setup), so the host resolution applies to host devices only. */
-    size_t bf16_raw = c->knobs.bf16_threshold;
-    coll_host_resolve_knobs(&c->knobs, c->topo, c->nranks, c->shm->same_process);
-    if (c->device == COMM_DEVICE_CUDA)
-        c->knobs.bf16_threshold = bf16_raw;
+    if (c->ops->resolve_knobs != NULL)
+        c->ops->resolve_knobs(c);
     rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,
            c->id.str, c->nranks, c->ops->name);
     c->magic = RT_COMM_LIVE;

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the runtime keeps to itself: handle checks, the registry of live communicators,
- * the list of transports, and the host topology it discovers with hwloc.
+ * the list of backends, and the host topology it discovers with hwloc.
  */
 #ifndef ARCOMM_RT_COMM_INTERNAL_H
 #define ARCOMM_RT_COMM_INTERNAL_H
 
 #include "comm_base.h"
+#include "backend.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -31,17 +32,17 @@ enum rt_live_status rt_live_remove(struct comm *c);
 /* Runs fn(c) under the registry lock when c is alive; false when it is not. */
 bool rt_live_run(struct comm *c, void (*fn)(struct comm *c));
 
-/* transport.c: the transports built into this library, in order of preference. */
-extern const struct transport_ops *const rt_transports[];
-extern const size_t rt_transport_count;
+/* backend.c: the backends built into this library, in order of preference. */
+extern const struct backend_ops *const rt_backends[];
+extern const size_t rt_backend_count;
 
 /*
- * Picks the transport for a communicator: the one named (by the config or
+ * Picks the backend for a communicator: the one named (by the config or
  * ARCOMM_TRANSPORT) if any, else the first whose probe succeeds.  NULL with a reason
  * in why when none can serve it.
  */
-const struct transport_ops *rt_transport_pick(const struct transport_probe *p, const char *name,
-                                              char *why, size_t len);
+const struct backend_ops *rt_backend_pick(const struct transport_probe *p, const char *name,
+                                          char *why, size_t len);
 
 /* topo.c: the host's summary; hwloc is loaded once per process (without I/O devices). */
 const struct rt_topo_summary *rt_topo_summary(void);

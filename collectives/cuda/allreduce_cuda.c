@@ -91,11 +91,6 @@ comm_status_t cuda_check_device(struct comm *c)
     return shm_check_peers(c);
 }
 
-comm_status_t coll_cuda_check(struct comm *c)
-{
-    return cuda_check_device(c);
-}
-
 static comm_status_t launch_failed(struct comm *c, const char *what, int e)
 {
     rt_error(c, COMM_ERR_SYSTEM, "rank %d: %s failed on GPU %d: %s", c->rank, what,
@@ -299,15 +294,6 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
 comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
 {
     struct cuda_comm *x = cuda_of(c);
-    /* The same answer on every rank, before any memory is touched. */
-    if (call->op != COMM_SUM ||
-        (call->dtype != COMM_F32 && call->dtype != COMM_F16 && call->dtype != COMM_BF16)) {
-        rt_error(c, COMM_ERR_UNSUPPORTED,
-                 "rank %d: the CUDA transport sums f32, f16 and bf16; %s %s is not supported "
-                 "(use a host communicator for it)",
-                 c->rank, rt_op_name(call->op), rt_dtype_name(call->dtype));
-        return COMM_ERR_UNSUPPORTED;
-    }
     comm_status_t st = cuda_check_device(c);
     if (st != COMM_OK || call->count == 0)
         return st;

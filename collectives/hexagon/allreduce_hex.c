@@ -7,6 +7,7 @@
  * op_allreduce(_add) in the session.  The DSP-side fences then order the sessions.
  */
 #include "hexagon_coll.h"
+#include "backend.h"
 #include "hex_params.h"
 #include "hexagon/hexagon.h"
 
@@ -181,9 +182,9 @@ static comm_status_t params_for(struct comm *c, const struct coll_call *call,
     return COMM_OK;
 }
 
-comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *call)
+static comm_status_t hex_validate(struct comm *c, const struct coll_call *call, const char *fn)
 {
-    struct hex_comm *hx = hex_of(c);
+    (void)fn;
     if ((call->dtype != COMM_F32 && call->dtype != COMM_F16) || call->op != COMM_SUM) {
         /* Decided by the arguments alone, so every rank answers alike, untouched. */
         rt_error(c, COMM_ERR_UNSUPPORTED,
@@ -196,6 +197,12 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
                  "rank %d: stream must be NULL on a Hexagon communicator (calls block)", c->rank);
         return COMM_ERR_INVALID;
     }
+    return COMM_OK;
+}
+
+comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *call)
+{
+    struct hex_comm *hx = hex_of(c);
     if (call->count == 0)
         return COMM_OK;
     size_t esize = rt_dtype_size(call->dtype);
@@ -271,3 +278,30 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
            (unsigned long long)r.dma_bytes, (int)r.status);
     return report(c, &a, &r);
 }
+
+static comm_status_t hex_allreduce(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = coll_hexagon_allreduce(c, call);
+    /* A rank that completed this call never fails a peer's. */
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+/* The Hexagon backend (its table here, beside its allreduce). */
+const struct backend_ops coll_hexagon_backend = {
+    .name = "hexagon",
+    .device = COMM_DEVICE_HEXAGON,
+    .probe = hex_probe,
+    .setup = hex_setup,
+    .teardown = hex_teardown,
+    .resolve_knobs = NULL, /* hex_setup checks and takes its knobs into struct hex_comm */
+    .validate = hex_validate,
+    .allreduce = hex_allreduce,
+    .allreduce_add = hex_allreduce,
+    .barrier = coll_host_barrier,
+    .publish_failure = hex_publish_failure,
+    .wake = shm_wake,
+    .mem_alloc = hex_mem_alloc,
+    .mem_free = hex_mem_free,
+};

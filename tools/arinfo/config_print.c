@@ -2,7 +2,7 @@
 /*
  * The knobs (--config), the transports built and the pick a communicator would make,
  * and the allreduce path of each message size.  Everything here goes through the
- * library's own tables and functions (rt_knob_table, rt_transport_pick,
+ * library's own tables and functions (rt_knob_table, rt_backend_pick,
  * coll_host_resolve_knobs): arinfo reports what comm_init would decide, never a copy.
  */
 #include "arinfo.h"
@@ -167,15 +167,15 @@ void print_transports(struct arinfo *ai)
     const char *requested = ai->knobs.transport[0] ? ai->knobs.transport : NULL;
     char why[256] = "";
     struct transport_probe want = {.nranks = ai->nranks, .device = COMM_DEVICE_HOST};
-    const struct transport_ops *pick = rt_transport_pick(&want, requested, why, sizeof(why));
+    const struct backend_ops *pick = rt_backend_pick(&want, requested, why, sizeof(why));
 
     if (ai->json)
         json_array_begin(js, "transports");
     else
-        arinfo_title(ai, "Transports (built: %zu; probed for %d local rank%s)", rt_transport_count,
+        arinfo_title(ai, "Transports (built: %zu; probed for %d local rank%s)", rt_backend_count,
                      ai->nranks, ai->nranks == 1 ? "" : "s");
-    for (size_t i = 0; i < rt_transport_count; i++) {
-        const struct transport_ops *t = rt_transports[i];
+    for (size_t i = 0; i < rt_backend_count; i++) {
+        const struct backend_ops *t = rt_backends[i];
         /* Each transport is asked about buffers of its own device: a CUDA transport
          * always refuses host buffers, which would say nothing. */
         struct transport_probe p = {.nranks = ai->nranks, .device = t->device};
@@ -208,7 +208,7 @@ void print_transports(struct arinfo *ai)
         json_object_end(js);
         return;
     }
-    if (rt_transport_count == 0)
+    if (rt_backend_count == 0)
         fprintf(ai->out, "  none\n");
     if (requested) {
         fprintf(ai->out, "  ARCOMM_TRANSPORT=");

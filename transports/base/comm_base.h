@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct backend_ops;
+
 /* Public entry points are the only symbols the shared library exports. */
 #define ARCOMM_API __attribute__((visibility("default")))
 
@@ -36,9 +38,10 @@ struct comm {
     const struct rt_topo_summary *topo; /* the host, as runtime/ found it (hwloc) */
     int numa_node;                      /* NUMA node this rank ran on at comm_init, -1 unknown */
 
-    const struct transport_ops *ops; /* the transport serving this communicator */
-    void *xport;                     /* the transport's private state */
-    struct shm_comm *shm;            /* the segment every backend embeds (shm/shm.h) */
+    const struct backend_ops *ops; /* the backend serving this communicator (collectives/) */
+    const char *backend_name;      /* its name (shm, cuda, hexagon), for the layers below */
+    void *xport;                   /* the backend's private state */
+    struct shm_comm *shm;          /* the segment every backend embeds (shm/shm.h) */
 
     uint32_t seq; /* number of the next collective call */
 

@@ -24,7 +24,7 @@
 /* How long teardown waits for the streams of a failed communicator to drain. */
 #define CUDA_DRAIN_BROKEN_NS 5000000000ull
 
-static bool cuda_probe(const struct transport_probe *p, char *why, size_t len)
+bool cuda_probe(const struct transport_probe *p, char *why, size_t len)
 {
     if (p->device != COMM_DEVICE_CUDA) {
         snprintf(why, len, "cuda serves CUDA device buffers only");
@@ -244,7 +244,7 @@ static void unregister_mapping(void *base, size_t size)
     cudaHostUnregister(base);
 }
 
-static comm_status_t cuda_setup(struct comm *c)
+comm_status_t cuda_setup(struct comm *c)
 {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -383,7 +383,7 @@ static uint64_t drain_limit(const struct comm *c)
     return t >= RT_NEVER - 1000000000u ? RT_NEVER : t + 1000000000u;
 }
 
-static void cuda_teardown(struct comm *c)
+void cuda_teardown(struct comm *c)
 {
     struct cuda_comm *x = cuda_of(c);
     if (x == NULL) {
@@ -433,8 +433,7 @@ void cuda_release_waits(struct comm *c)
     }
 }
 
-static void cuda_publish_failure(struct comm *c, comm_status_t status, const char *msg,
-                                 bool in_call)
+void cuda_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call)
 {
     struct shm_comm *s = c->shm;
     struct cuda_comm *x = cuda_of(c);
@@ -465,7 +464,7 @@ static void cuda_publish_failure(struct comm *c, comm_status_t status, const cha
     }
 }
 
-static comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr)
+comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr)
 {
     (void)bytes;
     (void)ptr;
@@ -476,22 +475,10 @@ static comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr)
     return COMM_ERR_UNSUPPORTED;
 }
 
-static comm_status_t cuda_mem_free(struct comm *c, void *ptr)
+comm_status_t cuda_mem_free(struct comm *c, void *ptr)
 {
     (void)ptr;
     rt_error(c, COMM_ERR_INVALID, "rank %d: comm_mem_free: CUDA communicators allocate nothing",
              c->rank);
     return COMM_ERR_INVALID;
 }
-
-const struct transport_ops cuda_transport_ops = {
-    .name = "cuda",
-    .device = COMM_DEVICE_CUDA,
-    .probe = cuda_probe,
-    .setup = cuda_setup,
-    .teardown = cuda_teardown,
-    .publish_failure = cuda_publish_failure,
-    .wake = shm_wake,
-    .mem_alloc = cuda_mem_alloc,
-    .mem_free = cuda_mem_free,
-};

@@ -362,7 +362,7 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, uint64_t
     h->off_arrival = g.off_arrival;
     h->off_staging = g.off_staging;
     h->off_pool = g.off_pool;
-    snprintf(h->transport, sizeof(h->transport), "%s", c->ops->name);
+    snprintf(h->transport, sizeof(h->transport), "%s", c->backend_name);
     /* The knobs every rank must share, as rank 0 has them (check_joinable compares). */
     for (size_t i = 0; i < rt_knob_count && h->agree_count < SHM_AGREE_MAX; i++)
         if (rt_knob_table[i].flags & RT_KNOB_AGREE)
@@ -562,11 +562,11 @@ static comm_status_t check_joinable(struct comm *c, struct shm_header *h)
                  c->rank, h->nranks, c->nranks);
         return COMM_ERR_INVALID;
     }
-    if (strncmp(h->transport, c->ops->name, sizeof(h->transport)) != 0) {
+    if (strncmp(h->transport, c->backend_name, sizeof(h->transport)) != 0) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank %d: rank 0 uses transport \"%.16s\", this rank picked \"%s\": set the "
                  "same ARCOMM_TRANSPORT / config transport on every rank",
-                 c->rank, h->transport, c->ops->name);
+                 c->rank, h->transport, c->backend_name);
         return COMM_ERR_INVALID;
     }
     return check_knobs(c, h);

@@ -54,12 +54,14 @@ struct shm_comm {
 
 _Static_assert(SHM_ERRMSG_BYTES >= RT_ERRMSG_BYTES, "a peer's message travels whole");
 
-extern const struct transport_ops shm_transport_ops;
+/* Can shm serve these ranks (host buffers)?  When not, says why. */
+bool shm_probe(const struct transport_probe *p, char *why, size_t len);
 
 /*
  * The segment's failure publication, for every transport built on the segment: the
  * rank's sticky status and message (first caller wins), its arrival word for the
- * current call when in_call, and a ring of the doorbell.  See transport.h.
+ * current call when in_call, and a ring of the doorbell.  See backend.h's
+ * publish_failure.
  */
 void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call);
 /* Wakes every waiter of the segment (comm_abort). */

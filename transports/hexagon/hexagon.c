@@ -240,12 +240,7 @@ comm_status_t hex_setup(struct comm *c)
 
 err_teardown:
     /* Peers waiting for this rank's fence must not wait for the timeout. */
-    if (c->shm != NULL) {
-        struct shm_rank *me = &c->shm->ranks[c->rank];
-        snprintf(me->errmsg, sizeof(me->errmsg), "%.*s", (int)sizeof(me->errmsg) - 1, c->errmsg);
-        atomic_store_explicit(&me->status, (int32_t)st, memory_order_release);
-        shm_ring_all(c->shm);
-    }
+    shm_setup_failed(c, st);
     hex_teardown(c);
     return st;
 }

@@ -50,6 +50,17 @@ void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, 
     shm_ring_all(s);
 }
 
+void shm_setup_failed(struct comm *c, comm_status_t status)
+{
+    struct shm_comm *s = c->shm;
+    if (s == NULL)
+        return;
+    struct shm_rank *me = &s->ranks[c->rank];
+    snprintf(me->errmsg, sizeof(me->errmsg), "%.*s", (int)sizeof(me->errmsg) - 1, c->errmsg);
+    atomic_store_explicit(&me->status, (int32_t)status, memory_order_release);
+    shm_ring_all(s);
+}
+
 void shm_wake(struct comm *c)
 {
     if (c->shm != NULL)

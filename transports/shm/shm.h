@@ -66,6 +66,12 @@ bool shm_probe(const struct transport_probe *p, char *why, size_t len);
 void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call);
 /* Wakes every waiter of the segment (comm_abort). */
 void shm_wake(struct comm *c);
+/*
+ * A backend's setup failed after it joined the segment (status, with c->errmsg as the
+ * reason): the one way every backend tells the peers waiting in their own setup, at
+ * once rather than at their timeout (sticky status word, message, doorbell).
+ */
+void shm_setup_failed(struct comm *c, comm_status_t status);
 
 /* segment.c */
 comm_status_t shm_segment_create_or_attach(struct comm *c);

@@ -303,12 +303,8 @@ comm_status_t cuda_setup(struct comm *c)
     /* Thread ranks of one process share one mapping (segment.c): it is registered with
      * the driver once, by the first of them, and unregistered by the last. */
     st = shm_mapping_ext_hold(c, register_mapping);
-    if (st != COMM_OK) {
-        snprintf(c->shm->ranks[c->rank].errmsg, SHM_ERRMSG_BYTES, "%.*s", SHM_ERRMSG_BYTES - 1,
-                 c->errmsg);
-        atomic_store_explicit(&c->shm->ranks[c->rank].status, (int32_t)st, memory_order_release);
+    if (st != COMM_OK)
         goto err_detach;
-    }
     x->registered_bytes = bytes;
     void *dptr = NULL;
     e = cudaHostGetDevicePointer(&dptr, x->regions, 0);
@@ -334,15 +330,13 @@ comm_status_t cuda_setup(struct comm *c)
 
 err_device:
     free_device_state(x);
-    /* The peers wait in setup too: tell them now rather than at their timeout. */
-    snprintf(c->shm->ranks[c->rank].errmsg, SHM_ERRMSG_BYTES, "%.*s", SHM_ERRMSG_BYTES - 1,
-             c->errmsg);
-    atomic_store_explicit(&c->shm->ranks[c->rank].status, (int32_t)st, memory_order_release);
-    shm_ring_all(c->shm);
 err_unregister:
     shm_mapping_ext_release(c, unregister_mapping);
     x->registered_bytes = 0;
 err_detach:
+    /* The peers wait in setup too: tell them now rather than at their timeout (every
+     * failure after the segment was joined, whatever its label). */
+    shm_setup_failed(c, st);
     shm_segment_detach(c);
 err_leave:
     cuda_device_leave(prev);

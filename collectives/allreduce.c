@@ -45,7 +45,7 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
 
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)
 {
-    return bytes <= k->flag_threshold ? "flag" : "bulk";
+    return coll_host_flag_path(k, bytes) ? "flag" : "bulk";
 }
 
 /* Does [p, p + len) lie in the comm_mem_alloc pools, where peers accept offsets? */
@@ -81,7 +81,7 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     bool narrow = coll_narrows(&c->knobs, call->dtype, bytes);
-    if (bytes <= c->knobs.flag_threshold)
+    if (coll_host_flag_path(&c->knobs, bytes))
         return coll_allreduce_flag(c, call, narrow);
 
     struct shm_arrival mine = {

@@ -90,7 +90,7 @@ comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call
             .addend = any_addend ? addend : NULL,
             .addend_count = call->addend_count,
             .offset = lo,
-            .nt_store = 2 * (size_t)n * call->count * esize >= c->knobs.nt_threshold,
+            .nt_store = coll_host_streams(&c->knobs, n, call->count * esize),
         };
         coll_reduce(&args);
     }

@@ -29,7 +29,7 @@ struct staged {
     size_t esize;     /* of the user's dtype */
     size_t res_esize; /* of a result region: f32 accumulators for f16/bf16 */
     size_t chunk;     /* elements of one region */
-    size_t lo[256], hi[256];
+    size_t lo[RT_MAX_RANKS], hi[RT_MAX_RANKS];
 };
 
 /* Regions are sized for the wider of an input element and a result element. */

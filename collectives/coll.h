@@ -36,6 +36,22 @@ comm_status_t coll_host_barrier(struct comm *c);
 void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *topo, int nranks,
                              bool same_process);
 
+/*
+ * The host path choices, the one formula the library and arinfo share (on resolved
+ * knobs).  Does a message of bytes take the flag path (else the bulk path)?
+ */
+static inline bool coll_host_flag_path(const struct rt_knobs *k, size_t bytes)
+{
+    return bytes <= k->flag_threshold;
+}
+
+/* Does a one-pass bulk call of bytes per rank stream its stores (all nranks' inputs and
+ * outputs together reach ARCOMM_NT_THRESHOLD)? */
+static inline bool coll_host_streams(const struct rt_knobs *k, int nranks, size_t bytes)
+{
+    return k->nt_threshold != RT_SIZE_OFF && 2 * (size_t)nranks * bytes >= k->nt_threshold;
+}
+
 /* Which host path a message of bytes (of dtype) takes: "flag" or "bulk". */
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes);
 

@@ -16,9 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The largest communicator: staged-path bookkeeping is sized for it. */
-#define RT_MAX_RANKS COMM_MAX_RANKS
-
 ARCOMM_API void comm_config_init(comm_config_t *cfg)
 {
     if (cfg == NULL)

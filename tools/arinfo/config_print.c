@@ -37,15 +37,7 @@ void arinfo_knobs_load(struct arinfo *ai)
 
 static const char *device_name(comm_device_t d)
 {
-    switch (d) {
-    case COMM_DEVICE_HOST:
-        return "host";
-    case COMM_DEVICE_CUDA:
-        return "cuda";
-    case COMM_DEVICE_HEXAGON:
-        return "hexagon";
-    }
-    return "unknown";
+    return (unsigned)d < RT_DEVICE_COUNT ? rt_device_name(d) : "unknown";
 }
 
 static const char *type_name(enum rt_knob_type t)
@@ -281,8 +273,7 @@ void print_paths(struct arinfo *ai)
             }
             json_bool(js, "f32_as_bf16", narrow);
             json_bool(js, "one_pass_streaming_stores",
-                      bulk && k->nt_threshold != RT_SIZE_OFF &&
-                          2 * (size_t)ai->nranks * bytes >= k->nt_threshold);
+                      bulk && coll_host_streams(k, ai->nranks, bytes));
             json_object_end(js);
         } else {
             const char *tpath = coll_host_path_name(&threads, bytes);

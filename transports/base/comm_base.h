@@ -26,6 +26,10 @@ struct backend_ops;
 
 #define RT_ERRMSG_BYTES 512
 
+/* The largest communicator (arcomm.h's COMM_MAX_RANKS): per-rank bookkeeping is sized
+ * for it. */
+#define RT_MAX_RANKS COMM_MAX_RANKS
+
 struct comm {
     uint32_t magic; /* runtime/: alive from comm_init to comm_destroy (a cheap misuse check) */
     int rank;
@@ -85,6 +89,8 @@ uint64_t rt_now_ns(void);
 uint64_t rt_ms_to_ns(long ms);
 /* The deadline ns from now: RT_NEVER when ns is RT_NEVER, saturating. */
 uint64_t rt_deadline_in(uint64_t ns);
+/* How often a waiter checks that its peers' processes still live (every waiter). */
+#define RT_LIVENESS_PERIOD_NS 100000000ull
 /* The deadline of the communicator's timeout, from now. */
 uint64_t rt_comm_deadline(const struct comm *c);
 /* Has the deadline passed at now?  Never for RT_NEVER. */

@@ -17,8 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define LIVENESS_PERIOD_NS 100000000ull
-
 bool hex_probe(const struct transport_probe *p, char *why, size_t len)
 {
     if (p->device != COMM_DEVICE_HEXAGON) {
@@ -46,14 +44,11 @@ static int32_t hx_poll(void *ctx)
         return HEX_ERR_ABORTED;
     uint64_t now = rt_now_ns();
     if (!c->shm->same_process && now >= hx->next_liveness) {
-        hx->next_liveness = now + LIVENESS_PERIOD_NS;
-        pid_t self = getpid();
-        for (int p = 0; p < c->nranks; p++) {
-            const struct shm_rank *r = &c->shm->ranks[p];
-            if (p != c->rank && r->pid != self && !rt_proc_alive(r->pid, r->start_time)) {
-                hx->last_peer_dead = p + 1;
-                return HEX_ERR_PEER;
-            }
+        hx->next_liveness = now + RT_LIVENESS_PERIOD_NS;
+        int p = shm_dead_peer(c, SHM_PEERS_ALL);
+        if (p >= 0) {
+            hx->last_peer_dead = p + 1;
+            return HEX_ERR_PEER;
         }
     }
     return HEX_OK;

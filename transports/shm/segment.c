@@ -595,22 +595,6 @@ static int bind_staging(struct comm *c, struct shm_comm *s)
     return node;
 }
 
-/* A rank of another process that claimed its place and is gone, or -1. */
-static int dead_member(const struct comm *c, const struct shm_comm *s)
-{
-    pid_t self = getpid();
-    for (int r = 0; r < c->nranks; r++) {
-        const struct shm_rank *m = &s->ranks[r];
-        /* claimed == 2 once the member published its pid (release). */
-        if (r == c->rank || atomic_load_explicit(&m->claimed, memory_order_acquire) != 2 ||
-            m->pid == self)
-            continue;
-        if (!rt_proc_alive(m->pid, m->start_time))
-            return r;
-    }
-    return -1;
-}
-
 comm_status_t shm_segment_create_or_attach(struct comm *c)
 {
     struct shm_comm *s = calloc(1, sizeof(*s));
@@ -689,7 +673,7 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     atomic_fetch_add(&h->attached, 1);
 
     unsigned us = 20;
-    uint64_t next_liveness = rt_now_ns() + 100000000u;
+    uint64_t next_liveness = rt_now_ns() + RT_LIVENESS_PERIOD_NS;
     for (;;) {
         if (atomic_load(&h->init_status) != COMM_OK) {
             status = shm_init_failure_learn(c, h);
@@ -701,8 +685,8 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         /* A rank that joined and then died will never be followed by the rest in time:
          * say so now rather than at the timeout. */
         if (rt_now_ns() >= next_liveness) {
-            next_liveness = rt_now_ns() + 100000000u;
-            int dead = dead_member(c, s);
+            next_liveness = rt_now_ns() + RT_LIVENESS_PERIOD_NS;
+            int dead = shm_dead_peer(c, SHM_PEERS_CLAIMED);
             if (dead >= 0) {
                 rt_error(c, COMM_ERR_PEER,
                          "rank %d: rank %d (pid %d) joined communicator %s and then exited "

@@ -53,6 +53,7 @@ struct shm_comm {
 };
 
 _Static_assert(SHM_ERRMSG_BYTES >= RT_ERRMSG_BYTES, "a peer's message travels whole");
+_Static_assert(64 * SHM_INIT_DONE_WORDS >= RT_MAX_RANKS, "a done bit for every rank");
 
 /* Can shm serve these ranks (host buffers)?  When not, says why. */
 bool shm_probe(const struct transport_probe *p, char *why, size_t len);
@@ -168,6 +169,17 @@ void shm_note_cpu(struct comm *c);
 void shm_progress_publish(struct comm *c);
 /* Waits until every peer's progress reached c->shm->steps. */
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what);
+
+/* Which peers shm_dead_peer looks at. */
+enum shm_peers {
+    SHM_PEERS_ALL,     /* every rank of another process */
+    SHM_PEERS_CLAIMED, /* those that published their identity (rendezvous) */
+    SHM_PEERS_IN_CALL, /* those that did not complete call c->seq (one that did and exited
+                        * broke nothing of it) */
+};
+/* The first such peer whose process is gone (exited, killed, a zombie), or -1: the one
+ * dead-peer check of every waiter, run every RT_LIVENESS_PERIOD_NS. */
+int shm_dead_peer(const struct comm *c, enum shm_peers which);
 
 /* Checks the peers' sticky status words; records the first failure seen.  A peer that
  * completed call c->seq is not a failure of this call. */

@@ -289,10 +289,10 @@ comm_status_t cuda_setup(struct comm *c)
         goto err_leave;
 
     /* The shm staging slots carry the CUDA regions: two slots of a rank are its region.
-     * The comm_mem_alloc arena is not used by CUDA communicators. */
-    c->knobs.shm_slot_bytes = (size_t)(x->g.region_bytes / 2);
-    c->knobs.mem_pool_bytes = 0;
-    st = shm_segment_create_or_attach(c);
+     * The comm_mem_alloc arena is not used by CUDA communicators.  The knobs stay as
+     * they were set: these are the CUDA backend's sizes, not ARCOMM_SHM_SLOT_BYTES. */
+    struct shm_sizes sizes = {.slot_bytes = (size_t)(x->g.region_bytes / 2), .pool_bytes = 0};
+    st = shm_segment_join(c, &sizes);
     if (st != COMM_OK)
         goto err_leave;
     x->regions = c->shm->staging;

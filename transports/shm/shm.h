@@ -17,6 +17,12 @@
 struct shm_pool_block;
 struct shm_mapping;
 
+/* The segment a backend asks for, in the knobs' terms (RT_SIZE_OFF, RT_SIZE_AUTO). */
+struct shm_sizes {
+    size_t slot_bytes; /* each of a rank's two staging slots */
+    size_t pool_bytes; /* a rank's comm_mem_alloc arena */
+};
+
 struct shm_comm {
     char name[SHM_NAME_MAX]; /* "/arcomm-<hex>", for shm_unlink */
     bool unlinked;           /* the name is gone (normally right after rendezvous) */
@@ -33,6 +39,7 @@ struct shm_comm {
     struct shm_pool_block *blocks; /* this rank's arena: blocks in address order */
     struct shm_mapping *mapping;   /* the process-wide mapping record (segment.c) */
     int ext_refs_private;          /* ext holders when the mapping is not shared */
+    struct shm_sizes want;         /* what the backend asked for (rank 0 creates it so) */
 
     /* This rank's side of the protocol, which only the segment and the host
      * collectives built on it read. */
@@ -75,6 +82,10 @@ void shm_wake(struct comm *c);
 void shm_setup_failed(struct comm *c, comm_status_t status);
 
 /* segment.c */
+/* Creates (rank 0) or attaches to the communicator's segment, sized as asked, and waits
+ * for every rank (the rendezvous); publishes its own failures. */
+comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes);
+/* shm_segment_join sized by the knobs (ARCOMM_SHM_SLOT_BYTES, ARCOMM_MEM_POOL_BYTES). */
 comm_status_t shm_segment_create_or_attach(struct comm *c);
 void shm_segment_detach(struct comm *c);
 /* The shared-memory name of a communicator id ("/arcomm-<hex>"). */

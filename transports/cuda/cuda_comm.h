@@ -24,7 +24,8 @@ typedef CUresult (*cuda_write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsig
 /* Device ring of fetched chunks per peer (copy path). */
 #define CUDA_TSLOTS_MAX 4
 
-/* The knobs as the CUDA paths use them, "auto" resolved (cuda_resolve_knobs). */
+/* The knobs as the CUDA paths use them, "auto" resolved by the CUDA backend
+ * (collectives/cuda/backend.c) before setup. */
 struct cuda_knobs {
     uint64_t copy_threshold; /* bytes at or above: copy-engine path (UINT64_MAX = never) */
     uint64_t bf16_threshold; /* f32 bytes at or above: bf16 wire (UINT64_MAX = never) */
@@ -67,7 +68,7 @@ struct cuda_comm {
 
 /* The transport's lifecycle, for the CUDA backend (collectives/cuda/backend.c). */
 bool cuda_probe(const struct transport_probe *p, char *why, size_t len);
-comm_status_t cuda_setup(struct comm *c);
+comm_status_t cuda_setup(struct comm *c, const struct cuda_knobs *k);
 void cuda_teardown(struct comm *c);
 void cuda_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call);
 comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr);

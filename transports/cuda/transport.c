@@ -15,12 +15,6 @@
 #include <sys/mman.h>
 #include <time.h>
 
-/* Kernel-path blocks when ARCOMM_CUDA_BLOCKS is 0. */
-#define CUDA_DEFAULT_BLOCKS CUDA_MAX_BLOCKS
-/* Copy-engine path from this size, and bf16 on the wire for f32 from this size, unless
- * the knobs say otherwise (measured on 2 x H200, docs/PERFORMANCE.md). */
-#define CUDA_DEFAULT_COPY_THRESHOLD (1u << 20)
-#define CUDA_DEFAULT_BF16_THRESHOLD (1u << 20)
 /* How long teardown waits for the streams of a failed communicator to drain. */
 #define CUDA_DRAIN_BROKEN_NS 5000000000ull
 
@@ -64,30 +58,6 @@ void cuda_device_leave(int prev)
     int now = -1;
     if (cudaGetDevice(&now) == cudaSuccess && now != prev)
         cudaSetDevice(prev);
-}
-
-static uint64_t size_knob(size_t v, uint64_t dflt)
-{
-    if (v == RT_SIZE_AUTO)
-        return dflt;
-    if (v == RT_SIZE_OFF)
-        return UINT64_MAX;
-    return v;
-}
-
-/* Turns the CUDA knobs' "auto" into numbers (the host resolution leaves them alone). */
-static void cuda_resolve_knobs(const struct rt_knobs *k, struct cuda_knobs *out)
-{
-    out->copy_threshold = size_knob(k->copy_threshold, CUDA_DEFAULT_COPY_THRESHOLD);
-    out->bf16_threshold = size_knob(k->bf16_threshold, CUDA_DEFAULT_BF16_THRESHOLD);
-    out->chunk_knob = k->copy_chunk_bytes == RT_SIZE_AUTO || k->copy_chunk_bytes == RT_SIZE_OFF
-                          ? 0
-                          : k->copy_chunk_bytes;
-    out->staging_bytes = size_knob(k->cuda_staging_bytes, 16u << 20);
-    if (out->staging_bytes == UINT64_MAX)
-        out->staging_bytes = 16u << 20;
-    long b = k->cuda_blocks > 0 ? k->cuda_blocks : CUDA_DEFAULT_BLOCKS;
-    out->blocks = (uint32_t)(b > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS : b);
 }
 
 static comm_status_t resolve_stream_ops(struct comm *c, struct cuda_comm *x)
@@ -244,7 +214,7 @@ static void unregister_mapping(void *base, size_t size)
     cudaHostUnregister(base);
 }
 
-comm_status_t cuda_setup(struct comm *c)
+comm_status_t cuda_setup(struct comm *c, const struct cuda_knobs *k)
 {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -276,7 +246,7 @@ comm_status_t cuda_setup(struct comm *c)
     x->device = dev;
     c->device_index = dev;
     c->xport = x;
-    cuda_resolve_knobs(&c->knobs, &x->k);
+    x->k = *k;
     x->g = cuda_geometry_compute(
         x->k.staging_bytes, x->k.chunk_knob > CUDA_CHUNK_MAX ? x->k.chunk_knob : CUDA_CHUNK_MAX);
 

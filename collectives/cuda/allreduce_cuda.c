@@ -64,15 +64,14 @@ comm_status_t cuda_check_device(struct comm *c)
             break;
         default: {
             int p = d->peer >= 0 && d->peer < c->nranks ? d->peer : 0;
-            const struct shm_rank *pr = &c->shm->ranks[p];
-            int32_t pst = atomic_load_explicit(&pr->status, memory_order_acquire);
+            int32_t pst = shm_peer_status(c, p);
             if (pst != COMM_OK && p != c->rank) /* the root cause, passed on whole */
                 return shm_peer_failed(c, p, pst);
             bool said = pst != COMM_OK;
             rt_error(c, (comm_status_t)st,
                      "rank %d: GPU %d stopped in call %u (%s): rank %d failed: %.*s", c->rank,
                      x->device, d->seq, stage, d->peer, SHM_ERRMSG_BYTES,
-                     said ? pr->errmsg : "its GPU reported a failure (see its error)");
+                     said ? shm_peer_errmsg(c, p) : "its GPU reported a failure (see its error)");
             break;
         }
         }

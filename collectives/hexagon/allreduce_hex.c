@@ -103,11 +103,10 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
             rt_error(c, COMM_ERR_PEER,
                      "rank %d: peer rank %d (pid %d) exited while this rank's HTP session "
                      "waited at the %s; the job cannot continue",
-                     c->rank, p, (int)c->shm->ranks[p].pid, stage);
+                     c->rank, p, (int)shm_peer_pid(c, p), stage);
         } else {
             int p = r->peer >= 0 && r->peer < c->nranks ? r->peer : 0;
-            const struct shm_rank *pr = &c->shm->ranks[p];
-            int32_t pst = atomic_load_explicit(&pr->status, memory_order_acquire);
+            int32_t pst = shm_peer_status(c, p);
             if (pst != COMM_OK && p != c->rank) /* the root cause, passed on whole */
                 return shm_peer_failed(c, p, pst);
             bool has_msg = pst != COMM_OK;
@@ -115,7 +114,7 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
                      "rank %d: the HTP session of rank %d failed with %s (seen at the %s): %.*s",
                      c->rank, r->peer, rt_status_string((comm_status_t)r->peer_status), stage,
                      SHM_ERRMSG_BYTES,
-                     has_msg ? pr->errmsg : "(its session status; no message yet)");
+                     has_msg ? shm_peer_errmsg(c, p) : "(its session status; no message yet)");
         }
         return COMM_ERR_PEER;
     case HEX_ERR_ABORTED:

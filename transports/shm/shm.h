@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct shm_pool_block;
 struct shm_mapping;
@@ -206,6 +207,24 @@ int shm_dead_peer(const struct comm *c, enum shm_peers which);
 /* Checks the peers' sticky status words; records the first failure seen.  A peer that
  * completed call c->seq is not a failure of this call. */
 comm_status_t shm_check_peers(struct comm *c);
+
+/* Peer's failure word: its sticky status (acquire: its message is whole after it). */
+static inline int32_t shm_peer_status(const struct comm *c, int peer)
+{
+    return atomic_load_explicit(&c->shm->ranks[peer].status, memory_order_acquire);
+}
+
+/* Peer's failure message, meaningful once shm_peer_status is not COMM_OK. */
+static inline const char *shm_peer_errmsg(const struct comm *c, int peer)
+{
+    return c->shm->ranks[peer].errmsg;
+}
+
+/* Peer's process id, as it published it when it joined. */
+static inline pid_t shm_peer_pid(const struct comm *c, int peer)
+{
+    return c->shm->ranks[peer].pid;
+}
 
 /* Did peer complete call seq?  All its writes for that call are visible after this. */
 static inline bool shm_peer_completed(const struct shm_comm *s, int peer, uint32_t seq)

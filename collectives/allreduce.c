@@ -93,8 +93,8 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     };
     mine.flags = reach(c, call, bytes, &mine.send, &mine.recv, &mine.addend);
     mine.flags |= (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u);
-    shm_arrive(c, &mine);
-    comm_status_t st = shm_wait_arrivals(c, "allreduce (bulk path handshake)");
+    coll_arrive(c, &mine);
+    comm_status_t st = coll_wait_arrivals(c, "allreduce (bulk path handshake)");
     if (st != COMM_OK)
         return st;
     /* Only the kinds this rank itself published can be common to all: raw pointers

@@ -31,8 +31,8 @@ comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, 
         .flags = (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u),
         .addend_count = call->addend ? call->addend_count : 0,
     };
-    shm_arrive(c, &arrival);
-    comm_status_t st = shm_wait_arrivals(c, "allreduce (flag path)");
+    coll_arrive(c, &arrival);
+    comm_status_t st = coll_wait_arrivals(c, "allreduce (flag path)");
     if (st != COMM_OK || call->count == 0)
         return st;
 

@@ -61,7 +61,16 @@ static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, si
     return dtype == COMM_F32 && k->bf16_threshold != RT_SIZE_OFF && bytes >= k->bf16_threshold;
 }
 
-/* host_common.c */
+/* host_common.c: the arrival handshake every host call starts with. */
+
+/* Fills and publishes this rank's arrival word for call c->seq (status OK, seq last). */
+void coll_arrive(struct comm *c, const struct shm_arrival *mine);
+
+/*
+ * Waits for every peer's arrival at call c->seq, then checks they agree with this
+ * rank's (count, dtype, op, path): COMM_ERR_MISMATCH on every rank otherwise.
+ */
+comm_status_t coll_wait_arrivals(struct comm *c, const char *what);
 
 /* The [lo, hi) element range rank r reduces out of count (64-byte aligned cuts). */
 void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_t *hi);

@@ -229,8 +229,8 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     if (st != COMM_OK)
         return st;
 
-    shm_arrive(c, &mine);
-    st = shm_wait_arrivals(c, "hexagon allreduce handshake");
+    coll_arrive(c, &mine);
+    st = coll_wait_arrivals(c, "hexagon allreduce handshake");
     if (st != COMM_OK)
         return st;
     for (int p = 0; p < c->nranks; p++) {

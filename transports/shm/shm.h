@@ -146,17 +146,6 @@ static inline bool shm_seq_reached(uint32_t a, uint32_t b)
     return (int32_t)(a - b) >= 0;
 }
 
-/* handshake.c: the arrival handshake every backend's calls start with. */
-
-/* Fills and publishes this rank's arrival word for call c->seq (status OK, seq last). */
-void shm_arrive(struct comm *c, const struct shm_arrival *mine);
-
-/*
- * Waits for every peer's arrival at call c->seq, then checks they agree with this
- * rank's (count, dtype, op, path): COMM_ERR_MISMATCH on every rank otherwise.
- */
-comm_status_t shm_wait_arrivals(struct comm *c, const char *what);
-
 /* wait.c */
 
 /* A wait condition: 1 = ready, 0 = not yet, < 0 = a comm_status_t to fail with (the

@@ -105,7 +105,7 @@ comm_status_t shm_check_peers(struct comm *c)
             continue;
         int32_t st = atomic_load_explicit(&s->ranks[p].status, memory_order_acquire);
         /* A mismatch is found in the handshake, after every rank arrived: each rank
-         * finds it there itself (shm_wait_arrivals), so it is not a peer failure.  A
+         * finds it there itself (coll_wait_arrivals), so it is not a peer failure.  A
          * peer that completed this call failed later, in a call this rank has not
          * made yet (comm_destroy right after it, say): what it wrote for this call is
          * all there, and the caller's condition sees it on its next look. */

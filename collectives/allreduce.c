@@ -6,19 +6,12 @@
  * peers check it), the bulk handshake's published buffer kinds decide the rest.
  */
 #include "coll.h"
-#include "arcomm_build.h"
 #include "reduce.h"
-#if ARCOMM_HAVE_CUDA
-#include "cuda/coll_cuda.h"
-#endif
-#if ARCOMM_HAVE_HEXAGON
-#include "hexagon/hexagon_coll.h"
-#endif
-#include "topo.h"
 
 #include <unistd.h>
 
-void coll_host_resolve_knobs(struct rt_knobs *k, int nranks, bool same_process)
+void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *topo, int nranks,
+                             bool same_process)
 {
     /* The flag path stages a whole message in one slot. */
     size_t slot = (k->shm_slot_bytes + 4095) / 4096 * 4096;
@@ -44,7 +37,7 @@ void coll_host_resolve_knobs(struct rt_knobs *k, int nranks, bool same_process)
     if (k->nt_threshold == RT_SIZE_AUTO) {
         /* Streaming stores pay once a call's inputs and outputs, all ranks' together,
          * no longer fit the last-level cache: the outputs would only evict the inputs. */
-        const struct rt_topo_summary *t = rt_topo_summary();
+        const struct rt_topo_summary *t = topo;
         size_t llc = t->l3_bytes ? t->l3_bytes : t->l2_bytes ? t->l2_bytes : 8u << 20;
         k->nt_threshold = llc;
     }
@@ -52,7 +45,7 @@ void coll_host_resolve_knobs(struct rt_knobs *k, int nranks, bool same_process)
 
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)
 {
-    return bytes <= k->flag_threshold ? "flag" : "bulk";
+    return coll_host_flag_path(k, bytes) ? "flag" : "bulk";
 }
 
 /* Does [p, p + len) lie in the comm_mem_alloc pools, where peers accept offsets? */
@@ -66,14 +59,14 @@ static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
 static uint32_t reach(const struct comm *c, const struct coll_call *call, size_t bytes,
                       uint64_t *send, uint64_t *recv, uint64_t *addend)
 {
-    if (c->same_process) {
+    if (c->shm->same_process) {
         *send = (uintptr_t)call->send;
         *recv = (uintptr_t)call->recv;
         *addend = (uintptr_t)call->addend;
         return SHM_BUF_SAME_PROC;
     }
     const struct shm_comm *s = c->shm;
-    size_t addend_bytes = call->addend ? call->addend_count * comm_dtype_size(call->dtype) : 0;
+    size_t addend_bytes = call->addend ? call->addend_count * rt_dtype_size(call->dtype) : 0;
     if (in_pool(s, call->send, bytes) && in_pool(s, call->recv, bytes) &&
         (call->addend == NULL || in_pool(s, call->addend, addend_bytes))) {
         *send = (uint64_t)((const uint8_t *)call->send - s->base);
@@ -86,9 +79,9 @@ static uint32_t reach(const struct comm *c, const struct coll_call *call, size_t
 
 static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call *call)
 {
-    size_t bytes = call->count * comm_dtype_size(call->dtype);
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
     bool narrow = coll_narrows(&c->knobs, call->dtype, bytes);
-    if (bytes <= c->knobs.flag_threshold)
+    if (coll_host_flag_path(&c->knobs, bytes))
         return coll_allreduce_flag(c, call, narrow);
 
     struct shm_arrival mine = {
@@ -114,32 +107,10 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     return coll_allreduce_staged(c, call, narrow);
 }
 
-static comm_status_t device_allreduce(struct comm *c, const struct coll_call *call)
+comm_status_t coll_host_allreduce(struct comm *c, const struct coll_call *call)
 {
-    switch (c->device) {
-    case COMM_DEVICE_HOST:
-        return host_allreduce_path(c, call);
-#if ARCOMM_HAVE_CUDA
-    case COMM_DEVICE_CUDA:
-        return coll_cuda_allreduce(c, call);
-#endif
-#if ARCOMM_HAVE_HEXAGON
-    case COMM_DEVICE_HEXAGON:
-        return coll_hexagon_allreduce(c, call);
-#endif
-    default:
-        rt_error(c, COMM_ERR_UNSUPPORTED, "rank %d: no collectives for this device in this build",
-                 c->rank);
-        return COMM_ERR_UNSUPPORTED;
-    }
-}
-
-comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call)
-{
-    comm_status_t st = device_allreduce(c, call);
-    /* Every device's calls go through the segment's failure words: a rank that
-     * completed this call never fails a peer's (CUDA: the call is enqueued, and
-     * comm_destroy drains it before it leaves). */
+    comm_status_t st = host_allreduce_path(c, call);
+    /* A rank that completed this call never fails a peer's. */
     if (st == COMM_OK)
         shm_complete(c);
     return st;

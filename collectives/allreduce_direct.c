@@ -19,9 +19,9 @@ static void *peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64
                       const char *what)
 {
     struct shm_comm *s = c->shm;
-    if (c->same_process && (a->flags & SHM_BUF_SAME_PROC) && !(a->flags & SHM_BUF_IN_SEG))
+    if (c->shm->same_process && (a->flags & SHM_BUF_SAME_PROC) && !(a->flags & SHM_BUF_IN_SEG))
         return (void *)(uintptr_t)v;
-    if (!c->same_process && (a->flags & SHM_BUF_IN_SEG) && !(a->flags & SHM_BUF_SAME_PROC)) {
+    if (!c->shm->same_process && (a->flags & SHM_BUF_IN_SEG) && !(a->flags & SHM_BUF_SAME_PROC)) {
         if (shm_pool_range(s, v, len))
             return s->base + v;
         rt_error(c, COMM_ERR_PEER,
@@ -37,15 +37,15 @@ static void *peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64
              "this communicator publishes (%s): the segment is corrupted (a stray write by "
              "another process of this user?); restart the job",
              c->rank, p, a->flags, c->seq,
-             c->same_process ? "every rank is a thread of this process"
-                             : "not every rank is a thread of this process");
+             c->shm->same_process ? "every rank is a thread of this process"
+                                  : "not every rank is a thread of this process");
     return NULL;
 }
 
 comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call, bool narrow)
 {
     int n = c->nranks;
-    size_t esize = comm_dtype_size(call->dtype);
+    size_t esize = rt_dtype_size(call->dtype);
     size_t lo, hi;
     coll_slice(call->count, esize, n, c->rank, &lo, &hi);
     /* count, dtype and addend_count are this rank's own (the handshake checked that
@@ -90,7 +90,7 @@ comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call
             .addend = any_addend ? addend : NULL,
             .addend_count = call->addend_count,
             .offset = lo,
-            .nt_store = 2 * (size_t)n * call->count * esize >= c->knobs.nt_threshold,
+            .nt_store = coll_host_streams(&c->knobs, n, call->count * esize),
         };
         coll_reduce(&args);
     }

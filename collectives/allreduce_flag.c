@@ -13,7 +13,7 @@
 comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, bool narrow)
 {
     struct shm_comm *s = c->shm;
-    size_t esize = comm_dtype_size(call->dtype);
+    size_t esize = rt_dtype_size(call->dtype);
     uint32_t slot = call->count ? coll_next_stage_slot(c) : 0;
 
     if (call->count) {

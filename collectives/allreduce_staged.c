@@ -29,7 +29,7 @@ struct staged {
     size_t esize;     /* of the user's dtype */
     size_t res_esize; /* of a result region: f32 accumulators for f16/bf16 */
     size_t chunk;     /* elements of one region */
-    size_t lo[256], hi[256];
+    size_t lo[RT_MAX_RANKS], hi[RT_MAX_RANKS];
 };
 
 /* Regions are sized for the wider of an input element and a result element. */
@@ -83,8 +83,8 @@ static void reduce_own(const struct staged *st, uint32_t slot, size_t k)
         src[p] = region(st, p, slot, c->rank);
     if (st->narrow) {
         /* Own contribution rounded through bf16 like everyone else's wire values. */
-        coll_f32_to_bf16(c->scratch, (const float *)call->send + lo, hi - lo);
-        src[c->rank] = c->scratch;
+        coll_f32_to_bf16(c->shm->scratch, (const float *)call->send + lo, hi - lo);
+        src[c->rank] = c->shm->scratch;
     } else {
         src[c->rank] = (const char *)call->send + lo * st->esize;
     }
@@ -148,7 +148,7 @@ comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call
         .c = c,
         .call = call,
         .narrow = narrow,
-        .esize = comm_dtype_size(call->dtype),
+        .esize = rt_dtype_size(call->dtype),
     };
     st.res_esize = acc_results(&st) ? sizeof(float) : st.esize;
     /* One region per rank in a slot; 64-byte multiples keep regions on their own lines. */
@@ -161,9 +161,9 @@ comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call
             longest = st.hi[p] - st.lo[p];
     }
     size_t rounds = (longest + st.chunk - 1) / st.chunk;
-    if (narrow && c->scratch == NULL) {
-        c->scratch = malloc(c->shm->slot_bytes);
-        if (c->scratch == NULL) {
+    if (narrow && c->shm->scratch == NULL) {
+        c->shm->scratch = malloc(c->shm->slot_bytes);
+        if (c->shm->scratch == NULL) {
             rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for a %llu-byte scratch buffer",
                      c->rank, (unsigned long long)c->shm->slot_bytes);
             return COMM_ERR_NOMEM;

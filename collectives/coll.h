@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The collective algorithms.  The runtime validates a call and hands it here; the
- * host paths are built on the shm transport's primitives.
+ * The collective algorithms.  The runtime validates a call and hands it to the
+ * backend (backend.h); the host paths are built on the shm segment's primitives, and
+ * every backend's calls start with the segment's arrival handshake.
  */
 #ifndef ARCOMM_COLL_H
 #define ARCOMM_COLL_H
 
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "knobs.h"
 #include "shm/shm.h"
 
@@ -25,12 +26,31 @@ struct coll_call {
     void *stream;
 };
 
-comm_status_t coll_allreduce(struct comm *c, const struct coll_call *call);
-comm_status_t coll_barrier(struct comm *c);
+/* The host allreduce (with or without an addend): flag, one-pass or staged. */
+comm_status_t coll_host_allreduce(struct comm *c, const struct coll_call *call);
+/* The segment's barrier: every backend's (CUDA checks its GPU first). */
+comm_status_t coll_host_barrier(struct comm *c);
 
 /* Turns the "auto" knobs of the host paths into numbers for this host, rank count and
  * kind of ranks (all threads of one process, or not). */
-void coll_host_resolve_knobs(struct rt_knobs *k, int nranks, bool same_process);
+void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *topo, int nranks,
+                             bool same_process);
+
+/*
+ * The host path choices, the one formula the library and arinfo share (on resolved
+ * knobs).  Does a message of bytes take the flag path (else the bulk path)?
+ */
+static inline bool coll_host_flag_path(const struct rt_knobs *k, size_t bytes)
+{
+    return bytes <= k->flag_threshold;
+}
+
+/* Does a one-pass bulk call of bytes per rank stream its stores (all nranks' inputs and
+ * outputs together reach ARCOMM_NT_THRESHOLD)? */
+static inline bool coll_host_streams(const struct rt_knobs *k, int nranks, size_t bytes)
+{
+    return k->nt_threshold != RT_SIZE_OFF && 2 * (size_t)nranks * bytes >= k->nt_threshold;
+}
 
 /* Which host path a message of bytes (of dtype) takes: "flag" or "bulk". */
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes);
@@ -40,9 +60,6 @@ static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, si
 {
     return dtype == COMM_F32 && k->bf16_threshold != RT_SIZE_OFF && bytes >= k->bf16_threshold;
 }
-
-const char *coll_dtype_name(comm_dtype_t dtype);
-const char *coll_op_name(comm_op_t op);
 
 /* host_common.c: the arrival handshake every host call starts with. */
 
@@ -61,7 +78,7 @@ void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_
 /* Alternating staging slot for the next phase that writes staging (all ranks alike). */
 static inline uint32_t coll_next_stage_slot(struct comm *c)
 {
-    return c->stage_slot++;
+    return c->shm->stage_slot++;
 }
 
 /* The host paths. */

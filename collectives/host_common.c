@@ -4,25 +4,9 @@
  * share: names, slicing, knob resolution.
  */
 #include "coll.h"
-#include "arcomm_build.h"
-#if ARCOMM_HAVE_CUDA
-#include "cuda/coll_cuda.h"
-#endif
 
 #include <stdio.h>
 #include <string.h>
-
-const char *coll_dtype_name(comm_dtype_t dtype)
-{
-    static const char *const names[] = {"f32", "f16", "bf16", "f64", "i32", "i64"};
-    return (unsigned)dtype < 6 ? names[dtype] : "?";
-}
-
-const char *coll_op_name(comm_op_t op)
-{
-    static const char *const names[] = {"sum", "max", "min"};
-    return (unsigned)op < 3 ? names[op] : "?";
-}
 
 static const char *path_name(unsigned path)
 {
@@ -88,11 +72,11 @@ static void describe(const struct shm_arrival *a, char *buf, size_t len)
         snprintf(buf, len, "comm_barrier");
     else if (a->flags & SHM_BUF_ADD)
         snprintf(buf, len, "%s count %llu dtype %s with addend_count %llu", path_name(a->path),
-                 (unsigned long long)a->count, coll_dtype_name(a->dtype),
+                 (unsigned long long)a->count, rt_dtype_name(a->dtype),
                  (unsigned long long)a->addend_count);
     else
         snprintf(buf, len, "%s count %llu dtype %s op %s", path_name(a->path),
-                 (unsigned long long)a->count, coll_dtype_name(a->dtype), coll_op_name(a->op));
+                 (unsigned long long)a->count, rt_dtype_name(a->dtype), rt_op_name(a->op));
 }
 
 comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
@@ -109,7 +93,8 @@ comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
             a->addend_count == mine->addend_count)
             continue;
         /* Values no rank publishes are not a disagreement but a corrupted segment. */
-        if (a->dtype >= 6 || a->op >= 3 || a->path < SHM_PATH_FLAG || a->path > SHM_PATH_BARRIER) {
+        if (a->dtype >= RT_DTYPE_COUNT || a->op >= RT_OP_COUNT || a->path < SHM_PATH_FLAG ||
+            a->path > SHM_PATH_BARRIER) {
             rt_error(c, COMM_ERR_PEER,
                      "rank %d: peer rank %d published dtype %u, op %u, path %u in call %u, "
                      "values no rank of this library publishes: the segment is corrupted (a "
@@ -145,16 +130,8 @@ void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_
     *hi = count - *lo < chunk ? count : *lo + chunk;
 }
 
-comm_status_t coll_barrier(struct comm *c)
+comm_status_t coll_host_barrier(struct comm *c)
 {
-#if ARCOMM_HAVE_CUDA
-    /* A CUDA rank's GPU may have failed after its last call returned: say so here. */
-    if (c->device == COMM_DEVICE_CUDA) {
-        comm_status_t st = coll_cuda_check(c);
-        if (st != COMM_OK)
-            return st;
-    }
-#endif
     struct shm_arrival mine = {.path = SHM_PATH_BARRIER};
     coll_arrive(c, &mine);
     comm_status_t st = coll_wait_arrivals(c, "comm_barrier");

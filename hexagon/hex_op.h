@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The DSP-side allreduce ops and their per-call parameters.  The host computes the
- * parameters (collectives/hexagon/hex_params.c) and fills the arguments with pointers
+ * parameters (hexagon/hex_params.c) and fills the arguments with pointers
  * valid in the session that runs the op: every buffer is mapped into every session at
  * the session's own address, so pointers never cross sessions.
  *

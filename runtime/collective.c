@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The public collective entry points: validate on this rank, number the call, hand it
- * to collectives/, and break the communicator on every rank when anything fails.  A
+ * to the backend (collectives/), and break the communicator on every rank when anything fails.  A
  * rank that rejects its arguments still publishes the failure, so that its peers
  * return COMM_ERR_PEER at once instead of waiting for it.
  */
 #include "comm_internal.h"
-#include "coll.h"
 
 #include <stdint.h>
 
@@ -77,10 +76,10 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
-static comm_status_t validate(struct comm *c, const struct coll_call *call, bool add)
+static comm_status_t validate_common(struct comm *c, const struct coll_call *call, bool add,
+                                     const char *fn)
 {
-    const char *fn = add ? "comm_allreduce_add" : "comm_allreduce";
-    size_t esize = comm_dtype_size(call->dtype);
+    size_t esize = rt_dtype_size(call->dtype);
     if (esize == 0) {
         rt_error(c, COMM_ERR_INVALID, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank, fn,
                  (int)call->dtype);
@@ -94,12 +93,6 @@ static comm_status_t validate(struct comm *c, const struct coll_call *call, bool
     if (call->count > SIZE_MAX / 2 / esize) {
         rt_error(c, COMM_ERR_INVALID, "rank %d: %s: count %zu is too large", c->rank, fn,
                  call->count);
-        return COMM_ERR_INVALID;
-    }
-    if (c->device == COMM_DEVICE_HOST && call->stream != NULL) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: %s: stream must be NULL on a host communicator (it is %p)", c->rank, fn,
-                 call->stream);
         return COMM_ERR_INVALID;
     }
     if (add) {
@@ -142,6 +135,14 @@ static comm_status_t validate(struct comm *c, const struct coll_call *call, bool
     return COMM_OK;
 }
 
+/* What every backend refuses, then what this one does. */
+static comm_status_t validate(struct comm *c, const struct coll_call *call, bool add)
+{
+    const char *fn = add ? "comm_allreduce_add" : "comm_allreduce";
+    comm_status_t st = validate_common(c, call, add, fn);
+    return st != COMM_OK ? st : c->ops->validate(c, call, fn);
+}
+
 static comm_status_t run_entered(struct comm *c, const struct coll_call *call, bool add)
 {
     comm_status_t st = check_usable(c);
@@ -149,7 +150,7 @@ static comm_status_t run_entered(struct comm *c, const struct coll_call *call, b
         return st;
     st = validate(c, call, add);
     if (st == COMM_OK)
-        st = coll_allreduce(c, call);
+        st = add ? c->ops->allreduce_add(c, call) : c->ops->allreduce(c, call);
     /* UNSUPPORTED is decided by the device before anything is exchanged, the same on
      * every rank making the same call: the communicator stays usable and the call
      * does not count. */
@@ -205,7 +206,7 @@ static comm_status_t barrier_entered(struct comm *c)
     comm_status_t st = check_usable(c);
     if (st != COMM_OK)
         return st;
-    st = coll_barrier(c);
+    st = c->ops->barrier(c);
     if (st != COMM_OK)
         return rt_break(c, st);
     c->seq++;

@@ -4,26 +4,17 @@
  * comm_init_env, comm_destroy, comm_abort, comm_mem_alloc/free and the accessors.
  */
 #include "comm_internal.h"
-#include "coll.h"
 #include "id.h"
-#include "topo.h"
 #include "shm/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* The largest communicator: staged-path bookkeeping is sized for it. */
-#define RT_MAX_RANKS COMM_MAX_RANKS
-
-void rt_init_error_clear(void);
-void rt_init_error_quiet(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 ARCOMM_API void comm_config_init(comm_config_t *cfg)
 {
@@ -41,18 +32,7 @@ ARCOMM_API void comm_config_init(comm_config_t *cfg)
 
 ARCOMM_API size_t comm_dtype_size(comm_dtype_t dtype)
 {
-    switch (dtype) {
-    case COMM_F32:
-    case COMM_I32:
-        return 4;
-    case COMM_F16:
-    case COMM_BF16:
-        return 2;
-    case COMM_F64:
-    case COMM_I64:
-        return 8;
-    }
-    return 0;
+    return rt_dtype_size(dtype);
 }
 
 /* Expands %h (host name) and %p (pid) in a log file pattern. */
@@ -237,7 +217,7 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     }
 
     struct transport_probe probe = {.nranks = c->nranks, .device = c->device};
-    c->ops = rt_transport_pick(&probe, c->knobs.transport, why, sizeof(why));
+    c->ops = rt_backend_pick(&probe, c->knobs.transport, why, sizeof(why));
     if (c->ops == NULL) {
         status = c->knobs.transport[0] ? COMM_ERR_INVALID : COMM_ERR_UNSUPPORTED;
         rt_init_error(&c->knobs, status, "comm_init: rank %d: %s", c->rank, why);
@@ -245,17 +225,11 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
         goto err_log;
     }
 
-    /* Spinning only pays when every rank has a core; oversubscribed, yield early so the
-     * peer we wait for gets the CPU. */
-    const struct rt_topo_summary *topo = rt_topo_summary();
-    c->oversubscribed = c->nranks > topo->pus;
-    c->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : c->oversubscribed ? 0 : 50000;
-    /* An unpinned rank may share its CPU with the peer it waits for (the scheduler does
-     * that under load): it then checks, and yields rather than spins. */
-    cpu_set_t mask;
-    c->same_cpu_check =
-        c->nranks > 1 && sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 1;
+    /* What the backends may know of the host, found once here (hwloc). */
+    c->topo = rt_topo_summary();
+    c->numa_node = rt_topo_current_numa_node();
 
+    c->backend_name = c->ops->name;
     status = c->ops->setup(c);
     if (status != COMM_OK) {
         /* Already logged where it was found. */
@@ -266,13 +240,8 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
             init_failure_publish(cfg, c->timeout_ms, status);
         goto err_log;
     }
-    /* After setup: the host paths' defaults depend on whether all ranks are threads of
-     * this process.  cuda: "auto" bf16 narrowing means on for the CUDA paths (resolved
-     * by the transport in setup), so the host resolution applies to host devices only. */
-    size_t bf16_raw = c->knobs.bf16_threshold;
-    coll_host_resolve_knobs(&c->knobs, c->nranks, c->same_process);
-    if (c->device == COMM_DEVICE_CUDA)
-        c->knobs.bf16_threshold = bf16_raw;
+    if (c->ops->resolve_knobs != NULL)
+        c->ops->resolve_knobs(c);
     rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,
            c->id.str, c->nranks, c->ops->name);
     c->magic = RT_COMM_LIVE;
@@ -336,13 +305,7 @@ ARCOMM_API comm_status_t comm_init_env(comm_t **comm)
     }
     const char *dev = getenv("ARCOMM_DEVICE");
     if (dev != NULL) {
-        if (strcmp(dev, "host") == 0)
-            cfg.device = COMM_DEVICE_HOST;
-        else if (strcmp(dev, "cuda") == 0)
-            cfg.device = COMM_DEVICE_CUDA;
-        else if (strcmp(dev, "hexagon") == 0)
-            cfg.device = COMM_DEVICE_HEXAGON;
-        else {
+        if (!rt_device_parse(dev, &cfg.device)) {
             snprintf(why, sizeof(why), "ARCOMM_DEVICE=\"%.32s\" is not host, cuda or hexagon", dev);
             goto err_invalid;
         }
@@ -386,7 +349,6 @@ ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
     }
     if (comm->ops != NULL)
         comm->ops->teardown(comm);
-    free(comm->scratch);
     if (comm->log_owned)
         fclose(comm->log);
     comm->magic = RT_COMM_DEAD;

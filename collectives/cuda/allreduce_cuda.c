@@ -64,15 +64,14 @@ comm_status_t cuda_check_device(struct comm *c)
             break;
         default: {
             int p = d->peer >= 0 && d->peer < c->nranks ? d->peer : 0;
-            const struct shm_rank *pr = &c->shm->ranks[p];
-            int32_t pst = atomic_load_explicit(&pr->status, memory_order_acquire);
+            int32_t pst = shm_peer_status(c, p);
             if (pst != COMM_OK && p != c->rank) /* the root cause, passed on whole */
                 return shm_peer_failed(c, p, pst);
             bool said = pst != COMM_OK;
             rt_error(c, (comm_status_t)st,
                      "rank %d: GPU %d stopped in call %u (%s): rank %d failed: %.*s", c->rank,
                      x->device, d->seq, stage, d->peer, SHM_ERRMSG_BYTES,
-                     said ? pr->errmsg : "its GPU reported a failure (see its error)");
+                     said ? shm_peer_errmsg(c, p) : "its GPU reported a failure (see its error)");
             break;
         }
         }
@@ -83,17 +82,12 @@ comm_status_t cuda_check_device(struct comm *c)
         if (p == c->rank || __atomic_load_n(&pd->status, __ATOMIC_ACQUIRE) == COMM_OK)
             continue;
         rt_error(c, COMM_ERR_PEER, "rank %d: rank %d's GPU failed in call %u (%s) with %s", c->rank,
-                 p, pd->seq, stage_name(pd->stage), comm_status_string((comm_status_t)pd->status));
+                 p, pd->seq, stage_name(pd->stage), rt_status_string((comm_status_t)pd->status));
         return COMM_ERR_PEER;
     }
     /* No stream queries here: a driver call per collective costs more than the smallest
      * allreduce; a GPU fault is sticky and shows on the caller's next synchronize. */
     return shm_check_peers(c);
-}
-
-comm_status_t coll_cuda_check(struct comm *c)
-{
-    return cuda_check_device(c);
 }
 
 static comm_status_t launch_failed(struct comm *c, const char *what, int e)
@@ -146,7 +140,7 @@ static void fill_common(struct comm *c, const struct coll_call *call, bool narro
 static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, bool narrow)
 {
     struct cuda_comm *x = cuda_of(c);
-    uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
+    uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
     struct cuda_kplan plan = cuda_kplan_compute(call->count, wsize, x->g.kslot_bytes);
     struct cuda_ll_args a = {
         .off_kstage = x->g.off_kstage,
@@ -202,7 +196,7 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
 {
     struct cuda_comm *x = cuda_of(c);
     cudaStream_t stream = call->stream;
-    uint32_t wsize = cuda_wire_size((uint32_t)comm_dtype_size(call->dtype), narrow);
+    uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
     struct cuda_cplan plan =
         cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
     const uint8_t *src = call->send;
@@ -299,15 +293,6 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
 comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
 {
     struct cuda_comm *x = cuda_of(c);
-    /* The same answer on every rank, before any memory is touched. */
-    if (call->op != COMM_SUM ||
-        (call->dtype != COMM_F32 && call->dtype != COMM_F16 && call->dtype != COMM_BF16)) {
-        rt_error(c, COMM_ERR_UNSUPPORTED,
-                 "rank %d: the CUDA transport sums f32, f16 and bf16; %s %s is not supported "
-                 "(use a host communicator for it)",
-                 c->rank, coll_op_name(call->op), coll_dtype_name(call->dtype));
-        return COMM_ERR_UNSUPPORTED;
-    }
     comm_status_t st = cuda_check_device(c);
     if (st != COMM_OK || call->count == 0)
         return st;
@@ -339,7 +324,7 @@ comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
         st = launch_failed(c, "ordering after the previous call's stream", e);
         goto out;
     }
-    size_t bytes = call->count * comm_dtype_size(call->dtype);
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
     bool narrow = call->dtype == COMM_F32 && bytes >= x->k.bf16_threshold;
     if (bytes >= x->k.copy_threshold && c->nranks > 1)
         st = copy_path(c, call, narrow);

@@ -7,6 +7,7 @@
  * op_allreduce(_add) in the session.  The DSP-side fences then order the sessions.
  */
 #include "hexagon_coll.h"
+#include "backend.h"
 #include "hex_params.h"
 #include "hexagon/hexagon.h"
 
@@ -102,19 +103,18 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
             rt_error(c, COMM_ERR_PEER,
                      "rank %d: peer rank %d (pid %d) exited while this rank's HTP session "
                      "waited at the %s; the job cannot continue",
-                     c->rank, p, (int)c->shm->ranks[p].pid, stage);
+                     c->rank, p, (int)shm_peer_pid(c, p), stage);
         } else {
             int p = r->peer >= 0 && r->peer < c->nranks ? r->peer : 0;
-            const struct shm_rank *pr = &c->shm->ranks[p];
-            int32_t pst = atomic_load_explicit(&pr->status, memory_order_acquire);
+            int32_t pst = shm_peer_status(c, p);
             if (pst != COMM_OK && p != c->rank) /* the root cause, passed on whole */
                 return shm_peer_failed(c, p, pst);
             bool has_msg = pst != COMM_OK;
             rt_error(c, COMM_ERR_PEER,
                      "rank %d: the HTP session of rank %d failed with %s (seen at the %s): %.*s",
-                     c->rank, r->peer, comm_status_string((comm_status_t)r->peer_status), stage,
+                     c->rank, r->peer, rt_status_string((comm_status_t)r->peer_status), stage,
                      SHM_ERRMSG_BYTES,
-                     has_msg ? pr->errmsg : "(its session status; no message yet)");
+                     has_msg ? shm_peer_errmsg(c, p) : "(its session status; no message yet)");
         }
         return COMM_ERR_PEER;
     case HEX_ERR_ABORTED:
@@ -127,13 +127,13 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
             rt_error(c, (comm_status_t)r->status,
                      "rank %d: this rank's HTP session is in error (%s) since an earlier "
                      "failure; make a new communicator",
-                     c->rank, comm_status_string((comm_status_t)r->status));
+                     c->rank, rt_status_string((comm_status_t)r->status));
             return (comm_status_t)r->status;
         }
         rt_error(c, COMM_ERR_SYSTEM,
                  "rank %d: op_allreduce failed in the %s with DSP status %d (%s): an arcomm "
                  "bug, please report it",
-                 c->rank, stage, (int)r->status, comm_status_string((comm_status_t)r->status));
+                 c->rank, stage, (int)r->status, rt_status_string((comm_status_t)r->status));
         return COMM_ERR_SYSTEM;
     }
 }
@@ -175,20 +175,20 @@ static comm_status_t params_for(struct comm *c, const struct coll_call *call,
         rt_error(c, COMM_ERR_UNSUPPORTED,
                  "rank %d: count %zu of %s does not fit the DSP's 32-bit buffers (at most "
                  "4 GiB per tensor)",
-                 c->rank, call->count, coll_dtype_name(call->dtype));
+                 c->rank, call->count, rt_dtype_name(call->dtype));
         return COMM_ERR_UNSUPPORTED;
     }
     return COMM_OK;
 }
 
-comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *call)
+static comm_status_t hex_validate(struct comm *c, const struct coll_call *call, const char *fn)
 {
-    struct hex_comm *hx = hex_of(c);
+    (void)fn;
     if ((call->dtype != COMM_F32 && call->dtype != COMM_F16) || call->op != COMM_SUM) {
         /* Decided by the arguments alone, so every rank answers alike, untouched. */
         rt_error(c, COMM_ERR_UNSUPPORTED,
                  "rank %d: Hexagon sessions reduce f32 and f16 with COMM_SUM only, not %s %s",
-                 c->rank, coll_dtype_name(call->dtype), coll_op_name(call->op));
+                 c->rank, rt_dtype_name(call->dtype), rt_op_name(call->op));
         return COMM_ERR_UNSUPPORTED;
     }
     if (call->stream != NULL) {
@@ -196,9 +196,15 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
                  "rank %d: stream must be NULL on a Hexagon communicator (calls block)", c->rank);
         return COMM_ERR_INVALID;
     }
+    return COMM_OK;
+}
+
+comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *call)
+{
+    struct hex_comm *hx = hex_of(c);
     if (call->count == 0)
         return COMM_OK;
-    size_t esize = comm_dtype_size(call->dtype);
+    size_t esize = rt_dtype_size(call->dtype);
     size_t bytes = call->count * esize;
     size_t add_bytes = call->addend ? call->addend_count * esize : 0;
 
@@ -266,8 +272,35 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     rt_log(c, RT_LOG_TRACE,
            "rank %d: op_allreduce%s count %zu %s: rows %u..%u cols %u..%u, %u threads, "
            "block %u, %llu DMA bytes, status %d",
-           c->rank, call->addend ? "_add" : "", call->count, coll_dtype_name(call->dtype),
-           a.p.row_lo, a.p.row_hi, a.p.col_lo, a.p.col_hi, a.p.n_threads, a.p.block_elems,
+           c->rank, call->addend ? "_add" : "", call->count, rt_dtype_name(call->dtype), a.p.row_lo,
+           a.p.row_hi, a.p.col_lo, a.p.col_hi, a.p.n_threads, a.p.block_elems,
            (unsigned long long)r.dma_bytes, (int)r.status);
     return report(c, &a, &r);
 }
+
+static comm_status_t hex_allreduce(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = coll_hexagon_allreduce(c, call);
+    /* A rank that completed this call never fails a peer's. */
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+/* The Hexagon backend (its table here, beside its allreduce). */
+const struct backend_ops coll_hexagon_backend = {
+    .name = "hexagon",
+    .device = COMM_DEVICE_HEXAGON,
+    .probe = hex_probe,
+    .setup = hex_setup,
+    .teardown = hex_teardown,
+    .resolve_knobs = NULL, /* hex_setup checks and takes its knobs into struct hex_comm */
+    .validate = hex_validate,
+    .allreduce = hex_allreduce,
+    .allreduce_add = hex_allreduce,
+    .barrier = coll_host_barrier,
+    .publish_failure = hex_publish_failure,
+    .wake = shm_wake,
+    .mem_alloc = hex_mem_alloc,
+    .mem_free = hex_mem_free,
+};

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The Hexagon allreduce as the runtime's collective switch calls it.
+ * The Hexagon allreduce, as the Hexagon backend (allreduce_hex.c's table) calls it.
  */
 #ifndef ARCOMM_COLL_HEXAGON_H
 #define ARCOMM_COLL_HEXAGON_H

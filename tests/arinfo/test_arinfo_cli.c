@@ -8,6 +8,7 @@
  *   test_arinfo_cli ARINFO TOPOLOGY.xml
  */
 #include "coll.h"
+#include "comm_internal.h"
 #include "knobs.h"
 
 #include <errno.h>
@@ -133,7 +134,7 @@ static void expected_knobs(struct rt_knobs *k, int nranks)
 {
     char err[256];
     assert_int_equal(rt_knobs_load(k, err, sizeof(err)), COMM_OK);
-    coll_host_resolve_knobs(k, nranks, false);
+    coll_host_resolve_knobs(k, rt_topo_summary(), nranks, false);
 }
 
 static void config_lists_every_knob(void **state)

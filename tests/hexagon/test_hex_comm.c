@@ -9,7 +9,7 @@
  * plain sums must be bit-identical on every rank.
  */
 #include "hex_test_util.h"
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "hexagon/hex_params.h"
 #include "hexagon/hexagon.h"
 #include "reduce.h"

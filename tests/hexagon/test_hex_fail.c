@@ -6,7 +6,7 @@
  * communicator answers at once with an error.
  */
 #include "hex_test_util.h"
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "hexagon/hexagon.h"
 
 #include <pthread.h>

@@ -2,12 +2,12 @@
 /*
  * The knobs (--config), the transports built and the pick a communicator would make,
  * and the allreduce path of each message size.  Everything here goes through the
- * library's own tables and functions (rt_knob_table, rt_transport_pick,
+ * library's own tables and functions (rt_knob_table, rt_backend_pick,
  * coll_host_resolve_knobs): arinfo reports what comm_init would decide, never a copy.
  */
 #include "arinfo.h"
 #include "coll.h"
-#include "transport.h"
+#include "comm_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,20 +32,12 @@ void arinfo_knobs_load(struct arinfo *ai)
         exit(2);
     }
     ai->resolved = ai->knobs;
-    coll_host_resolve_knobs(&ai->resolved, ai->nranks, false);
+    coll_host_resolve_knobs(&ai->resolved, rt_topo_summary(), ai->nranks, false);
 }
 
 static const char *device_name(comm_device_t d)
 {
-    switch (d) {
-    case COMM_DEVICE_HOST:
-        return "host";
-    case COMM_DEVICE_CUDA:
-        return "cuda";
-    case COMM_DEVICE_HEXAGON:
-        return "hexagon";
-    }
-    return "unknown";
+    return (unsigned)d < RT_DEVICE_COUNT ? rt_device_name(d) : "unknown";
 }
 
 static const char *type_name(enum rt_knob_type t)
@@ -167,15 +159,15 @@ void print_transports(struct arinfo *ai)
     const char *requested = ai->knobs.transport[0] ? ai->knobs.transport : NULL;
     char why[256] = "";
     struct transport_probe want = {.nranks = ai->nranks, .device = COMM_DEVICE_HOST};
-    const struct transport_ops *pick = rt_transport_pick(&want, requested, why, sizeof(why));
+    const struct backend_ops *pick = rt_backend_pick(&want, requested, why, sizeof(why));
 
     if (ai->json)
         json_array_begin(js, "transports");
     else
-        arinfo_title(ai, "Transports (built: %zu; probed for %d local rank%s)", rt_transport_count,
+        arinfo_title(ai, "Transports (built: %zu; probed for %d local rank%s)", rt_backend_count,
                      ai->nranks, ai->nranks == 1 ? "" : "s");
-    for (size_t i = 0; i < rt_transport_count; i++) {
-        const struct transport_ops *t = rt_transports[i];
+    for (size_t i = 0; i < rt_backend_count; i++) {
+        const struct backend_ops *t = rt_backends[i];
         /* Each transport is asked about buffers of its own device: a CUDA transport
          * always refuses host buffers, which would say nothing. */
         struct transport_probe p = {.nranks = ai->nranks, .device = t->device};
@@ -208,7 +200,7 @@ void print_transports(struct arinfo *ai)
         json_object_end(js);
         return;
     }
-    if (rt_transport_count == 0)
+    if (rt_backend_count == 0)
         fprintf(ai->out, "  none\n");
     if (requested) {
         fprintf(ai->out, "  ARCOMM_TRANSPORT=");
@@ -233,7 +225,7 @@ void print_paths(struct arinfo *ai)
     arinfo_fmt_size(k->flag_threshold, flag, sizeof(flag));
     /* Thread ranks of one process have their own default (the one-pass path wins early). */
     struct rt_knobs threads = ai->knobs;
-    coll_host_resolve_knobs(&threads, ai->nranks, true);
+    coll_host_resolve_knobs(&threads, rt_topo_summary(), ai->nranks, true);
     arinfo_fmt_size(threads.flag_threshold, flag_threads, sizeof(flag_threads));
     if (k->bf16_threshold == RT_SIZE_OFF)
         snprintf(bf16, sizeof(bf16), "off");
@@ -281,8 +273,7 @@ void print_paths(struct arinfo *ai)
             }
             json_bool(js, "f32_as_bf16", narrow);
             json_bool(js, "one_pass_streaming_stores",
-                      bulk && k->nt_threshold != RT_SIZE_OFF &&
-                          2 * (size_t)ai->nranks * bytes >= k->nt_threshold);
+                      bulk && coll_host_streams(k, ai->nranks, bytes));
             json_object_end(js);
         } else {
             const char *tpath = coll_host_path_name(&threads, bytes);

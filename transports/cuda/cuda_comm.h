@@ -8,7 +8,7 @@
 #ifndef ARCOMM_CUDA_COMM_H
 #define ARCOMM_CUDA_COMM_H
 
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "cuda/layout.h"
 
 #include <cuda.h>
@@ -24,7 +24,8 @@ typedef CUresult (*cuda_write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsig
 /* Device ring of fetched chunks per peer (copy path). */
 #define CUDA_TSLOTS_MAX 4
 
-/* The knobs as the CUDA paths use them, "auto" resolved (cuda_resolve_knobs). */
+/* The knobs as the CUDA paths use them, "auto" resolved by the CUDA backend
+ * (collectives/cuda/backend.c) before setup. */
 struct cuda_knobs {
     uint64_t copy_threshold; /* bytes at or above: copy-engine path (UINT64_MAX = never) */
     uint64_t bf16_threshold; /* f32 bytes at or above: bf16 wire (UINT64_MAX = never) */
@@ -65,7 +66,13 @@ struct cuda_comm {
     cuda_write_value_fn write_value;
 };
 
-extern const struct transport_ops cuda_transport_ops;
+/* The transport's lifecycle, for the CUDA backend (collectives/cuda/backend.c). */
+bool cuda_probe(const struct transport_probe *p, char *why, size_t len);
+comm_status_t cuda_setup(struct comm *c, const struct cuda_knobs *k);
+void cuda_teardown(struct comm *c);
+void cuda_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call);
+comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr);
+comm_status_t cuda_mem_free(struct comm *c, void *ptr);
 
 static inline struct cuda_comm *cuda_of(const struct comm *c)
 {
@@ -89,12 +96,6 @@ static inline CUdeviceptr cuda_dev_addr(const struct cuda_comm *x, const void *h
  */
 comm_status_t cuda_device_enter(struct comm *c, int *prev);
 void cuda_device_leave(int prev);
-
-/*
- * What this rank's GPU or a peer reported since the last call: COMM_OK, or the
- * failure, recorded with rt_error (rank, stage, call).
- */
-comm_status_t cuda_check_device(struct comm *c);
 
 /* Writes release values into every copy-path counter so no stream wait stays blocked. */
 void cuda_release_waits(struct comm *c);

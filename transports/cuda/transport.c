@@ -15,16 +15,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
-/* Kernel-path blocks when ARCOMM_CUDA_BLOCKS is 0. */
-#define CUDA_DEFAULT_BLOCKS CUDA_MAX_BLOCKS
-/* Copy-engine path from this size, and bf16 on the wire for f32 from this size, unless
- * the knobs say otherwise (measured on 2 x H200, docs/PERFORMANCE.md). */
-#define CUDA_DEFAULT_COPY_THRESHOLD (1u << 20)
-#define CUDA_DEFAULT_BF16_THRESHOLD (1u << 20)
 /* How long teardown waits for the streams of a failed communicator to drain. */
 #define CUDA_DRAIN_BROKEN_NS 5000000000ull
 
-static bool cuda_probe(const struct transport_probe *p, char *why, size_t len)
+bool cuda_probe(const struct transport_probe *p, char *why, size_t len)
 {
     if (p->device != COMM_DEVICE_CUDA) {
         snprintf(why, len, "cuda serves CUDA device buffers only");
@@ -64,30 +58,6 @@ void cuda_device_leave(int prev)
     int now = -1;
     if (cudaGetDevice(&now) == cudaSuccess && now != prev)
         cudaSetDevice(prev);
-}
-
-static uint64_t size_knob(size_t v, uint64_t dflt)
-{
-    if (v == RT_SIZE_AUTO)
-        return dflt;
-    if (v == RT_SIZE_OFF)
-        return UINT64_MAX;
-    return v;
-}
-
-/* Turns the CUDA knobs' "auto" into numbers (the host resolution leaves them alone). */
-static void cuda_resolve_knobs(const struct rt_knobs *k, struct cuda_knobs *out)
-{
-    out->copy_threshold = size_knob(k->copy_threshold, CUDA_DEFAULT_COPY_THRESHOLD);
-    out->bf16_threshold = size_knob(k->bf16_threshold, CUDA_DEFAULT_BF16_THRESHOLD);
-    out->chunk_knob = k->copy_chunk_bytes == RT_SIZE_AUTO || k->copy_chunk_bytes == RT_SIZE_OFF
-                          ? 0
-                          : k->copy_chunk_bytes;
-    out->staging_bytes = size_knob(k->cuda_staging_bytes, 16u << 20);
-    if (out->staging_bytes == UINT64_MAX)
-        out->staging_bytes = 16u << 20;
-    long b = k->cuda_blocks > 0 ? k->cuda_blocks : CUDA_DEFAULT_BLOCKS;
-    out->blocks = (uint32_t)(b > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS : b);
 }
 
 static comm_status_t resolve_stream_ops(struct comm *c, struct cuda_comm *x)
@@ -244,7 +214,7 @@ static void unregister_mapping(void *base, size_t size)
     cudaHostUnregister(base);
 }
 
-static comm_status_t cuda_setup(struct comm *c)
+comm_status_t cuda_setup(struct comm *c, const struct cuda_knobs *k)
 {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -276,7 +246,7 @@ static comm_status_t cuda_setup(struct comm *c)
     x->device = dev;
     c->device_index = dev;
     c->xport = x;
-    cuda_resolve_knobs(&c->knobs, &x->k);
+    x->k = *k;
     x->g = cuda_geometry_compute(
         x->k.staging_bytes, x->k.chunk_knob > CUDA_CHUNK_MAX ? x->k.chunk_knob : CUDA_CHUNK_MAX);
 
@@ -289,10 +259,10 @@ static comm_status_t cuda_setup(struct comm *c)
         goto err_leave;
 
     /* The shm staging slots carry the CUDA regions: two slots of a rank are its region.
-     * The comm_mem_alloc arena is not used by CUDA communicators. */
-    c->knobs.shm_slot_bytes = (size_t)(x->g.region_bytes / 2);
-    c->knobs.mem_pool_bytes = 0;
-    st = shm_segment_create_or_attach(c);
+     * The comm_mem_alloc arena is not used by CUDA communicators.  The knobs stay as
+     * they were set: these are the CUDA backend's sizes, not ARCOMM_SHM_SLOT_BYTES. */
+    struct shm_sizes sizes = {.slot_bytes = (size_t)(x->g.region_bytes / 2), .pool_bytes = 0};
+    st = shm_segment_join(c, &sizes);
     if (st != COMM_OK)
         goto err_leave;
     x->regions = c->shm->staging;
@@ -303,12 +273,8 @@ static comm_status_t cuda_setup(struct comm *c)
     /* Thread ranks of one process share one mapping (segment.c): it is registered with
      * the driver once, by the first of them, and unregistered by the last. */
     st = shm_mapping_ext_hold(c, register_mapping);
-    if (st != COMM_OK) {
-        snprintf(c->shm->ranks[c->rank].errmsg, SHM_ERRMSG_BYTES, "%.*s", SHM_ERRMSG_BYTES - 1,
-                 c->errmsg);
-        atomic_store_explicit(&c->shm->ranks[c->rank].status, (int32_t)st, memory_order_release);
+    if (st != COMM_OK)
         goto err_detach;
-    }
     x->registered_bytes = bytes;
     void *dptr = NULL;
     e = cudaHostGetDevicePointer(&dptr, x->regions, 0);
@@ -334,15 +300,13 @@ static comm_status_t cuda_setup(struct comm *c)
 
 err_device:
     free_device_state(x);
-    /* The peers wait in setup too: tell them now rather than at their timeout. */
-    snprintf(c->shm->ranks[c->rank].errmsg, SHM_ERRMSG_BYTES, "%.*s", SHM_ERRMSG_BYTES - 1,
-             c->errmsg);
-    atomic_store_explicit(&c->shm->ranks[c->rank].status, (int32_t)st, memory_order_release);
-    shm_ring_all(c->shm);
 err_unregister:
     shm_mapping_ext_release(c, unregister_mapping);
     x->registered_bytes = 0;
 err_detach:
+    /* The peers wait in setup too: tell them now rather than at their timeout (every
+     * failure after the segment was joined, whatever its label). */
+    shm_setup_failed(c, st);
     shm_segment_detach(c);
 err_leave:
     cuda_device_leave(prev);
@@ -383,7 +347,7 @@ static uint64_t drain_limit(const struct comm *c)
     return t >= RT_NEVER - 1000000000u ? RT_NEVER : t + 1000000000u;
 }
 
-static void cuda_teardown(struct comm *c)
+void cuda_teardown(struct comm *c)
 {
     struct cuda_comm *x = cuda_of(c);
     if (x == NULL) {
@@ -433,8 +397,7 @@ void cuda_release_waits(struct comm *c)
     }
 }
 
-static void cuda_publish_failure(struct comm *c, comm_status_t status, const char *msg,
-                                 bool in_call)
+void cuda_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call)
 {
     struct shm_comm *s = c->shm;
     struct cuda_comm *x = cuda_of(c);
@@ -465,7 +428,7 @@ static void cuda_publish_failure(struct comm *c, comm_status_t status, const cha
     }
 }
 
-static comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr)
+comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr)
 {
     (void)bytes;
     (void)ptr;
@@ -476,22 +439,10 @@ static comm_status_t cuda_mem_alloc(struct comm *c, size_t bytes, void **ptr)
     return COMM_ERR_UNSUPPORTED;
 }
 
-static comm_status_t cuda_mem_free(struct comm *c, void *ptr)
+comm_status_t cuda_mem_free(struct comm *c, void *ptr)
 {
     (void)ptr;
     rt_error(c, COMM_ERR_INVALID, "rank %d: comm_mem_free: CUDA communicators allocate nothing",
              c->rank);
     return COMM_ERR_INVALID;
 }
-
-const struct transport_ops cuda_transport_ops = {
-    .name = "cuda",
-    .device = COMM_DEVICE_CUDA,
-    .probe = cuda_probe,
-    .setup = cuda_setup,
-    .teardown = cuda_teardown,
-    .publish_failure = cuda_publish_failure,
-    .wake = shm_wake,
-    .mem_alloc = cuda_mem_alloc,
-    .mem_free = cuda_mem_free,
-};

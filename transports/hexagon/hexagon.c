@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The Hexagon transport's ops table, and the lifecycle of a rank's HTP session:
+ * The Hexagon transport: the lifecycle of a rank's HTP session:
  * setup (segment rendezvous, session, fence buffer, fence exchange with the peers,
  * the starting sequence), teardown, failure publication.
  */
@@ -17,9 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define LIVENESS_PERIOD_NS 100000000ull
-
-static bool hx_probe(const struct transport_probe *p, char *why, size_t len)
+bool hex_probe(const struct transport_probe *p, char *why, size_t len)
 {
     if (p->device != COMM_DEVICE_HEXAGON) {
         snprintf(why, len, "hexagon serves COMM_DEVICE_HEXAGON buffers only");
@@ -45,15 +43,12 @@ static int32_t hx_poll(void *ctx)
     if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
         return HEX_ERR_ABORTED;
     uint64_t now = rt_now_ns();
-    if (!c->same_process && now >= hx->next_liveness) {
-        hx->next_liveness = now + LIVENESS_PERIOD_NS;
-        pid_t self = getpid();
-        for (int p = 0; p < c->nranks; p++) {
-            const struct shm_rank *r = &c->shm->ranks[p];
-            if (p != c->rank && r->pid != self && !rt_proc_alive(r->pid, r->start_time)) {
-                hx->last_peer_dead = p + 1;
-                return HEX_ERR_PEER;
-            }
+    if (!c->shm->same_process && now >= hx->next_liveness) {
+        hx->next_liveness = now + RT_LIVENESS_PERIOD_NS;
+        int p = shm_dead_peer(c, SHM_PEERS_ALL);
+        if (p >= 0) {
+            hx->last_peer_dead = p + 1;
+            return HEX_ERR_PEER;
         }
     }
     return HEX_OK;
@@ -161,7 +156,7 @@ static comm_status_t check_knobs(struct comm *c)
     return COMM_OK;
 }
 
-static void hx_teardown(struct comm *c)
+void hex_teardown(struct comm *c)
 {
     struct hex_comm *hx = hex_of(c);
     if (hx != NULL) {
@@ -177,7 +172,7 @@ static void hx_teardown(struct comm *c)
     c->xport = NULL;
 }
 
-static comm_status_t hx_setup(struct comm *c)
+comm_status_t hex_setup(struct comm *c)
 {
     struct hex_comm *hx = calloc(1, sizeof(*hx));
     if (hx == NULL) {
@@ -240,17 +235,12 @@ static comm_status_t hx_setup(struct comm *c)
 
 err_teardown:
     /* Peers waiting for this rank's fence must not wait for the timeout. */
-    if (c->shm != NULL) {
-        struct shm_rank *me = &c->shm->ranks[c->rank];
-        snprintf(me->errmsg, sizeof(me->errmsg), "%.*s", (int)sizeof(me->errmsg) - 1, c->errmsg);
-        atomic_store_explicit(&me->status, (int32_t)st, memory_order_release);
-        shm_ring_all(c->shm);
-    }
-    hx_teardown(c);
+    shm_setup_failed(c, st);
+    hex_teardown(c);
     return st;
 }
 
-static void hx_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call)
+void hex_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call)
 {
     struct hex_comm *hx = hex_of(c);
     if (c->shm == NULL)
@@ -260,16 +250,6 @@ static void hx_publish_failure(struct comm *c, comm_status_t status, const char 
     shm_publish_failure(c, status, msg, in_call);
     if (hx != NULL && hx->own[0].live)
         hex_fence_fail(own_fence(hx, HEX_FENCE_SLOT_CALL), (int32_t)status);
-}
-
-static comm_status_t hx_mem_alloc(struct comm *c, size_t bytes, void **ptr)
-{
-    return hex_mem_alloc(c, bytes, ptr);
-}
-
-static comm_status_t hx_mem_free(struct comm *c, void *ptr)
-{
-    return hex_mem_free(c, ptr);
 }
 
 void hex_debug_inject_status(struct comm *c, comm_status_t status)
@@ -294,15 +274,3 @@ void hex_info_get(struct hex_info *info)
     info->qemu_v67 = ARCOMM_HEX_QEMU_V67;
     info->sdk = ARCOMM_HEX_SDK;
 }
-
-const struct transport_ops hexagon_transport_ops = {
-    .name = "hexagon",
-    .device = COMM_DEVICE_HEXAGON,
-    .probe = hx_probe,
-    .setup = hx_setup,
-    .teardown = hx_teardown,
-    .publish_failure = hx_publish_failure,
-    .wake = shm_wake,
-    .mem_alloc = hx_mem_alloc,
-    .mem_free = hx_mem_free,
-};

@@ -15,7 +15,7 @@
 #ifndef ARCOMM_HEX_TRANSPORT_H
 #define ARCOMM_HEX_TRANSPORT_H
 
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "hex_op.h"
 
 #include <stdatomic.h>
@@ -76,7 +76,11 @@ struct hex_comm {
     int last_peer_dead;      /* the poll saw a dead peer process (its rank) + 1 */
 };
 
-extern const struct transport_ops hexagon_transport_ops;
+/* The transport's lifecycle, for the Hexagon backend (collectives/hexagon/). */
+bool hex_probe(const struct transport_probe *p, char *why, size_t len);
+comm_status_t hex_setup(struct comm *c);
+void hex_teardown(struct comm *c);
+void hex_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call);
 
 static inline struct hex_comm *hex_of(const struct comm *c)
 {

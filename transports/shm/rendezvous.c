@@ -153,7 +153,7 @@ comm_status_t shm_init_failure_learn(struct comm *c, struct shm_header *h)
         return COMM_OK;
     comm_status_t mine = st == COMM_ERR_MISMATCH ? COMM_ERR_MISMATCH : COMM_ERR_PEER;
     rt_error(c, mine, "rank %d: rank %d could not join communicator %s (%s): %s", c->rank, who,
-             c->id.str, comm_status_string(st), msg);
+             c->id.str, rt_status_string(st), msg);
     return mine;
 }
 

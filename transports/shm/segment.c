@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,11 +272,20 @@ static comm_status_t create_refused(struct comm *c, comm_status_t status)
     return status;
 }
 
+/* The knobs as the segment has them: the backend's staging slot in place of the knob
+ * (the CUDA backend derives its slot from its own knobs). */
+static struct rt_knobs agreed_knobs(const struct comm *c, const struct shm_comm *s)
+{
+    struct rt_knobs k = c->knobs;
+    k.shm_slot_bytes = s->want.slot_bytes;
+    return k;
+}
+
 static comm_status_t create_segment(struct comm *c, struct shm_comm *s, uint64_t deadline,
                                     int *fd_out)
 {
-    uint64_t slot = shm_align_up(c->knobs.shm_slot_bytes, SHM_PAGE);
-    size_t pool_knob = c->knobs.mem_pool_bytes;
+    uint64_t slot = shm_align_up(s->want.slot_bytes, SHM_PAGE);
+    size_t pool_knob = s->want.pool_bytes;
     uint64_t pool = pool_knob == RT_SIZE_OFF    ? 0
                     : pool_knob == RT_SIZE_AUTO ? 64u << 20
                                                 : shm_align_up(pool_knob, SHM_PAGE);
@@ -361,11 +371,12 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, uint64_t
     h->off_arrival = g.off_arrival;
     h->off_staging = g.off_staging;
     h->off_pool = g.off_pool;
-    snprintf(h->transport, sizeof(h->transport), "%s", c->ops->name);
+    snprintf(h->transport, sizeof(h->transport), "%s", c->backend_name);
     /* The knobs every rank must share, as rank 0 has them (check_joinable compares). */
+    struct rt_knobs agreed = agreed_knobs(c, s);
     for (size_t i = 0; i < rt_knob_count && h->agree_count < SHM_AGREE_MAX; i++)
         if (rt_knob_table[i].flags & RT_KNOB_AGREE)
-            h->agree[h->agree_count++] = rt_knob_value(&c->knobs, i);
+            h->agree[h->agree_count++] = rt_knob_value(&agreed, i);
     /* Arrival seq starts one slot-cycle behind call 0, so "reached" is false for every
      * slot until a rank publishes (ftruncate zeroed everything else). */
     struct shm_arrival *arr = (struct shm_arrival *)((uint8_t *)base + g.off_arrival);
@@ -508,15 +519,16 @@ err_unmap:
 }
 
 /* Knob i of rank 0 (from the header) against this rank's: COMM_OK when equal. */
-static comm_status_t check_knob(struct comm *c, const struct shm_header *h, size_t i, uint32_t j)
+static comm_status_t check_knob(struct comm *c, const struct rt_knobs *k,
+                                const struct shm_header *h, size_t i, uint32_t j)
 {
-    uint64_t mine = rt_knob_value(&c->knobs, i);
+    uint64_t mine = rt_knob_value(k, i);
     if (j >= h->agree_count || h->agree[j] == mine)
         return COMM_OK;
-    struct rt_knobs theirs = c->knobs;
+    struct rt_knobs theirs = *k;
     char a[32], b[32];
     rt_knob_set_value(&theirs, i, h->agree[j]);
-    rt_knob_format(&c->knobs, i, a, sizeof(a));
+    rt_knob_format(k, i, a, sizeof(a));
     rt_knob_format(&theirs, i, b, sizeof(b));
     rt_error(c, COMM_ERR_MISMATCH,
              "rank %d: %s is %s on this rank but %s on rank 0: it decides what goes into shared "
@@ -527,9 +539,11 @@ static comm_status_t check_knob(struct comm *c, const struct shm_header *h, size
 }
 
 /* Every RT_KNOB_AGREE knob against rank 0's.  The staging slot goes last: the CUDA
- * transport derives it from its own knobs, which name the real difference. */
-static comm_status_t check_knobs(struct comm *c, const struct shm_header *h)
+ * backend derives it from its own knobs, which name the real difference. */
+static comm_status_t check_knobs(struct comm *c, const struct shm_comm *s,
+                                 const struct shm_header *h)
 {
+    struct rt_knobs agreed = agreed_knobs(c, s);
     int slot = rt_knob_find("ARCOMM_SHM_SLOT_BYTES");
     uint32_t j = 0, slot_j = 0;
     for (size_t i = 0; i < rt_knob_count; i++) {
@@ -539,11 +553,11 @@ static comm_status_t check_knobs(struct comm *c, const struct shm_header *h)
             slot_j = j++;
             continue;
         }
-        comm_status_t st = check_knob(c, h, i, j++);
+        comm_status_t st = check_knob(c, &agreed, h, i, j++);
         if (st != COMM_OK)
             return st;
     }
-    return check_knob(c, h, (size_t)slot, slot_j);
+    return check_knob(c, &agreed, h, (size_t)slot, slot_j);
 }
 
 /*
@@ -561,20 +575,20 @@ static comm_status_t check_joinable(struct comm *c, struct shm_header *h)
                  c->rank, h->nranks, c->nranks);
         return COMM_ERR_INVALID;
     }
-    if (strncmp(h->transport, c->ops->name, sizeof(h->transport)) != 0) {
+    if (strncmp(h->transport, c->backend_name, sizeof(h->transport)) != 0) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank %d: rank 0 uses transport \"%.16s\", this rank picked \"%s\": set the "
                  "same ARCOMM_TRANSPORT / config transport on every rank",
-                 c->rank, h->transport, c->ops->name);
+                 c->rank, h->transport, c->backend_name);
         return COMM_ERR_INVALID;
     }
-    return check_knobs(c, h);
+    return check_knobs(c, c->shm, h);
 }
 
 /* Binds this rank's staging slots to its NUMA node before anyone touches them. */
 static int bind_staging(struct comm *c, struct shm_comm *s)
 {
-    int node = rt_topo_current_numa_node();
+    int node = c->numa_node;
 #if ARCOMM_HAVE_NUMA
     if (c->knobs.numa && node >= 0 && numa_available() >= 0 && numa_max_node() > 0) {
         void *mine = shm_slot(s, c->rank, 0);
@@ -594,23 +608,14 @@ static int bind_staging(struct comm *c, struct shm_comm *s)
     return node;
 }
 
-/* A rank of another process that claimed its place and is gone, or -1. */
-static int dead_member(const struct comm *c, const struct shm_comm *s)
+comm_status_t shm_segment_create_or_attach(struct comm *c)
 {
-    pid_t self = getpid();
-    for (int r = 0; r < c->nranks; r++) {
-        const struct shm_rank *m = &s->ranks[r];
-        /* claimed == 2 once the member published its pid (release). */
-        if (r == c->rank || atomic_load_explicit(&m->claimed, memory_order_acquire) != 2 ||
-            m->pid == self)
-            continue;
-        if (!rt_proc_alive(m->pid, m->start_time))
-            return r;
-    }
-    return -1;
+    struct shm_sizes sizes = {.slot_bytes = c->knobs.shm_slot_bytes,
+                              .pool_bytes = c->knobs.mem_pool_bytes};
+    return shm_segment_join(c, &sizes);
 }
 
-comm_status_t shm_segment_create_or_attach(struct comm *c)
+comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
 {
     struct shm_comm *s = calloc(1, sizeof(*s));
     if (s == NULL) {
@@ -620,6 +625,16 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         atomic_store(&c->published, 1);
         return COMM_ERR_NOMEM;
     }
+    /* Spinning only pays when every rank has a core; oversubscribed, yield early so the
+     * peer we wait for gets the CPU. */
+    bool oversubscribed = c->nranks > c->topo->pus;
+    s->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : oversubscribed ? 0 : 50000;
+    /* An unpinned rank may share its CPU with the peer it waits for (the scheduler does
+     * that under load): it then checks, and yields rather than spins. */
+    cpu_set_t mask;
+    s->same_cpu_check =
+        c->nranks > 1 && sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 1;
+    s->want = *sizes;
     shm_segment_name(&c->id, s->name, sizeof(s->name));
     uint64_t deadline = rt_comm_deadline(c);
     int fd = -1;
@@ -679,7 +694,7 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     atomic_fetch_add(&h->attached, 1);
 
     unsigned us = 20;
-    uint64_t next_liveness = rt_now_ns() + 100000000u;
+    uint64_t next_liveness = rt_now_ns() + RT_LIVENESS_PERIOD_NS;
     for (;;) {
         if (atomic_load(&h->init_status) != COMM_OK) {
             status = shm_init_failure_learn(c, h);
@@ -691,8 +706,8 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         /* A rank that joined and then died will never be followed by the rest in time:
          * say so now rather than at the timeout. */
         if (rt_now_ns() >= next_liveness) {
-            next_liveness = rt_now_ns() + 100000000u;
-            int dead = dead_member(c, s);
+            next_liveness = rt_now_ns() + RT_LIVENESS_PERIOD_NS;
+            int dead = shm_dead_peer(c, SHM_PEERS_CLAIMED);
             if (dead >= 0) {
                 rt_error(c, COMM_ERR_PEER,
                          "rank %d: rank %d (pid %d) joined communicator %s and then exited "
@@ -726,9 +741,9 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
         s->unlinked = true;
     }
     /* Thread ranks of one process can read each other's buffers directly. */
-    c->same_process = true;
+    c->shm->same_process = true;
     for (int r = 0; r < c->nranks; r++)
-        c->same_process = c->same_process && s->ranks[r].pid == me->pid;
+        c->shm->same_process = c->shm->same_process && s->ranks[r].pid == me->pid;
     return COMM_OK;
 
 err_leave:
@@ -756,6 +771,7 @@ void shm_segment_detach(struct comm *c)
     if (!s->unlinked && c->rank == 0)
         shm_unlink(s->name);
     mapping_release(s);
+    free(s->scratch);
     free(s);
     c->shm = NULL;
 }

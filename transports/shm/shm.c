@@ -1,31 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The shm transport's ops table: ranks of one host (threads or processes) that share
- * the communicator's segment.  The host collectives (collectives/) are built on the
- * primitives in shm.h.
+ * The shm transport's lifecycle: ranks of one host (threads or processes) that share
+ * the communicator's segment.  The host backend (collectives/backend_host.c) is built
+ * on it and on the primitives in shm.h; every other backend embeds the segment too.
  */
 #include "shm.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static bool shm_probe(const struct transport_probe *p, char *why, size_t len)
+bool shm_probe(const struct transport_probe *p, char *why, size_t len)
 {
     if (p->device != COMM_DEVICE_HOST) {
         snprintf(why, len, "shm serves host buffers only");
         return false;
     }
     return true;
-}
-
-static comm_status_t shm_setup(struct comm *c)
-{
-    return shm_segment_create_or_attach(c);
-}
-
-static void shm_teardown(struct comm *c)
-{
-    shm_segment_detach(c);
 }
 
 void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call)
@@ -60,30 +50,19 @@ void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, 
     shm_ring_all(s);
 }
 
+void shm_setup_failed(struct comm *c, comm_status_t status)
+{
+    struct shm_comm *s = c->shm;
+    if (s == NULL)
+        return;
+    struct shm_rank *me = &s->ranks[c->rank];
+    snprintf(me->errmsg, sizeof(me->errmsg), "%.*s", (int)sizeof(me->errmsg) - 1, c->errmsg);
+    atomic_store_explicit(&me->status, (int32_t)status, memory_order_release);
+    shm_ring_all(s);
+}
+
 void shm_wake(struct comm *c)
 {
     if (c->shm != NULL)
         shm_ring_all(c->shm);
 }
-
-static comm_status_t shm_mem_alloc(struct comm *c, size_t bytes, void **ptr)
-{
-    return shm_pool_alloc(c, bytes, ptr);
-}
-
-static comm_status_t shm_mem_free(struct comm *c, void *ptr)
-{
-    return shm_pool_free(c, ptr);
-}
-
-const struct transport_ops shm_transport_ops = {
-    .name = "shm",
-    .device = COMM_DEVICE_HOST,
-    .probe = shm_probe,
-    .setup = shm_setup,
-    .teardown = shm_teardown,
-    .publish_failure = shm_publish_failure,
-    .wake = shm_wake,
-    .mem_alloc = shm_mem_alloc,
-    .mem_free = shm_mem_free,
-};

@@ -7,15 +7,22 @@
 #ifndef ARCOMM_SHM_H
 #define ARCOMM_SHM_H
 
-#include "comm_internal.h"
+#include "comm_base.h"
 #include "layout.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct shm_pool_block;
 struct shm_mapping;
+
+/* The segment a backend asks for, in the knobs' terms (RT_SIZE_OFF, RT_SIZE_AUTO). */
+struct shm_sizes {
+    size_t slot_bytes; /* each of a rank's two staging slots */
+    size_t pool_bytes; /* a rank's comm_mem_alloc arena */
+};
 
 struct shm_comm {
     char name[SHM_NAME_MAX]; /* "/arcomm-<hex>", for shm_unlink */
@@ -33,6 +40,17 @@ struct shm_comm {
     struct shm_pool_block *blocks; /* this rank's arena: blocks in address order */
     struct shm_mapping *mapping;   /* the process-wide mapping record (segment.c) */
     int ext_refs_private;          /* ext holders when the mapping is not shared */
+    struct shm_sizes want;         /* what the backend asked for (rank 0 creates it so) */
+
+    /* This rank's side of the protocol, which only the segment and the host
+     * collectives built on it read. */
+    uint64_t steps;      /* progress steps this rank has published */
+    uint32_t stage_slot; /* staging slot of the next phase (alternates) */
+    void *scratch;       /* private scratch of slot size (staged path), freed at detach */
+    bool same_process;   /* every rank lives in this process */
+    bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
+    long spin_ns;        /* effective spin phase */
+
     /* The root cause of this rank's COMM_ERR_PEER, when it saw a peer fail: what it
      * publishes instead of its own message, so every rank names the rank that really
      * failed (root_rank1: that rank plus one; 0 = none seen). */
@@ -43,19 +61,32 @@ struct shm_comm {
 };
 
 _Static_assert(SHM_ERRMSG_BYTES >= RT_ERRMSG_BYTES, "a peer's message travels whole");
+_Static_assert(64 * SHM_INIT_DONE_WORDS >= RT_MAX_RANKS, "a done bit for every rank");
 
-extern const struct transport_ops shm_transport_ops;
+/* Can shm serve these ranks (host buffers)?  When not, says why. */
+bool shm_probe(const struct transport_probe *p, char *why, size_t len);
 
 /*
  * The segment's failure publication, for every transport built on the segment: the
  * rank's sticky status and message (first caller wins), its arrival word for the
- * current call when in_call, and a ring of the doorbell.  See transport.h.
+ * current call when in_call, and a ring of the doorbell.  See backend.h's
+ * publish_failure.
  */
 void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call);
 /* Wakes every waiter of the segment (comm_abort). */
 void shm_wake(struct comm *c);
+/*
+ * A backend's setup failed after it joined the segment (status, with c->errmsg as the
+ * reason): the one way every backend tells the peers waiting in their own setup, at
+ * once rather than at their timeout (sticky status word, message, doorbell).
+ */
+void shm_setup_failed(struct comm *c, comm_status_t status);
 
 /* segment.c */
+/* Creates (rank 0) or attaches to the communicator's segment, sized as asked, and waits
+ * for every rank (the rendezvous); publishes its own failures. */
+comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes);
+/* shm_segment_join sized by the knobs (ARCOMM_SHM_SLOT_BYTES, ARCOMM_MEM_POOL_BYTES). */
 comm_status_t shm_segment_create_or_attach(struct comm *c);
 void shm_segment_detach(struct comm *c);
 /* The shared-memory name of a communicator id ("/arcomm-<hex>"). */
@@ -125,7 +156,7 @@ typedef int (*shm_ready_fn)(struct comm *c, void *arg);
 typedef bool (*shm_behind_fn)(struct comm *c, void *arg, int peer);
 
 /*
- * Waits until ready says so: spin (c->spin_ns), then sched_yield (yield_ns), then sleep
+ * Waits until ready says so: spin (c->shm->spin_ns), then sched_yield (yield_ns), then sleep
  * on the doorbell futex.  Bounded by the timeout; ends early on comm_abort, on a peer's
  * published failure, and on a dead peer process, except a peer that completed this
  * call (c->seq): it can fail only calls it never made.  what names the stage in
@@ -148,12 +179,41 @@ void shm_note_cpu(struct comm *c);
 
 /* Publishes this rank's progress step (release) and wakes sleepers. */
 void shm_progress_publish(struct comm *c);
-/* Waits until every peer's progress reached c->steps. */
+/* Waits until every peer's progress reached c->shm->steps. */
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what);
+
+/* Which peers shm_dead_peer looks at. */
+enum shm_peers {
+    SHM_PEERS_ALL,     /* every rank of another process */
+    SHM_PEERS_CLAIMED, /* those that published their identity (rendezvous) */
+    SHM_PEERS_IN_CALL, /* those that did not complete call c->seq (one that did and exited
+                        * broke nothing of it) */
+};
+/* The first such peer whose process is gone (exited, killed, a zombie), or -1: the one
+ * dead-peer check of every waiter, run every RT_LIVENESS_PERIOD_NS. */
+int shm_dead_peer(const struct comm *c, enum shm_peers which);
 
 /* Checks the peers' sticky status words; records the first failure seen.  A peer that
  * completed call c->seq is not a failure of this call. */
 comm_status_t shm_check_peers(struct comm *c);
+
+/* Peer's failure word: its sticky status (acquire: its message is whole after it). */
+static inline int32_t shm_peer_status(const struct comm *c, int peer)
+{
+    return atomic_load_explicit(&c->shm->ranks[peer].status, memory_order_acquire);
+}
+
+/* Peer's failure message, meaningful once shm_peer_status is not COMM_OK. */
+static inline const char *shm_peer_errmsg(const struct comm *c, int peer)
+{
+    return c->shm->ranks[peer].errmsg;
+}
+
+/* Peer's process id, as it published it when it joined. */
+static inline pid_t shm_peer_pid(const struct comm *c, int peer)
+{
+    return c->shm->ranks[peer].pid;
+}
 
 /* Did peer complete call seq?  All its writes for that call are visible after this. */
 static inline bool shm_peer_completed(const struct shm_comm *s, int peer, uint32_t seq)

@@ -17,8 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How often a waiter in the yield or sleep phase checks that its peers still live. */
-#define LIVENESS_PERIOD_NS 100000000ull
 /* Longest single futex sleep: bounds how late a missed wake-up can be noticed. */
 #define SLEEP_SLICE_NS 50000000ull
 
@@ -85,7 +83,7 @@ comm_status_t shm_peer_failed(struct comm *c, int p, int32_t st)
     int root = via != 0 && via <= (uint32_t)c->nranks ? (int)via - 1 : p;
     int32_t root_status = root != p ? pr->root_status : st;
     uint32_t kind = root != p && pr->root_kind == SHM_ROOT_DIED ? SHM_ROOT_DIED : SHM_ROOT_FAILED;
-    const char *name = comm_status_string((comm_status_t)root_status);
+    const char *name = rt_status_string((comm_status_t)root_status);
     if (root == p)
         rt_error(c, COMM_ERR_PEER, "rank %d: rank %d failed with %.*s: %s", c->rank, p,
                  status_name_len(name), name, msg);
@@ -117,28 +115,40 @@ comm_status_t shm_check_peers(struct comm *c)
     return COMM_OK;
 }
 
+int shm_dead_peer(const struct comm *c, enum shm_peers which)
+{
+    const struct shm_comm *s = c->shm;
+    pid_t self = getpid();
+    for (int p = 0; p < c->nranks; p++) {
+        const struct shm_rank *r = &s->ranks[p];
+        /* claimed == 2 once the member published its pid (release). */
+        if (p == c->rank ||
+            (which == SHM_PEERS_CLAIMED &&
+             atomic_load_explicit(&r->claimed, memory_order_acquire) != 2) ||
+            r->pid == self)
+            continue;
+        if (!rt_proc_alive(r->pid, r->start_time) &&
+            !(which == SHM_PEERS_IN_CALL && shm_peer_completed(s, p, c->seq)))
+            return p;
+    }
+    return -1;
+}
+
 static comm_status_t check_liveness(struct comm *c, const char *what)
 {
     struct shm_comm *s = c->shm;
-    pid_t self = getpid();
-    for (int p = 0; p < c->nranks; p++) {
-        pid_t pid = s->ranks[p].pid;
-        if (p == c->rank || pid == self)
-            continue;
-        /* A process that completed this call and exited broke nothing of it. */
-        if (!rt_proc_alive(pid, s->ranks[p].start_time) && !shm_peer_completed(s, p, c->seq)) {
-            char msg[SHM_ERRMSG_BYTES];
-            snprintf(msg, sizeof(msg),
-                     "rank %d (pid %d) exited or was killed while rank %d waited for it in %s "
-                     "(call %u); the job cannot continue: see rank %d's own output for why (a "
-                     "crash, the OOM killer, an exit without comm_destroy) and restart the job",
-                     p, (int)pid, c->rank, what, c->seq, p);
-            rt_error(c, COMM_ERR_PEER, "rank %d: %s", c->rank, msg);
-            set_root(s, p, COMM_ERR_PEER, SHM_ROOT_DIED, msg);
-            return COMM_ERR_PEER;
-        }
-    }
-    return COMM_OK;
+    int p = shm_dead_peer(c, SHM_PEERS_IN_CALL);
+    if (p < 0)
+        return COMM_OK;
+    char msg[SHM_ERRMSG_BYTES];
+    snprintf(msg, sizeof(msg),
+             "rank %d (pid %d) exited or was killed while rank %d waited for it in %s (call %u); "
+             "the job cannot continue: see rank %d's own output for why (a crash, the OOM "
+             "killer, an exit without comm_destroy) and restart the job",
+             p, (int)s->ranks[p].pid, c->rank, what, c->seq, p);
+    rt_error(c, COMM_ERR_PEER, "rank %d: %s", c->rank, msg);
+    set_root(s, p, COMM_ERR_PEER, SHM_ROOT_DIED, msg);
+    return COMM_ERR_PEER;
 }
 
 /* "rank 2 did not arrive (ranks 1, 3 did)", or "a rank did not ..." without behind. */
@@ -183,7 +193,7 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 
 void shm_note_cpu(struct comm *c)
 {
-    if (c->same_cpu_check) {
+    if (c->shm->same_cpu_check) {
         int cpu = sched_getcpu();
         struct shm_rank *me = &c->shm->ranks[c->rank];
         if (atomic_load_explicit(&me->cpu, memory_order_relaxed) != cpu)
@@ -218,11 +228,11 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
     uint64_t start = rt_now_ns();
     /* Phase ends saturate like deadlines: ARCOMM_SPIN_NS and ARCOMM_YIELD_NS may be
      * as large as a long. */
-    uint64_t yield_at = sat_add(start, c->spin_ns > 0 ? (uint64_t)c->spin_ns : 0);
+    uint64_t yield_at = sat_add(start, c->shm->spin_ns > 0 ? (uint64_t)c->shm->spin_ns : 0);
     uint64_t sleep_at = sat_add(yield_at, c->knobs.yield_ns > 0 ? (uint64_t)c->knobs.yield_ns : 0);
     uint64_t deadline = rt_comm_deadline(c);
-    uint64_t next_liveness = start + LIVENESS_PERIOD_NS;
-    enum phase phase = c->spin_ns > 0 ? PHASE_SPIN : PHASE_YIELD;
+    uint64_t next_liveness = start + RT_LIVENESS_PERIOD_NS;
+    enum phase phase = c->shm->spin_ns > 0 ? PHASE_SPIN : PHASE_YIELD;
     unsigned iter = 0;
 
     for (;;) {
@@ -257,13 +267,14 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
                      c->rank, c->timeout_ms, what, c->seq, who);
             return COMM_ERR_TIMEOUT;
         }
-        if (now >= next_liveness && !c->same_process) {
-            next_liveness = now + LIVENESS_PERIOD_NS;
+        if (now >= next_liveness && !c->shm->same_process) {
+            next_liveness = now + RT_LIVENESS_PERIOD_NS;
             st = check_liveness(c, what);
             if (st != COMM_OK)
                 return st;
         }
-        if (phase == PHASE_SPIN && (now >= yield_at || (c->same_cpu_check && peer_on_my_cpu(c))))
+        if (phase == PHASE_SPIN &&
+            (now >= yield_at || (c->shm->same_cpu_check && peer_on_my_cpu(c))))
             phase = PHASE_YIELD;
         if (phase == PHASE_YIELD && now >= sleep_at)
             phase = PHASE_SLEEP;
@@ -279,7 +290,7 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
             if (r == 0 && !atomic_load(&c->aborted)) {
                 uint64_t left = rt_left_ns(deadline, now);
                 uint64_t slice = left < SLEEP_SLICE_NS ? left : SLEEP_SLICE_NS;
-                if (!c->same_process && next_liveness - now < slice)
+                if (!c->shm->same_process && next_liveness - now < slice)
                     slice = next_liveness - now;
                 struct timespec ts = {.tv_sec = (time_t)(slice / 1000000000u),
                                       .tv_nsec = (long)(slice % 1000000000u)};
@@ -315,13 +326,13 @@ static bool progress_behind(struct comm *c, void *arg, int p)
 
 void shm_progress_publish(struct comm *c)
 {
-    c->steps++;
-    atomic_store_explicit(&c->shm->ranks[c->rank].progress, c->steps, memory_order_release);
+    c->shm->steps++;
+    atomic_store_explicit(&c->shm->ranks[c->rank].progress, c->shm->steps, memory_order_release);
     shm_ring(c->shm);
 }
 
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what)
 {
-    struct progress_arg a = {.target = c->steps};
+    struct progress_arg a = {.target = c->shm->steps};
     return shm_wait_for(c, progress_ready, progress_behind, &a, what, "reach this step");
 }

@@ -4,6 +4,7 @@
  * default and its one-line doc; arinfo --config prints this table.
  */
 #include "knobs.h"
+#include "tables.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -81,8 +82,6 @@ const size_t rt_knob_count = sizeof(rt_knob_table) / sizeof(rt_knob_table[0]);
 _Static_assert(sizeof(rt_knob_table) / sizeof(rt_knob_table[0]) <=
                    sizeof(((struct rt_knobs *)0)->source) / sizeof(enum rt_knob_source),
                "struct rt_knobs.source must have a slot for every knob");
-
-static const char *const log_level_names[] = {"none", "error", "warn", "info", "debug", "trace"};
 
 const char *rt_knob_source_name(enum rt_knob_source src)
 {
@@ -211,8 +210,8 @@ static bool knob_parse(const struct rt_knob_desc *d, const char *text, struct rt
         strcpy(field, text);
         return true;
     case RT_KNOB_LOGLEVEL:
-        for (int i = 0; i < (int)(sizeof(log_level_names) / sizeof(log_level_names[0])); i++) {
-            if (strcasecmp(text, log_level_names[i]) == 0) {
+        for (int i = 0; i < RT_LOG_LEVEL_COUNT; i++) {
+            if (strcasecmp(text, rt_log_level_name(i)) == 0) {
                 *(int *)field = i;
                 return true;
             }
@@ -339,7 +338,7 @@ void rt_knob_format(const struct rt_knobs *k, size_t i, char *buf, size_t len)
         snprintf(buf, len, "%s", (const char *)field);
         break;
     case RT_KNOB_LOGLEVEL:
-        snprintf(buf, len, "%s", log_level_names[*(const int *)field]);
+        snprintf(buf, len, "%s", rt_log_level_name(*(const int *)field));
         break;
     }
 }

@@ -1,33 +1,42 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The transports built into this library, in order of preference, and the choice
- * between them.
+ * The backends built into this library, in order of preference (the one list: adding
+ * a backend is its folder and one entry here), and the choice between them.
  */
-#include "transport.h"
+#include "comm_internal.h"
 #include "arcomm_build.h"
-#include "shm/shm.h"
-#if ARCOMM_HAVE_CUDA
-#include "cuda/cuda_ops.h"
-#endif
-#if ARCOMM_HAVE_HEXAGON
-#include "hexagon/hexagon.h"
-#endif
+#include "backend.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-const struct transport_ops *const rt_transports[] = {
-    &shm_transport_ops,
+const struct backend_ops *const rt_backends[] = {
+    &coll_host_backend,
 #if ARCOMM_HAVE_CUDA
-    &cuda_transport_ops, /* CUDA buffers; shm's probe refuses them */
+    &coll_cuda_backend, /* CUDA buffers; shm's probe refuses them */
 #endif
 #if ARCOMM_HAVE_HEXAGON
-    &hexagon_transport_ops,
+    &coll_hexagon_backend,
 #endif
 };
 
-const size_t rt_transport_count = sizeof(rt_transports) / sizeof(rt_transports[0]);
+const size_t rt_backend_count = sizeof(rt_backends) / sizeof(rt_backends[0]);
+
+/* A device whose backend is not in this build says so: no probe could. */
+static const struct {
+    comm_device_t device;
+    const char *why;
+} rt_backends_missing[] = {
+#if !ARCOMM_HAVE_CUDA
+    {COMM_DEVICE_CUDA, "; CUDA is not built into this arcomm (rebuild with -Dcuda=enabled and nvcc "
+                       "on PATH)"},
+#endif
+#if !ARCOMM_HAVE_HEXAGON
+    {COMM_DEVICE_HEXAGON, "; Hexagon is not built into this arcomm"},
+#endif
+    {COMM_DEVICE_HOST, ""}, /* keeps the array non-empty; host is always built */
+};
 
 /* Appends "name: reason" to the list of every probe's refusal. */
 static void add_reason(char *list, size_t len, const char *name, const char *reason)
@@ -41,13 +50,13 @@ static void add_reason(char *list, size_t len, const char *name, const char *rea
              named ? "" : ": ", reason);
 }
 
-const struct transport_ops *rt_transport_pick(const struct transport_probe *p, const char *name,
-                                              char *why, size_t len)
+const struct backend_ops *rt_backend_pick(const struct transport_probe *p, const char *name,
+                                          char *why, size_t len)
 {
     char reason[160] = "", reasons[400] = "";
     bool named = name != NULL && name[0] != '\0';
-    for (size_t i = 0; i < rt_transport_count; i++) {
-        const struct transport_ops *t = rt_transports[i];
+    for (size_t i = 0; i < rt_backend_count; i++) {
+        const struct backend_ops *t = rt_backends[i];
         if (named && strcmp(t->name, name) != 0)
             continue;
         reason[0] = '\0';
@@ -62,30 +71,20 @@ const struct transport_ops *rt_transport_pick(const struct transport_probe *p, c
     if (named) {
         char list[128] = "";
         size_t used = 0;
-        for (size_t i = 0; i < rt_transport_count && used < sizeof(list); i++)
+        for (size_t i = 0; i < rt_backend_count && used < sizeof(list); i++)
             used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
-                                     rt_transports[i]->name);
+                                     rt_backends[i]->name);
         snprintf(why, len,
                  "no transport named \"%s\" in this build (built: %s); set ARCOMM_TRANSPORT or "
                  "the config's transport to one of them, or leave it empty",
                  name, list);
         return NULL;
     }
-    /* A device whose transport is not in this build says so: no probe could. */
     const char *missing = "";
-#if !ARCOMM_HAVE_CUDA
-    if (p->device == COMM_DEVICE_CUDA)
-        missing = "; CUDA is not built into this arcomm (rebuild with -Dcuda=enabled and nvcc "
-                  "on PATH)";
-#endif
-#if !ARCOMM_HAVE_HEXAGON
-    if (p->device == COMM_DEVICE_HEXAGON)
-        missing = "; Hexagon is not built into this arcomm";
-#endif
+    for (size_t i = 0; i < sizeof(rt_backends_missing) / sizeof(rt_backends_missing[0]); i++)
+        if (rt_backends_missing[i].device == p->device)
+            missing = rt_backends_missing[i].why;
     snprintf(why, len, "no transport in this build serves %s buffers (%s)%s",
-             p->device == COMM_DEVICE_CUDA      ? "CUDA"
-             : p->device == COMM_DEVICE_HEXAGON ? "Hexagon"
-                                                : "host",
-             reasons, missing);
+             rt_device_title(p->device), reasons, missing);
     return NULL;
 }

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The backend interface: everything the runtime asks of a communicator's backend (a
+ * transport and the collectives built on it), one table per backend, defined where its
+ * algorithms live.  The runtime lists the tables once (runtime/backend.c) and calls
+ * them; it never switches on the device.
+ */
+#ifndef ARCOMM_COLL_BACKEND_H
+#define ARCOMM_COLL_BACKEND_H
+
+#include "coll.h"
+#include "transport.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct backend_ops {
+    const char *name; /* ARCOMM_TRANSPORT's spelling */
+    comm_device_t device;
+    /* Can this backend serve these ranks here?  When not, says why in why. */
+    bool (*probe)(const struct transport_probe *p, char *why, size_t len);
+    /* Rendezvous with the peers and set up per-communicator resources (bounded by the
+     * communicator's timeout).  On failure everything it made is undone. */
+    comm_status_t (*setup)(struct comm *c);
+    /* Frees everything setup made; safe after any error. */
+    void (*teardown)(struct comm *c);
+    /* After setup: turns the "auto" knobs the backend's paths read into numbers for
+     * these ranks.  NULL when setup already resolved all it uses into its own state. */
+    void (*resolve_knobs)(struct comm *c);
+    /* What this backend refuses of a call the runtime found well formed (fn names the
+     * entry point in messages): COMM_ERR_UNSUPPORTED leaves the communicator usable. */
+    comm_status_t (*validate)(struct comm *c, const struct coll_call *call, const char *fn);
+    /* The collectives, on a validated call; a call that succeeds has been published
+     * as complete in the segment's failure words. */
+    comm_status_t (*allreduce)(struct comm *c, const struct coll_call *call);
+    comm_status_t (*allreduce_add)(struct comm *c, const struct coll_call *call);
+    comm_status_t (*barrier)(struct comm *c);
+    /* Makes this rank's failure visible to its peers, with msg as the reason they
+     * report; the first caller's message wins.  in_call: called by the thread making
+     * the collective (which may also mark its arrival word); false from comm_abort,
+     * which may run beside a blocked collective and touches only atomics. */
+    void (*publish_failure)(struct comm *c, comm_status_t status, const char *msg, bool in_call);
+    /* Wakes every waiter of this communicator in this process (comm_abort). */
+    void (*wake)(struct comm *c);
+    comm_status_t (*mem_alloc)(struct comm *c, size_t bytes, void **ptr);
+    comm_status_t (*mem_free)(struct comm *c, void *ptr);
+};
+
+/* The backends; which are built is runtime/backend.c's list. */
+extern const struct backend_ops coll_host_backend;    /* backend_host.c */
+extern const struct backend_ops coll_cuda_backend;    /* cuda/backend.c */
+extern const struct backend_ops coll_hexagon_backend; /* hexagon/allreduce_hex.c */
+
+#endif /* ARCOMM_COLL_BACKEND_H */

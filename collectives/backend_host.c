@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The host backend: ranks of one host (threads or processes) on the shm segment, with
+ * the host paths of allreduce.c.
+ */
+#include "backend.h"
+
+#include <stdio.h>
+
+static void host_resolve_knobs(struct comm *c)
+{
+    /* The host paths' defaults depend on whether all ranks are threads of this process,
+     * known once they met. */
+    coll_host_resolve_knobs(&c->knobs, c->topo, c->nranks, c->shm->same_process);
+}
+
+static comm_status_t host_validate(struct comm *c, const struct coll_call *call, const char *fn)
+{
+    if (call->stream != NULL) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: stream must be NULL on a host communicator (it is %p)", c->rank, fn,
+                 call->stream);
+        return COMM_ERR_INVALID;
+    }
+    return COMM_OK;
+}
+
+const struct backend_ops coll_host_backend = {
+    .name = "shm",
+    .device = COMM_DEVICE_HOST,
+    .probe = shm_probe,
+    .setup = shm_segment_create_or_attach,
+    .teardown = shm_segment_detach,
+    .resolve_knobs = host_resolve_knobs,
+    .validate = host_validate,
+    .allreduce = coll_host_allreduce,
+    .allreduce_add = coll_host_allreduce,
+    .barrier = coll_host_barrier,
+    .publish_failure = shm_publish_failure,
+    .wake = shm_wake,
+    .mem_alloc = shm_pool_alloc,
+    .mem_free = shm_pool_free,
+};

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA backend: GPUs of one host on the CUDA transport (the shm segment, registered
+ * with CUDA), with the kernel and copy-engine paths of allreduce_cuda.c.
+ */
+#include "backend.h"
+#include "coll_cuda.h"
+#include "cuda/cuda_comm.h"
+
+/* Copy-engine path from this size, and bf16 on the wire for f32 from this size, unless
+ * the knobs say otherwise (measured on 2 x H200, docs/PERFORMANCE.md). */
+#define CUDA_DEFAULT_COPY_THRESHOLD (1u << 20)
+#define CUDA_DEFAULT_BF16_THRESHOLD (1u << 20)
+/* Kernel-path blocks when ARCOMM_CUDA_BLOCKS is 0. */
+#define CUDA_DEFAULT_BLOCKS CUDA_MAX_BLOCKS
+
+static uint64_t size_knob(size_t v, uint64_t dflt)
+{
+    if (v == RT_SIZE_AUTO)
+        return dflt;
+    if (v == RT_SIZE_OFF)
+        return UINT64_MAX;
+    return v;
+}
+
+/* Turns the CUDA knobs' "auto" into numbers, into the backend's own state (c->knobs
+ * stays as set). */
+static void resolve_knobs(const struct rt_knobs *k, struct cuda_knobs *out)
+{
+    out->copy_threshold = size_knob(k->copy_threshold, CUDA_DEFAULT_COPY_THRESHOLD);
+    out->bf16_threshold = size_knob(k->bf16_threshold, CUDA_DEFAULT_BF16_THRESHOLD);
+    out->chunk_knob = k->copy_chunk_bytes == RT_SIZE_AUTO || k->copy_chunk_bytes == RT_SIZE_OFF
+                          ? 0
+                          : k->copy_chunk_bytes;
+    out->staging_bytes = size_knob(k->cuda_staging_bytes, 16u << 20);
+    if (out->staging_bytes == UINT64_MAX)
+        out->staging_bytes = 16u << 20;
+    long b = k->cuda_blocks > 0 ? k->cuda_blocks : CUDA_DEFAULT_BLOCKS;
+    out->blocks = (uint32_t)(b > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS : b);
+}
+
+/* The knobs first: the transport sizes its staging from them. */
+static comm_status_t cuda_backend_setup(struct comm *c)
+{
+    struct cuda_knobs k;
+    resolve_knobs(&c->knobs, &k);
+    return cuda_setup(c, &k);
+}
+
+static comm_status_t cuda_validate(struct comm *c, const struct coll_call *call, const char *fn)
+{
+    (void)fn;
+    /* The same answer on every rank, before any memory is touched. */
+    if (call->op != COMM_SUM ||
+        (call->dtype != COMM_F32 && call->dtype != COMM_F16 && call->dtype != COMM_BF16)) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: the CUDA transport sums f32, f16 and bf16; %s %s is not supported "
+                 "(use a host communicator for it)",
+                 c->rank, rt_op_name(call->op), rt_dtype_name(call->dtype));
+        return COMM_ERR_UNSUPPORTED;
+    }
+    return COMM_OK;
+}
+
+static comm_status_t cuda_allreduce(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = coll_cuda_allreduce(c, call);
+    /* The call is enqueued, and comm_destroy drains it before it leaves: a rank that
+     * completed it never fails a peer's. */
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+static comm_status_t cuda_barrier(struct comm *c)
+{
+    /* A CUDA rank's GPU may have failed after its last call returned: say so here. */
+    comm_status_t st = cuda_check_device(c);
+    if (st != COMM_OK)
+        return st;
+    return coll_host_barrier(c);
+}
+
+const struct backend_ops coll_cuda_backend = {
+    .name = "cuda",
+    .device = COMM_DEVICE_CUDA,
+    .probe = cuda_probe,
+    .setup = cuda_backend_setup,
+    .teardown = cuda_teardown,
+    .resolve_knobs = NULL, /* resolved before setup, into struct cuda_comm (above) */
+    .validate = cuda_validate,
+    .allreduce = cuda_allreduce,
+    .allreduce_add = cuda_allreduce,
+    .barrier = cuda_barrier,
+    .publish_failure = cuda_publish_failure,
+    .wake = shm_wake,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+};

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The communicator's base, as every layer sees it: identity, status and error
+ * reporting, logging, knobs, deadlines.  What a backend keeps of its own lives behind
+ * xport (and, for the segment every backend embeds, in struct shm_comm).
+ */
+#ifndef ARCOMM_BASE_COMM_BASE_H
+#define ARCOMM_BASE_COMM_BASE_H
+
+#include "arcomm.h"
+#include "knobs.h"
+#include "tables.h"
+#include "topo.h"
+#include "transport.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct backend_ops;
+
+/* Public entry points are the only symbols the shared library exports. */
+#define ARCOMM_API __attribute__((visibility("default")))
+
+#define RT_ERRMSG_BYTES 512
+
+/* The largest communicator (arcomm.h's COMM_MAX_RANKS): per-rank bookkeeping is sized
+ * for it. */
+#define RT_MAX_RANKS COMM_MAX_RANKS
+
+struct comm {
+    uint32_t magic; /* runtime/: alive from comm_init to comm_destroy (a cheap misuse check) */
+    int rank;
+    int nranks;
+    comm_device_t device;
+    int device_index;
+    comm_id_t id;
+    struct rt_knobs knobs;
+    long timeout_ms;                    /* effective: config, else knob; < 0 = never */
+    const struct rt_topo_summary *topo; /* the host, as runtime/ found it (hwloc) */
+    int numa_node;                      /* NUMA node this rank ran on at comm_init, -1 unknown */
+
+    const struct backend_ops *ops; /* the backend serving this communicator (collectives/) */
+    const char *backend_name;      /* its name (shm, cuda, hexagon), for the layers below */
+    void *xport;                   /* the backend's private state */
+    struct shm_comm *shm;          /* the segment every backend embeds (shm/shm.h) */
+
+    uint32_t seq; /* number of the next collective call */
+
+    _Atomic int broken;           /* 0, or the status that broke the communicator */
+    _Atomic int aborted;          /* set by comm_abort, from any thread */
+    _Atomic int published;        /* this rank's failure went out to the peers */
+    _Atomic int entered;          /* a thread is inside a call on this communicator */
+    _Atomic int misused;          /* two threads entered at once: the next call fails */
+    char errmsg[RT_ERRMSG_BYTES]; /* comm_last_error */
+
+    FILE *log; /* NULL = stderr */
+    bool log_owned;
+    struct comm *live_next; /* runtime/: the registry of live communicators (live.c) */
+};
+
+/* Records an error on c (message for comm_last_error) and logs it once. */
+void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Records an init failure for comm_last_error(NULL) in this thread and logs it. */
+void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The same, without logging (the failure was logged where it was found). */
+void rt_init_error_quiet(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void rt_init_error_clear(void);
+/* This thread's last init failure: comm_last_error(NULL). */
+const char *rt_init_errmsg(void);
+
+void rt_log(const struct comm *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+uint64_t rt_now_ns(void);
+
+/*
+ * Time limits.  A timeout in ms (< 0 = never) becomes a duration in ns and then an
+ * absolute deadline on CLOCK_MONOTONIC.  RT_NEVER is the one "never" of both, and the
+ * arithmetic saturates, so no limit wraps whatever the knob says.
+ */
+#define RT_NEVER UINT64_MAX
+/* The duration of a timeout in ms: RT_NEVER when ms < 0, saturating. */
+uint64_t rt_ms_to_ns(long ms);
+/* The deadline ns from now: RT_NEVER when ns is RT_NEVER, saturating. */
+uint64_t rt_deadline_in(uint64_t ns);
+/* How often a waiter checks that its peers' processes still live (every waiter). */
+#define RT_LIVENESS_PERIOD_NS 100000000ull
+/* The deadline of the communicator's timeout, from now. */
+uint64_t rt_comm_deadline(const struct comm *c);
+/* Has the deadline passed at now?  Never for RT_NEVER. */
+static inline bool rt_passed(uint64_t deadline, uint64_t now)
+{
+    return deadline != RT_NEVER && now >= deadline;
+}
+/* Time left until the deadline (0 once passed, RT_NEVER for RT_NEVER). */
+static inline uint64_t rt_left_ns(uint64_t deadline, uint64_t now)
+{
+    return deadline == RT_NEVER ? RT_NEVER : now >= deadline ? 0 : deadline - now;
+}
+
+#endif /* ARCOMM_BASE_COMM_BASE_H */

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Error recording, logging and deadlines.  An error is logged once, where it is
+ * first detected, and kept for comm_last_error.
+ */
+#include "comm_base.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+/* comm_last_error(NULL): why this thread's last comm_init/comm_id_new failed. */
+static _Thread_local char init_errmsg[RT_ERRMSG_BYTES];
+
+const char *rt_init_errmsg(void)
+{
+    return init_errmsg;
+}
+
+uint64_t rt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t rt_ms_to_ns(long ms)
+{
+    if (ms < 0)
+        return RT_NEVER;
+    return (unsigned long)ms >= (RT_NEVER - 1) / 1000000u ? RT_NEVER - 1 : (uint64_t)ms * 1000000u;
+}
+
+uint64_t rt_deadline_in(uint64_t ns)
+{
+    if (ns == RT_NEVER)
+        return RT_NEVER;
+    uint64_t now = rt_now_ns();
+    return ns >= RT_NEVER - 1 - now ? RT_NEVER - 1 : now + ns;
+}
+
+uint64_t rt_comm_deadline(const struct comm *c)
+{
+    return rt_deadline_in(rt_ms_to_ns(c->timeout_ms));
+}
+
+static void vlog(FILE *out, int level, const char *fmt, va_list ap)
+{
+    char line[RT_ERRMSG_BYTES + 64];
+    int n = snprintf(line, sizeof(line), "arcomm %s: ", rt_log_level_name(level));
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    size_t len = strlen(line);
+    line[len] = '\n';
+    /* One write per line, so lines of several ranks never interleave mid-line. */
+    fwrite(line, 1, len + 1, out);
+    fflush(out);
+}
+
+void rt_log(const struct comm *c, int level, const char *fmt, ...)
+{
+    if (c == NULL || level > c->knobs.log_level)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(c->log ? c->log : stderr, level, fmt, ap);
+    va_end(ap);
+}
+
+void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+    va_end(ap);
+    rt_log(c, RT_LOG_ERROR, "%s (%s)", c->errmsg, rt_status_string(status));
+}
+
+void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(init_errmsg, sizeof(init_errmsg), fmt, ap);
+    va_end(ap);
+    /* Before a communicator exists the knobs may not be parsed yet: log at the default
+     * level (errors shown) unless they, or ARCOMM_LOG_LEVEL=none, say otherwise. */
+    const char *env = k == NULL ? getenv("ARCOMM_LOG_LEVEL") : NULL;
+    bool quiet = env != NULL && strcasecmp(env, "none") == 0;
+    if (k == NULL ? !quiet : k->log_level >= RT_LOG_ERROR) {
+        char line[RT_ERRMSG_BYTES + 64];
+        snprintf(line, sizeof(line), "arcomm error: %s (%s)\n", init_errmsg,
+                 rt_status_string(status));
+        fputs(line, stderr);
+    }
+}
+
+void rt_init_error_clear(void)
+{
+    init_errmsg[0] = '\0';
+}
+
+void rt_init_error_quiet(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(init_errmsg, sizeof(init_errmsg), fmt, ap);
+    va_end(ap);
+}

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tables of tables.h, each indexed by its enumeration and checked against it.
+ */
+#include "tables.h"
+#include "knobs.h"
+
+#include <string.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[] = {
+    [COMM_F32] = {"f32", 4}, [COMM_F16] = {"f16", 2}, [COMM_BF16] = {"bf16", 2},
+    [COMM_F64] = {"f64", 8}, [COMM_I32] = {"i32", 4}, [COMM_I64] = {"i64", 8},
+};
+_Static_assert(sizeof(dtypes) / sizeof(dtypes[0]) == RT_DTYPE_COUNT &&
+                   COMM_I64 + 1 == RT_DTYPE_COUNT,
+               "one dtypes[] entry per comm_dtype_t");
+
+static const char *const ops[] = {[COMM_SUM] = "sum", [COMM_MAX] = "max", [COMM_MIN] = "min"};
+_Static_assert(sizeof(ops) / sizeof(ops[0]) == RT_OP_COUNT && COMM_MIN + 1 == RT_OP_COUNT,
+               "one ops[] entry per comm_op_t");
+
+static const struct {
+    const char *name;  /* ARCOMM_DEVICE's spelling */
+    const char *title; /* in messages */
+} devices[] = {
+    [COMM_DEVICE_HOST] = {"host", "host"},
+    [COMM_DEVICE_CUDA] = {"cuda", "CUDA"},
+    [COMM_DEVICE_HEXAGON] = {"hexagon", "Hexagon"},
+};
+_Static_assert(sizeof(devices) / sizeof(devices[0]) == RT_DEVICE_COUNT &&
+                   COMM_DEVICE_HEXAGON + 1 == RT_DEVICE_COUNT,
+               "one devices[] entry per comm_device_t");
+
+static const char *const log_levels[] = {
+    [RT_LOG_NONE] = "none", [RT_LOG_ERROR] = "error", [RT_LOG_WARN] = "warn",
+    [RT_LOG_INFO] = "info", [RT_LOG_DEBUG] = "debug", [RT_LOG_TRACE] = "trace",
+};
+_Static_assert(sizeof(log_levels) / sizeof(log_levels[0]) == RT_LOG_LEVEL_COUNT &&
+                   RT_LOG_TRACE + 1 == RT_LOG_LEVEL_COUNT,
+               "one log_levels[] entry per enum rt_log_level");
+
+size_t rt_dtype_size(comm_dtype_t dtype)
+{
+    return (unsigned)dtype < RT_DTYPE_COUNT ? dtypes[dtype].size : 0;
+}
+
+const char *rt_dtype_name(comm_dtype_t dtype)
+{
+    return (unsigned)dtype < RT_DTYPE_COUNT ? dtypes[dtype].name : "?";
+}
+
+const char *rt_op_name(comm_op_t op)
+{
+    return (unsigned)op < RT_OP_COUNT ? ops[op] : "?";
+}
+
+const char *rt_device_name(comm_device_t device)
+{
+    return (unsigned)device < RT_DEVICE_COUNT ? devices[device].name : "?";
+}
+
+const char *rt_device_title(comm_device_t device)
+{
+    return (unsigned)device < RT_DEVICE_COUNT ? devices[device].title : "?";
+}
+
+bool rt_device_parse(const char *name, comm_device_t *device)
+{
+    for (unsigned i = 0; i < RT_DEVICE_COUNT; i++) {
+        if (strcmp(name, devices[i].name) == 0) {
+            *device = (comm_device_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *rt_log_level_name(int level)
+{
+    return level >= 0 && level < RT_LOG_LEVEL_COUNT ? log_levels[level] : "?";
+}
+
+const char *rt_status_string(comm_status_t status)
+{
+    switch (status) {
+    case COMM_OK:
+        return "COMM_OK: success";
+    case COMM_ERR_INVALID:
+        return "COMM_ERR_INVALID: bad argument or configuration";
+    case COMM_ERR_NOMEM:
+        return "COMM_ERR_NOMEM: out of memory";
+    case COMM_ERR_UNSUPPORTED:
+        return "COMM_ERR_UNSUPPORTED: dtype, op, device or transport not available";
+    case COMM_ERR_SYSTEM:
+        return "COMM_ERR_SYSTEM: an OS, driver or runtime call failed";
+    case COMM_ERR_TIMEOUT:
+        return "COMM_ERR_TIMEOUT: a peer did not arrive within the timeout";
+    case COMM_ERR_PEER:
+        return "COMM_ERR_PEER: a peer failed, exited or aborted";
+    case COMM_ERR_MISMATCH:
+        return "COMM_ERR_MISMATCH: ranks disagree on count, dtype or op";
+    case COMM_ERR_ABORTED:
+        return "COMM_ERR_ABORTED: comm_abort was called on this communicator";
+    }
+    return "unknown comm_status_t value";
+}

@@ -102,8 +102,11 @@ static const char *suggest(const char *name)
 
 static bool known_var(const char *name)
 {
-    if (rt_knob_find(name) >= 0 || strncmp(name, TEST_PREFIX, strlen(TEST_PREFIX)) == 0)
+    if (strncmp(name, TEST_PREFIX, strlen(TEST_PREFIX)) == 0)
         return true;
+    for (size_t i = 0; i < rt_knob_count; i++)
+        if (strcmp(name, rt_knob_table[i].name) == 0)
+            return true;
     for (size_t i = 0; i < N_ARRUN_VARS; i++)
         if (strcmp(name, arrun_vars[i]) == 0)
             return true;

@@ -131,24 +131,19 @@ static comm_status_t setup_fences(struct comm *c)
     return shm_wait(c, fences_ready, &w, "hexagon setup (fences exchanged)");
 }
 
+_Static_assert(RT_KNOB_HEX_THREADS_MAX == HEX_MAX_THREADS,
+               "ARCOMM_HEX_THREADS's range in the knob table is the HVX thread limit");
+
 static comm_status_t check_knobs(struct comm *c)
 {
     struct hex_comm *hx = hex_of(c);
     const struct rt_knobs *k = &c->knobs;
-    if (k->hex_threads < 1 || k->hex_threads > (long)HEX_MAX_THREADS) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: ARCOMM_HEX_THREADS=%ld is out of range 1..%u",
-                 c->rank, k->hex_threads, HEX_MAX_THREADS);
-        return COMM_ERR_INVALID;
-    }
-    if (k->hex_vtcm_bytes < 4096 || k->hex_vtcm_bytes > (1u << 30)) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: ARCOMM_HEX_VTCM_BYTES=%zu is out of range 4K..1G (HTPs have 2-8M)",
-                 c->rank, k->hex_vtcm_bytes);
-        return COMM_ERR_INVALID;
-    }
+    /* The threads and the VTCM are in range: the knob table bounds them, and comm_init
+     * refused anything else. */
     hx->threads = (uint32_t)k->hex_threads;
     hx->vtcm_bytes = (uint32_t)k->hex_vtcm_bytes;
-    /* The fence wait is bounded by the communicator's timeout, whatever the knob says. */
+    /* The fence wait is bounded by the communicator's timeout, whatever the knob says:
+     * a check against another setting, so here rather than in the table. */
     long t = k->hex_fence_timeout_ms;
     if (t < 0 || (c->timeout_ms >= 0 && t > c->timeout_ms))
         t = c->timeout_ms;

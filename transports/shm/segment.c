@@ -544,12 +544,11 @@ static comm_status_t check_knobs(struct comm *c, const struct shm_comm *s,
                                  const struct shm_header *h)
 {
     struct rt_knobs agreed = agreed_knobs(c, s);
-    int slot = rt_knob_find("ARCOMM_SHM_SLOT_BYTES");
     uint32_t j = 0, slot_j = 0;
     for (size_t i = 0; i < rt_knob_count; i++) {
         if (!(rt_knob_table[i].flags & RT_KNOB_AGREE))
             continue;
-        if ((int)i == slot) {
+        if (i == RT_KNOB_SHM_SLOT_BYTES) {
             slot_j = j++;
             continue;
         }
@@ -557,7 +556,7 @@ static comm_status_t check_knobs(struct comm *c, const struct shm_comm *s,
         if (st != COMM_OK)
             return st;
     }
-    return check_knob(c, &agreed, h, (size_t)slot, slot_j);
+    return check_knob(c, &agreed, h, RT_KNOB_SHM_SLOT_BYTES, slot_j);
 }
 
 /*

@@ -243,14 +243,65 @@ static void ranges(void **s)
         assert_true(rt_knob_table[i].min <= rt_knob_table[i].max);
 }
 
+/* RT_KNOB_AUTO_DEFAULT: "auto" is the knob's default, stated once in the table: the
+ * CUDA staging read "auto" and "off" as 16M while the table said 32M, and the arena's
+ * "auto" was a second copy of its 64M.  "off" is refused where nothing can be off. */
+static void auto_is_the_default(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[256];
+    setenv("ARCOMM_CUDA_STAGING_BYTES", "auto", 1);
+    setenv("ARCOMM_MEM_POOL_BYTES", "auto", 1);
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_int_equal(k.cuda_staging_bytes, 32u << 20);
+    assert_int_equal(k.mem_pool_bytes, 64u << 20);
+    assert_int_equal(k.source[RT_KNOB_CUDA_STAGING_BYTES], RT_SRC_ENV);
+    unsetenv("ARCOMM_CUDA_STAGING_BYTES");
+    unsetenv("ARCOMM_MEM_POOL_BYTES");
+    /* A default "auto" stays for the backend to resolve. */
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_int_equal(k.copy_chunk_bytes, RT_SIZE_AUTO);
+    /* "off" keeps its one value where a knob can be off. */
+    assert_int_equal(load_one("ARCOMM_MEM_POOL_BYTES", "off", err, sizeof(err)), COMM_OK);
+    static const char *const no_off[] = {"ARCOMM_CUDA_STAGING_BYTES", "ARCOMM_COPY_CHUNK_BYTES",
+                                         "ARCOMM_HEX_VTCM_BYTES"};
+    for (size_t i = 0; i < sizeof(no_off) / sizeof(no_off[0]); i++) {
+        assert_int_equal(load_one(no_off[i], "off", err, sizeof(err)), COMM_ERR_INVALID);
+        assert_non_null(strstr(err, no_off[i]));
+        assert_non_null(strstr(err, "=off is out of range"));
+    }
+}
+
+/* The spin phase's automatic value lives with the table, not in the segment code. */
+static void spin_default(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[256];
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_int_equal(rt_knobs_spin_ns(&k, false), RT_KNOB_SPIN_NS_AUTO);
+    assert_int_equal(rt_knobs_spin_ns(&k, true), 0);
+    k.spin_ns = 1234;
+    assert_int_equal(rt_knobs_spin_ns(&k, true), 1234);
+    k.spin_ns = 0;
+    assert_int_equal(rt_knobs_spin_ns(&k, false), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(defaults, setup),    cmocka_unit_test_setup(sizes, setup),
-        cmocka_unit_test_setup(environment, setup), cmocka_unit_test_setup(malformed, setup),
-        cmocka_unit_test_setup(int_range, setup),   cmocka_unit_test_setup(slot_range, setup),
-        cmocka_unit_test_setup(agree_flags, setup), cmocka_unit_test_setup(indices, setup),
+        cmocka_unit_test_setup(defaults, setup),
+        cmocka_unit_test_setup(sizes, setup),
+        cmocka_unit_test_setup(environment, setup),
+        cmocka_unit_test_setup(malformed, setup),
+        cmocka_unit_test_setup(int_range, setup),
+        cmocka_unit_test_setup(slot_range, setup),
+        cmocka_unit_test_setup(agree_flags, setup),
+        cmocka_unit_test_setup(indices, setup),
         cmocka_unit_test_setup(ranges, setup),
+        cmocka_unit_test_setup(auto_is_the_default, setup),
+        cmocka_unit_test_setup(spin_default, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,8 +193,10 @@ static bool knob_in_range(const struct rt_knob_desc *d, const struct rt_knobs *k
         ok = (d->min == RT_KNOB_NOMIN || v >= d->min) && (d->max == RT_KNOB_NOMAX || v <= d->max);
     } else if (d->type == RT_KNOB_SIZE) {
         size_t v = *(const size_t *)field;
-        if (v == RT_SIZE_OFF || v == RT_SIZE_AUTO)
-            ok = !(d->flags & RT_KNOB_NO_SPECIAL);
+        if (v == RT_SIZE_OFF)
+            ok = !(d->flags & RT_KNOB_NO_OFF);
+        else if (v == RT_SIZE_AUTO)
+            ok = !(d->flags & RT_KNOB_NO_AUTO);
         else
             ok = (d->min <= 0 || v >= (uint64_t)d->min) &&
                  (d->max == RT_KNOB_NOMAX || v <= (uint64_t)d->max);
@@ -230,9 +232,19 @@ comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen)
         }
         if (!knob_in_range(d, k, env, err, errlen))
             return COMM_ERR_INVALID;
+        /* Such an "auto" is the table's default: stated once, here. */
+        if ((d->flags & RT_KNOB_AUTO_DEFAULT) && *(size_t *)((char *)k + d->offset) == RT_SIZE_AUTO)
+            knob_parse(d, d->def, k);
         k->source[i] = RT_SRC_ENV;
     }
     return COMM_OK;
+}
+
+long rt_knobs_spin_ns(const struct rt_knobs *k, bool oversubscribed)
+{
+    if (k->spin_ns >= 0)
+        return k->spin_ns;
+    return oversubscribed ? 0 : RT_KNOB_SPIN_NS_AUTO;
 }
 
 size_t rt_knob_min_slot_bytes(int nranks)

@@ -14,7 +14,8 @@
 
 /* A size knob set to "off": the feature it gates never applies. */
 #define RT_SIZE_OFF SIZE_MAX
-/* A size knob left at "auto": the transport picks (a measured default). */
+/* A size knob left at "auto": the transport picks (a measured default).  A knob flagged
+ * RT_KNOB_AUTO_DEFAULT reads "auto" as its default instead (the parser resolves it). */
 #define RT_SIZE_AUTO (SIZE_MAX - 1)
 
 enum rt_log_level {
@@ -55,8 +56,9 @@ enum rt_knob_source {
  * The variable is ARCOMM_<id> and its index RT_KNOB_<id> (enum rt_knob_id below), so a
  * renamed knob fails to compile wherever it is used by index.  min and max bound the
  * numbers of INT and SIZE knobs (inclusive; "off" and "auto" are not numbers and are
- * not bounded); the parser refuses a value outside them, naming the knob, the value and
- * the range.  Grouped in sub-tables: the common and host knobs, then one per backend.
+ * not bounded, unless RT_KNOB_NO_OFF / RT_KNOB_NO_AUTO refuse them); the parser refuses a
+ * value outside them, naming the knob, the value and the range.  Grouped in sub-tables: the common
+ * and host knobs, then one per backend.
  *
  * Defaults measured on the 2-core development machine (docs/PERFORMANCE.md says how):
  * the flag path wins up to about 16 KiB between two ranks; staging slots of 1 MiB keep
@@ -82,7 +84,7 @@ enum rt_knob_source {
       "f32 messages of at least this many bytes travel as bf16 (off on host, on for cuda)")        \
     X(SHM_SLOT_BYTES, RT_KNOB_SIZE, "1M", shm_slot_bytes, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,         \
       "size of each of the two staging slots of every rank in the shared segment")                 \
-    X(MEM_POOL_BYTES, RT_KNOB_SIZE, "64M", mem_pool_bytes, 0, RT_KNOB_NOMAX, 0,                    \
+    X(MEM_POOL_BYTES, RT_KNOB_SIZE, "64M", mem_pool_bytes, 0, RT_KNOB_NOMAX, RT_KNOB_AUTO_DEFAULT, \
       "comm_mem_alloc arena of every rank in the shared segment (sparse until used)")              \
     X(NT_THRESHOLD, RT_KNOB_SIZE, "auto", nt_threshold, 0, RT_KNOB_NOMAX, 0,                       \
       "one-pass calls moving this many bytes (all ranks' inputs and outputs) stream their "        \
@@ -98,10 +100,11 @@ enum rt_knob_source {
 #define RT_KNOBS_CUDA(X)                                                                           \
     X(COPY_THRESHOLD, RT_KNOB_SIZE, "auto", copy_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,       \
       "cuda: messages of at least this many bytes take the copy-engine path")                      \
-    X(COPY_CHUNK_BYTES, RT_KNOB_SIZE, "auto", copy_chunk_bytes, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,   \
-      "cuda: copy-engine chunk (auto = clamp(bytes/2, 512K, 4M))")                                 \
+    X(COPY_CHUNK_BYTES, RT_KNOB_SIZE, "auto", copy_chunk_bytes, 0, RT_KNOB_NOMAX,                  \
+      RT_KNOB_AGREE | RT_KNOB_NO_OFF, "cuda: copy-engine chunk (auto = clamp(bytes/2, 512K, 4M))") \
     X(CUDA_STAGING_BYTES, RT_KNOB_SIZE, "32M", cuda_staging_bytes, 0, RT_KNOB_NOMAX,               \
-      RT_KNOB_AGREE, "cuda: pinned host staging of the copy-engine path, per rank")                \
+      RT_KNOB_AGREE | RT_KNOB_NO_OFF | RT_KNOB_AUTO_DEFAULT,                                       \
+      "cuda: pinned host staging of the copy-engine path, per rank")                               \
     X(CUDA_BLOCKS, RT_KNOB_INT, "0", cuda_blocks, RT_KNOB_NOMIN, RT_KNOB_NOMAX, RT_KNOB_AGREE,     \
       "cuda: kernel-path blocks at most (0 = auto: 128)")
 
@@ -109,7 +112,8 @@ enum rt_knob_source {
 #define RT_KNOBS_HEX(X)                                                                            \
     X(HEX_THREADS, RT_KNOB_INT, "4", hex_threads, 1, RT_KNOB_HEX_THREADS_MAX, 0,                   \
       "hexagon: HVX worker threads of each HTP session (1..8)")                                    \
-    X(HEX_VTCM_BYTES, RT_KNOB_SIZE, "8M", hex_vtcm_bytes, 4096, 1 << 30, RT_KNOB_NO_SPECIAL,       \
+    X(HEX_VTCM_BYTES, RT_KNOB_SIZE, "8M", hex_vtcm_bytes, 4096, 1 << 30,                           \
+      RT_KNOB_NO_OFF | RT_KNOB_NO_AUTO,                                                            \
       "hexagon: VTCM of each HTP session; blocks shrink to fit it")                                \
     X(HEX_FENCE_TIMEOUT_MS, RT_KNOB_INT, "-1", hex_fence_timeout_ms, RT_KNOB_NOMIN, RT_KNOB_NOMAX, \
       0, "hexagon: how long a session waits at a fence (-1 = ARCOMM_TIMEOUT_MS, never more)")      \
@@ -156,11 +160,13 @@ struct rt_knobs {
 
 /* Knob flags. */
 #define RT_KNOB_AGREE                                                                              \
-    0x1u /* changes what goes into shared memory or how it is read:                                \
-          * every rank of a communicator must have rank 0's value                                  \
-          * (compared at join, COMM_ERR_MISMATCH otherwise) */
-#define RT_KNOB_NO_SPECIAL                                                                         \
-    0x2u /* a SIZE knob that takes only numbers: "off" and "auto" are out of its range */
+    0x1u                     /* changes what goes into shared memory or how it is read:            \
+                              * every rank of a communicator must have rank 0's value              \
+                              * (compared at join, COMM_ERR_MISMATCH otherwise) */
+#define RT_KNOB_NO_OFF  0x2u /* a SIZE knob that cannot be off: "off" is out of its range */
+#define RT_KNOB_NO_AUTO 0x4u /* a SIZE knob that takes only numbers: "auto" is out of range */
+#define RT_KNOB_AUTO_DEFAULT                                                                       \
+    0x8u /* a SIZE knob whose "auto" is its (numeric) default: rt_knobs_load resolves it */
 
 struct rt_knob_desc {
     const char *name; /* ARCOMM_... */
@@ -190,6 +196,13 @@ comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen);
  * Returns COMM_ERR_INVALID with the knob, its value and the valid range in err.
  */
 comm_status_t rt_knobs_check(const struct rt_knobs *k, int nranks, char *err, size_t errlen);
+
+/*
+ * ARCOMM_SPIN_NS resolved: the knob when it is >= 0, else RT_KNOB_SPIN_NS_AUTO, or 0
+ * when the ranks outnumber the cores (spinning then only delays the peer we wait for).
+ */
+#define RT_KNOB_SPIN_NS_AUTO 50000L
+long rt_knobs_spin_ns(const struct rt_knobs *k, bool oversubscribed);
 
 /* The smallest staging slot: one page, and a cache line per rank for 8-byte elements. */
 size_t rt_knob_min_slot_bytes(int nranks);

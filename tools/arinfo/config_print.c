@@ -217,6 +217,15 @@ void print_transports(struct arinfo *ai)
     }
 }
 
+/* A resolved size threshold: bytes, or "off" (RT_SIZE_OFF). */
+static void fmt_threshold(size_t v, char *buf, size_t len)
+{
+    if (v == RT_SIZE_OFF)
+        snprintf(buf, len, "off");
+    else
+        arinfo_fmt_size(v, buf, len);
+}
+
 /* Bulk on process ranks: staged, unless every buffer is from comm_mem_alloc. */
 static const char bulk_procs_text[] = "bulk: staged (one-pass with comm_mem)";
 
@@ -225,19 +234,13 @@ void print_paths(struct arinfo *ai)
     const struct rt_knobs *k = &ai->resolved;
     struct json *js = &ai->js;
     char flag[32], flag_threads[32], bf16[32], nt[32];
-    arinfo_fmt_size(k->flag_threshold, flag, sizeof(flag));
+    fmt_threshold(k->flag_threshold, flag, sizeof(flag));
     /* Thread ranks of one process have their own default (the one-pass path wins early). */
     struct rt_knobs threads = ai->knobs;
     coll_host_resolve_knobs(&threads, rt_topo_summary(), ai->nranks, true);
-    arinfo_fmt_size(threads.flag_threshold, flag_threads, sizeof(flag_threads));
-    if (k->bf16_threshold == RT_SIZE_OFF)
-        snprintf(bf16, sizeof(bf16), "off");
-    else
-        arinfo_fmt_size(k->bf16_threshold, bf16, sizeof(bf16));
-    if (k->nt_threshold == RT_SIZE_OFF)
-        snprintf(nt, sizeof(nt), "off");
-    else
-        arinfo_fmt_size(k->nt_threshold, nt, sizeof(nt));
+    fmt_threshold(threads.flag_threshold, flag_threads, sizeof(flag_threads));
+    fmt_threshold(k->bf16_threshold, bf16, sizeof(bf16));
+    fmt_threshold(k->nt_threshold, nt, sizeof(nt));
 
     if (ai->json) {
         json_array_begin(js, "paths");

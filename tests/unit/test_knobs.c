@@ -254,14 +254,14 @@ static void auto_is_the_default(void **s)
     setenv("ARCOMM_CUDA_STAGING_BYTES", "auto", 1);
     setenv("ARCOMM_MEM_POOL_BYTES", "auto", 1);
     assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
-    assert_int_equal(k.cuda_staging_bytes, 32u << 20);
+    assert_int_equal(k.cuda.staging_bytes, 32u << 20);
     assert_int_equal(k.mem_pool_bytes, 64u << 20);
     assert_int_equal(k.source[RT_KNOB_CUDA_STAGING_BYTES], RT_SRC_ENV);
     unsetenv("ARCOMM_CUDA_STAGING_BYTES");
     unsetenv("ARCOMM_MEM_POOL_BYTES");
     /* A default "auto" stays for the backend to resolve. */
     assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
-    assert_int_equal(k.copy_chunk_bytes, RT_SIZE_AUTO);
+    assert_int_equal(k.cuda.copy_chunk_bytes, RT_SIZE_AUTO);
     /* "off" keeps its one value where a knob can be off. */
     assert_int_equal(load_one("ARCOMM_MEM_POOL_BYTES", "off", err, sizeof(err)), COMM_OK);
     static const char *const no_off[] = {"ARCOMM_CUDA_STAGING_BYTES", "ARCOMM_COPY_CHUNK_BYTES",

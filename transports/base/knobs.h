@@ -98,28 +98,28 @@ enum rt_knob_source {
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \
-    X(COPY_THRESHOLD, RT_KNOB_SIZE, "auto", copy_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,       \
+    X(COPY_THRESHOLD, RT_KNOB_SIZE, "auto", cuda.copy_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,  \
       "cuda: messages of at least this many bytes take the copy-engine path")                      \
-    X(COPY_CHUNK_BYTES, RT_KNOB_SIZE, "auto", copy_chunk_bytes, 0, RT_KNOB_NOMAX,                  \
+    X(COPY_CHUNK_BYTES, RT_KNOB_SIZE, "auto", cuda.copy_chunk_bytes, 0, RT_KNOB_NOMAX,             \
       RT_KNOB_AGREE | RT_KNOB_NO_OFF, "cuda: copy-engine chunk (auto = clamp(bytes/2, 512K, 4M))") \
-    X(CUDA_STAGING_BYTES, RT_KNOB_SIZE, "32M", cuda_staging_bytes, 0, RT_KNOB_NOMAX,               \
+    X(CUDA_STAGING_BYTES, RT_KNOB_SIZE, "32M", cuda.staging_bytes, 0, RT_KNOB_NOMAX,               \
       RT_KNOB_AGREE | RT_KNOB_NO_OFF | RT_KNOB_AUTO_DEFAULT,                                       \
       "cuda: pinned host staging of the copy-engine path, per rank")                               \
-    X(CUDA_BLOCKS, RT_KNOB_INT, "0", cuda_blocks, RT_KNOB_NOMIN, RT_KNOB_NOMAX, RT_KNOB_AGREE,     \
+    X(CUDA_BLOCKS, RT_KNOB_INT, "0", cuda.blocks, RT_KNOB_NOMIN, RT_KNOB_NOMAX, RT_KNOB_AGREE,     \
       "cuda: kernel-path blocks at most (0 = auto: 128)")
 
 /* The Hexagon backend's knobs, resolved by transports/hexagon/hexagon.c. */
 #define RT_KNOBS_HEX(X)                                                                            \
-    X(HEX_THREADS, RT_KNOB_INT, "4", hex_threads, 1, RT_KNOB_HEX_THREADS_MAX, 0,                   \
+    X(HEX_THREADS, RT_KNOB_INT, "4", hex.threads, 1, RT_KNOB_HEX_THREADS_MAX, 0,                   \
       "hexagon: HVX worker threads of each HTP session (1..8)")                                    \
-    X(HEX_VTCM_BYTES, RT_KNOB_SIZE, "8M", hex_vtcm_bytes, 4096, 1 << 30,                           \
+    X(HEX_VTCM_BYTES, RT_KNOB_SIZE, "8M", hex.vtcm_bytes, 4096, 1 << 30,                           \
       RT_KNOB_NO_OFF | RT_KNOB_NO_AUTO,                                                            \
       "hexagon: VTCM of each HTP session; blocks shrink to fit it")                                \
-    X(HEX_FENCE_TIMEOUT_MS, RT_KNOB_INT, "-1", hex_fence_timeout_ms, RT_KNOB_NOMIN, RT_KNOB_NOMAX, \
+    X(HEX_FENCE_TIMEOUT_MS, RT_KNOB_INT, "-1", hex.fence_timeout_ms, RT_KNOB_NOMIN, RT_KNOB_NOMAX, \
       0, "hexagon: how long a session waits at a fence (-1 = ARCOMM_TIMEOUT_MS, never more)")      \
-    X(HEX_MEM, RT_KNOB_STRING, "auto", hex_mem, 0, 0, 0,                                           \
+    X(HEX_MEM, RT_KNOB_STRING, "auto", hex.mem, 0, 0, 0,                                           \
       "hexagon: buffer memory: auto (rpcmem, else dma-heap, else memfd), or one of them")          \
-    X(HEX_SEQ_START, RT_KNOB_INT, "0", hex_seq_start, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,             \
+    X(HEX_SEQ_START, RT_KNOB_INT, "0", hex.seq_start, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,             \
       "hexagon: fence sequence a new session starts from (tests use it to cross 2^32)")
 
 #define RT_KNOBS(X) RT_KNOBS_COMMON(X) RT_KNOBS_HOST(X) RT_KNOBS_CUDA(X) RT_KNOBS_HEX(X)
@@ -134,27 +134,35 @@ enum rt_knob_id {
 
 /* Parsed values; one per communicator. */
 struct rt_knobs {
-    int log_level;                             /* enum rt_log_level */
-    char log_file[RT_KNOB_STR_MAX];            /* "" = stderr; %h host, %p pid */
-    long timeout_ms;                           /* < 0 = never */
-    char transport[RT_KNOB_STR_MAX];           /* "" = automatic */
-    size_t flag_threshold;                     /* host: largest message on the flag path */
-    size_t bf16_threshold;                     /* f32 narrowed to bf16 on the wire at or above */
-    size_t shm_slot_bytes;                     /* staging slot per rank (two per rank) */
-    size_t mem_pool_bytes;                     /* comm_mem_alloc arena per rank */
-    size_t nt_threshold;                       /* bulk outputs at or above: streaming stores */
-    long spin_ns;                              /* busy-poll this long before yielding */
-    long yield_ns;                             /* then sched_yield this long before sleeping */
-    bool numa;                                 /* bind staging memory to the writer's node */
-    size_t copy_threshold;                     /* cuda: copy-engine path at or above */
-    size_t copy_chunk_bytes;                   /* cuda: copy-engine chunk, auto = clamp(n/2,..) */
-    size_t cuda_staging_bytes;                 /* cuda: copy-path pinned staging per rank */
-    long cuda_blocks;                          /* cuda: kernel-path blocks at most (0 = auto) */
-    long hex_threads;                          /* hexagon: HVX worker threads per session */
-    size_t hex_vtcm_bytes;                     /* hexagon: VTCM per session */
-    long hex_fence_timeout_ms;                 /* hexagon: fence wait (< 0: the comm's timeout) */
-    char hex_mem[RT_KNOB_STR_MAX];             /* hexagon: auto, rpcmem, dma-heap or memfd */
-    long hex_seq_start;                        /* hexagon: first fence sequence (tests: wrap) */
+    int log_level;                   /* enum rt_log_level */
+    char log_file[RT_KNOB_STR_MAX];  /* "" = stderr; %h host, %p pid */
+    long timeout_ms;                 /* < 0 = never */
+    char transport[RT_KNOB_STR_MAX]; /* "" = automatic */
+    size_t flag_threshold;           /* host: largest message on the flag path */
+    size_t bf16_threshold;           /* f32 narrowed to bf16 on the wire at or above */
+    size_t shm_slot_bytes;           /* staging slot per rank (two per rank) */
+    size_t mem_pool_bytes;           /* comm_mem_alloc arena per rank */
+    size_t nt_threshold;             /* bulk outputs at or above: streaming stores */
+    long spin_ns;                    /* busy-poll this long before yielding */
+    long yield_ns;                   /* then sched_yield this long before sleeping */
+    bool numa;                       /* bind staging memory to the writer's node */
+    /* RT_KNOBS_CUDA, as set (collectives/cuda/backend.c resolves them into its own
+     * struct cuda_knobs). */
+    struct rt_knobs_cuda {
+        size_t copy_threshold;   /* copy-engine path at or above */
+        size_t copy_chunk_bytes; /* copy-engine chunk, auto = clamp(n/2,..) */
+        size_t staging_bytes;    /* copy-path pinned staging per rank */
+        long blocks;             /* kernel-path blocks at most (0 = auto) */
+    } cuda;
+    /* RT_KNOBS_HEX, as set (transports/hexagon/hexagon.c resolves them into struct
+     * hex_comm). */
+    struct rt_knobs_hex {
+        long threads;              /* HVX worker threads per session */
+        size_t vtcm_bytes;         /* VTCM per session */
+        long fence_timeout_ms;     /* fence wait (< 0: the comm's timeout) */
+        char mem[RT_KNOB_STR_MAX]; /* auto, rpcmem, dma-heap or memfd */
+        long seq_start;            /* first fence sequence (tests: wrap) */
+    } hex;
     enum rt_knob_source source[RT_KNOB_COUNT]; /* where each knob's value came from */
 };
 

@@ -89,7 +89,7 @@ static comm_status_t setup_fences(struct comm *c)
     struct hex_fence_slot *id = own_fence(hx, HEX_FENCE_SLOT_ID);
     id->rank = (uint32_t)c->rank;
     id->nranks = (uint32_t)c->nranks;
-    atomic_store(&own_fence(hx, HEX_FENCE_SLOT_CALL)->seq, (uint32_t)c->knobs.hex_seq_start);
+    atomic_store(&own_fence(hx, HEX_FENCE_SLOT_CALL)->seq, (uint32_t)c->knobs.hex.seq_start);
     __atomic_store_n(&id->magic, HEX_FENCE_MAGIC, __ATOMIC_RELEASE);
 
     struct reg_wait w = {.stage = 0};
@@ -140,11 +140,11 @@ static comm_status_t check_knobs(struct comm *c)
     const struct rt_knobs *k = &c->knobs;
     /* The threads and the VTCM are in range: the knob table bounds them, and comm_init
      * refused anything else. */
-    hx->threads = (uint32_t)k->hex_threads;
-    hx->vtcm_bytes = (uint32_t)k->hex_vtcm_bytes;
+    hx->threads = (uint32_t)k->hex.threads;
+    hx->vtcm_bytes = (uint32_t)k->hex.vtcm_bytes;
     /* The fence wait is bounded by the communicator's timeout, whatever the knob says:
      * a check against another setting, so here rather than in the table. */
-    long t = k->hex_fence_timeout_ms;
+    long t = k->hex.fence_timeout_ms;
     if (t < 0 || (c->timeout_ms >= 0 && t > c->timeout_ms))
         t = c->timeout_ms;
     hx->fence_timeout_ms = t;

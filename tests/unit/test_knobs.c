@@ -195,6 +195,11 @@ static void indices(void **s)
     RT_KNOBS(CHECK_NAME)
 #undef CHECK_NAME
     assert_int_equal(rt_knob_count, RT_KNOB_COUNT);
+    /* Each sub-table's knobs carry its group. */
+    assert_int_equal(rt_knob_table[RT_KNOB_TIMEOUT_MS].group, RT_KNOB_GROUP_COMMON);
+    assert_int_equal(rt_knob_table[RT_KNOB_SHM_SLOT_BYTES].group, RT_KNOB_GROUP_HOST);
+    assert_int_equal(rt_knob_table[RT_KNOB_CUDA_STAGING_BYTES].group, RT_KNOB_GROUP_CUDA);
+    assert_int_equal(rt_knob_table[RT_KNOB_HEX_THREADS].group, RT_KNOB_GROUP_HEX);
     for (size_t i = 0; i < rt_knob_count; i++)
         for (size_t j = i + 1; j < rt_knob_count; j++)
             assert_true(strcmp(rt_knob_table[i].name, rt_knob_table[j].name) != 0);

@@ -329,6 +329,7 @@ void print_config(struct arinfo *ai)
             json_string(js, "effective", eff);
             json_string(js, "default", d->def);
             json_string(js, "source", rt_knob_source_name(ai->knobs.source[i]));
+            json_string(js, "table", rt_knob_group_name(d->group));
             json_string(js, "doc", d->doc);
             json_object_end(js);
         }
@@ -352,15 +353,17 @@ void print_config(struct arinfo *ai)
     }
     arinfo_title(ai, "Knobs (%zu; values for %d rank%s)", rt_knob_count, ai->nranks,
                  ai->nranks == 1 ? "" : "s");
-    fprintf(ai->out, "  %-*s  %-*s  %-*s  %s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
-            (int)wsrc, "SOURCE", "DOC");
+    /* TABLE: the knob's sub-table.  The values are a host communicator's; a cuda or
+     * hexagon knob is shown as set (that backend resolves it in its own setup). */
+    fprintf(ai->out, "  %-*s  %-*s  %-*s  %-7s  %s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
+            (int)wsrc, "SOURCE", "TABLE", "DOC");
     for (size_t i = 0; i < rt_knob_count; i++) {
         const struct rt_knob_desc *d = &rt_knob_table[i];
         knob_shown(ai, i, shown, sizeof(shown));
         fprintf(ai->out, "  %-*s  ", (int)wname, d->name);
         arinfo_put_clean(ai->out, shown);
-        fprintf(ai->out, "%*s  %-*s  %s\n", (int)(wvalue - strlen(shown)), "", (int)wsrc,
-                rt_knob_source_name(ai->knobs.source[i]), d->doc);
+        fprintf(ai->out, "%*s  %-*s  %-7s  %s\n", (int)(wvalue - strlen(shown)), "", (int)wsrc,
+                rt_knob_source_name(ai->knobs.source[i]), rt_knob_group_name(d->group), d->doc);
     }
     if (ai->unknown_count > 0) {
         fprintf(ai->out, "  not knobs, yet set:");

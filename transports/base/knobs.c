@@ -13,8 +13,9 @@
 #include <string.h>
 #include <strings.h>
 
-#define KNOB_DESC(id, type_, def_, field, min_, max_, flags_, doc_)                                \
+#define KNOB_DESC(group_, id, type_, def_, field, min_, max_, flags_, doc_)                        \
     [RT_KNOB_##id] = {.name = "ARCOMM_" #id,                                                       \
+                      .group = group_,                                                             \
                       .type = type_,                                                               \
                       .def = def_,                                                                 \
                       .doc = doc_,                                                                 \
@@ -24,7 +25,12 @@
                       .flags = flags_},
 
 /* The sub-tables of knobs.h, in the order of enum rt_knob_id: entry i is knob i. */
-const struct rt_knob_desc rt_knob_table[RT_KNOB_COUNT] = {RT_KNOBS(KNOB_DESC)};
+#define KNOB_COMMON(...) KNOB_DESC(RT_KNOB_GROUP_COMMON, __VA_ARGS__)
+#define KNOB_HOST(...)   KNOB_DESC(RT_KNOB_GROUP_HOST, __VA_ARGS__)
+#define KNOB_CUDA(...)   KNOB_DESC(RT_KNOB_GROUP_CUDA, __VA_ARGS__)
+#define KNOB_HEX(...)    KNOB_DESC(RT_KNOB_GROUP_HEX, __VA_ARGS__)
+const struct rt_knob_desc rt_knob_table[RT_KNOB_COUNT] = {RT_KNOBS_COMMON(
+    KNOB_COMMON) RT_KNOBS_HOST(KNOB_HOST) RT_KNOBS_CUDA(KNOB_CUDA) RT_KNOBS_HEX(KNOB_HEX)};
 
 const size_t rt_knob_count = RT_KNOB_COUNT;
 
@@ -34,6 +40,20 @@ const size_t rt_knob_count = RT_KNOB_COUNT;
 _Static_assert(0 RT_KNOBS(KNOB_COUNT_ONE) == RT_KNOB_COUNT, "one table entry per knob");
 _Static_assert(sizeof(rt_knob_table) / sizeof(rt_knob_table[0]) == RT_KNOB_COUNT,
                "rt_knob_table is indexed by enum rt_knob_id");
+
+const char *rt_knob_group_name(enum rt_knob_group g)
+{
+    switch (g) {
+    case RT_KNOB_GROUP_HOST:
+        return "host";
+    case RT_KNOB_GROUP_CUDA:
+        return "cuda";
+    case RT_KNOB_GROUP_HEX:
+        return "hexagon";
+    default:
+        return "common";
+    }
+}
 
 const char *rt_knob_source_name(enum rt_knob_source src)
 {

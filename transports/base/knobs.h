@@ -73,10 +73,17 @@ enum rt_knob_source {
     X(TIMEOUT_MS, RT_KNOB_INT, "120000", timeout_ms, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,              \
       "how long a rank waits for its peers before COMM_ERR_TIMEOUT; < 0 = never")                  \
     X(TRANSPORT, RT_KNOB_STRING, "", transport, 0, 0, 0,                                           \
-      "transport to use (shm, ...); empty = the first whose probe succeeds")
+      "transport to use (shm, ...); empty = the first whose probe succeeds")                       \
+    X(SPIN_NS, RT_KNOB_INT, "-1", spin_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                        \
+      "busy-poll this long before yielding (-1 = 50 us; 0 when ranks outnumber cores)")            \
+    X(YIELD_NS, RT_KNOB_INT, "1000000", yield_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                 \
+      "after spinning, sched_yield for this long before sleeping on a futex")                      \
+    X(NUMA, RT_KNOB_BOOL, "1", numa, 0, 0, 0,                                                      \
+      "bind each rank's staging memory to the NUMA node of the rank that writes it")
 
-/* The host backend's knobs (the shm segment and the host paths).  The slot's lower
- * bound depends on nranks: rt_knobs_check has it, not the table. */
+/* The shm segment's and the host paths' knobs (the host backend's; the Hexagon backend's
+ * segment reads the slot and the arena too).  The slot's lower bound depends on nranks:
+ * rt_knobs_check has it, not the table. */
 #define RT_KNOBS_HOST(X)                                                                           \
     X(FLAG_THRESHOLD, RT_KNOB_SIZE, "auto", flag_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,       \
       "host: messages up to this many bytes take the one-round-trip flag path")                    \
@@ -88,13 +95,7 @@ enum rt_knob_source {
       "comm_mem_alloc arena of every rank in the shared segment (sparse until used)")              \
     X(NT_THRESHOLD, RT_KNOB_SIZE, "auto", nt_threshold, 0, RT_KNOB_NOMAX, 0,                       \
       "one-pass calls moving this many bytes (all ranks' inputs and outputs) stream their "        \
-      "stores")                                                                                    \
-    X(SPIN_NS, RT_KNOB_INT, "-1", spin_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                        \
-      "busy-poll this long before yielding (-1 = 50 us; 0 when ranks outnumber cores)")            \
-    X(YIELD_NS, RT_KNOB_INT, "1000000", yield_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                 \
-      "after spinning, sched_yield for this long before sleeping on a futex")                      \
-    X(NUMA, RT_KNOB_BOOL, "1", numa, 0, 0, 0,                                                      \
-      "bind each rank's staging memory to the NUMA node of the rank that writes it")
+      "stores")
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \
@@ -176,8 +177,17 @@ struct rt_knobs {
 #define RT_KNOB_AUTO_DEFAULT                                                                       \
     0x8u /* a SIZE knob whose "auto" is its (numeric) default: rt_knobs_load resolves it */
 
+/* The sub-table a knob is in (RT_KNOBS_COMMON, _HOST, _CUDA, _HEX). */
+enum rt_knob_group {
+    RT_KNOB_GROUP_COMMON = 0, /* every communicator */
+    RT_KNOB_GROUP_HOST,       /* the shm segment and the host paths (bf16 is CUDA's too) */
+    RT_KNOB_GROUP_CUDA,       /* read by the CUDA backend only */
+    RT_KNOB_GROUP_HEX,        /* read by the Hexagon backend only */
+};
+
 struct rt_knob_desc {
     const char *name; /* ARCOMM_... */
+    enum rt_knob_group group;
     enum rt_knob_type type;
     const char *def; /* default, as text */
     const char *doc; /* one line */
@@ -224,6 +234,8 @@ void rt_knob_set_value(struct rt_knobs *k, size_t i, uint64_t v);
 void rt_knob_format(const struct rt_knobs *k, size_t i, char *buf, size_t len);
 
 const char *rt_knob_source_name(enum rt_knob_source src);
+/* "common", "host", "cuda", "hexagon". */
+const char *rt_knob_group_name(enum rt_knob_group g);
 
 /* Parses "64K", "1M", "off", "auto", "123". Returns false when malformed. */
 bool rt_parse_size(const char *text, size_t *out);

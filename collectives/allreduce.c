@@ -27,10 +27,9 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
         size_t n = nranks > 0 ? (size_t)nranks : 1;
         k->flag_threshold = same_process ? 1024 : (2u << 20) / n;
     }
+    /* "off" stays RT_SIZE_OFF, as for every size knob (coll_host_flag_path reads it). */
     if (k->flag_threshold != RT_SIZE_OFF && k->flag_threshold > slot)
         k->flag_threshold = slot;
-    if (k->flag_threshold == RT_SIZE_OFF)
-        k->flag_threshold = 0;
     /* Host shared memory is not a narrow link: keep every bit unless asked. */
     if (k->bf16_threshold == RT_SIZE_AUTO)
         k->bf16_threshold = RT_SIZE_OFF;

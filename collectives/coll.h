@@ -42,7 +42,7 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
  */
 static inline bool coll_host_flag_path(const struct rt_knobs *k, size_t bytes)
 {
-    return bytes <= k->flag_threshold;
+    return k->flag_threshold != RT_SIZE_OFF && bytes <= k->flag_threshold;
 }
 
 /* Does a one-pass bulk call of bytes per rank stream its stores (all nranks' inputs and

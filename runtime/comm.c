@@ -191,12 +191,12 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     }
     if (cfg->timeout_ms != 0) {
         c->knobs.timeout_ms = cfg->timeout_ms;
-        c->knobs.source[rt_knob_find("ARCOMM_TIMEOUT_MS")] = RT_SRC_CONFIG;
+        c->knobs.source[RT_KNOB_TIMEOUT_MS] = RT_SRC_CONFIG;
     }
     c->timeout_ms = c->knobs.timeout_ms < 0 ? -1 : c->knobs.timeout_ms;
     if (cfg->transport != NULL) {
         snprintf(c->knobs.transport, sizeof(c->knobs.transport), "%s", cfg->transport);
-        c->knobs.source[rt_knob_find("ARCOMM_TRANSPORT")] = RT_SRC_CONFIG;
+        c->knobs.source[RT_KNOB_TRANSPORT] = RT_SRC_CONFIG;
     }
 
     if (c->knobs.log_file[0] != '\0') {

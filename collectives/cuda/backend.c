@@ -27,15 +27,13 @@ static uint64_t size_knob(size_t v, uint64_t dflt)
  * stays as set). */
 static void resolve_knobs(const struct rt_knobs *k, struct cuda_knobs *out)
 {
-    out->copy_threshold = size_knob(k->copy_threshold, CUDA_DEFAULT_COPY_THRESHOLD);
+    out->copy_threshold = size_knob(k->cuda.copy_threshold, CUDA_DEFAULT_COPY_THRESHOLD);
     out->bf16_threshold = size_knob(k->bf16_threshold, CUDA_DEFAULT_BF16_THRESHOLD);
-    out->chunk_knob = k->copy_chunk_bytes == RT_SIZE_AUTO || k->copy_chunk_bytes == RT_SIZE_OFF
-                          ? 0
-                          : k->copy_chunk_bytes;
-    out->staging_bytes = size_knob(k->cuda_staging_bytes, 16u << 20);
-    if (out->staging_bytes == UINT64_MAX)
-        out->staging_bytes = 16u << 20;
-    long b = k->cuda_blocks > 0 ? k->cuda_blocks : CUDA_DEFAULT_BLOCKS;
+    /* 0 asks cuda_copy_chunk for clamp(bytes/2, ...); the table refuses "off". */
+    out->chunk_knob = k->cuda.copy_chunk_bytes == RT_SIZE_AUTO ? 0 : k->cuda.copy_chunk_bytes;
+    /* A number: the table refuses "off" and reads "auto" as its default (32M). */
+    out->staging_bytes = k->cuda.staging_bytes;
+    long b = k->cuda.blocks > 0 ? k->cuda.blocks : CUDA_DEFAULT_BLOCKS;
     out->blocks = (uint32_t)(b > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS : b);
 }
 

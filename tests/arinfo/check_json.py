@@ -90,10 +90,12 @@ def check_full(d, this_system):
     kinds = [p['path'] for p in d['paths']]
     assert kinds == sorted(kinds, key=lambda k: k == 'bulk'), kinds
     for c in d['config']:
-        assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'doc'}
+        assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'table',
+                          'doc'}
         assert c['name'].startswith('ARCOMM_') and c['doc']
         assert c['type'] in ('int', 'size', 'bool', 'string', 'loglevel')
         assert c['source'] in ('default', 'environment')
+        assert c['table'] in ('common', 'host', 'cuda', 'hexagon')
 
 
 def main():

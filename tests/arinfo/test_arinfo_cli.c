@@ -262,6 +262,16 @@ static void paths_follow_the_threshold(void **state)
     assert_non_null(strstr(r.out, "\n  1023       no "));
     assert_non_null(strstr(r.out, "\n  1K         yes "));
     run_free(&r);
+
+    /* A flag path set off stays "off" once resolved (it read 0 before), and every size,
+     * 1 byte included, takes the bulk path. */
+    const char *env3[] = {"ARCOMM_FLAG_THRESHOLD=off", NULL};
+    const char *args3[] = {"--only", "paths", "--sizes", "1,4K", NULL};
+    r = run_arinfo(env3, args3);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "flag path up to off (thread ranks of one process: up to off)"));
+    assert_null(strstr(r.out, "no           flag"));
+    run_free(&r);
 }
 
 static void named_transport_is_honoured(void **state)

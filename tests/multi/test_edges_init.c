@@ -424,8 +424,8 @@ static void init_bad_knob_procs(void **s)
     }
 }
 
-/* A transport that fails in its own setup, before it reaches the segment: a Hexagon
- * knob out of range on one process rank. */
+/* A Hexagon knob out of range on one process rank: the knob table's range refuses it in
+ * comm_init (it was the Hexagon setup's own check), and the peers fail with COMM_ERR_PEER. */
 static void hex_bad_threads(struct h_rank *r, comm_config_t *cfg)
 {
     cfg->device = COMM_DEVICE_HEXAGON;

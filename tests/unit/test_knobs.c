@@ -38,7 +38,6 @@ static void defaults(void **s)
         assert_int_equal(k.source[i], RT_SRC_DEFAULT);
         assert_true(strncmp(rt_knob_table[i].name, "ARCOMM_", 7) == 0);
         assert_true(strlen(rt_knob_table[i].doc) > 10);
-        assert_int_equal(rt_knob_find(rt_knob_table[i].name), (int)i);
         char buf[64];
         rt_knob_format(&k, i, buf, sizeof(buf));
         assert_true(buf[0] != '\0' || rt_knob_table[i].def[0] == '\0');
@@ -47,7 +46,6 @@ static void defaults(void **s)
     assert_int_equal(k.log_level, RT_LOG_WARN);
     assert_int_equal(k.shm_slot_bytes, 1u << 20);
     assert_int_equal(k.flag_threshold, RT_SIZE_AUTO);
-    assert_int_equal(rt_knob_find("ARCOMM_NOPE"), -1);
 }
 
 static void sizes(void **s)
@@ -85,11 +83,11 @@ static void environment(void **s)
     assert_int_equal(k.flag_threshold, 8192);
     assert_false(k.numa);
     assert_int_equal(k.log_level, RT_LOG_DEBUG);
-    assert_int_equal(k.source[rt_knob_find("ARCOMM_TIMEOUT_MS")], RT_SRC_ENV);
-    assert_int_equal(k.source[rt_knob_find("ARCOMM_YIELD_NS")], RT_SRC_DEFAULT);
+    assert_int_equal(k.source[RT_KNOB_TIMEOUT_MS], RT_SRC_ENV);
+    assert_int_equal(k.source[RT_KNOB_YIELD_NS], RT_SRC_DEFAULT);
     assert_string_equal(rt_knob_source_name(RT_SRC_ENV), "environment");
     char buf[32];
-    rt_knob_format(&k, (size_t)rt_knob_find("ARCOMM_FLAG_THRESHOLD"), buf, sizeof(buf));
+    rt_knob_format(&k, RT_KNOB_FLAG_THRESHOLD, buf, sizeof(buf));
     assert_string_equal(buf, "8K");
     clear_env();
 }
@@ -155,10 +153,10 @@ static void slot_range(void **s)
 static void agree_flags(void **s)
 {
     (void)s;
-    static const char *const agree[] = {"ARCOMM_FLAG_THRESHOLD",   "ARCOMM_BF16_THRESHOLD",
-                                        "ARCOMM_SHM_SLOT_BYTES",   "ARCOMM_COPY_THRESHOLD",
-                                        "ARCOMM_COPY_CHUNK_BYTES", "ARCOMM_CUDA_STAGING_BYTES",
-                                        "ARCOMM_CUDA_BLOCKS"};
+    static const enum rt_knob_id agree[] = {RT_KNOB_FLAG_THRESHOLD,   RT_KNOB_BF16_THRESHOLD,
+                                            RT_KNOB_SHM_SLOT_BYTES,   RT_KNOB_COPY_THRESHOLD,
+                                            RT_KNOB_COPY_CHUNK_BYTES, RT_KNOB_CUDA_STAGING_BYTES,
+                                            RT_KNOB_CUDA_BLOCKS};
     size_t n = 0;
     for (size_t i = 0; i < rt_knob_count; i++) {
         if (!(rt_knob_table[i].flags & RT_KNOB_AGREE))
@@ -169,32 +167,146 @@ static void agree_flags(void **s)
     }
     assert_int_equal(n, sizeof(agree) / sizeof(agree[0]));
     for (size_t i = 0; i < n; i++) {
-        int k = rt_knob_find(agree[i]);
-        assert_true(k >= 0);
-        assert_true(rt_knob_table[k].flags & RT_KNOB_AGREE);
+        assert_true(rt_knob_table[agree[i]].flags & RT_KNOB_AGREE);
     }
     /* Values round-trip through the number the segment header carries. */
     struct rt_knobs k, t;
     char err[256], buf[32];
     assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
     t = k;
-    int slot = rt_knob_find("ARCOMM_SHM_SLOT_BYTES");
-    rt_knob_set_value(&t, (size_t)slot, 65536);
-    assert_int_equal(rt_knob_value(&t, (size_t)slot), 65536);
-    rt_knob_format(&t, (size_t)slot, buf, sizeof(buf));
+    rt_knob_set_value(&t, RT_KNOB_SHM_SLOT_BYTES, 65536);
+    assert_int_equal(rt_knob_value(&t, RT_KNOB_SHM_SLOT_BYTES), 65536);
+    rt_knob_format(&t, RT_KNOB_SHM_SLOT_BYTES, buf, sizeof(buf));
     assert_string_equal(buf, "64K");
-    int bf16 = rt_knob_find("ARCOMM_BF16_THRESHOLD");
-    rt_knob_format(&k, (size_t)bf16, buf, sizeof(buf));
+    rt_knob_format(&k, RT_KNOB_BF16_THRESHOLD, buf, sizeof(buf));
     assert_string_equal(buf, "auto");
+}
+
+/* An index is a compile-time constant naming its entry: the table cannot drift from the
+ * enum, and a renamed knob fails to compile here. */
+_Static_assert(RT_KNOB_LOG_LEVEL == 0, "the common sub-table comes first");
+_Static_assert(RT_KNOB_HEX_SEQ_START == RT_KNOB_COUNT - 1, "the Hexagon sub-table comes last");
+
+static void indices(void **s)
+{
+    (void)s;
+#define CHECK_NAME(id, type, def, field, min, max, flags, doc)                                     \
+    assert_string_equal(rt_knob_table[RT_KNOB_##id].name, "ARCOMM_" #id);
+    RT_KNOBS(CHECK_NAME)
+#undef CHECK_NAME
+    assert_int_equal(rt_knob_count, RT_KNOB_COUNT);
+    /* Each sub-table's knobs carry its group. */
+    assert_int_equal(rt_knob_table[RT_KNOB_TIMEOUT_MS].group, RT_KNOB_GROUP_COMMON);
+    assert_int_equal(rt_knob_table[RT_KNOB_SHM_SLOT_BYTES].group, RT_KNOB_GROUP_HOST);
+    assert_int_equal(rt_knob_table[RT_KNOB_CUDA_STAGING_BYTES].group, RT_KNOB_GROUP_CUDA);
+    assert_int_equal(rt_knob_table[RT_KNOB_HEX_THREADS].group, RT_KNOB_GROUP_HEX);
+    for (size_t i = 0; i < rt_knob_count; i++)
+        for (size_t j = i + 1; j < rt_knob_count; j++)
+            assert_true(strcmp(rt_knob_table[i].name, rt_knob_table[j].name) != 0);
+}
+
+/* Loads with one variable set; returns the status and leaves the message in err. */
+static comm_status_t load_one(const char *name, const char *value, char *err, size_t errlen)
+{
+    struct rt_knobs k;
+    setenv(name, value, 1);
+    err[0] = '\0';
+    comm_status_t st = rt_knobs_load(&k, err, errlen);
+    unsetenv(name);
+    return st;
+}
+
+/* The descriptors' ranges: the bounds themselves pass, one past them is refused with the
+ * knob, the value and the range; "off" and "auto" only where a knob takes them. */
+static void ranges(void **s)
+{
+    (void)s;
+    char err[256];
+    static const char *const ok[][2] = {
+        {"ARCOMM_HEX_THREADS", "1"},      {"ARCOMM_HEX_THREADS", "8"},
+        {"ARCOMM_HEX_VTCM_BYTES", "4K"},  {"ARCOMM_HEX_VTCM_BYTES", "1G"},
+        {"ARCOMM_FLAG_THRESHOLD", "off"}, {"ARCOMM_FLAG_THRESHOLD", "auto"},
+        {"ARCOMM_FLAG_THRESHOLD", "0"},   {"ARCOMM_NT_THRESHOLD", "off"},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        assert_int_equal(load_one(ok[i][0], ok[i][1], err, sizeof(err)), COMM_OK);
+    static const char *const bad[][3] = {
+        {"ARCOMM_HEX_THREADS", "0", "1..8"},          {"ARCOMM_HEX_THREADS", "9", "1..8"},
+        {"ARCOMM_HEX_THREADS", "-1", "1..8"},         {"ARCOMM_HEX_VTCM_BYTES", "4095", "4K..1G"},
+        {"ARCOMM_HEX_VTCM_BYTES", "1025M", "4K..1G"}, {"ARCOMM_HEX_VTCM_BYTES", "off", "4K..1G"},
+        {"ARCOMM_HEX_VTCM_BYTES", "auto", "4K..1G"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(load_one(bad[i][0], bad[i][1], err, sizeof(err)), COMM_ERR_INVALID);
+        assert_non_null(strstr(err, bad[i][0]));
+        assert_non_null(strstr(err, bad[i][1]));
+        assert_non_null(strstr(err, bad[i][2]));
+        assert_non_null(strstr(err, "out of range"));
+    }
+    /* Every range is ordered (rt_knobs_load checks each default against its range). */
+    for (size_t i = 0; i < rt_knob_count; i++)
+        assert_true(rt_knob_table[i].min <= rt_knob_table[i].max);
+}
+
+/* RT_KNOB_AUTO_DEFAULT: "auto" is the knob's default, stated once in the table: the
+ * CUDA staging read "auto" and "off" as 16M while the table said 32M, and the arena's
+ * "auto" was a second copy of its 64M.  "off" is refused where nothing can be off. */
+static void auto_is_the_default(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[256];
+    setenv("ARCOMM_CUDA_STAGING_BYTES", "auto", 1);
+    setenv("ARCOMM_MEM_POOL_BYTES", "auto", 1);
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_int_equal(k.cuda.staging_bytes, 32u << 20);
+    assert_int_equal(k.mem_pool_bytes, 64u << 20);
+    assert_int_equal(k.source[RT_KNOB_CUDA_STAGING_BYTES], RT_SRC_ENV);
+    unsetenv("ARCOMM_CUDA_STAGING_BYTES");
+    unsetenv("ARCOMM_MEM_POOL_BYTES");
+    /* A default "auto" stays for the backend to resolve. */
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_int_equal(k.cuda.copy_chunk_bytes, RT_SIZE_AUTO);
+    /* "off" keeps its one value where a knob can be off. */
+    assert_int_equal(load_one("ARCOMM_MEM_POOL_BYTES", "off", err, sizeof(err)), COMM_OK);
+    static const char *const no_off[] = {"ARCOMM_CUDA_STAGING_BYTES", "ARCOMM_COPY_CHUNK_BYTES",
+                                         "ARCOMM_HEX_VTCM_BYTES"};
+    for (size_t i = 0; i < sizeof(no_off) / sizeof(no_off[0]); i++) {
+        assert_int_equal(load_one(no_off[i], "off", err, sizeof(err)), COMM_ERR_INVALID);
+        assert_non_null(strstr(err, no_off[i]));
+        assert_non_null(strstr(err, "=off is out of range"));
+    }
+}
+
+/* The spin phase's automatic value lives with the table, not in the segment code. */
+static void spin_default(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[256];
+    assert_int_equal(rt_knobs_load(&k, err, sizeof(err)), COMM_OK);
+    assert_int_equal(rt_knobs_spin_ns(&k, false), RT_KNOB_SPIN_NS_AUTO);
+    assert_int_equal(rt_knobs_spin_ns(&k, true), 0);
+    k.spin_ns = 1234;
+    assert_int_equal(rt_knobs_spin_ns(&k, true), 1234);
+    k.spin_ns = 0;
+    assert_int_equal(rt_knobs_spin_ns(&k, false), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(defaults, setup),    cmocka_unit_test_setup(sizes, setup),
-        cmocka_unit_test_setup(environment, setup), cmocka_unit_test_setup(malformed, setup),
-        cmocka_unit_test_setup(int_range, setup),   cmocka_unit_test_setup(slot_range, setup),
+        cmocka_unit_test_setup(defaults, setup),
+        cmocka_unit_test_setup(sizes, setup),
+        cmocka_unit_test_setup(environment, setup),
+        cmocka_unit_test_setup(malformed, setup),
+        cmocka_unit_test_setup(int_range, setup),
+        cmocka_unit_test_setup(slot_range, setup),
         cmocka_unit_test_setup(agree_flags, setup),
+        cmocka_unit_test_setup(indices, setup),
+        cmocka_unit_test_setup(ranges, setup),
+        cmocka_unit_test_setup(auto_is_the_default, setup),
+        cmocka_unit_test_setup(spin_default, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -102,8 +102,11 @@ static const char *suggest(const char *name)
 
 static bool known_var(const char *name)
 {
-    if (rt_knob_find(name) >= 0 || strncmp(name, TEST_PREFIX, strlen(TEST_PREFIX)) == 0)
+    if (strncmp(name, TEST_PREFIX, strlen(TEST_PREFIX)) == 0)
         return true;
+    for (size_t i = 0; i < rt_knob_count; i++)
+        if (strcmp(name, rt_knob_table[i].name) == 0)
+            return true;
     for (size_t i = 0; i < N_ARRUN_VARS; i++)
         if (strcmp(name, arrun_vars[i]) == 0)
             return true;
@@ -214,6 +217,15 @@ void print_transports(struct arinfo *ai)
     }
 }
 
+/* A resolved size threshold: bytes, or "off" (RT_SIZE_OFF). */
+static void fmt_threshold(size_t v, char *buf, size_t len)
+{
+    if (v == RT_SIZE_OFF)
+        snprintf(buf, len, "off");
+    else
+        arinfo_fmt_size(v, buf, len);
+}
+
 /* Bulk on process ranks: staged, unless every buffer is from comm_mem_alloc. */
 static const char bulk_procs_text[] = "bulk: staged (one-pass with comm_mem)";
 
@@ -222,19 +234,13 @@ void print_paths(struct arinfo *ai)
     const struct rt_knobs *k = &ai->resolved;
     struct json *js = &ai->js;
     char flag[32], flag_threads[32], bf16[32], nt[32];
-    arinfo_fmt_size(k->flag_threshold, flag, sizeof(flag));
+    fmt_threshold(k->flag_threshold, flag, sizeof(flag));
     /* Thread ranks of one process have their own default (the one-pass path wins early). */
     struct rt_knobs threads = ai->knobs;
     coll_host_resolve_knobs(&threads, rt_topo_summary(), ai->nranks, true);
-    arinfo_fmt_size(threads.flag_threshold, flag_threads, sizeof(flag_threads));
-    if (k->bf16_threshold == RT_SIZE_OFF)
-        snprintf(bf16, sizeof(bf16), "off");
-    else
-        arinfo_fmt_size(k->bf16_threshold, bf16, sizeof(bf16));
-    if (k->nt_threshold == RT_SIZE_OFF)
-        snprintf(nt, sizeof(nt), "off");
-    else
-        arinfo_fmt_size(k->nt_threshold, nt, sizeof(nt));
+    fmt_threshold(threads.flag_threshold, flag_threads, sizeof(flag_threads));
+    fmt_threshold(k->bf16_threshold, bf16, sizeof(bf16));
+    fmt_threshold(k->nt_threshold, nt, sizeof(nt));
 
     if (ai->json) {
         json_array_begin(js, "paths");
@@ -323,6 +329,7 @@ void print_config(struct arinfo *ai)
             json_string(js, "effective", eff);
             json_string(js, "default", d->def);
             json_string(js, "source", rt_knob_source_name(ai->knobs.source[i]));
+            json_string(js, "table", rt_knob_group_name(d->group));
             json_string(js, "doc", d->doc);
             json_object_end(js);
         }
@@ -346,15 +353,17 @@ void print_config(struct arinfo *ai)
     }
     arinfo_title(ai, "Knobs (%zu; values for %d rank%s)", rt_knob_count, ai->nranks,
                  ai->nranks == 1 ? "" : "s");
-    fprintf(ai->out, "  %-*s  %-*s  %-*s  %s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
-            (int)wsrc, "SOURCE", "DOC");
+    /* TABLE: the knob's sub-table.  The values are a host communicator's; a cuda or
+     * hexagon knob is shown as set (that backend resolves it in its own setup). */
+    fprintf(ai->out, "  %-*s  %-*s  %-*s  %-7s  %s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
+            (int)wsrc, "SOURCE", "TABLE", "DOC");
     for (size_t i = 0; i < rt_knob_count; i++) {
         const struct rt_knob_desc *d = &rt_knob_table[i];
         knob_shown(ai, i, shown, sizeof(shown));
         fprintf(ai->out, "  %-*s  ", (int)wname, d->name);
         arinfo_put_clean(ai->out, shown);
-        fprintf(ai->out, "%*s  %-*s  %s\n", (int)(wvalue - strlen(shown)), "", (int)wsrc,
-                rt_knob_source_name(ai->knobs.source[i]), d->doc);
+        fprintf(ai->out, "%*s  %-*s  %-7s  %s\n", (int)(wvalue - strlen(shown)), "", (int)wsrc,
+                rt_knob_source_name(ai->knobs.source[i]), rt_knob_group_name(d->group), d->doc);
     }
     if (ai->unknown_count > 0) {
         fprintf(ai->out, "  not knobs, yet set:");

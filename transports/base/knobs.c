@@ -13,75 +13,47 @@
 #include <string.h>
 #include <strings.h>
 
-#define KNOB(n, t, d, f, doc_)                                                                     \
-    {                                                                                              \
-        .name = n, .type = t, .def = d, .doc = doc_, .offset = offsetof(struct rt_knobs, f)        \
+#define KNOB_DESC(group_, id, type_, def_, field, min_, max_, flags_, doc_)                        \
+    [RT_KNOB_##id] = {.name = "ARCOMM_" #id,                                                       \
+                      .group = group_,                                                             \
+                      .type = type_,                                                               \
+                      .def = def_,                                                                 \
+                      .doc = doc_,                                                                 \
+                      .offset = offsetof(struct rt_knobs, field),                                  \
+                      .min = min_,                                                                 \
+                      .max = max_,                                                                 \
+                      .flags = flags_},
+
+/* The sub-tables of knobs.h, in the order of enum rt_knob_id: entry i is knob i. */
+#define KNOB_COMMON(...) KNOB_DESC(RT_KNOB_GROUP_COMMON, __VA_ARGS__)
+#define KNOB_HOST(...)   KNOB_DESC(RT_KNOB_GROUP_HOST, __VA_ARGS__)
+#define KNOB_CUDA(...)   KNOB_DESC(RT_KNOB_GROUP_CUDA, __VA_ARGS__)
+#define KNOB_HEX(...)    KNOB_DESC(RT_KNOB_GROUP_HEX, __VA_ARGS__)
+const struct rt_knob_desc rt_knob_table[RT_KNOB_COUNT] = {RT_KNOBS_COMMON(
+    KNOB_COMMON) RT_KNOBS_HOST(KNOB_HOST) RT_KNOBS_CUDA(KNOB_CUDA) RT_KNOBS_HEX(KNOB_HEX)};
+
+const size_t rt_knob_count = RT_KNOB_COUNT;
+
+/* Each entry's name is its index's: ARCOMM_<id> at RT_KNOB_<id> (a designated
+ * initializer per entry, so the order cannot slip), and the table has no hole. */
+#define KNOB_COUNT_ONE(id, type, def, field, min, max, flags, doc) +1
+_Static_assert(0 RT_KNOBS(KNOB_COUNT_ONE) == RT_KNOB_COUNT, "one table entry per knob");
+_Static_assert(sizeof(rt_knob_table) / sizeof(rt_knob_table[0]) == RT_KNOB_COUNT,
+               "rt_knob_table is indexed by enum rt_knob_id");
+
+const char *rt_knob_group_name(enum rt_knob_group g)
+{
+    switch (g) {
+    case RT_KNOB_GROUP_HOST:
+        return "host";
+    case RT_KNOB_GROUP_CUDA:
+        return "cuda";
+    case RT_KNOB_GROUP_HEX:
+        return "hexagon";
+    default:
+        return "common";
     }
-/* A knob every rank must set alike (RT_KNOB_AGREE): README.md's knob section says why
- * for each. */
-#define KNOB_AGREE(n, t, d, f, doc_)                                                               \
-    {                                                                                              \
-        .name = n, .type = t, .def = d, .doc = doc_, .offset = offsetof(struct rt_knobs, f),       \
-        .flags = RT_KNOB_AGREE                                                                     \
-    }
-
-/*
- * Defaults measured on the 2-core development machine (docs/PERFORMANCE.md says how):
- * the flag path wins up to about 16 KiB between two ranks; staging slots of 1 MiB keep
- * a pipelined round within L2 while still amortising the two synchronisations.
- */
-const struct rt_knob_desc rt_knob_table[] = {
-    KNOB("ARCOMM_LOG_LEVEL", RT_KNOB_LOGLEVEL, "warn", log_level,
-         "log verbosity: none, error, warn, info, debug, trace"),
-    KNOB("ARCOMM_LOG_FILE", RT_KNOB_STRING, "", log_file,
-         "log destination (empty = stderr); %h expands to the host name, %p to the pid"),
-    KNOB("ARCOMM_TIMEOUT_MS", RT_KNOB_INT, "120000", timeout_ms,
-         "how long a rank waits for its peers before COMM_ERR_TIMEOUT; < 0 = never"),
-    KNOB("ARCOMM_TRANSPORT", RT_KNOB_STRING, "", transport,
-         "transport to use (shm, ...); empty = the first whose probe succeeds"),
-    KNOB_AGREE("ARCOMM_FLAG_THRESHOLD", RT_KNOB_SIZE, "auto", flag_threshold,
-               "host: messages up to this many bytes take the one-round-trip flag path"),
-    KNOB_AGREE(
-        "ARCOMM_BF16_THRESHOLD", RT_KNOB_SIZE, "auto", bf16_threshold,
-        "f32 messages of at least this many bytes travel as bf16 (off on host, on for cuda)"),
-    KNOB_AGREE("ARCOMM_SHM_SLOT_BYTES", RT_KNOB_SIZE, "1M", shm_slot_bytes,
-               "size of each of the two staging slots of every rank in the shared segment"),
-    KNOB("ARCOMM_MEM_POOL_BYTES", RT_KNOB_SIZE, "64M", mem_pool_bytes,
-         "comm_mem_alloc arena of every rank in the shared segment (sparse until used)"),
-    KNOB("ARCOMM_NT_THRESHOLD", RT_KNOB_SIZE, "auto", nt_threshold,
-         "one-pass calls moving this many bytes (all ranks' inputs and outputs) stream their "
-         "stores"),
-    KNOB("ARCOMM_SPIN_NS", RT_KNOB_INT, "-1", spin_ns,
-         "busy-poll this long before yielding (-1 = 50 us; 0 when ranks outnumber cores)"),
-    KNOB("ARCOMM_YIELD_NS", RT_KNOB_INT, "1000000", yield_ns,
-         "after spinning, sched_yield for this long before sleeping on a futex"),
-    KNOB("ARCOMM_NUMA", RT_KNOB_BOOL, "1", numa,
-         "bind each rank's staging memory to the NUMA node of the rank that writes it"),
-    KNOB_AGREE("ARCOMM_COPY_THRESHOLD", RT_KNOB_SIZE, "auto", copy_threshold,
-               "cuda: messages of at least this many bytes take the copy-engine path"),
-    KNOB_AGREE("ARCOMM_COPY_CHUNK_BYTES", RT_KNOB_SIZE, "auto", copy_chunk_bytes,
-               "cuda: copy-engine chunk (auto = clamp(bytes/2, 512K, 4M))"),
-    KNOB_AGREE("ARCOMM_CUDA_STAGING_BYTES", RT_KNOB_SIZE, "32M", cuda_staging_bytes,
-               "cuda: pinned host staging of the copy-engine path, per rank"),
-    KNOB_AGREE("ARCOMM_CUDA_BLOCKS", RT_KNOB_INT, "0", cuda_blocks,
-               "cuda: kernel-path blocks at most (0 = auto: 128)"),
-    KNOB("ARCOMM_HEX_THREADS", RT_KNOB_INT, "4", hex_threads,
-         "hexagon: HVX worker threads of each HTP session (1..8)"),
-    KNOB("ARCOMM_HEX_VTCM_BYTES", RT_KNOB_SIZE, "8M", hex_vtcm_bytes,
-         "hexagon: VTCM of each HTP session; blocks shrink to fit it"),
-    KNOB("ARCOMM_HEX_FENCE_TIMEOUT_MS", RT_KNOB_INT, "-1", hex_fence_timeout_ms,
-         "hexagon: how long a session waits at a fence (-1 = ARCOMM_TIMEOUT_MS, never more)"),
-    KNOB("ARCOMM_HEX_MEM", RT_KNOB_STRING, "auto", hex_mem,
-         "hexagon: buffer memory: auto (rpcmem, else dma-heap, else memfd), or one of them"),
-    KNOB("ARCOMM_HEX_SEQ_START", RT_KNOB_INT, "0", hex_seq_start,
-         "hexagon: fence sequence a new session starts from (tests use it to cross 2^32)"),
-};
-
-const size_t rt_knob_count = sizeof(rt_knob_table) / sizeof(rt_knob_table[0]);
-
-_Static_assert(sizeof(rt_knob_table) / sizeof(rt_knob_table[0]) <=
-                   sizeof(((struct rt_knobs *)0)->source) / sizeof(enum rt_knob_source),
-               "struct rt_knobs.source must have a slot for every knob");
+}
 
 const char *rt_knob_source_name(enum rt_knob_source src)
 {
@@ -93,14 +65,6 @@ const char *rt_knob_source_name(enum rt_knob_source src)
     default:
         return "default";
     }
-}
-
-int rt_knob_find(const char *name)
-{
-    for (size_t i = 0; i < rt_knob_count; i++)
-        if (strcmp(rt_knob_table[i].name, name) == 0)
-            return (int)i;
-    return -1;
 }
 
 bool rt_parse_size(const char *text, size_t *out)
@@ -221,6 +185,50 @@ static bool knob_parse(const struct rt_knob_desc *d, const char *text, struct rt
     return false;
 }
 
+static void format_size(size_t v, char *buf, size_t len);
+
+/* The range of d as text: "1..8", "4K..1G", "4K.." (no upper bound). */
+static void format_range(const struct rt_knob_desc *d, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    if (d->type == RT_KNOB_SIZE) {
+        format_size((size_t)(d->min > 0 ? d->min : 0), lo, sizeof(lo));
+        format_size((size_t)d->max, hi, sizeof(hi));
+    } else {
+        snprintf(lo, sizeof(lo), "%lld", (long long)d->min);
+        snprintf(hi, sizeof(hi), "%lld", (long long)d->max);
+    }
+    snprintf(buf, len, "%s..%s", d->min == RT_KNOB_NOMIN ? "" : lo,
+             d->max == RT_KNOB_NOMAX ? "" : hi);
+}
+
+/* Checks the parsed value of d against the descriptor's range (text is what was set). */
+static bool knob_in_range(const struct rt_knob_desc *d, const struct rt_knobs *k, const char *text,
+                          char *err, size_t errlen)
+{
+    const void *field = (const char *)k + d->offset;
+    bool ok = true;
+    if (d->type == RT_KNOB_INT) {
+        long v = *(const long *)field;
+        ok = (d->min == RT_KNOB_NOMIN || v >= d->min) && (d->max == RT_KNOB_NOMAX || v <= d->max);
+    } else if (d->type == RT_KNOB_SIZE) {
+        size_t v = *(const size_t *)field;
+        if (v == RT_SIZE_OFF)
+            ok = !(d->flags & RT_KNOB_NO_OFF);
+        else if (v == RT_SIZE_AUTO)
+            ok = !(d->flags & RT_KNOB_NO_AUTO);
+        else
+            ok = (d->min <= 0 || v >= (uint64_t)d->min) &&
+                 (d->max == RT_KNOB_NOMAX || v <= (uint64_t)d->max);
+    }
+    if (!ok) {
+        char range[80];
+        format_range(d, range, sizeof(range));
+        snprintf(err, errlen, "%s=%.64s is out of range %s (%s)", d->name, text, range, d->doc);
+    }
+    return ok;
+}
+
 comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen)
 {
     memset(k, 0, sizeof(*k));
@@ -231,6 +239,8 @@ comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen)
             snprintf(err, errlen, "knob %s: default \"%s\" does not parse", d->name, d->def);
             return COMM_ERR_INVALID;
         }
+        if (!knob_in_range(d, k, d->def, err, errlen))
+            return COMM_ERR_INVALID;
         k->source[i] = RT_SRC_DEFAULT;
         const char *env = getenv(d->name);
         if (env == NULL)
@@ -240,9 +250,21 @@ comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen)
                      accepted_forms(d->type), d->doc);
             return COMM_ERR_INVALID;
         }
+        if (!knob_in_range(d, k, env, err, errlen))
+            return COMM_ERR_INVALID;
+        /* Such an "auto" is the table's default: stated once, here. */
+        if ((d->flags & RT_KNOB_AUTO_DEFAULT) && *(size_t *)((char *)k + d->offset) == RT_SIZE_AUTO)
+            knob_parse(d, d->def, k);
         k->source[i] = RT_SRC_ENV;
     }
     return COMM_OK;
+}
+
+long rt_knobs_spin_ns(const struct rt_knobs *k, bool oversubscribed)
+{
+    if (k->spin_ns >= 0)
+        return k->spin_ns;
+    return oversubscribed ? 0 : RT_KNOB_SPIN_NS_AUTO;
 }
 
 size_t rt_knob_min_slot_bytes(int nranks)
@@ -255,11 +277,12 @@ size_t rt_knob_min_slot_bytes(int nranks)
 
 comm_status_t rt_knobs_check(const struct rt_knobs *k, int nranks, char *err, size_t errlen)
 {
+    /* Not in the table's range: the smallest slot depends on nranks. */
     size_t min = rt_knob_min_slot_bytes(nranks);
     size_t slot = k->shm_slot_bytes;
     if (slot == RT_SIZE_OFF || slot == RT_SIZE_AUTO || slot < min) {
         char text[32];
-        rt_knob_format(k, (size_t)rt_knob_find("ARCOMM_SHM_SLOT_BYTES"), text, sizeof(text));
+        rt_knob_format(k, RT_KNOB_SHM_SLOT_BYTES, text, sizeof(text));
         snprintf(err, errlen,
                  "ARCOMM_SHM_SLOT_BYTES=%s is not valid for %d ranks: the staging slot needs "
                  "at least %zu bytes (one page, and 64 bytes per rank); set a size such as 1M",

@@ -14,7 +14,8 @@
 
 /* A size knob set to "off": the feature it gates never applies. */
 #define RT_SIZE_OFF SIZE_MAX
-/* A size knob left at "auto": the transport picks (a measured default). */
+/* A size knob left at "auto": the transport picks (a measured default).  A knob flagged
+ * RT_KNOB_AUTO_DEFAULT reads "auto" as its default instead (the parser resolves it). */
 #define RT_SIZE_AUTO (SIZE_MAX - 1)
 
 enum rt_log_level {
@@ -42,6 +43,96 @@ enum rt_knob_source {
 
 #define RT_KNOB_STR_MAX 256
 
+/* No lower or upper bound for an INT or SIZE knob (its type's own limits apply). */
+#define RT_KNOB_NOMIN INT64_MIN
+#define RT_KNOB_NOMAX INT64_MAX
+
+/* Hexagon: HVX worker threads of a session at most (hexagon.c checks it is
+ * HEX_MAX_THREADS). */
+#define RT_KNOB_HEX_THREADS_MAX 8
+
+/*
+ * The knobs, one X(...) per knob: X(id, type, default, field, min, max, flags, doc).
+ * The variable is ARCOMM_<id> and its index RT_KNOB_<id> (enum rt_knob_id below), so a
+ * renamed knob fails to compile wherever it is used by index.  min and max bound the
+ * numbers of INT and SIZE knobs (inclusive; "off" and "auto" are not numbers and are
+ * not bounded, unless RT_KNOB_NO_OFF / RT_KNOB_NO_AUTO refuse them); the parser refuses a
+ * value outside them, naming the knob, the value and the range.  Grouped in sub-tables: the common
+ * and host knobs, then one per backend.
+ *
+ * Defaults measured on the 2-core development machine (docs/PERFORMANCE.md says how):
+ * the flag path wins up to about 16 KiB between two ranks; staging slots of 1 MiB keep
+ * a pipelined round within L2 while still amortising the two synchronisations.
+ * RT_KNOB_AGREE knobs: README.md's knob section says why for each.
+ */
+#define RT_KNOBS_COMMON(X)                                                                         \
+    X(LOG_LEVEL, RT_KNOB_LOGLEVEL, "warn", log_level, 0, 0, 0,                                     \
+      "log verbosity: none, error, warn, info, debug, trace")                                      \
+    X(LOG_FILE, RT_KNOB_STRING, "", log_file, 0, 0, 0,                                             \
+      "log destination (empty = stderr); %h expands to the host name, %p to the pid")              \
+    X(TIMEOUT_MS, RT_KNOB_INT, "120000", timeout_ms, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,              \
+      "how long a rank waits for its peers before COMM_ERR_TIMEOUT; < 0 = never")                  \
+    X(TRANSPORT, RT_KNOB_STRING, "", transport, 0, 0, 0,                                           \
+      "transport to use (shm, ...); empty = the first whose probe succeeds")                       \
+    X(SPIN_NS, RT_KNOB_INT, "-1", spin_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                        \
+      "busy-poll this long before yielding (-1 = 50 us; 0 when ranks outnumber cores)")            \
+    X(YIELD_NS, RT_KNOB_INT, "1000000", yield_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                 \
+      "after spinning, sched_yield for this long before sleeping on a futex")                      \
+    X(NUMA, RT_KNOB_BOOL, "1", numa, 0, 0, 0,                                                      \
+      "bind each rank's staging memory to the NUMA node of the rank that writes it")
+
+/* The shm segment's and the host paths' knobs (the host backend's; the Hexagon backend's
+ * segment reads the slot and the arena too).  The slot's lower bound depends on nranks:
+ * rt_knobs_check has it, not the table. */
+#define RT_KNOBS_HOST(X)                                                                           \
+    X(FLAG_THRESHOLD, RT_KNOB_SIZE, "auto", flag_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,       \
+      "host: messages up to this many bytes take the one-round-trip flag path")                    \
+    X(BF16_THRESHOLD, RT_KNOB_SIZE, "auto", bf16_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,       \
+      "f32 messages of at least this many bytes travel as bf16 (off on host, on for cuda)")        \
+    X(SHM_SLOT_BYTES, RT_KNOB_SIZE, "1M", shm_slot_bytes, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,         \
+      "size of each of the two staging slots of every rank in the shared segment")                 \
+    X(MEM_POOL_BYTES, RT_KNOB_SIZE, "64M", mem_pool_bytes, 0, RT_KNOB_NOMAX, RT_KNOB_AUTO_DEFAULT, \
+      "comm_mem_alloc arena of every rank in the shared segment (sparse until used)")              \
+    X(NT_THRESHOLD, RT_KNOB_SIZE, "auto", nt_threshold, 0, RT_KNOB_NOMAX, 0,                       \
+      "one-pass calls moving this many bytes (all ranks' inputs and outputs) stream their "        \
+      "stores")
+
+/* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
+#define RT_KNOBS_CUDA(X)                                                                           \
+    X(COPY_THRESHOLD, RT_KNOB_SIZE, "auto", cuda.copy_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,  \
+      "cuda: messages of at least this many bytes take the copy-engine path")                      \
+    X(COPY_CHUNK_BYTES, RT_KNOB_SIZE, "auto", cuda.copy_chunk_bytes, 0, RT_KNOB_NOMAX,             \
+      RT_KNOB_AGREE | RT_KNOB_NO_OFF, "cuda: copy-engine chunk (auto = clamp(bytes/2, 512K, 4M))") \
+    X(CUDA_STAGING_BYTES, RT_KNOB_SIZE, "32M", cuda.staging_bytes, 0, RT_KNOB_NOMAX,               \
+      RT_KNOB_AGREE | RT_KNOB_NO_OFF | RT_KNOB_AUTO_DEFAULT,                                       \
+      "cuda: pinned host staging of the copy-engine path, per rank")                               \
+    X(CUDA_BLOCKS, RT_KNOB_INT, "0", cuda.blocks, RT_KNOB_NOMIN, RT_KNOB_NOMAX, RT_KNOB_AGREE,     \
+      "cuda: kernel-path blocks at most (0 = auto: 128)")
+
+/* The Hexagon backend's knobs, resolved by transports/hexagon/hexagon.c. */
+#define RT_KNOBS_HEX(X)                                                                            \
+    X(HEX_THREADS, RT_KNOB_INT, "4", hex.threads, 1, RT_KNOB_HEX_THREADS_MAX, 0,                   \
+      "hexagon: HVX worker threads of each HTP session (1..8)")                                    \
+    X(HEX_VTCM_BYTES, RT_KNOB_SIZE, "8M", hex.vtcm_bytes, 4096, 1 << 30,                           \
+      RT_KNOB_NO_OFF | RT_KNOB_NO_AUTO,                                                            \
+      "hexagon: VTCM of each HTP session; blocks shrink to fit it")                                \
+    X(HEX_FENCE_TIMEOUT_MS, RT_KNOB_INT, "-1", hex.fence_timeout_ms, RT_KNOB_NOMIN, RT_KNOB_NOMAX, \
+      0, "hexagon: how long a session waits at a fence (-1 = ARCOMM_TIMEOUT_MS, never more)")      \
+    X(HEX_MEM, RT_KNOB_STRING, "auto", hex.mem, 0, 0, 0,                                           \
+      "hexagon: buffer memory: auto (rpcmem, else dma-heap, else memfd), or one of them")          \
+    X(HEX_SEQ_START, RT_KNOB_INT, "0", hex.seq_start, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,             \
+      "hexagon: fence sequence a new session starts from (tests use it to cross 2^32)")
+
+#define RT_KNOBS(X) RT_KNOBS_COMMON(X) RT_KNOBS_HOST(X) RT_KNOBS_CUDA(X) RT_KNOBS_HEX(X)
+
+/* Every knob's index into rt_knob_table and struct rt_knobs.source. */
+enum rt_knob_id {
+#define RT_KNOB_ID(id, type, def, field, min, max, flags, doc) RT_KNOB_##id,
+    RT_KNOBS(RT_KNOB_ID)
+#undef RT_KNOB_ID
+        RT_KNOB_COUNT
+};
+
 /* Parsed values; one per communicator. */
 struct rt_knobs {
     int log_level;                   /* enum rt_log_level */
@@ -56,34 +147,58 @@ struct rt_knobs {
     long spin_ns;                    /* busy-poll this long before yielding */
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */
-    size_t copy_threshold;           /* cuda: copy-engine path at or above */
-    size_t copy_chunk_bytes;         /* cuda: copy-engine chunk, auto = clamp(n/2,..) */
-    size_t cuda_staging_bytes;       /* cuda: copy-path pinned staging per rank */
-    long cuda_blocks;                /* cuda: kernel-path blocks at most (0 = auto) */
-    long hex_threads;                /* hexagon: HVX worker threads per session */
-    size_t hex_vtcm_bytes;           /* hexagon: VTCM per session */
-    long hex_fence_timeout_ms;       /* hexagon: fence wait (< 0: the comm's timeout) */
-    char hex_mem[RT_KNOB_STR_MAX];   /* hexagon: auto, rpcmem, dma-heap or memfd */
-    long hex_seq_start;              /* hexagon: first fence sequence (tests: wrap) */
-    enum rt_knob_source source[32];  /* where each knob's value came from, by index */
+    /* RT_KNOBS_CUDA, as set (collectives/cuda/backend.c resolves them into its own
+     * struct cuda_knobs). */
+    struct rt_knobs_cuda {
+        size_t copy_threshold;   /* copy-engine path at or above */
+        size_t copy_chunk_bytes; /* copy-engine chunk, auto = clamp(n/2,..) */
+        size_t staging_bytes;    /* copy-path pinned staging per rank */
+        long blocks;             /* kernel-path blocks at most (0 = auto) */
+    } cuda;
+    /* RT_KNOBS_HEX, as set (transports/hexagon/hexagon.c resolves them into struct
+     * hex_comm). */
+    struct rt_knobs_hex {
+        long threads;              /* HVX worker threads per session */
+        size_t vtcm_bytes;         /* VTCM per session */
+        long fence_timeout_ms;     /* fence wait (< 0: the comm's timeout) */
+        char mem[RT_KNOB_STR_MAX]; /* auto, rpcmem, dma-heap or memfd */
+        long seq_start;            /* first fence sequence (tests: wrap) */
+    } hex;
+    enum rt_knob_source source[RT_KNOB_COUNT]; /* where each knob's value came from */
 };
 
 /* Knob flags. */
 #define RT_KNOB_AGREE                                                                              \
-    0x1u /* changes what goes into shared memory or how it is read:                                \
-          * every rank of a communicator must have rank 0's value                                  \
-          * (compared at join, COMM_ERR_MISMATCH otherwise) */
+    0x1u                     /* changes what goes into shared memory or how it is read:            \
+                              * every rank of a communicator must have rank 0's value              \
+                              * (compared at join, COMM_ERR_MISMATCH otherwise) */
+#define RT_KNOB_NO_OFF  0x2u /* a SIZE knob that cannot be off: "off" is out of its range */
+#define RT_KNOB_NO_AUTO 0x4u /* a SIZE knob that takes only numbers: "auto" is out of range */
+#define RT_KNOB_AUTO_DEFAULT                                                                       \
+    0x8u /* a SIZE knob whose "auto" is its (numeric) default: rt_knobs_load resolves it */
+
+/* The sub-table a knob is in (RT_KNOBS_COMMON, _HOST, _CUDA, _HEX). */
+enum rt_knob_group {
+    RT_KNOB_GROUP_COMMON = 0, /* every communicator */
+    RT_KNOB_GROUP_HOST,       /* the shm segment and the host paths (bf16 is CUDA's too) */
+    RT_KNOB_GROUP_CUDA,       /* read by the CUDA backend only */
+    RT_KNOB_GROUP_HEX,        /* read by the Hexagon backend only */
+};
 
 struct rt_knob_desc {
     const char *name; /* ARCOMM_... */
+    enum rt_knob_group group;
     enum rt_knob_type type;
     const char *def; /* default, as text */
     const char *doc; /* one line */
     size_t offset;   /* of the value in struct rt_knobs */
+    int64_t min;     /* INT, SIZE: smallest number accepted (RT_KNOB_NOMIN: none) */
+    int64_t max;     /* INT, SIZE: largest number accepted (RT_KNOB_NOMAX: none) */
     unsigned flags;  /* RT_KNOB_* */
 };
 
-extern const struct rt_knob_desc rt_knob_table[];
+/* Indexed by enum rt_knob_id. */
+extern const struct rt_knob_desc rt_knob_table[RT_KNOB_COUNT];
 extern const size_t rt_knob_count;
 
 /*
@@ -100,6 +215,13 @@ comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen);
  */
 comm_status_t rt_knobs_check(const struct rt_knobs *k, int nranks, char *err, size_t errlen);
 
+/*
+ * ARCOMM_SPIN_NS resolved: the knob when it is >= 0, else RT_KNOB_SPIN_NS_AUTO, or 0
+ * when the ranks outnumber the cores (spinning then only delays the peer we wait for).
+ */
+#define RT_KNOB_SPIN_NS_AUTO 50000L
+long rt_knobs_spin_ns(const struct rt_knobs *k, bool oversubscribed);
+
 /* The smallest staging slot: one page, and a cache line per rank for 8-byte elements. */
 size_t rt_knob_min_slot_bytes(int nranks);
 
@@ -111,10 +233,9 @@ void rt_knob_set_value(struct rt_knobs *k, size_t i, uint64_t v);
 /* The value of knob i as text ("64K", "off", "warn", ...). */
 void rt_knob_format(const struct rt_knobs *k, size_t i, char *buf, size_t len);
 
-/* The index of a knob by name, or -1. */
-int rt_knob_find(const char *name);
-
 const char *rt_knob_source_name(enum rt_knob_source src);
+/* "common", "host", "cuda", "hexagon". */
+const char *rt_knob_group_name(enum rt_knob_group g);
 
 /* Parses "64K", "1M", "off", "auto", "123". Returns false when malformed. */
 bool rt_parse_size(const char *text, size_t *out);

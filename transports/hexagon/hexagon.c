@@ -89,7 +89,7 @@ static comm_status_t setup_fences(struct comm *c)
     struct hex_fence_slot *id = own_fence(hx, HEX_FENCE_SLOT_ID);
     id->rank = (uint32_t)c->rank;
     id->nranks = (uint32_t)c->nranks;
-    atomic_store(&own_fence(hx, HEX_FENCE_SLOT_CALL)->seq, (uint32_t)c->knobs.hex_seq_start);
+    atomic_store(&own_fence(hx, HEX_FENCE_SLOT_CALL)->seq, (uint32_t)c->knobs.hex.seq_start);
     __atomic_store_n(&id->magic, HEX_FENCE_MAGIC, __ATOMIC_RELEASE);
 
     struct reg_wait w = {.stage = 0};
@@ -131,25 +131,20 @@ static comm_status_t setup_fences(struct comm *c)
     return shm_wait(c, fences_ready, &w, "hexagon setup (fences exchanged)");
 }
 
+_Static_assert(RT_KNOB_HEX_THREADS_MAX == HEX_MAX_THREADS,
+               "ARCOMM_HEX_THREADS's range in the knob table is the HVX thread limit");
+
 static comm_status_t check_knobs(struct comm *c)
 {
     struct hex_comm *hx = hex_of(c);
     const struct rt_knobs *k = &c->knobs;
-    if (k->hex_threads < 1 || k->hex_threads > (long)HEX_MAX_THREADS) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: ARCOMM_HEX_THREADS=%ld is out of range 1..%u",
-                 c->rank, k->hex_threads, HEX_MAX_THREADS);
-        return COMM_ERR_INVALID;
-    }
-    if (k->hex_vtcm_bytes < 4096 || k->hex_vtcm_bytes > (1u << 30)) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: ARCOMM_HEX_VTCM_BYTES=%zu is out of range 4K..1G (HTPs have 2-8M)",
-                 c->rank, k->hex_vtcm_bytes);
-        return COMM_ERR_INVALID;
-    }
-    hx->threads = (uint32_t)k->hex_threads;
-    hx->vtcm_bytes = (uint32_t)k->hex_vtcm_bytes;
-    /* The fence wait is bounded by the communicator's timeout, whatever the knob says. */
-    long t = k->hex_fence_timeout_ms;
+    /* The threads and the VTCM are in range: the knob table bounds them, and comm_init
+     * refused anything else. */
+    hx->threads = (uint32_t)k->hex.threads;
+    hx->vtcm_bytes = (uint32_t)k->hex.vtcm_bytes;
+    /* The fence wait is bounded by the communicator's timeout, whatever the knob says:
+     * a check against another setting, so here rather than in the table. */
+    long t = k->hex.fence_timeout_ms;
     if (t < 0 || (c->timeout_ms >= 0 && t > c->timeout_ms))
         t = c->timeout_ms;
     hx->fence_timeout_ms = t;

@@ -52,7 +52,7 @@ const char *hex_mem_kind_name(enum hex_mem_kind k)
 comm_status_t hex_mem_pick(struct comm *c)
 {
     struct hex_comm *hx = hex_of(c);
-    const char *want = c->knobs.hex_mem;
+    const char *want = c->knobs.hex.mem;
     bool heap = access(DMA_HEAP_PATH, R_OK | W_OK) == 0;
     if (strcmp(want, "auto") == 0 || want[0] == '\0') {
         hx->mem_kind = hex_rpcmem_available() ? HEX_MEM_RPCMEM

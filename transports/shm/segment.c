@@ -286,9 +286,8 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, uint64_t
 {
     uint64_t slot = shm_align_up(s->want.slot_bytes, SHM_PAGE);
     size_t pool_knob = s->want.pool_bytes;
-    uint64_t pool = pool_knob == RT_SIZE_OFF    ? 0
-                    : pool_knob == RT_SIZE_AUTO ? 64u << 20
-                                                : shm_align_up(pool_knob, SHM_PAGE);
+    /* "auto" is the table's default already (rt_knobs_load). */
+    uint64_t pool = pool_knob == RT_SIZE_OFF ? 0 : shm_align_up(pool_knob, SHM_PAGE);
     struct shm_geometry g = shm_geometry_compute((uint32_t)c->nranks, slot, pool);
     if (!g.ok) {
         rt_error(c, COMM_ERR_INVALID,
@@ -544,12 +543,11 @@ static comm_status_t check_knobs(struct comm *c, const struct shm_comm *s,
                                  const struct shm_header *h)
 {
     struct rt_knobs agreed = agreed_knobs(c, s);
-    int slot = rt_knob_find("ARCOMM_SHM_SLOT_BYTES");
     uint32_t j = 0, slot_j = 0;
     for (size_t i = 0; i < rt_knob_count; i++) {
         if (!(rt_knob_table[i].flags & RT_KNOB_AGREE))
             continue;
-        if ((int)i == slot) {
+        if (i == RT_KNOB_SHM_SLOT_BYTES) {
             slot_j = j++;
             continue;
         }
@@ -557,7 +555,7 @@ static comm_status_t check_knobs(struct comm *c, const struct shm_comm *s,
         if (st != COMM_OK)
             return st;
     }
-    return check_knob(c, &agreed, h, (size_t)slot, slot_j);
+    return check_knob(c, &agreed, h, RT_KNOB_SHM_SLOT_BYTES, slot_j);
 }
 
 /*
@@ -628,7 +626,7 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     /* Spinning only pays when every rank has a core; oversubscribed, yield early so the
      * peer we wait for gets the CPU. */
     bool oversubscribed = c->nranks > c->topo->pus;
-    s->spin_ns = c->knobs.spin_ns >= 0 ? c->knobs.spin_ns : oversubscribed ? 0 : 50000;
+    s->spin_ns = rt_knobs_spin_ns(&c->knobs, oversubscribed);
     /* An unpinned rank may share its CPU with the peer it waits for (the scheduler does
      * that under load): it then checks, and yields rather than spins. */
     cpu_set_t mask;

@@ -18,7 +18,8 @@
 struct shm_pool_block;
 struct shm_mapping;
 
-/* The segment a backend asks for, in the knobs' terms (RT_SIZE_OFF, RT_SIZE_AUTO). */
+/* The segment a backend asks for, in the knobs' terms: bytes, or RT_SIZE_OFF (no arena).
+ * rt_knobs_load has turned "auto" into the table's default already. */
 struct shm_sizes {
     size_t slot_bytes; /* each of a rank's two staging slots */
     size_t pool_bytes; /* a rank's comm_mem_alloc arena */

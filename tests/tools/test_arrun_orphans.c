@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "arrun_run.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -28,40 +30,7 @@
 
 #define NRANKS 2
 
-static const char *arrun_path, *orphan_path;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Gone: no /proc entry, or a zombie nobody reaped yet (it runs no code any more). */
-static bool pid_gone(int pid, double wait_s)
-{
-    double until = now_s() + wait_s;
-    char path[64];
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    for (;;) {
-        char line[512], state = '?';
-        FILE *f = fopen(path, "r");
-        if (!f)
-            return true;
-        if (fgets(line, sizeof(line), f)) {
-            char *p = strrchr(line, ')');
-            if (p && p[1] == ' ')
-                state = p[2];
-        }
-        fclose(f);
-        if (state == 'Z' || state == 'X')
-            return true;
-        if (now_s() >= until)
-            return false;
-        usleep(10000);
-    }
-}
+static const char *orphan_path; /* arrun_path: arrun_run.c */
 
 /* The first /dev/shm name of the id still there after wait_s, or NULL (static buffer). */
 static const char *segment_left(const char *id, double wait_s)

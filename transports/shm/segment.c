@@ -673,10 +673,15 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     struct shm_rank *me = &s->ranks[c->rank];
     uint32_t unclaimed = 0;
     if (!atomic_compare_exchange_strong(&me->claimed, &unclaimed, 1)) {
+        /* The other claimant publishes its pid before claimed = 2 (release); until then
+         * the field is being written and is not read. */
+        char other[48] = "the other is still joining";
+        if (unclaimed == 2)
+            snprintf(other, sizeof other, "the other is pid %d", (int)me->pid);
         rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: two ranks claim rank %d of communicator %s (the other is pid %d): "
+                 "rank %d: two ranks claim rank %d of communicator %s (%s): "
                  "every rank needs its own number in 0..%d",
-                 c->rank, c->rank, c->id.str, (int)me->pid, c->nranks - 1);
+                 c->rank, c->rank, c->id.str, other, c->nranks - 1);
         status = COMM_ERR_INVALID;
         /* Not this rank's record: it leaves under no rank number. */
         reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);

@@ -35,6 +35,14 @@ struct backend_ops {
     comm_status_t (*allreduce)(struct comm *c, const struct coll_call *call);
     comm_status_t (*allreduce_add)(struct comm *c, const struct coll_call *call);
     comm_status_t (*barrier)(struct comm *c);
+    /* The collectives beyond allreduce, on a validated call (call->kind says which).
+     * NULL: the backend does not have it; the runtime returns COMM_ERR_UNSUPPORTED on
+     * every rank alike, before anything is exchanged, and the communicator stays usable. */
+    comm_status_t (*broadcast)(struct comm *c, const struct coll_call *call);
+    comm_status_t (*reduce)(struct comm *c, const struct coll_call *call);
+    comm_status_t (*allgather)(struct comm *c, const struct coll_call *call);
+    comm_status_t (*reduce_scatter)(struct comm *c, const struct coll_call *call);
+    comm_status_t (*alltoall)(struct comm *c, const struct coll_call *call);
     /* Makes this rank's failure visible to its peers, with msg as the reason they
      * report; the first caller's message wins.  in_call: called by the thread making
      * the collective (which may also mark its arrival word); false from comm_abort,

@@ -14,8 +14,27 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* One validated collective call. */
+/* Which collective a call is (published in its arrival word: peers compare it). */
+enum coll_kind {
+    COLL_ALLREDUCE = 1, /* also comm_allreduce_add (addend set) */
+    COLL_BROADCAST,
+    COLL_REDUCE,
+    COLL_ALLGATHER,
+    COLL_REDUCE_SCATTER,
+    COLL_ALLTOALL,
+    COLL_BARRIER,
+    COLL_KIND_END, /* one past the last */
+};
+
+/*
+ * One validated collective call.  count is the API's per-rank count: allgather's
+ * sendcount, reduce_scatter's recvcount, alltoall's count per block.  root is
+ * broadcast's and reduce's (0 for the others).  On ranks other than the root, broadcast's
+ * send and reduce's recv may be NULL.
+ */
 struct coll_call {
+    enum coll_kind kind;
+    int root;
     const void *send;
     void *recv;
     const void *addend;  /* comm_allreduce_add, else NULL */

@@ -39,9 +39,19 @@ typedef enum comm_dtype {
     COMM_F64 = 3,
     COMM_I32 = 4,
     COMM_I64 = 5,
+    COMM_I8 = 6, /* 0.2 */
+    COMM_U8 = 7,
+    COMM_U32 = 8,
+    COMM_U64 = 9,
 } comm_dtype_t;
 
-typedef enum comm_op { COMM_SUM = 0, COMM_MAX = 1, COMM_MIN = 2 } comm_op_t;
+typedef enum comm_op {
+    COMM_SUM = 0,
+    COMM_MAX = 1,
+    COMM_MIN = 2,
+    COMM_PROD = 3, /* 0.2 */
+    COMM_AVG = 4,  /* 0.2: sum / nranks, float dtypes only */
+} comm_op_t;
 
 typedef enum comm_device {
     COMM_DEVICE_HOST = 0,
@@ -100,6 +110,61 @@ comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, void *recvbu
 
 /* Returns once every rank has entered the barrier. */
 comm_status_t comm_barrier(comm_t *comm);
+
+/*
+ * The collectives beyond allreduce (0.2).  Counts are elements per rank, as in NCCL.
+ * Every rank calls them in the same order with the same (count, dtype, op, root); host
+ * calls block, CUDA calls are ordered on stream and return once enqueued.  A root out
+ * of range, an overlap other than the in-place form named below, or a NULL buffer with
+ * count > 0 is COMM_ERR_INVALID (published to the peers); ranks that disagree return
+ * COMM_ERR_MISMATCH; in both cases before any byte of any recvbuf is written.
+ */
+
+/* root's sendbuf -> every rank's recvbuf (count elements).  sendbuf is read on root only
+ * (may be NULL elsewhere); in place when sendbuf == recvbuf on root. */
+comm_status_t comm_broadcast(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                             comm_dtype_t dtype, int root, void *stream);
+
+/* The reduction of every rank's sendbuf lands in root's recvbuf only (recvbuf may be NULL
+ * elsewhere); in place when sendbuf == recvbuf on root. */
+comm_status_t comm_reduce(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                          comm_dtype_t dtype, comm_op_t op, int root, void *stream);
+
+/* recvbuf holds nranks * sendcount elements: rank r's sendbuf lands at
+ * recvbuf + r * sendcount on every rank.  In place when sendbuf == recvbuf + rank * sendcount. */
+comm_status_t comm_allgather(comm_t *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                             comm_dtype_t dtype, void *stream);
+
+/* sendbuf holds nranks * recvcount elements; rank r receives the reduction of block r of
+ * every rank's sendbuf.  In place when recvbuf == sendbuf + rank * recvcount (the other
+ * blocks of sendbuf are left untouched). */
+comm_status_t comm_reduce_scatter(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, comm_dtype_t dtype, comm_op_t op, void *stream);
+
+/* sendbuf and recvbuf hold nranks * count elements: block p of rank r's sendbuf lands in
+ * block r of rank p's recvbuf.  Out of place only (any overlap is COMM_ERR_INVALID). */
+comm_status_t comm_alltoall(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            comm_dtype_t dtype, void *stream);
+
+/*
+ * Communicators from communicators (0.2).  comm_split is collective over comm: ranks
+ * passing the same color >= 0 form a new communicator, ordered by (key, parent rank);
+ * a color < 0 (COMM_SPLIT_NONE) gets *newcomm = NULL.  The new communicator's id is
+ * agreed on through comm; it inherits device, transport choice and timeout, and is
+ * independent: it outlives its parent.  comm_dup is comm_split with one color and the
+ * parent's order.
+ */
+#define COMM_SPLIT_NONE (-1)
+comm_status_t comm_split(comm_t *comm, int color, int key, comm_t **newcomm);
+comm_status_t comm_dup(comm_t *comm, comm_t **newcomm);
+
+/*
+ * One thread creates the communicators of n thread ranks at once (as ncclCommInitAll):
+ * comms[i] is rank i, on device devices[i] (devices NULL: device i) of cfg->device; cfg's
+ * nranks, rank and id are ignored (cfg may be NULL: host defaults); n < 1 or a NULL comms
+ * is COMM_ERR_INVALID.  On failure no communicator is left and comms is not written.
+ */
+comm_status_t comm_init_all(comm_t **comms, int n, const int *devices, const comm_config_t *cfg);
 
 /*
  * Threads: a communicator serves one thread at a time (each thread rank has its own).

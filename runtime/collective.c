@@ -174,6 +174,7 @@ ARCOMM_API comm_status_t comm_allreduce(comm_t *comm, const void *sendbuf, void 
                                         void *stream)
 {
     struct coll_call call = {
+        .kind = COLL_ALLREDUCE,
         .send = sendbuf,
         .recv = recvbuf,
         .count = count,
@@ -189,6 +190,7 @@ ARCOMM_API comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, v
                                             comm_dtype_t dtype, void *stream)
 {
     struct coll_call call = {
+        .kind = COLL_ALLREDUCE,
         .send = sendbuf,
         .recv = recvbuf,
         .addend = addend,

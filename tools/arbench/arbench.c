@@ -444,7 +444,7 @@ static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t n
 
 /* ---- a process rank under arrun ---- */
 
-static int comm_reduce(void *ctx, void *vals, size_t n, enum bench_red red)
+static int bench_comm_reduce(void *ctx, void *vals, size_t n, enum bench_red red)
 {
     comm_t *comm = ctx;
     static const comm_op_t ops[] = {[BENCH_MAX_F64] = COMM_MAX,
@@ -524,7 +524,7 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&opts, sizes, BENCH_MAX_SIZES);
     struct arcomm_ctx actx = {.comm = tested, .stream = device_stream(&dev)};
     struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = &actx};
-    struct bench_sync sync = {.reduce = comm_reduce, .same_bytes = NULL, .ctx = comm};
+    struct bench_sync sync = {.reduce = bench_comm_reduce, .same_bytes = NULL, .ctx = comm};
     struct bench_rank r = {.rank = rank,
                            .nranks = opts.nranks,
                            .opts = &opts,

@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      2u
+#define SHM_VERSION      3u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -137,12 +137,13 @@ struct shm_arrival {
     uint8_t dtype;          /* ... comm_dtype_t */
     uint8_t op;             /* ... comm_op_t */
     uint8_t path;           /* ... enum shm_path */
-    uint8_t pad;
-    uint32_t flags;        /* SHM_BUF_* */
-    uint64_t send;         /* sendbuf: pointer or offset (flags say which) */
-    uint64_t recv;         /* recvbuf: pointer or offset */
-    uint64_t addend;       /* addend: pointer or offset, with SHM_BUF_ADD */
-    uint64_t addend_count; /* addend row length, with SHM_BUF_ADD */
+    uint8_t coll;           /* ... the collective (collectives/coll.h enum coll_kind) */
+    uint32_t flags;         /* SHM_BUF_* */
+    uint64_t send;          /* sendbuf: pointer or offset (flags say which) */
+    uint64_t recv;          /* recvbuf: pointer or offset */
+    uint64_t addend;        /* addend: pointer or offset, with SHM_BUF_ADD */
+    uint64_t addend_count;  /* addend row length, with SHM_BUF_ADD */
+    int32_t root;           /* ... broadcast's and reduce's root (0 for the others) */
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
 _Static_assert(sizeof(struct shm_header) == 15 * SHM_CACHE_LINE, "header is fifteen lines");

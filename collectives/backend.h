@@ -13,10 +13,32 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/*
+ * What a communicator of one backend makes of the knobs.  Pure functions of the knobs,
+ * built into every library whichever backends are: arinfo --config shows each backend's
+ * values, from the formula that backend's setup uses.
+ */
+struct backend_knobs {
+    const char *name; /* the backend's ARCOMM_TRANSPORT spelling */
+    uint64_t reads;   /* RT_KNOB_BIT(id) of every knob its communicators read */
+    /* Resolves in place the knobs in reads ("auto" to numbers) as a communicator of
+     * nranks ranks here uses them (same_process: all ranks threads of one process). */
+    void (*used)(struct rt_knobs *k, const struct rt_topo_summary *topo, int nranks,
+                 bool same_process);
+};
+
+extern const struct backend_knobs coll_host_knobs;    /* backend_host.c */
+extern const struct backend_knobs coll_cuda_knobs;    /* cuda/knobs_cuda.c */
+extern const struct backend_knobs coll_hexagon_knobs; /* hexagon/knobs_hex.c */
+/* Every backend's, built or not, in rt_backends' order. */
+extern const struct backend_knobs *const coll_knob_views[3];
 
 struct backend_ops {
     const char *name; /* ARCOMM_TRANSPORT's spelling */
     comm_device_t device;
+    const struct backend_knobs *knobs; /* what its communicators read of the knobs */
     /* Can this backend serve these ranks here?  When not, says why in why. */
     bool (*probe)(const struct transport_probe *p, char *why, size_t len);
     /* Rendezvous with the peers and set up per-communicator resources (bounded by the

@@ -11,8 +11,20 @@ static void host_resolve_knobs(struct comm *c)
 {
     /* The host paths' defaults depend on whether all ranks are threads of this process,
      * known once they met. */
-    coll_host_resolve_knobs(&c->knobs, c->topo, c->nranks, c->shm->same_process);
+    coll_host_knobs.used(&c->knobs, c->topo, c->nranks, c->shm->same_process);
 }
+
+const struct backend_knobs coll_host_knobs = {
+    .name = "shm",
+    .reads = RT_KNOB_MASK_COMMON | RT_KNOB_MASK_HOST,
+    .used = coll_host_resolve_knobs,
+};
+
+const struct backend_knobs *const coll_knob_views[3] = {
+    &coll_host_knobs,
+    &coll_cuda_knobs,
+    &coll_hexagon_knobs,
+};
 
 static comm_status_t host_validate(struct comm *c, const struct coll_call *call, const char *fn)
 {
@@ -28,6 +40,7 @@ static comm_status_t host_validate(struct comm *c, const struct coll_call *call,
 const struct backend_ops coll_host_backend = {
     .name = "shm",
     .device = COMM_DEVICE_HOST,
+    .knobs = &coll_host_knobs,
     .probe = shm_probe,
     .setup = shm_segment_create_or_attach,
     .teardown = shm_segment_detach,

@@ -7,34 +7,24 @@
 #include "coll_cuda.h"
 #include "cuda/cuda_comm.h"
 
-/* Copy-engine path from this size, and bf16 on the wire for f32 from this size, unless
- * the knobs say otherwise (measured on 2 x H200, docs/PERFORMANCE.md). */
-#define CUDA_DEFAULT_COPY_THRESHOLD (1u << 20)
-#define CUDA_DEFAULT_BF16_THRESHOLD (1u << 20)
-/* Kernel-path blocks when ARCOMM_CUDA_BLOCKS is 0. */
-#define CUDA_DEFAULT_BLOCKS CUDA_MAX_BLOCKS
-
-static uint64_t size_knob(size_t v, uint64_t dflt)
+static uint64_t size_number(size_t v)
 {
-    if (v == RT_SIZE_AUTO)
-        return dflt;
-    if (v == RT_SIZE_OFF)
-        return UINT64_MAX;
-    return v;
+    return v == RT_SIZE_OFF ? UINT64_MAX : v;
 }
 
-/* Turns the CUDA knobs' "auto" into numbers, into the backend's own state (c->knobs
- * stays as set). */
-static void resolve_knobs(const struct rt_knobs *k, struct cuda_knobs *out)
+/* The CUDA knobs as coll_cuda_knobs resolves them (the one formula, arinfo's too), into
+ * the backend's own state (c->knobs stays as set). */
+static void resolve_knobs(const struct rt_knobs *set, struct cuda_knobs *out)
 {
-    out->copy_threshold = size_knob(k->cuda.copy_threshold, CUDA_DEFAULT_COPY_THRESHOLD);
-    out->bf16_threshold = size_knob(k->bf16_threshold, CUDA_DEFAULT_BF16_THRESHOLD);
+    struct rt_knobs k = *set;
+    coll_cuda_knobs.used(&k, NULL, 0, false);
+    out->copy_threshold = size_number(k.cuda.copy_threshold);
+    out->bf16_threshold = size_number(k.bf16_threshold);
     /* 0 asks cuda_copy_chunk for clamp(bytes/2, ...); the table refuses "off". */
-    out->chunk_knob = k->cuda.copy_chunk_bytes == RT_SIZE_AUTO ? 0 : k->cuda.copy_chunk_bytes;
+    out->chunk_knob = k.cuda.copy_chunk_bytes == RT_SIZE_AUTO ? 0 : k.cuda.copy_chunk_bytes;
     /* A number: the table refuses "off" and reads "auto" as its default (32M). */
-    out->staging_bytes = k->cuda.staging_bytes;
-    long b = k->cuda.blocks > 0 ? k->cuda.blocks : CUDA_DEFAULT_BLOCKS;
-    out->blocks = (uint32_t)(b > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS : b);
+    out->staging_bytes = k.cuda.staging_bytes;
+    out->blocks = (uint32_t)k.cuda.blocks;
 }
 
 /* The knobs first: the transport sizes its staging from them. */
@@ -82,6 +72,7 @@ static comm_status_t cuda_barrier(struct comm *c)
 const struct backend_ops coll_cuda_backend = {
     .name = "cuda",
     .device = COMM_DEVICE_CUDA,
+    .knobs = &coll_cuda_knobs,
     .probe = cuda_probe,
     .setup = cuda_backend_setup,
     .teardown = cuda_teardown,

@@ -287,14 +287,26 @@ static comm_status_t hex_allreduce(struct comm *c, const struct coll_call *call)
     return st;
 }
 
+/* The knobs as coll_hexagon_knobs resolves them (arinfo's formula too), against this
+ * communicator's timeout (the config's, when it set one), then the transport. */
+static comm_status_t hex_backend_setup(struct comm *c)
+{
+    struct rt_knobs k = c->knobs;
+    k.timeout_ms = c->timeout_ms;
+    coll_hexagon_knobs.used(&k, c->topo, c->nranks, false);
+    c->knobs.hex.fence_timeout_ms = k.hex.fence_timeout_ms;
+    return hex_setup(c);
+}
+
 /* The Hexagon backend (its table here, beside its allreduce). */
 const struct backend_ops coll_hexagon_backend = {
     .name = "hexagon",
     .device = COMM_DEVICE_HEXAGON,
+    .knobs = &coll_hexagon_knobs,
     .probe = hex_probe,
-    .setup = hex_setup,
+    .setup = hex_backend_setup,
     .teardown = hex_teardown,
-    .resolve_knobs = NULL, /* hex_setup checks and takes its knobs into struct hex_comm */
+    .resolve_knobs = NULL, /* resolved before setup (above), taken into struct hex_comm */
     .validate = hex_validate,
     .allreduce = hex_allreduce,
     .allreduce_add = hex_allreduce,

@@ -91,7 +91,11 @@ def check_full(d, this_system):
     assert kinds == sorted(kinds, key=lambda k: k == 'bulk'), kinds
     for c in d['config']:
         assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'table',
-                          'doc'}
+                          'used_by', 'doc'}
+        # Each backend that reads the knob, with the value its communicators use; the
+        # first of them is the effective value.
+        assert c['used_by'] and set(c['used_by']) <= {'shm', 'cuda', 'hexagon'}, c
+        assert c['effective'] == next(iter(c['used_by'].values())), c
         assert c['name'].startswith('ARCOMM_') and c['doc']
         assert c['type'] in ('int', 'size', 'bool', 'string', 'loglevel')
         assert c['source'] in ('default', 'environment')

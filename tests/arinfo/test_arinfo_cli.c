@@ -7,6 +7,7 @@
  *
  *   test_arinfo_cli ARINFO TOPOLOGY.xml
  */
+#include "backend.h"
 #include "coll.h"
 #include "comm_internal.h"
 #include "knobs.h"
@@ -130,11 +131,14 @@ static const char *config_row(const char *out, const char *name, char *line, siz
 }
 
 /* The knobs as comm_init would resolve them for nranks, with no ARCOMM_* set here. */
-static void expected_knobs(struct rt_knobs *k, int nranks)
+/* The knobs as each backend's communicators of nranks ranks use them. */
+static void expected_knobs(struct rt_knobs k[3], int nranks)
 {
     char err[256];
-    assert_int_equal(rt_knobs_load(k, err, sizeof(err)), COMM_OK);
-    coll_host_resolve_knobs(k, rt_topo_summary(), nranks, false);
+    for (size_t v = 0; v < 3; v++) {
+        assert_int_equal(rt_knobs_load(&k[v], err, sizeof(err)), COMM_OK);
+        coll_knob_views[v]->used(&k[v], rt_topo_summary(), nranks, false);
+    }
 }
 
 static void config_lists_every_knob(void **state)
@@ -145,9 +149,11 @@ static void config_lists_every_knob(void **state)
     struct run r = run_arinfo(env, args);
     assert_int_equal(r.status, 0);
     assert_string_equal(r.err, "");
-    struct rt_knobs k;
-    expected_knobs(&k, 2);
-    char line[1024], want[RT_KNOB_STR_MAX];
+    struct rt_knobs k[3];
+    setenv("ARCOMM_TIMEOUT_MS", "4321", 1); /* as arinfo sees it: others depend on it */
+    expected_knobs(k, 2);
+    unsetenv("ARCOMM_TIMEOUT_MS");
+    char line[1024], want[RT_KNOB_STR_MAX + 64], first[RT_KNOB_STR_MAX];
     for (size_t i = 0; i < rt_knob_count; i++) {
         const struct rt_knob_desc *d = &rt_knob_table[i];
         config_row(r.out, d->name, line, sizeof(line));
@@ -156,13 +162,35 @@ static void config_lists_every_knob(void **state)
             fail_msg("%s: wrong source in \"%s\"", d->name, line);
         if (strstr(line, d->doc) == NULL)
             fail_msg("%s: doc missing in \"%s\"", d->name, line);
-        rt_knob_format(&k, i, want, sizeof(want));
-        if (from_env)
-            assert_non_null(strstr(line, "  4321  "));
-        else if (strcmp(d->def, "auto") == 0 && strcmp(want, "auto") != 0)
-            assert_non_null(strstr(line, strcat(want, " (auto)")));
-        else if (want[0] != '\0')
-            assert_non_null(strstr(line, want));
+        /* Every backend that reads the knob: its value is in the row, named by the
+         * backend when they differ, marked "(auto)" when it resolved an automatic one. */
+        size_t readers = 0;
+        bool differ = false;
+        for (size_t v = 0; v < 3; v++) {
+            if (!((coll_knob_views[v]->reads >> i) & 1u))
+                continue;
+            rt_knob_format(&k[v], i, readers ? want : first, RT_KNOB_STR_MAX);
+            differ |= readers && strcmp(want, first) != 0;
+            readers++;
+        }
+        if (readers == 0)
+            fail_msg("%s: no backend reads it", d->name);
+        for (size_t v = 0; v < 3; v++) {
+            if (!((coll_knob_views[v]->reads >> i) & 1u))
+                continue;
+            char value[RT_KNOB_STR_MAX];
+            rt_knob_format(&k[v], i, value, sizeof(value));
+            if (from_env)
+                snprintf(want, sizeof(want), "  4321  ");
+            else if (differ)
+                snprintf(want, sizeof(want), "%s: %s", coll_knob_views[v]->name, value);
+            else if (strcmp(d->def, "auto") == 0 && strcmp(value, "auto") != 0)
+                snprintf(want, sizeof(want), "%s (auto)", value);
+            else
+                snprintf(want, sizeof(want), "%s", value);
+            if (want[0] != '\0' && strstr(line, want) == NULL)
+                fail_msg("%s: \"%s\" missing in \"%s\"", d->name, want, line);
+        }
     }
     run_free(&r);
 }
@@ -238,9 +266,9 @@ static void missing_topology_exits_1(void **state)
 static void paths_follow_the_threshold(void **state)
 {
     (void)state;
-    struct rt_knobs k;
-    expected_knobs(&k, 4);
-    size_t t = k.flag_threshold;
+    struct rt_knobs k[3];
+    expected_knobs(k, 4);
+    size_t t = k[0].flag_threshold; /* the host backend's */
     char sizes[64];
     snprintf(sizes, sizeof(sizes), "%zu,%zu", t, t + 1);
     const char *args[] = {"--only", "paths", "-n", "4", "--sizes", sizes, NULL};
@@ -250,7 +278,7 @@ static void paths_follow_the_threshold(void **state)
     char line[256];
     snprintf(line, sizeof(line), "\n  %-10zu %-12s %-38s %s\n", t + 1, "no",
              "bulk: staged (one-pass with comm_mem)", "bulk: one-pass");
-    assert_string_equal(coll_host_path_name(&k, t + 1), "bulk");
+    assert_string_equal(coll_host_path_name(&k[0], t + 1), "bulk");
     assert_non_null(strstr(r.out, line));
     run_free(&r);
 

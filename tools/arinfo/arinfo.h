@@ -44,7 +44,9 @@ struct arinfo {
     hwloc_topology_t topo;    /* with PCI and OS devices; apart from the runtime's */
     struct rt_knobs knobs;    /* from the defaults and the environment */
     struct rt_knobs resolved; /* knobs after coll_host_resolve_knobs(nranks) */
-    char **unknown_env;       /* ARCOMM_* names set but not knobs, sorted */
+    /* The knobs as a communicator of each backend uses them (coll_knob_views' order). */
+    struct rt_knobs used[3];
+    char **unknown_env; /* ARCOMM_* names set but not knobs, sorted */
     size_t unknown_count;
 
     FILE *out;

@@ -6,6 +6,7 @@
  * coll_host_resolve_knobs): arinfo reports what comm_init would decide, never a copy.
  */
 #include "arinfo.h"
+#include "backend.h"
 #include "coll.h"
 #include "comm_internal.h"
 
@@ -33,6 +34,20 @@ void arinfo_knobs_load(struct arinfo *ai)
     }
     ai->resolved = ai->knobs;
     coll_host_resolve_knobs(&ai->resolved, rt_topo_summary(), ai->nranks, false);
+    _Static_assert(sizeof(ai->used) / sizeof(ai->used[0]) ==
+                       sizeof(coll_knob_views) / sizeof(coll_knob_views[0]),
+                   "one knob view per backend");
+    for (size_t v = 0; v < sizeof(ai->used) / sizeof(ai->used[0]); v++) {
+        ai->used[v] = ai->knobs;
+        coll_knob_views[v]->used(&ai->used[v], rt_topo_summary(), ai->nranks, false);
+    }
+}
+
+#define N_VIEWS (sizeof(coll_knob_views) / sizeof(coll_knob_views[0]))
+
+static bool view_reads(size_t v, size_t knob)
+{
+    return (coll_knob_views[v]->reads >> knob) & 1u;
 }
 
 static const char *device_name(comm_device_t d)
@@ -292,25 +307,62 @@ void print_paths(struct arinfo *ai)
         json_array_end(js);
 }
 
-/* The value as loaded, and as the library will use it when that differs. */
+/* The value as loaded, and as the library will use it (the first backend that reads the
+ * knob: the host's for the common and host knobs). */
 static void knob_values(struct arinfo *ai, size_t i, char *value, size_t vlen, char *eff,
                         size_t elen)
 {
     rt_knob_format(&ai->knobs, i, value, vlen);
-    rt_knob_format(&ai->resolved, i, eff, elen);
+    for (size_t v = 0; v < N_VIEWS; v++)
+        if (view_reads(v, i)) {
+            rt_knob_format(&ai->used[v], i, eff, elen);
+            return;
+        }
+    snprintf(eff, elen, "%s", value);
 }
 
-/* The VALUE column: "16K (auto)" when the library resolved an automatic value. */
+/* Do the backends that read knob i use different values of it? */
+static bool backends_differ(struct arinfo *ai, size_t i)
+{
+    char first[RT_KNOB_STR_MAX] = "", other[RT_KNOB_STR_MAX];
+    bool seen = false;
+    for (size_t v = 0; v < N_VIEWS; v++) {
+        if (!view_reads(v, i))
+            continue;
+        rt_knob_format(&ai->used[v], i, seen ? other : first, RT_KNOB_STR_MAX);
+        if (seen && strcmp(first, other) != 0)
+            return true;
+        seen = true;
+    }
+    return false;
+}
+
+/* The VALUE column: "16K (auto)" when the library resolved an automatic value, and
+ * each backend's value when they differ ("auto (shm: off, cuda: 1M)"). */
 static void knob_shown(struct arinfo *ai, size_t i, char *buf, size_t len)
 {
     char value[RT_KNOB_STR_MAX], eff[RT_KNOB_STR_MAX];
     knob_values(ai, i, value, sizeof(value), eff, sizeof(eff));
-    if (strcmp(value, eff) == 0)
+    if (backends_differ(ai, i)) {
+        size_t used = (size_t)snprintf(buf, len, "%s (", value);
+        const char *sep = "";
+        for (size_t v = 0; v < N_VIEWS && used < len; v++) {
+            if (!view_reads(v, i))
+                continue;
+            rt_knob_format(&ai->used[v], i, eff, sizeof(eff));
+            used += (size_t)snprintf(buf + used, len - used, "%s%s: %s", sep,
+                                     coll_knob_views[v]->name, eff);
+            sep = ", ";
+        }
+        if (used < len)
+            snprintf(buf + used, len - used, ")");
+    } else if (strcmp(value, eff) == 0) {
         snprintf(buf, len, "%s", value[0] ? value : "\"\"");
-    else if (strcmp(value, "auto") == 0)
+    } else if (strcmp(value, "auto") == 0) {
         snprintf(buf, len, "%s (auto)", eff);
-    else
+    } else {
         snprintf(buf, len, "%s (effective %s)", value, eff);
+    }
 }
 
 void print_config(struct arinfo *ai)
@@ -330,6 +382,14 @@ void print_config(struct arinfo *ai)
             json_string(js, "default", d->def);
             json_string(js, "source", rt_knob_source_name(ai->knobs.source[i]));
             json_string(js, "table", rt_knob_group_name(d->group));
+            json_object_begin(js, "used_by");
+            for (size_t v = 0; v < N_VIEWS; v++) {
+                if (!view_reads(v, i))
+                    continue;
+                rt_knob_format(&ai->used[v], i, eff, sizeof(eff));
+                json_string(js, coll_knob_views[v]->name, eff);
+            }
+            json_object_end(js);
             json_string(js, "doc", d->doc);
             json_object_end(js);
         }
@@ -353,8 +413,8 @@ void print_config(struct arinfo *ai)
     }
     arinfo_title(ai, "Knobs (%zu; values for %d rank%s)", rt_knob_count, ai->nranks,
                  ai->nranks == 1 ? "" : "s");
-    /* TABLE: the knob's sub-table.  The values are a host communicator's; a cuda or
-     * hexagon knob is shown as set (that backend resolves it in its own setup). */
+    /* TABLE: the knob's sub-table.  VALUE: what the communicators of the backends that
+     * read the knob use (each backend's, when they differ). */
     fprintf(ai->out, "  %-*s  %-*s  %-*s  %-7s  %s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
             (int)wsrc, "SOURCE", "TABLE", "DOC");
     for (size_t i = 0; i < rt_knob_count; i++) {

@@ -133,6 +133,18 @@ enum rt_knob_id {
         RT_KNOB_COUNT
 };
 
+/* Knob sets as bit masks over enum rt_knob_id: what a backend's communicators read. */
+_Static_assert(RT_KNOB_COUNT <= 64, "knob masks are 64 bits");
+#define RT_KNOB_BIT(id)                                            (UINT64_C(1) << RT_KNOB_##id)
+#define RT_KNOB_BIT_OF(id, type, def, field, min, max, flags, doc) | RT_KNOB_BIT(id)
+#define RT_KNOB_MASK_COMMON                                        (0 RT_KNOBS_COMMON(RT_KNOB_BIT_OF))
+#define RT_KNOB_MASK_HOST                                          (0 RT_KNOBS_HOST(RT_KNOB_BIT_OF))
+#define RT_KNOB_MASK_CUDA                                          (0 RT_KNOBS_CUDA(RT_KNOB_BIT_OF))
+#define RT_KNOB_MASK_HEX                                           (0 RT_KNOBS_HEX(RT_KNOB_BIT_OF))
+/* What every backend's shm segment reads: the common knobs, the slot and the arena. */
+#define RT_KNOB_MASK_SEGMENT                                                                       \
+    (RT_KNOB_MASK_COMMON | RT_KNOB_BIT(SHM_SLOT_BYTES) | RT_KNOB_BIT(MEM_POOL_BYTES))
+
 /* Parsed values; one per communicator. */
 struct rt_knobs {
     int log_level;                   /* enum rt_log_level */

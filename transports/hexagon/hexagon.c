@@ -142,12 +142,9 @@ static comm_status_t check_knobs(struct comm *c)
      * refused anything else. */
     hx->threads = (uint32_t)k->hex.threads;
     hx->vtcm_bytes = (uint32_t)k->hex.vtcm_bytes;
-    /* The fence wait is bounded by the communicator's timeout, whatever the knob says:
-     * a check against another setting, so here rather than in the table. */
-    long t = k->hex.fence_timeout_ms;
-    if (t < 0 || (c->timeout_ms >= 0 && t > c->timeout_ms))
-        t = c->timeout_ms;
-    hx->fence_timeout_ms = t;
+    /* The fence wait, already bounded by the communicator's timeout (the backend's
+     * setup resolved it: collectives/hexagon/knobs_hex.c). */
+    hx->fence_timeout_ms = k->hex.fence_timeout_ms;
     return COMM_OK;
 }
 

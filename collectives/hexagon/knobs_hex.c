@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What a Hexagon communicator makes of the knobs.  Built into every library, so that
+ * arinfo --config shows the Hexagon values also where Hexagon is not built.
+ */
+#include "backend.h"
+
+/* The fence wait is bounded by the communicator's timeout, whatever the knob says. */
+static void hex_knobs_used(struct rt_knobs *k, const struct rt_topo_summary *topo, int nranks,
+                           bool same_process)
+{
+    (void)topo;
+    (void)nranks;
+    (void)same_process;
+    long t = k->hex.fence_timeout_ms;
+    if (t < 0 || (k->timeout_ms >= 0 && t > k->timeout_ms))
+        k->hex.fence_timeout_ms = k->timeout_ms;
+    /* ARCOMM_HEX_MEM "auto" is decided at setup by what the device offers (rpcmem,
+     * dma-heap, memfd); the threads and the VTCM are used as set (the table bounds them). */
+}
+
+const struct backend_knobs coll_hexagon_knobs = {
+    .name = "hexagon",
+    .reads = RT_KNOB_MASK_SEGMENT | RT_KNOB_MASK_HEX,
+    .used = hex_knobs_used,
+};

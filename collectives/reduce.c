@@ -99,17 +99,20 @@ const char *coll_reduce_isa(void)
 static size_t reduce_dtype_size(comm_dtype_t dtype)
 {
     switch (dtype) {
+    case COMM_I8:
+    case COMM_U8:
+        return 1;
     case COMM_F16:
     case COMM_BF16:
         return 2;
     case COMM_F32:
     case COMM_I32:
+    case COMM_U32:
         return 4;
     case COMM_F64:
     case COMM_I64:
+    case COMM_U64:
         return 8;
-    default: /* the 0.2 dtypes: not yet */
-        break;
     }
     return 0;
 }
@@ -124,19 +127,22 @@ static void reduce_block(const struct coll_reduce_ops *ops, const struct coll_re
                          enum coll_rd_kind kind, void *out, size_t i0, size_t n)
 {
     switch (args->dst_dtype) {
-    case COMM_F64:
-        ops->reduce_f64(out, args->src, args->nsrc, args->op, i0, n);
-        break;
-    case COMM_I32:
-        ops->reduce_i32(out, args->src, args->nsrc, args->op, i0, n);
-        break;
-    case COMM_I64:
-        ops->reduce_i64(out, args->src, args->nsrc, args->op, i0, n);
-        break;
-    default:
+    case COMM_F32:
+    case COMM_F16:
+    case COMM_BF16:
         ops->reduce_f32(out, args->src, args->nsrc, kind, args->op, i0, n);
         break;
+    case COMM_F64:
+        ops->reduce_f64(out, args->src, args->nsrc, args->op, i0, n);
+        if (args->op == COMM_AVG)
+            ops->avg_f64(out, n, args->avg_n > 0 ? args->avg_n : args->nsrc);
+        return;
+    default:
+        ops->reduce_int(out, args->src, args->nsrc, args->dst_dtype, args->op, i0, n);
+        return;
     }
+    if (args->op == COMM_AVG)
+        ops->avg_f32(out, n, (float)(args->avg_n > 0 ? args->avg_n : args->nsrc));
 }
 
 static void reduce_emit(const struct coll_reduce_ops *ops, comm_dtype_t dtype, void *dst,

@@ -87,6 +87,7 @@ comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call
             .round_bf16 = narrow,
             .count = hi - lo,
             .op = call->op,
+            .avg_n = n,
             .addend = any_addend ? addend : NULL,
             .addend_count = call->addend_count,
             .offset = lo,

@@ -50,6 +50,7 @@ comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, 
         .src_dtype = narrow ? COMM_BF16 : call->dtype,
         .count = call->count,
         .op = call->op,
+        .avg_n = c->nranks,
         .addend = call->addend ? addend : NULL,
         .addend_count = call->addend_count,
     };

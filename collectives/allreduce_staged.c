@@ -39,8 +39,9 @@ static void *region(const struct staged *st, int owner, uint32_t slot, int p)
     return (char *)shm_slot(st->c->shm, owner, slot) + (size_t)p * st->chunk * wide;
 }
 
-/* f16/bf16 results travel as their f32 accumulators, so that every rank adds its own
- * addend and rounds once, and all ranks round the same value the same way. */
+/* f16/bf16 results travel as their f32 accumulators (after AVG's division), so that
+ * every rank adds its own addend and rounds once, and all ranks round the same value
+ * the same way.  Other dtypes' results travel as they are, op and division done. */
 static bool acc_results(const struct staged *st)
 {
     return st->call->dtype == COMM_F16 || st->call->dtype == COMM_BF16;
@@ -100,6 +101,7 @@ static void reduce_own(const struct staged *st, uint32_t slot, size_t k)
         .src_dtype = st->narrow ? COMM_BF16 : call->dtype,
         .count = hi - lo,
         .op = call->op,
+        .avg_n = c->nranks,
         .addend = call->addend ? addend : NULL,
         .addend_count = call->addend_count,
         .offset = lo,
@@ -133,7 +135,7 @@ static void gather(const struct staged *st, uint32_t slot, size_t k)
             .nsrc = 1,
             .src_dtype = acc_results(st) ? COMM_F32 : call->dtype,
             .count = hi - lo,
-            .op = COMM_SUM,
+            .op = COMM_SUM, /* the op is done: accumulators are only narrowed */
             .addend = call->addend ? addend : NULL,
             .addend_count = call->addend_count,
             .offset = lo,

@@ -99,17 +99,20 @@ const char *coll_reduce_isa(void)
 static size_t reduce_dtype_size(comm_dtype_t dtype)
 {
     switch (dtype) {
+    case COMM_I8:
+    case COMM_U8:
+        return 1;
     case COMM_F16:
     case COMM_BF16:
         return 2;
     case COMM_F32:
     case COMM_I32:
+    case COMM_U32:
         return 4;
     case COMM_F64:
     case COMM_I64:
+    case COMM_U64:
         return 8;
-    default: /* the 0.2 dtypes: not yet */
-        break;
     }
     return 0;
 }
@@ -120,21 +123,31 @@ static bool reduce_acc_is_f32(comm_dtype_t dtype)
     return dtype == COMM_F32 || dtype == COMM_F16 || dtype == COMM_BF16;
 }
 
+/*
+ * The accumulators of one block into out.  AVG: the sum, then divided in the
+ * accumulator type right here, so that acc_out and every destination see the quotient.
+ * Integers have no AVG (the runtime refuses it); their kernels reduce it as SUM.
+ */
 static void reduce_block(const struct coll_reduce_ops *ops, const struct coll_reduce_args *args,
                          enum coll_rd_kind kind, void *out, size_t i0, size_t n)
 {
+    const int d = args->avg_n > 0 ? args->avg_n : args->nsrc;
+
     switch (args->dst_dtype) {
+    case COMM_F32:
+    case COMM_F16:
+    case COMM_BF16:
+        ops->reduce_f32(out, args->src, args->nsrc, kind, args->op, i0, n);
+        if (args->op == COMM_AVG)
+            ops->avg_f32(out, n, (float)d);
+        break;
     case COMM_F64:
         ops->reduce_f64(out, args->src, args->nsrc, args->op, i0, n);
-        break;
-    case COMM_I32:
-        ops->reduce_i32(out, args->src, args->nsrc, args->op, i0, n);
-        break;
-    case COMM_I64:
-        ops->reduce_i64(out, args->src, args->nsrc, args->op, i0, n);
+        if (args->op == COMM_AVG)
+            ops->avg_f64(out, n, (double)d);
         break;
     default:
-        ops->reduce_f32(out, args->src, args->nsrc, kind, args->op, i0, n);
+        ops->reduce_int(out, args->src, args->nsrc, args->dst_dtype, args->op, i0, n);
         break;
     }
 }
@@ -198,7 +211,7 @@ void coll_reduce(const struct coll_reduce_args *args)
     _Alignas(64) unsigned char tile[COLL_REDUCE_BLOCK_BYTES];
     bool direct;
 
-    assert(args->nsrc >= 1 && args->ndst >= 1 && esz != 0);
+    assert(args->nsrc >= 1 && args->ndst >= 1 && esz != 0 && args->avg_n >= 0);
     /* Sources that already are f32 accumulators of an f16/bf16 result: only narrow. */
     const bool src_is_acc =
         args->src_dtype == COMM_F32 && (dtype == COMM_F16 || dtype == COMM_BF16);

@@ -96,6 +96,21 @@ static inline rd_vf rd_vf_add(rd_vf a, rd_vf b)
     return _mm256_add_ps(a, b);
 }
 
+static inline rd_vf rd_vf_mul(rd_vf a, rd_vf b)
+{
+    return _mm256_mul_ps(a, b);
+}
+
+static inline rd_vf rd_vf_div(rd_vf a, rd_vf b)
+{
+    return _mm256_div_ps(a, b);
+}
+
+static inline rd_vf rd_vf_set1(float f)
+{
+    return _mm256_set1_ps(f);
+}
+
 /* vmaxps/vminps return the second operand on NaN or equality: callers pass (s, acc). */
 static inline rd_vf rd_vf_max(rd_vf s, rd_vf acc)
 {
@@ -140,6 +155,21 @@ static inline void rd_vd_storeu(void *p, rd_vd v)
 static inline rd_vd rd_vd_add(rd_vd a, rd_vd b)
 {
     return _mm256_add_pd(a, b);
+}
+
+static inline rd_vd rd_vd_mul(rd_vd a, rd_vd b)
+{
+    return _mm256_mul_pd(a, b);
+}
+
+static inline rd_vd rd_vd_div(rd_vd a, rd_vd b)
+{
+    return _mm256_div_pd(a, b);
+}
+
+static inline rd_vd rd_vd_set1(double d)
+{
+    return _mm256_set1_pd(d);
 }
 
 static inline rd_vd rd_vd_max(rd_vd s, rd_vd acc)
@@ -192,9 +222,61 @@ static inline rd_vi rd_vi_from_vd(rd_vd v)
     return _mm256_castpd_si256(v);
 }
 
+static inline rd_vi rd_vi8_add(rd_vi a, rd_vi b)
+{
+    return _mm256_add_epi8(a, b);
+}
+
+static inline rd_vi rd_vi8_max(rd_vi s, rd_vi acc)
+{
+    return _mm256_max_epi8(s, acc);
+}
+
+static inline rd_vi rd_vi8_min(rd_vi s, rd_vi acc)
+{
+    return _mm256_min_epi8(s, acc);
+}
+
+static inline rd_vi rd_vu8_max(rd_vi s, rd_vi acc)
+{
+    return _mm256_max_epu8(s, acc);
+}
+
+static inline rd_vi rd_vu8_min(rd_vi s, rd_vi acc)
+{
+    return _mm256_min_epu8(s, acc);
+}
+
+/*
+ * No 8-bit multiply: the low byte of a 16-bit product depends only on the low bytes of
+ * its operands, so the even bytes multiply in place and the odd bytes shifted down.
+ */
+static inline rd_vi rd_vi8_mul(rd_vi a, rd_vi b)
+{
+    __m256i even = _mm256_mullo_epi16(a, b);
+    __m256i odd = _mm256_mullo_epi16(_mm256_srli_epi16(a, 8), _mm256_srli_epi16(b, 8));
+    return _mm256_or_si256(_mm256_and_si256(even, _mm256_set1_epi16(0xff)),
+                           _mm256_slli_epi16(odd, 8));
+}
+
 static inline rd_vi rd_vi32_add(rd_vi a, rd_vi b)
 {
     return _mm256_add_epi32(a, b);
+}
+
+static inline rd_vi rd_vi32_mul(rd_vi a, rd_vi b)
+{
+    return _mm256_mullo_epi32(a, b);
+}
+
+static inline rd_vi rd_vu32_max(rd_vi s, rd_vi acc)
+{
+    return _mm256_max_epu32(s, acc);
+}
+
+static inline rd_vi rd_vu32_min(rd_vi s, rd_vi acc)
+{
+    return _mm256_min_epu32(s, acc);
 }
 
 static inline rd_vi rd_vi32_max(rd_vi s, rd_vi acc)
@@ -223,6 +305,30 @@ static inline rd_vi rd_vi64_min(rd_vi s, rd_vi acc)
     return _mm256_blendv_epi8(acc, s, _mm256_cmpgt_epi64(acc, s));
 }
 
+/* Unsigned: the signed compare of both operands with their sign bits flipped. */
+static inline rd_vi rd_vu64_max(rd_vi s, rd_vi acc)
+{
+    __m256i flip = _mm256_set1_epi64x(INT64_MIN);
+    __m256i gt = _mm256_cmpgt_epi64(_mm256_xor_si256(s, flip), _mm256_xor_si256(acc, flip));
+    return _mm256_blendv_epi8(acc, s, gt);
+}
+
+static inline rd_vi rd_vu64_min(rd_vi s, rd_vi acc)
+{
+    __m256i flip = _mm256_set1_epi64x(INT64_MIN);
+    __m256i lt = _mm256_cmpgt_epi64(_mm256_xor_si256(acc, flip), _mm256_xor_si256(s, flip));
+    return _mm256_blendv_epi8(acc, s, lt);
+}
+
+/* The low 64 bits of a * b from 32-bit halves: lo*lo + ((hi*lo + lo*hi) << 32). */
+static inline rd_vi rd_vi64_mul(rd_vi a, rd_vi b)
+{
+    __m256i lo = _mm256_mul_epu32(a, b);
+    __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                     _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+    return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+}
+
 #include "reduce_simd.h"
 
 static void rd_fence(void)
@@ -234,8 +340,9 @@ const struct coll_reduce_ops coll_reduce_ops_avx2 = {
     .name = "avx2",
     .reduce_f32 = rd_reduce_f32,
     .reduce_f64 = rd_reduce_f64,
-    .reduce_i32 = rd_reduce_i32,
-    .reduce_i64 = rd_reduce_i64,
+    .reduce_int = rd_reduce_int,
+    .avg_f32 = rd_avg_f32,
+    .avg_f64 = rd_avg_f64,
     .emit_f32 = rd_emit_f32,
     .emit_add = rd_emit_add,
     .copy = rd_copy,

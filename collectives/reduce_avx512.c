@@ -93,6 +93,21 @@ static inline rd_vf rd_vf_add(rd_vf a, rd_vf b)
     return _mm512_add_ps(a, b);
 }
 
+static inline rd_vf rd_vf_mul(rd_vf a, rd_vf b)
+{
+    return _mm512_mul_ps(a, b);
+}
+
+static inline rd_vf rd_vf_div(rd_vf a, rd_vf b)
+{
+    return _mm512_div_ps(a, b);
+}
+
+static inline rd_vf rd_vf_set1(float f)
+{
+    return _mm512_set1_ps(f);
+}
+
 /* vmaxps/vminps return the second operand on NaN or equality: callers pass (s, acc). */
 static inline rd_vf rd_vf_max(rd_vf s, rd_vf acc)
 {
@@ -137,6 +152,21 @@ static inline void rd_vd_storeu(void *p, rd_vd v)
 static inline rd_vd rd_vd_add(rd_vd a, rd_vd b)
 {
     return _mm512_add_pd(a, b);
+}
+
+static inline rd_vd rd_vd_mul(rd_vd a, rd_vd b)
+{
+    return _mm512_mul_pd(a, b);
+}
+
+static inline rd_vd rd_vd_div(rd_vd a, rd_vd b)
+{
+    return _mm512_div_pd(a, b);
+}
+
+static inline rd_vd rd_vd_set1(double d)
+{
+    return _mm512_set1_pd(d);
 }
 
 static inline rd_vd rd_vd_max(rd_vd s, rd_vd acc)
@@ -189,9 +219,58 @@ static inline rd_vi rd_vi_from_vd(rd_vd v)
     return _mm512_castpd_si512(v);
 }
 
+static inline rd_vi rd_vi8_add(rd_vi a, rd_vi b)
+{
+    return _mm512_add_epi8(a, b);
+}
+
+static inline rd_vi rd_vi8_max(rd_vi s, rd_vi acc)
+{
+    return _mm512_max_epi8(s, acc);
+}
+
+static inline rd_vi rd_vi8_min(rd_vi s, rd_vi acc)
+{
+    return _mm512_min_epi8(s, acc);
+}
+
+static inline rd_vi rd_vu8_max(rd_vi s, rd_vi acc)
+{
+    return _mm512_max_epu8(s, acc);
+}
+
+static inline rd_vi rd_vu8_min(rd_vi s, rd_vi acc)
+{
+    return _mm512_min_epu8(s, acc);
+}
+
+/* As in reduce_avx2.c: even bytes multiplied in place, odd bytes shifted down. */
+static inline rd_vi rd_vi8_mul(rd_vi a, rd_vi b)
+{
+    __m512i even = _mm512_mullo_epi16(a, b);
+    __m512i odd = _mm512_mullo_epi16(_mm512_srli_epi16(a, 8), _mm512_srli_epi16(b, 8));
+    return _mm512_or_si512(_mm512_and_si512(even, _mm512_set1_epi16(0xff)),
+                           _mm512_slli_epi16(odd, 8));
+}
+
 static inline rd_vi rd_vi32_add(rd_vi a, rd_vi b)
 {
     return _mm512_add_epi32(a, b);
+}
+
+static inline rd_vi rd_vi32_mul(rd_vi a, rd_vi b)
+{
+    return _mm512_mullo_epi32(a, b);
+}
+
+static inline rd_vi rd_vu32_max(rd_vi s, rd_vi acc)
+{
+    return _mm512_max_epu32(s, acc);
+}
+
+static inline rd_vi rd_vu32_min(rd_vi s, rd_vi acc)
+{
+    return _mm512_min_epu32(s, acc);
 }
 
 static inline rd_vi rd_vi32_max(rd_vi s, rd_vi acc)
@@ -219,6 +298,25 @@ static inline rd_vi rd_vi64_min(rd_vi s, rd_vi acc)
     return _mm512_min_epi64(s, acc);
 }
 
+static inline rd_vi rd_vu64_max(rd_vi s, rd_vi acc)
+{
+    return _mm512_max_epu64(s, acc);
+}
+
+static inline rd_vi rd_vu64_min(rd_vi s, rd_vi acc)
+{
+    return _mm512_min_epu64(s, acc);
+}
+
+/* vpmullq is AVX512DQ, not used here: lo*lo + ((hi*lo + lo*hi) << 32), as in avx2. */
+static inline rd_vi rd_vi64_mul(rd_vi a, rd_vi b)
+{
+    __m512i lo = _mm512_mul_epu32(a, b);
+    __m512i cross = _mm512_add_epi64(_mm512_mul_epu32(_mm512_srli_epi64(a, 32), b),
+                                     _mm512_mul_epu32(a, _mm512_srli_epi64(b, 32)));
+    return _mm512_add_epi64(lo, _mm512_slli_epi64(cross, 32));
+}
+
 #include "reduce_simd.h"
 
 static void rd_fence(void)
@@ -230,8 +328,9 @@ const struct coll_reduce_ops coll_reduce_ops_avx512 = {
     .name = "avx512",
     .reduce_f32 = rd_reduce_f32,
     .reduce_f64 = rd_reduce_f64,
-    .reduce_i32 = rd_reduce_i32,
-    .reduce_i64 = rd_reduce_i64,
+    .reduce_int = rd_reduce_int,
+    .avg_f32 = rd_avg_f32,
+    .avg_f64 = rd_avg_f64,
     .emit_f32 = rd_emit_f32,
     .emit_add = rd_emit_add,
     .copy = rd_copy,

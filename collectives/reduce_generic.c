@@ -31,31 +31,29 @@ static void generic_reduce_f64(double *out, const void *const *src, int nsrc, co
     }
 }
 
-static void generic_reduce_i32(int32_t *out, const void *const *src, int nsrc, comm_op_t op,
-                               size_t i0, size_t n)
+static void generic_reduce_int(void *out, const void *const *src, int nsrc, comm_dtype_t dtype,
+                               comm_op_t op, size_t i0, size_t n)
+{
+    coll_rd_elems_int(out, src, nsrc, dtype, op, i0, 0, n);
+}
+
+static void generic_avg_f32(float *acc, size_t n, float d)
 {
     for (size_t i = 0; i < n; i++) {
-        int32_t acc, s;
-        memcpy(&acc, (const unsigned char *)src[0] + 4 * (i0 + i), 4);
-        for (int k = 1; k < nsrc; k++) {
-            memcpy(&s, (const unsigned char *)src[k] + 4 * (i0 + i), 4);
-            acc = coll_rd_op_i32(op, acc, s);
-        }
-        memcpy(&out[i], &acc, 4);
+        float v;
+        memcpy(&v, &acc[i], sizeof(v));
+        v = coll_rd_avg_f32(v, d);
+        memcpy(&acc[i], &v, sizeof(v));
     }
 }
 
-static void generic_reduce_i64(int64_t *out, const void *const *src, int nsrc, comm_op_t op,
-                               size_t i0, size_t n)
+static void generic_avg_f64(double *acc, size_t n, double d)
 {
     for (size_t i = 0; i < n; i++) {
-        int64_t acc, s;
-        memcpy(&acc, (const unsigned char *)src[0] + 8 * (i0 + i), 8);
-        for (int k = 1; k < nsrc; k++) {
-            memcpy(&s, (const unsigned char *)src[k] + 8 * (i0 + i), 8);
-            acc = coll_rd_op_i64(op, acc, s);
-        }
-        memcpy(&out[i], &acc, 8);
+        double v;
+        memcpy(&v, &acc[i], sizeof(v));
+        v = coll_rd_avg_f64(v, d);
+        memcpy(&acc[i], &v, sizeof(v));
     }
 }
 
@@ -89,8 +87,9 @@ const struct coll_reduce_ops coll_reduce_ops_generic = {
     .name = "generic",
     .reduce_f32 = generic_reduce_f32,
     .reduce_f64 = generic_reduce_f64,
-    .reduce_i32 = generic_reduce_i32,
-    .reduce_i64 = generic_reduce_i64,
+    .reduce_int = generic_reduce_int,
+    .avg_f32 = generic_avg_f32,
+    .avg_f64 = generic_avg_f64,
     .emit_f32 = generic_emit_f32,
     .emit_add = generic_emit_add,
     .copy = generic_copy,

@@ -8,9 +8,11 @@
  * fall back to them for tails and for any vector that holds a NaN, so every path gives
  * the same bits for every input.
  *
- * Floating-point contraction: these files have no multiplications, so no FMA can be
- * formed, and gcc in ISO mode (-std=c11, which meson's c_std=c11 selects) defaults to
- * -ffp-contract=off anyway.  No -ffast-math: gcc then never reassociates the sums.
+ * Floating-point contraction: the only multiplications (PROD) and divisions (AVG) are
+ * never an operand of an addition in the same kernel (addends go with SUM only), so no
+ * FMA can be formed whatever -ffp-contract says; gcc in ISO mode (-std=c11, which
+ * meson's c_std=c11 selects) defaults to -ffp-contract=off anyway.  No -ffast-math: gcc
+ * then never reassociates the sums or products.
  */
 #ifndef ARCOMM_COLL_REDUCE_ISA_H
 #define ARCOMM_COLL_REDUCE_ISA_H
@@ -44,17 +46,19 @@ struct coll_reduce_ops {
                        comm_op_t op, size_t i0, size_t n);
     void (*reduce_f64)(double *out, const void *const *src, int nsrc, comm_op_t op, size_t i0,
                        size_t n);
-    void (*reduce_i32)(int32_t *out, const void *const *src, int nsrc, comm_op_t op, size_t i0,
-                       size_t n);
-    void (*reduce_i64)(int64_t *out, const void *const *src, int nsrc, comm_op_t op, size_t i0,
-                       size_t n);
+    /* Every integer dtype (I8, U8, I32, U32, I64, U64); AVG is reduced as SUM. */
+    void (*reduce_int)(void *out, const void *const *src, int nsrc, comm_dtype_t dtype,
+                       comm_op_t op, size_t i0, size_t n);
+    /* acc[i] = coll_rd_avg_f32(acc[i], d) (f64: coll_rd_avg_f64) for i in [0, n), in place. */
+    void (*avg_f32)(float *acc, size_t n, float d);
+    void (*avg_f64)(double *acc, size_t n, double d);
     /*
      * dst[i] = narrow(acc[i] + widen(addend[i])) for i in [0, n), dtype F32, F16 or BF16;
      * addend (of dtype) may be NULL.  nt: streaming stores where dst allows.
      */
     void (*emit_f32)(void *dst, comm_dtype_t dtype, const float *acc, const void *addend, size_t n,
                      bool nt);
-    /* dst[i] = acc[i] + addend[i] for dtype F64, I32 or I64 (wrapping); addend not NULL. */
+    /* dst[i] = acc[i] + addend[i] for dtype F64 or an integer (wrapping); addend not NULL. */
     void (*emit_add)(void *dst, comm_dtype_t dtype, const void *acc, const void *addend, size_t n,
                      bool nt);
     /* memcpy, with streaming stores when nt. */
@@ -217,26 +221,37 @@ static inline void coll_rd_store_narrow(void *p, comm_dtype_t dtype, size_t i, f
 
 /* ---- The element operations that define every result ---- */
 
+/* MAX and MIN select a value, NaNs included, bits unchanged; the others compute one. */
+static inline bool coll_rd_selects(comm_op_t op)
+{
+    return op == COMM_MAX || op == COMM_MIN;
+}
+
 /*
- * acc op s, with acc the running value of the earlier sources.  SUM: if acc is a NaN it
- * stays (made quiet), else a NaN s is taken (made quiet), else the IEEE sum; x86 gives
- * the same when acc is the first operand, but compilers may swap the operands of a
- * commutative add, so the NaN cases are spelled out.  MAX/MIN: the first NaN in source
- * order wins, bits unchanged; else the larger (smaller) value, the earlier source on a
- * tie (-0.0 vs +0.0): exactly vmaxps/vminps(s, acc) for non-NaN inputs.
+ * acc op s, with acc the running value of the earlier sources.  SUM and PROD (and AVG,
+ * whose reduction is the SUM): if acc is a NaN it stays (made quiet), else a NaN s is
+ * taken (made quiet), else the IEEE sum or product; x86 gives the same when acc is the
+ * first operand, but compilers may swap the operands of a commutative operation, so the
+ * NaN cases are spelled out (Inf - Inf and 0 * Inf give the CPU's default NaN).
+ * MAX/MIN: the first NaN in source order wins, bits unchanged; else the larger
+ * (smaller) value, the earlier source on a tie (-0.0 vs +0.0): exactly
+ * vmaxps/vminps(s, acc) for non-NaN inputs.
  */
 static inline float coll_rd_op_f32(comm_op_t op, float acc, float s)
 {
     if (isnan(acc))
-        return op == COMM_SUM ? coll_rd_bits_f32(coll_rd_f32_bits(acc) | 0x00400000) : acc;
+        return coll_rd_selects(op) ? acc : coll_rd_bits_f32(coll_rd_f32_bits(acc) | 0x00400000);
     if (isnan(s))
-        return op == COMM_SUM ? coll_rd_bits_f32(coll_rd_f32_bits(s) | 0x00400000) : s;
+        return coll_rd_selects(op) ? s : coll_rd_bits_f32(coll_rd_f32_bits(s) | 0x00400000);
     switch (op) {
     case COMM_MAX:
         return s > acc ? s : acc;
     case COMM_MIN:
         return s < acc ? s : acc;
+    case COMM_PROD:
+        return acc * s;
     case COMM_SUM:
+    case COMM_AVG:
     default:
         return acc + s;
     }
@@ -247,44 +262,124 @@ static inline double coll_rd_op_f64(comm_op_t op, double acc, double s)
     const uint64_t quiet = 0x0008000000000000ull;
 
     if (isnan(acc))
-        return op == COMM_SUM ? coll_rd_bits_f64(coll_rd_f64_bits(acc) | quiet) : acc;
+        return coll_rd_selects(op) ? acc : coll_rd_bits_f64(coll_rd_f64_bits(acc) | quiet);
     if (isnan(s))
-        return op == COMM_SUM ? coll_rd_bits_f64(coll_rd_f64_bits(s) | quiet) : s;
+        return coll_rd_selects(op) ? s : coll_rd_bits_f64(coll_rd_f64_bits(s) | quiet);
     switch (op) {
     case COMM_MAX:
         return s > acc ? s : acc;
     case COMM_MIN:
         return s < acc ? s : acc;
+    case COMM_PROD:
+        return acc * s;
     case COMM_SUM:
+    case COMM_AVG:
     default:
         return acc + s;
     }
 }
 
-/* Integer SUM wraps around: unsigned arithmetic, no undefined behaviour. */
-static inline int32_t coll_rd_op_i32(comm_op_t op, int32_t acc, int32_t s)
+/* AVG's last step: the sum divided by d (> 0) in the accumulator type; a NaN stays, quiet. */
+static inline float coll_rd_avg_f32(float acc, float d)
 {
+    return isnan(acc) ? coll_rd_bits_f32(coll_rd_f32_bits(acc) | 0x00400000) : acc / d;
+}
+
+static inline double coll_rd_avg_f64(double acc, double d)
+{
+    return isnan(acc) ? coll_rd_bits_f64(coll_rd_f64_bits(acc) | 0x0008000000000000ull) : acc / d;
+}
+
+/* ---- Integers ---- */
+
+static inline bool coll_rd_is_int(comm_dtype_t dtype)
+{
+    return dtype == COMM_I8 || dtype == COMM_U8 || dtype == COMM_I32 || dtype == COMM_U32 ||
+           dtype == COMM_I64 || dtype == COMM_U64;
+}
+
+/* Bytes of one element of an integer dtype. */
+static inline size_t coll_rd_int_size(comm_dtype_t dtype)
+{
+    return dtype == COMM_I8 || dtype == COMM_U8     ? 1
+           : dtype == COMM_I32 || dtype == COMM_U32 ? 4
+                                                    : 8;
+}
+
+static inline bool coll_rd_int_signed(comm_dtype_t dtype)
+{
+    return dtype == COMM_I8 || dtype == COMM_I32 || dtype == COMM_I64;
+}
+
+/* Element i of an integer array of esz-byte elements, zero-extended to 64 bits. */
+static inline uint64_t coll_rd_int_load(const void *p, size_t esz, size_t i)
+{
+    const unsigned char *b = (const unsigned char *)p + esz * i;
+    uint32_t u32;
+    uint64_t u64;
+
+    if (esz == 1)
+        return *b;
+    if (esz == 4) {
+        memcpy(&u32, b, 4);
+        return u32;
+    }
+    memcpy(&u64, b, 8);
+    return u64;
+}
+
+/* Stores the low esz bytes of v as element i. */
+static inline void coll_rd_int_store(void *p, size_t esz, size_t i, uint64_t v)
+{
+    unsigned char *b = (unsigned char *)p + esz * i;
+    uint32_t u32 = (uint32_t)v;
+
+    if (esz == 1)
+        *b = (unsigned char)v;
+    else if (esz == 4)
+        memcpy(b, &u32, 4);
+    else
+        memcpy(b, &v, 8);
+}
+
+/*
+ * acc op s on integers held as their bits, zero-extended (coll_rd_int_load).  SUM and
+ * PROD (and AVG, reduced as SUM) wrap: unsigned 64-bit arithmetic, no undefined
+ * behaviour, and the low bits are those of the dtype's two's complement result (the
+ * store truncates).  MAX/MIN compare signed for I8/I32/I64 (the sign bit of the dtype
+ * flipped turns the signed order into the unsigned one), unsigned for U8/U32/U64; their
+ * operands are always loaded values, so no high bits are set.
+ */
+static inline uint64_t coll_rd_op_int(comm_op_t op, comm_dtype_t dtype, uint64_t acc, uint64_t s)
+{
+    const uint64_t flip = coll_rd_int_signed(dtype) ? 1ull << (8 * coll_rd_int_size(dtype) - 1) : 0;
+
     switch (op) {
     case COMM_MAX:
-        return s > acc ? s : acc;
+        return (s ^ flip) > (acc ^ flip) ? s : acc;
     case COMM_MIN:
-        return s < acc ? s : acc;
+        return (s ^ flip) < (acc ^ flip) ? s : acc;
+    case COMM_PROD:
+        return acc * s;
     case COMM_SUM:
+    case COMM_AVG:
     default:
-        return (int32_t)((uint32_t)acc + (uint32_t)s);
+        return acc + s;
     }
 }
 
-static inline int64_t coll_rd_op_i64(comm_op_t op, int64_t acc, int64_t s)
+/* Elements [i, i + m) of out from elements i0 + [i, i + m) of every source (integers). */
+static inline void coll_rd_elems_int(void *out, const void *const *src, int nsrc,
+                                     comm_dtype_t dtype, comm_op_t op, size_t i0, size_t i,
+                                     size_t m)
 {
-    switch (op) {
-    case COMM_MAX:
-        return s > acc ? s : acc;
-    case COMM_MIN:
-        return s < acc ? s : acc;
-    case COMM_SUM:
-    default:
-        return (int64_t)((uint64_t)acc + (uint64_t)s);
+    const size_t esz = coll_rd_int_size(dtype);
+
+    for (size_t t = i; t < i + m; t++) {
+        uint64_t acc = coll_rd_int_load(src[0], esz, i0 + t);
+        for (int k = 1; k < nsrc; k++)
+            acc = coll_rd_op_int(op, dtype, acc, coll_rd_int_load(src[k], esz, i0 + t));
+        coll_rd_int_store(out, esz, t, acc);
     }
 }
 
@@ -320,25 +415,17 @@ static inline void coll_rd_emit_elem_f32(void *dst, comm_dtype_t dtype, size_t i
     coll_rd_store_narrow(dst, dtype, i, acc);
 }
 
-/* Element i of dst = acc[i] + addend[i] for F64, I32 and I64. */
+/* Element i of dst = acc[i] + addend[i] for F64 and the integers (wrapping). */
 static inline void coll_rd_emit_elem_add(void *dst, comm_dtype_t dtype, size_t i, const void *acc,
                                          const void *addend)
 {
     const unsigned char *a = acc, *b = addend;
     unsigned char *d = dst;
 
-    if (dtype == COMM_I32) {
-        int32_t x, y;
-        memcpy(&x, a + 4 * i, 4);
-        memcpy(&y, b + 4 * i, 4);
-        x = coll_rd_op_i32(COMM_SUM, x, y);
-        memcpy(d + 4 * i, &x, 4);
-    } else if (dtype == COMM_I64) {
-        int64_t x, y;
-        memcpy(&x, a + 8 * i, 8);
-        memcpy(&y, b + 8 * i, 8);
-        x = coll_rd_op_i64(COMM_SUM, x, y);
-        memcpy(d + 8 * i, &x, 8);
+    if (coll_rd_is_int(dtype)) {
+        const size_t esz = coll_rd_int_size(dtype);
+        uint64_t x = coll_rd_int_load(acc, esz, i), y = coll_rd_int_load(addend, esz, i);
+        coll_rd_int_store(dst, esz, i, coll_rd_op_int(COMM_SUM, dtype, x, y));
     } else {
         double x, y;
         memcpy(&x, a + 8 * i, 8);

@@ -11,9 +11,11 @@
  * rd_vf); and the rd_* primitives used below.
  *
  * Every vector result that could depend on how NaNs are combined (a NaN in any lane of
- * a sum or an addend, a NaN in any source of a MAX/MIN) is recomputed by the scalar
- * element functions of reduce_isa.h, which define the result; other lanes give the same
- * bits either way.  NaNs are rare, so the check costs one compare per vector.
+ * a sum, a product, an average or an addend, a NaN in any source of a MAX/MIN) is
+ * recomputed by the scalar element functions of reduce_isa.h, which define the result;
+ * other lanes give the same bits either way.  NaNs are rare, so the check costs one
+ * compare per vector.  Integers have no NaNs and wrap (their sums and products are
+ * associative and exact modulo 2^bits), so their vectors are the result as they stand.
  */
 #ifndef ARCOMM_COLL_REDUCE_SIMD_H
 #define ARCOMM_COLL_REDUCE_SIMD_H
@@ -50,6 +52,8 @@ RD_INLINE rd_vf rd_vf_op(comm_op_t op, rd_vf acc, rd_vf s)
         return rd_vf_max(s, acc); /* (s, acc): on a tie the earlier source, acc */
     case COMM_MIN:
         return rd_vf_min(s, acc);
+    case COMM_PROD:
+        return rd_vf_mul(acc, s);
     case COMM_SUM:
     default:
         return rd_vf_add(acc, s);
@@ -63,6 +67,8 @@ RD_INLINE rd_vd rd_vd_op(comm_op_t op, rd_vd acc, rd_vd s)
         return rd_vd_max(s, acc);
     case COMM_MIN:
         return rd_vd_min(s, acc);
+    case COMM_PROD:
+        return rd_vd_mul(acc, s);
     case COMM_SUM:
     default:
         return rd_vd_add(acc, s);
@@ -106,7 +112,7 @@ RD_INLINE void rd_reduce_f32_t(float *out, const void *const *src, int nsrc, enu
             rd_vf b2 = rd_ld(kind, src[k], e + 2 * RD_W);
             rd_vf b3 = rd_ld(kind, src[k], e + 3 * RD_W);
 
-            if (op != COMM_SUM) {
+            if (coll_rd_selects(op)) {
                 /* vmaxps drops a NaN of s: note NaNs in either operand as we go. */
                 nan = rd_mf_or(nan, rd_mf_or(rd_mf_or(rd_vf_unord(a0, b0), rd_vf_unord(a1, b1)),
                                              rd_mf_or(rd_vf_unord(a2, b2), rd_vf_unord(a3, b3))));
@@ -116,7 +122,7 @@ RD_INLINE void rd_reduce_f32_t(float *out, const void *const *src, int nsrc, enu
             a2 = rd_vf_op(op, a2, b2);
             a3 = rd_vf_op(op, a3, b3);
         }
-        if (op == COMM_SUM && nsrc > 1) /* a NaN anywhere in a sum leaves a NaN */
+        if (!coll_rd_selects(op) && nsrc > 1) /* a NaN anywhere in a sum or product stays */
             nan = rd_mf_or(rd_vf_unord(a0, a1), rd_vf_unord(a2, a3));
         if (rd_mf_any(nan)) {
             rd_scalar_f32(out, src, nsrc, kind, op, i0, i, RD_U * RD_W);
@@ -155,7 +161,11 @@ RD_INLINE void rd_reduce_f32_op(float *out, const void *const *src, int nsrc,
     case COMM_MIN:
         rd_reduce_f32_t(out, src, nsrc, kind, COMM_MIN, i0, n);
         break;
+    case COMM_PROD:
+        rd_reduce_f32_t(out, src, nsrc, kind, COMM_PROD, i0, n);
+        break;
     case COMM_SUM:
+    case COMM_AVG: /* the sum; coll_reduce divides it */
     default:
         rd_reduce_f32_t(out, src, nsrc, kind, COMM_SUM, i0, n);
         break;
@@ -228,31 +238,64 @@ static void rd_reduce_f64(double *out, const void *const *src, int nsrc, comm_op
     case COMM_MIN:
         rd_reduce_f64_t(out, src, nsrc, COMM_MIN, i0, n);
         break;
+    case COMM_PROD:
+        rd_reduce_f64_t(out, src, nsrc, COMM_PROD, i0, n);
+        break;
     case COMM_SUM:
+    case COMM_AVG:
     default:
         rd_reduce_f64_t(out, src, nsrc, COMM_SUM, i0, n);
         break;
     }
 }
 
-RD_INLINE rd_vi rd_vi_op(comm_op_t op, bool wide, rd_vi acc, rd_vi s)
+/* Signed MAX/MIN for I8/I32/I64, unsigned for U8/U32/U64; SUM (and AVG) and PROD wrap. */
+RD_INLINE rd_vi rd_vi_op(comm_op_t op, comm_dtype_t dt, rd_vi acc, rd_vi s)
 {
-    switch (op) {
-    case COMM_MAX:
-        return wide ? rd_vi64_max(s, acc) : rd_vi32_max(s, acc);
-    case COMM_MIN:
-        return wide ? rd_vi64_min(s, acc) : rd_vi32_min(s, acc);
-    case COMM_SUM:
+    switch (dt) {
+    case COMM_I8:
+    case COMM_U8:
+        switch (op) {
+        case COMM_MAX:
+            return dt == COMM_I8 ? rd_vi8_max(s, acc) : rd_vu8_max(s, acc);
+        case COMM_MIN:
+            return dt == COMM_I8 ? rd_vi8_min(s, acc) : rd_vu8_min(s, acc);
+        case COMM_PROD:
+            return rd_vi8_mul(acc, s);
+        default:
+            return rd_vi8_add(acc, s);
+        }
+    case COMM_I32:
+    case COMM_U32:
+        switch (op) {
+        case COMM_MAX:
+            return dt == COMM_I32 ? rd_vi32_max(s, acc) : rd_vu32_max(s, acc);
+        case COMM_MIN:
+            return dt == COMM_I32 ? rd_vi32_min(s, acc) : rd_vu32_min(s, acc);
+        case COMM_PROD:
+            return rd_vi32_mul(acc, s);
+        default:
+            return rd_vi32_add(acc, s);
+        }
     default:
-        return wide ? rd_vi64_add(acc, s) : rd_vi32_add(acc, s);
+        switch (op) {
+        case COMM_MAX:
+            return dt == COMM_I64 ? rd_vi64_max(s, acc) : rd_vu64_max(s, acc);
+        case COMM_MIN:
+            return dt == COMM_I64 ? rd_vi64_min(s, acc) : rd_vu64_min(s, acc);
+        case COMM_PROD:
+            return rd_vi64_mul(acc, s);
+        default:
+            return rd_vi64_add(acc, s);
+        }
     }
 }
 
-/* Integers: no NaNs and an associative wrap-around sum, so no scalar fallback. */
-RD_INLINE void rd_reduce_int_t(void *out, const void *const *src, int nsrc, comm_op_t op, bool wide,
-                               size_t i0, size_t n)
+/* Integers: no NaNs and wrap-around sums and products, so no scalar fallback. */
+RD_INLINE void rd_reduce_int_t(void *out, const void *const *src, int nsrc, comm_dtype_t dt,
+                               comm_op_t op, size_t i0, size_t n)
 {
-    const size_t esz = wide ? 8 : 4, lanes = wide ? RD_W / 2 : RD_W;
+    const size_t esz = coll_rd_int_size(dt), lanes = RD_W * 4 / esz;
     unsigned char *o = out;
     size_t i = 0;
 
@@ -263,64 +306,109 @@ RD_INLINE void rd_reduce_int_t(void *out, const void *const *src, int nsrc, comm
 
         for (int k = 1; k < nsrc; k++) {
             p = src[k];
-            a0 = rd_vi_op(op, wide, a0, rd_vi_loadu(p + esz * (i0 + i)));
-            a1 = rd_vi_op(op, wide, a1, rd_vi_loadu(p + esz * (i0 + i + lanes)));
+            a0 = rd_vi_op(op, dt, a0, rd_vi_loadu(p + esz * (i0 + i)));
+            a1 = rd_vi_op(op, dt, a1, rd_vi_loadu(p + esz * (i0 + i + lanes)));
         }
         rd_vi_storeu(o + esz * i, a0);
         rd_vi_storeu(o + esz * (i + lanes), a1);
     }
-    for (; i < n; i++) {
-        if (wide) {
-            int64_t acc, s;
-            memcpy(&acc, (const unsigned char *)src[0] + 8 * (i0 + i), 8);
-            for (int k = 1; k < nsrc; k++) {
-                memcpy(&s, (const unsigned char *)src[k] + 8 * (i0 + i), 8);
-                acc = coll_rd_op_i64(op, acc, s);
+    coll_rd_elems_int(out, src, nsrc, dt, op, i0, i, n - i);
+}
+
+RD_INLINE void rd_reduce_int_op(void *out, const void *const *src, int nsrc, comm_dtype_t dt,
+                                comm_op_t op, size_t i0, size_t n)
+{
+    switch (op) {
+    case COMM_MAX:
+        rd_reduce_int_t(out, src, nsrc, dt, COMM_MAX, i0, n);
+        break;
+    case COMM_MIN:
+        rd_reduce_int_t(out, src, nsrc, dt, COMM_MIN, i0, n);
+        break;
+    case COMM_PROD:
+        rd_reduce_int_t(out, src, nsrc, dt, COMM_PROD, i0, n);
+        break;
+    case COMM_SUM:
+    case COMM_AVG: /* refused for integers by the runtime; reduced as SUM here */
+    default:
+        rd_reduce_int_t(out, src, nsrc, dt, COMM_SUM, i0, n);
+        break;
+    }
+}
+
+static void rd_reduce_int(void *out, const void *const *src, int nsrc, comm_dtype_t dtype,
+                          comm_op_t op, size_t i0, size_t n)
+{
+    switch (dtype) {
+    case COMM_I8:
+        rd_reduce_int_op(out, src, nsrc, COMM_I8, op, i0, n);
+        break;
+    case COMM_U8:
+        rd_reduce_int_op(out, src, nsrc, COMM_U8, op, i0, n);
+        break;
+    case COMM_I32:
+        rd_reduce_int_op(out, src, nsrc, COMM_I32, op, i0, n);
+        break;
+    case COMM_U32:
+        rd_reduce_int_op(out, src, nsrc, COMM_U32, op, i0, n);
+        break;
+    case COMM_I64:
+        rd_reduce_int_op(out, src, nsrc, COMM_I64, op, i0, n);
+        break;
+    case COMM_U64:
+    default:
+        rd_reduce_int_op(out, src, nsrc, COMM_U64, op, i0, n);
+        break;
+    }
+}
+
+/* AVG's division, in place; a vector holding a NaN takes the scalar rule. */
+static void rd_avg_f32(float *acc, size_t n, float d)
+{
+    const rd_vf vd = rd_vf_set1(d);
+    size_t i = 0;
+
+    for (; i + RD_W <= n; i += RD_W) {
+        rd_vf v = rd_vf_loadu(acc + i);
+        if (rd_mf_any(rd_vf_unord(v, v))) {
+            for (size_t t = i; t < i + RD_W; t++) {
+                float x = coll_rd_avg_f32(rd_accf(acc, t), d);
+                memcpy(&acc[t], &x, sizeof(x));
             }
-            memcpy(o + 8 * i, &acc, 8);
-        } else {
-            int32_t acc, s;
-            memcpy(&acc, (const unsigned char *)src[0] + 4 * (i0 + i), 4);
-            for (int k = 1; k < nsrc; k++) {
-                memcpy(&s, (const unsigned char *)src[k] + 4 * (i0 + i), 4);
-                acc = coll_rd_op_i32(op, acc, s);
-            }
-            memcpy(o + 4 * i, &acc, 4);
+            continue;
         }
+        rd_vf_storeu(acc + i, rd_vf_div(v, vd));
+    }
+    for (; i < n; i++) {
+        float x = coll_rd_avg_f32(rd_accf(acc, i), d);
+        memcpy(&acc[i], &x, sizeof(x));
     }
 }
 
-static void rd_reduce_i32(int32_t *out, const void *const *src, int nsrc, comm_op_t op, size_t i0,
-                          size_t n)
+static void rd_avg_f64(double *acc, size_t n, double d)
 {
-    switch (op) {
-    case COMM_MAX:
-        rd_reduce_int_t(out, src, nsrc, COMM_MAX, false, i0, n);
-        break;
-    case COMM_MIN:
-        rd_reduce_int_t(out, src, nsrc, COMM_MIN, false, i0, n);
-        break;
-    case COMM_SUM:
-    default:
-        rd_reduce_int_t(out, src, nsrc, COMM_SUM, false, i0, n);
-        break;
-    }
-}
+    enum { DW = RD_W / 2 };
+    const rd_vd vd = rd_vd_set1(d);
+    size_t i = 0;
 
-static void rd_reduce_i64(int64_t *out, const void *const *src, int nsrc, comm_op_t op, size_t i0,
-                          size_t n)
-{
-    switch (op) {
-    case COMM_MAX:
-        rd_reduce_int_t(out, src, nsrc, COMM_MAX, true, i0, n);
-        break;
-    case COMM_MIN:
-        rd_reduce_int_t(out, src, nsrc, COMM_MIN, true, i0, n);
-        break;
-    case COMM_SUM:
-    default:
-        rd_reduce_int_t(out, src, nsrc, COMM_SUM, true, i0, n);
-        break;
+    for (; i + DW <= n; i += DW) {
+        rd_vd v = rd_vd_loadu(acc + i);
+        if (rd_md_any(rd_vd_unord(v, v))) {
+            for (size_t t = i; t < i + DW; t++) {
+                double x;
+                memcpy(&x, &acc[t], sizeof(x));
+                x = coll_rd_avg_f64(x, d);
+                memcpy(&acc[t], &x, sizeof(x));
+            }
+            continue;
+        }
+        rd_vd_storeu(acc + i, rd_vd_div(v, vd));
+    }
+    for (; i < n; i++) {
+        double x;
+        memcpy(&x, &acc[i], sizeof(x));
+        x = coll_rd_avg_f64(x, d);
+        memcpy(&acc[i], &x, sizeof(x));
     }
 }
 
@@ -410,7 +498,7 @@ static void rd_emit_f32(void *dst, comm_dtype_t dtype, const float *acc, const v
 static void rd_emit_add(void *dst, comm_dtype_t dtype, const void *acc, const void *addend,
                         size_t n, bool nt)
 {
-    const size_t esz = dtype == COMM_I32 ? 4 : 8, lanes = RD_W * 4 / esz;
+    const size_t esz = dtype == COMM_F64 ? 8 : coll_rd_int_size(dtype), lanes = RD_W * 4 / esz;
     const unsigned char *a = acc, *b = addend;
     unsigned char *d = dst;
     size_t i = 0;
@@ -433,7 +521,7 @@ static void rd_emit_add(void *dst, comm_dtype_t dtype, const void *acc, const vo
             r = rd_vi_from_vd(rd_vd_add(x, y));
         } else {
             rd_vi x = rd_vi_loadu(a + esz * i), y = rd_vi_loadu(b + esz * i);
-            r = dtype == COMM_I32 ? rd_vi32_add(x, y) : rd_vi64_add(x, y);
+            r = esz == 1 ? rd_vi8_add(x, y) : esz == 4 ? rd_vi32_add(x, y) : rd_vi64_add(x, y);
         }
         if (nt)
             rd_vi_stream(d + esz * i, r);

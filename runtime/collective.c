@@ -85,10 +85,18 @@ static comm_status_t validate_common(struct comm *c, const struct coll_call *cal
                  (int)call->dtype);
         return COMM_ERR_INVALID;
     }
-    if ((unsigned)call->op > COMM_MIN) {
+    if ((unsigned)call->op >= RT_OP_COUNT) {
         rt_error(c, COMM_ERR_INVALID, "rank %d: %s: op %d is not a comm_op_t", c->rank, fn,
                  (int)call->op);
         return COMM_ERR_INVALID;
+    }
+    if (call->op == COMM_AVG && !rt_dtype_is_float(call->dtype)) {
+        /* Every rank making this call refuses it alike, before anything is exchanged. */
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: %s: COMM_AVG is defined for float dtypes only, not %s (an integer "
+                 "average would have to round); use COMM_SUM and divide by the number of ranks",
+                 c->rank, fn, rt_dtype_name(call->dtype));
+        return COMM_ERR_UNSUPPORTED;
     }
     if (call->count > SIZE_MAX / 2 / esize) {
         rt_error(c, COMM_ERR_INVALID, "rank %d: %s: count %zu is too large", c->rank, fn,

@@ -81,11 +81,85 @@ uint64_t h_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-void h_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank)
+bool h_dtype_is_int(comm_dtype_t dtype)
+{
+    return dtype == COMM_I8 || dtype == COMM_U8 || dtype == COMM_I32 || dtype == COMM_U32 ||
+           dtype == COMM_I64 || dtype == COMM_U64;
+}
+
+static bool dtype_is_signed(comm_dtype_t dtype)
+{
+    return dtype == COMM_I8 || dtype == COMM_I32 || dtype == COMM_I64;
+}
+
+const char *h_dtype_name(comm_dtype_t dtype)
+{
+    static const char *const names[] = {"f32", "f16", "bf16", "f64", "i32",
+                                        "i64", "i8",  "u8",   "u32", "u64"};
+    return (unsigned)dtype < sizeof(names) / sizeof(names[0]) ? names[dtype] : "?";
+}
+
+const char *h_op_name(comm_op_t op)
+{
+    static const char *const names[] = {"sum", "max", "min", "prod", "avg"};
+    return (unsigned)op < sizeof(names) / sizeof(names[0]) ? names[op] : "?";
+}
+
+/* Stores the low bytes of v as element i of an integer buffer. */
+static void put_int(void *buf, size_t i, comm_dtype_t dtype, uint64_t v)
+{
+    switch (dtype) {
+    case COMM_I8:
+    case COMM_U8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
+    case COMM_I32:
+    case COMM_U32:
+        ((uint32_t *)buf)[i] = (uint32_t)v;
+        break;
+    default:
+        ((uint64_t *)buf)[i] = v;
+        break;
+    }
+}
+
+/* PROD's floats: either sign, magnitude in [0.75, 1.25), exact in the dtype. */
+static void fill_near1(void *buf, size_t i, comm_dtype_t dtype, uint64_t x)
+{
+    bool neg = (x >> 62) & 1, above = (x >> 61) & 1;
+    switch (dtype) {
+    case COMM_F32: {
+        float f = 0.75f + (float)(x & 0x3fffff) * 0x1p-23f; /* k * 2^-23, k < 2^22 */
+        ((float *)buf)[i] = neg ? -f : f;
+        break;
+    }
+    case COMM_F64: {
+        double f = 0.75 + (double)(x & 0x7ffffffffffffull) * 0x1p-52;
+        ((double *)buf)[i] = neg ? -f : f;
+        break;
+    }
+    case COMM_F16: /* [1, 1.25): exponent 15, mantissa < 256; [0.75, 1): 14, >= 512 */
+        ((uint16_t *)buf)[i] =
+            (uint16_t)((neg ? 0x8000 : 0) |
+                       (above ? 15 << 10 | (x & 0xff) : 14 << 10 | 0x200 | (x & 0x1ff)));
+        break;
+    default: /* BF16: exponent 127, mantissa < 32; or 126, mantissa >= 64 */
+        ((uint16_t *)buf)[i] =
+            (uint16_t)((neg ? 0x8000 : 0) |
+                       (above ? 127 << 7 | (x & 0x1f) : 126 << 7 | 0x40 | (x & 0x3f)));
+        break;
+    }
+}
+
+void h_fill_op(void *buf, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed, int rank)
 {
     uint64_t s = seed * 1000003u + (uint64_t)rank * 7919u + 1;
     for (size_t i = 0; i < count; i++) {
         uint64_t x = h_rand(&s);
+        if (op == COMM_PROD && !h_dtype_is_int(dtype)) {
+            fill_near1(buf, i, dtype, x);
+            continue;
+        }
         switch (dtype) {
         case COMM_F32: {
             /* Non-zero, mixed signs and magnitudes in [2^-4, 2^4). */
@@ -113,16 +187,22 @@ void h_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank
         case COMM_I64:
             ((int64_t *)buf)[i] = (int64_t)x;
             break;
-        default: /* the 0.2 dtypes: not yet */
+        default: /* I8, U8, U32, U64: the whole range; odd for PROD */
+            put_int(buf, i, dtype, op == COMM_PROD ? x | 1 : x);
             break;
         }
     }
 }
 
+void h_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank)
+{
+    h_fill_op(buf, count, dtype, COMM_SUM, seed, rank);
+}
+
 void h_poison(void *buf, size_t count, comm_dtype_t dtype)
 {
     size_t es = comm_dtype_size(dtype);
-    if (dtype == COMM_I32 || dtype == COMM_I64)
+    if (h_dtype_is_int(dtype))
         memset(buf, 0x5b, count * es);
     else
         memset(buf, 0xff, count * es); /* NaN in every float format */
@@ -157,16 +237,42 @@ double h_get(const void *buf, size_t i, comm_dtype_t dtype)
         return ((const int32_t *)buf)[i];
     case COMM_I64:
         return (double)((const int64_t *)buf)[i];
-    default: /* the 0.2 dtypes: not yet */
-        break;
+    case COMM_I8:
+        return ((const int8_t *)buf)[i];
+    case COMM_U8:
+        return ((const uint8_t *)buf)[i];
+    case COMM_U32:
+        return ((const uint32_t *)buf)[i];
+    case COMM_U64:
+        return (double)((const uint64_t *)buf)[i];
     }
     return NAN;
 }
 
+/* Element i of an integer buffer as 64 bits: sign-extended for the signed dtypes,
+ * zero-extended for the unsigned ones. */
 static uint64_t get_int(const void *buf, size_t i, comm_dtype_t dtype)
 {
-    return dtype == COMM_I32 ? (uint64_t)(int64_t)((const int32_t *)buf)[i]
-                             : (uint64_t)((const int64_t *)buf)[i];
+    switch (dtype) {
+    case COMM_I8:
+        return (uint64_t)(int64_t)((const int8_t *)buf)[i];
+    case COMM_U8:
+        return ((const uint8_t *)buf)[i];
+    case COMM_I32:
+        return (uint64_t)(int64_t)((const int32_t *)buf)[i];
+    case COMM_U32:
+        return ((const uint32_t *)buf)[i];
+    default:
+        return ((const uint64_t *)buf)[i];
+    }
+}
+
+/* A 64-bit wrapped result brought to the dtype's width, extended as get_int does. */
+static uint64_t int_norm(uint64_t v, comm_dtype_t dtype)
+{
+    uint8_t b[8];
+    put_int(b, 0, dtype, v);
+    return get_int(b, 0, dtype);
 }
 
 /* bf16 rounding of an f32 value, done independently of arcomm (round to nearest even). */
@@ -195,41 +301,55 @@ long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype
              uint64_t seed, int nranks, const void *addend, size_t addend_count, bool narrow)
 {
     size_t es = comm_dtype_size(dtype);
+    bool ints = h_dtype_is_int(dtype), sgn = dtype_is_signed(dtype);
+    if (ints && op == COMM_AVG) {
+        h_fail(r, "h_check: AVG of %s has no result (the call must return COMM_ERR_UNSUPPORTED)",
+               h_dtype_name(dtype));
+        return (long)count;
+    }
     uint8_t *in[H_MAX_RANKS];
     for (int p = 0; p < nranks; p++) {
         in[p] = malloc(count * es + 1);
-        h_fill(in[p], count, dtype, seed, p);
+        h_fill_op(in[p], count, dtype, op, seed, p);
     }
-    bool ints = dtype == COMM_I32 || dtype == COMM_I64;
     double eps = dtype == COMM_F64 ? ldexp(1, -52) : ldexp(1, -23);
     long wrong = 0;
     for (size_t i = 0; i < count; i++) {
         bool ok;
         double got = h_get(out, i, dtype), want = 0, mag = 0;
         if (ints) {
+            /* 64-bit wrapping, then the dtype's width: the same low bits. */
             uint64_t acc = get_int(in[0], i, dtype);
             for (int p = 1; p < nranks; p++) {
                 uint64_t v = get_int(in[p], i, dtype);
+                bool gt = sgn ? (int64_t)v > (int64_t)acc : v > acc;
+                bool lt = sgn ? (int64_t)v < (int64_t)acc : v < acc;
                 if (op == COMM_SUM)
                     acc += v;
+                else if (op == COMM_PROD)
+                    acc *= v;
                 else if (op == COMM_MAX)
-                    acc = (int64_t)v > (int64_t)acc ? v : acc;
+                    acc = gt ? v : acc;
                 else
-                    acc = (int64_t)v < (int64_t)acc ? v : acc;
+                    acc = lt ? v : acc;
             }
             if (addend)
                 acc += get_int(addend, i % addend_count, dtype);
-            if (dtype == COMM_I32)
-                acc = (uint64_t)(int64_t)(int32_t)(uint32_t)acc;
+            acc = int_norm(acc, dtype);
             ok = get_int(out, i, dtype) == acc;
-            want = (double)(int64_t)acc;
+            want = sgn ? (double)(int64_t)acc : (double)acc;
         } else {
+            double sum_tol;
             for (int p = 0; p < nranks; p++) {
                 double v = h_get(in[p], i, dtype);
                 if (narrow)
                     v = round_bf16(v);
-                if (p == 0 || op == COMM_SUM)
-                    want = p == 0 ? v : want + v;
+                if (p == 0)
+                    want = v;
+                else if (op == COMM_SUM || op == COMM_AVG)
+                    want += v;
+                else if (op == COMM_PROD)
+                    want *= v;
                 else if (op == COMM_MAX)
                     want = v > want ? v : want;
                 else
@@ -241,24 +361,26 @@ long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype
                 want += a;
                 mag += fabs(a);
             }
-            double tol = op == COMM_SUM ? 2.0 * (nranks + 1) * eps * mag : 0;
-            if (narrow)
-                tol += ldexp(mag, -8);
+            sum_tol = 2.0 * (nranks + 1) * eps * mag + (narrow ? ldexp(mag, -8) : 0);
+            double tol = 0; /* MAX/MIN select a value: exact */
+            if (op == COMM_SUM) {
+                tol = sum_tol;
+            } else if (op == COMM_PROD) {
+                /* each step's relative rounding (the inputs are near 1; narrowed inputs
+                 * are rounded above exactly as on the wire) */
+                tol = 2.0 * (nranks + 1) * eps * fabs(want);
+            } else if (op == COMM_AVG) {
+                want /= nranks;
+                tol = sum_tol / nranks + eps * fabs(want);
+            }
             if (dtype == COMM_F16 || dtype == COMM_BF16)
                 tol += ulp(want, dtype);
             ok = fabs(got - want) <= tol; /* false for NaN (poison left in place) */
         }
         if (!ok) {
             if (wrong == 0)
-                h_fail(r, "element %zu of %zu (%s op %d, %d ranks): got %.17g, want %.17g", i,
-                       count,
-                       dtype == COMM_F32    ? "f32"
-                       : dtype == COMM_F16  ? "f16"
-                       : dtype == COMM_BF16 ? "bf16"
-                       : dtype == COMM_F64  ? "f64"
-                       : dtype == COMM_I32  ? "i32"
-                                            : "i64",
-                       (int)op, nranks, got, want);
+                h_fail(r, "element %zu of %zu (%s %s, %d ranks): got %.17g, want %.17g", i, count,
+                       h_dtype_name(dtype), h_op_name(op), nranks, got, want);
             else
                 r->errors++;
             wrong++;

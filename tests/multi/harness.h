@@ -58,17 +58,32 @@ int h_shm_leftovers(void);
 
 /* Deterministic random numbers for (seed, rank). */
 uint64_t h_rand(uint64_t *state);
+/*
+ * Random data of any dtype for (seed, rank), never zero: floats of mixed signs and
+ * magnitudes in [2^-4, 2^4), integers over their whole range.  h_fill_op with
+ * COMM_PROD makes products stay finite and meaningful instead: floats of either sign
+ * in [0.75, 1.25), odd integers (their products never become 0); any other op gives
+ * h_fill's data.
+ */
 void h_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank);
+void h_fill_op(void *buf, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed, int rank);
 /* Poisons count elements (NaN for floats, a pattern for ints). */
 void h_poison(void *buf, size_t count, comm_dtype_t dtype);
 
-/* Element i of buf as a double (exact for every dtype but large i64). */
+/* Element i of buf as a double (exact for every dtype but large 64-bit integers). */
 double h_get(const void *buf, size_t i, comm_dtype_t dtype);
 
+/* "f32", "u8", ... and "sum", "avg", ... for messages. */
+const char *h_dtype_name(comm_dtype_t dtype);
+const char *h_op_name(comm_op_t op);
+bool h_dtype_is_int(comm_dtype_t dtype);
+
 /*
- * Checks out[0..count) against the float64 reduction of every rank's h_fill data
+ * Checks out[0..count) against the float64 reduction of every rank's h_fill_op data
  * (plus addend, when given: addend_count elements of dtype, row-broadcast), with a
- * bound that fits dtype and op; narrow: inputs were rounded through bf16.  Returns the
+ * bound that fits dtype and op; narrow: inputs were rounded through bf16.  Integers
+ * must match exactly (SUM and PROD wrapping in the dtype's width, MAX/MIN signed or
+ * unsigned as the dtype is); AVG is the float64 sum divided by nranks.  Returns the
  * number of wrong elements and describes the first in r.
  */
 long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The handle's edges: comm_abort racing comm_destroy, two threads on one communicator,
- * a second comm_destroy, NULL handles and the message they leave.
+ * a second comm_destroy, NULL handles and the message they leave; the edges of the
+ * dtype and op tables.
  */
 #include "harness.h"
 
@@ -283,12 +284,71 @@ static void null_handle_messages(void **s)
 #undef ONE
 }
 
+/* ---- the dtype and op tables: every value in them works, the first one past fails ---- */
+
+static comm_t *one_rank_comm(void)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    h_id_new(&cfg.id);
+    comm_t *comm = NULL;
+    assert_int_equal(comm_init(&comm, &cfg), COMM_OK);
+    return comm;
+}
+
+static void table_edges(void **s)
+{
+    (void)s;
+    static const size_t sizes[] = {4, 2, 2, 8, 4, 8, 1, 1, 4, 8};
+    uint64_t x[16], y[16];
+    for (int dt = 0; dt < 10; dt++)
+        assert_int_equal(comm_dtype_size((comm_dtype_t)dt), sizes[dt]);
+    assert_int_equal(comm_dtype_size((comm_dtype_t)10), 0);
+    assert_int_equal(comm_dtype_size((comm_dtype_t)-1), 0);
+
+    /* One rank: every dtype x op is its own input (AVG of one rank too), but AVG of
+     * an integer, which is refused and leaves the communicator usable. */
+    comm_t *comm = one_rank_comm();
+    for (int dt = 0; dt < 10; dt++) {
+        for (int op = 0; op < 5; op++) {
+            bool refuse = op == COMM_AVG && h_dtype_is_int((comm_dtype_t)dt);
+            h_fill(x, 16, (comm_dtype_t)dt, 3, 0);
+            memset(y, 0x77, sizeof(y));
+            comm_status_t st =
+                comm_allreduce(comm, x, y, 16, (comm_dtype_t)dt, (comm_op_t)op, NULL);
+            if (st != (refuse ? COMM_ERR_UNSUPPORTED : COMM_OK))
+                fail_msg("%s %s: %s: %s", h_dtype_name((comm_dtype_t)dt), h_op_name((comm_op_t)op),
+                         comm_status_string(st), comm_last_error(comm));
+            size_t bytes = 16 * comm_dtype_size((comm_dtype_t)dt);
+            if (!refuse && memcmp(x, y, bytes) != 0)
+                fail_msg("%s %s of one rank is not its input", h_dtype_name((comm_dtype_t)dt),
+                         h_op_name((comm_op_t)op));
+        }
+    }
+    assert_int_equal(comm_destroy(comm), COMM_OK);
+
+    /* The first op and dtype past the tables: INVALID, with the value named. */
+    comm = one_rank_comm();
+    assert_int_equal(comm_allreduce(comm, x, y, 4, COMM_F32, (comm_op_t)5, NULL), COMM_ERR_INVALID);
+    if (strstr(comm_last_error(comm), "op 5 is not a comm_op_t") == NULL)
+        fail_msg("op 5 left \"%s\"", comm_last_error(comm));
+    assert_int_equal(comm_destroy(comm), COMM_OK);
+    comm = one_rank_comm();
+    assert_int_equal(comm_allreduce(comm, x, y, 4, (comm_dtype_t)10, COMM_SUM, NULL),
+                     COMM_ERR_INVALID);
+    if (strstr(comm_last_error(comm), "dtype 10 is not a comm_dtype_t") == NULL)
+        fail_msg("dtype 10 left \"%s\"", comm_last_error(comm));
+    assert_int_equal(comm_destroy(comm), COMM_OK);
+    assert_int_equal(h_shm_leftovers(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(abort_races_destroy),  cmocka_unit_test(abort_races_destroy_procs),
         cmocka_unit_test(two_threads_one_comm), cmocka_unit_test(two_threads_one_comm_procs),
         cmocka_unit_test(destroy_misuse),       cmocka_unit_test(null_handle_messages),
+        cmocka_unit_test(table_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

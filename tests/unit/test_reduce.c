@@ -2,9 +2,10 @@
 /*
  * coll_reduce: every dtype x op x source/destination count x length, run under every
  * instruction set this machine has, each output element checked against an exact model
- * (f32 arithmetic in source order, written independently here), against a float64
- * reference within the rounding bound, and against the generic kernels bit for bit.
- * Outputs are poisoned before each call and the bytes past the end must stay poisoned.
+ * (f32 arithmetic in source order, written independently here; integers in 64-bit
+ * arithmetic truncated at the end), against a float64 reference within the rounding
+ * bound, and against the generic kernels bit for bit.  Outputs are poisoned before
+ * each call and the bytes past the end must stay poisoned.
  */
 #include "reduce.h"
 #include "reduce_isa.h"
@@ -35,6 +36,7 @@ struct tcase {
     comm_dtype_t dtype;
     comm_dtype_t src_dtype; /* == dtype, or BF16 with dtype F32 */
     comm_op_t op;
+    int avg_n; /* AVG's divisor; 0 = nsrc */
     int nsrc, ndst;
     size_t count;
     bool round_bf16, nt;
@@ -59,7 +61,31 @@ static uint64_t rng(void)
 
 static size_t dsize(comm_dtype_t t)
 {
-    return t == COMM_F16 || t == COMM_BF16 ? 2 : t == COMM_F64 || t == COMM_I64 ? 8 : 4;
+    switch (t) {
+    case COMM_I8:
+    case COMM_U8:
+        return 1;
+    case COMM_F16:
+    case COMM_BF16:
+        return 2;
+    case COMM_F64:
+    case COMM_I64:
+    case COMM_U64:
+        return 8;
+    default:
+        return 4;
+    }
+}
+
+static bool is_int(comm_dtype_t t)
+{
+    return t == COMM_I8 || t == COMM_U8 || t == COMM_I32 || t == COMM_U32 || t == COMM_I64 ||
+           t == COMM_U64;
+}
+
+static bool is_signed(comm_dtype_t t)
+{
+    return t == COMM_I8 || t == COMM_I32 || t == COMM_I64;
 }
 
 static float rand_float(void)
@@ -67,6 +93,14 @@ static float rand_float(void)
     /* sign * [1, 2) * 2^[-8, 8]: never zero, fits f16 even summed over 9 sources */
     float m = 1.0f + (float)(rng() >> 40) / (float)(1u << 24);
     float v = ldexpf(m, (int)(rng() % 17) - 8);
+    return rng() & 1 ? -v : v;
+}
+
+/* sign * [1/2, 2): products of up to 9 sources stay normal in f16 and bf16. */
+static float rand_near1(void)
+{
+    float m = 1.0f + (float)(rng() >> 40) / (float)(1u << 24);
+    float v = ldexpf(m, -(int)(rng() % 2));
     return rng() & 1 ? -v : v;
 }
 
@@ -100,7 +134,8 @@ static const uint64_t special_f64[] = {
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-static void fill(void *p, comm_dtype_t t, size_t count, enum data_kind data)
+/* PROD gets values near 1 (floats) and odd values (integers: products never vanish). */
+static void fill(void *p, comm_dtype_t t, comm_op_t op, size_t count, enum data_kind data)
 {
     unsigned char *b = p;
 
@@ -108,7 +143,7 @@ static void fill(void *p, comm_dtype_t t, size_t count, enum data_kind data)
         bool special = data == DATA_SPECIAL && rng() % 4 == 0;
         bool zero = data == DATA_ZEROS && rng() % 2 == 0;
         uint64_t r = rng();
-        float f = rand_float();
+        float f = op == COMM_PROD ? rand_near1() : rand_float();
         uint16_t h;
         uint32_t u;
         int32_t i32;
@@ -132,7 +167,7 @@ static void fill(void *p, comm_dtype_t t, size_t count, enum data_kind data)
             memcpy(b + 2 * i, &h, 2);
             break;
         case COMM_F64:
-            d = (double)f + (double)(r >> 11) * 0x1p-60;
+            d = (double)f * (1.0 + (double)(r >> 11) * 0x1p-60);
             if (special)
                 d = coll_rd_bits_f64(special_f64[r % NELEM(special_f64)]);
             if (zero)
@@ -148,7 +183,11 @@ static void fill(void *p, comm_dtype_t t, size_t count, enum data_kind data)
             i64 = (int64_t)(r | 1);
             memcpy(b + 8 * i, &i64, 8);
             break;
-        default: /* the 0.2 dtypes: not yet */
+        default:
+            /* I8, U8, U32, U64: the whole range (INT8_MIN, 0xff, ... included); odd and
+             * so never zero for PROD. */
+            r = op == COMM_PROD ? r | 1 : r;
+            memcpy(b + dsize(t) * i, &r, dsize(t)); /* the low bytes, little-endian */
             break;
         }
     }
@@ -172,17 +211,24 @@ static float widen(comm_dtype_t t, const void *p, size_t i)
  * The reduction as the header states it, for the float dtypes: acc op s in source
  * order, NaN rules included (the first NaN wins; SUM makes it quiet), then the addend.
  */
+static bool selects(comm_op_t op)
+{
+    return op == COMM_MAX || op == COMM_MIN;
+}
+
 static float model_op(comm_op_t op, float acc, float s)
 {
     if (isnan(acc))
-        return op == COMM_SUM ? coll_rd_bits_f32(coll_rd_f32_bits(acc) | 0x400000) : acc;
+        return selects(op) ? acc : coll_rd_bits_f32(coll_rd_f32_bits(acc) | 0x400000);
     if (isnan(s))
-        return op == COMM_SUM ? coll_rd_bits_f32(coll_rd_f32_bits(s) | 0x400000) : s;
+        return selects(op) ? s : coll_rd_bits_f32(coll_rd_f32_bits(s) | 0x400000);
     if (op == COMM_MAX)
         return s > acc ? s : acc;
     if (op == COMM_MIN)
         return s < acc ? s : acc;
-    return acc + s;
+    if (op == COMM_PROD)
+        return acc * s;
+    return acc + s; /* SUM, and AVG's sum */
 }
 
 static double model_op64(comm_op_t op, double acc, double s)
@@ -190,14 +236,33 @@ static double model_op64(comm_op_t op, double acc, double s)
     const uint64_t q = 0x0008000000000000ull;
 
     if (isnan(acc))
-        return op == COMM_SUM ? coll_rd_bits_f64(coll_rd_f64_bits(acc) | q) : acc;
+        return selects(op) ? acc : coll_rd_bits_f64(coll_rd_f64_bits(acc) | q);
     if (isnan(s))
-        return op == COMM_SUM ? coll_rd_bits_f64(coll_rd_f64_bits(s) | q) : s;
+        return selects(op) ? s : coll_rd_bits_f64(coll_rd_f64_bits(s) | q);
     if (op == COMM_MAX)
         return s > acc ? s : acc;
     if (op == COMM_MIN)
         return s < acc ? s : acc;
+    if (op == COMM_PROD)
+        return acc * s;
     return acc + s;
+}
+
+/* Element i of an integer buffer: its bits zero-extended, and its value as a signed
+ * or unsigned number for comparisons. */
+static uint64_t int_bits(comm_dtype_t t, const void *p, size_t i)
+{
+    uint64_t v = 0;
+    memcpy(&v, (const unsigned char *)p + dsize(t) * i, dsize(t)); /* little-endian */
+    return v;
+}
+
+static bool int_less(comm_dtype_t t, uint64_t a, uint64_t b)
+{
+    if (!is_signed(t))
+        return a < b;
+    int sh = 64 - 8 * (int)dsize(t);
+    return (int64_t)(a << sh) >> sh < (int64_t)(b << sh) >> sh;
 }
 
 /* The expected bytes of dst[j][i]; also the float64 reference check for finite data. */
@@ -207,48 +272,32 @@ static void model(const struct tcase *tc, const void *const *src, const void *ad
     const size_t ai = tc->addend_count ? (tc->offset + i) % tc->addend_count : 0;
     const bool add = addend && tc->op == COMM_SUM;
 
-    if (tc->dtype == COMM_I32) {
-        int32_t acc = 0, s;
+    if (is_int(tc->dtype)) {
+        /* mod 2^64 then truncated: the same low bits as wrapping in the dtype's width */
+        uint64_t acc = 0, v;
         for (int k = 0; k < tc->nsrc; k++) {
-            memcpy(&s, (const unsigned char *)src[k] + 4 * i, 4);
+            v = int_bits(tc->dtype, src[k], i);
             if (k == 0)
-                acc = s;
-            else if (tc->op == COMM_SUM)
-                acc = (int32_t)((uint32_t)acc + (uint32_t)s); /* wraps */
-            else if (tc->op == COMM_MAX ? s > acc : s < acc)
-                acc = s;
+                acc = v;
+            else if (tc->op == COMM_SUM || tc->op == COMM_AVG) /* AVG: reduced as SUM */
+                acc += v;
+            else if (tc->op == COMM_PROD)
+                acc *= v;
+            else if (tc->op == COMM_MAX ? int_less(tc->dtype, acc, v) : int_less(tc->dtype, v, acc))
+                acc = v;
         }
-        if (add) {
-            memcpy(&s, (const unsigned char *)addend + 4 * ai, 4);
-            acc = (int32_t)((uint32_t)acc + (uint32_t)s);
-        }
-        memcpy(out, &acc, 4);
+        if (add)
+            acc += int_bits(tc->dtype, addend, ai);
+        memcpy(out, &acc, dsize(tc->dtype));
         return;
     }
-    if (tc->dtype == COMM_I64) {
-        int64_t acc = 0, s;
-        for (int k = 0; k < tc->nsrc; k++) {
-            memcpy(&s, (const unsigned char *)src[k] + 8 * i, 8);
-            if (k == 0)
-                acc = s;
-            else if (tc->op == COMM_SUM)
-                acc = (int64_t)((uint64_t)acc + (uint64_t)s);
-            else if (tc->op == COMM_MAX ? s > acc : s < acc)
-                acc = s;
-        }
-        if (add) {
-            memcpy(&s, (const unsigned char *)addend + 8 * ai, 8);
-            acc = (int64_t)((uint64_t)acc + (uint64_t)s);
-        }
-        memcpy(out, &acc, 8);
-        return;
-    }
+    const double d = tc->avg_n ? tc->avg_n : tc->nsrc; /* AVG's divisor */
     if (tc->dtype == COMM_F64) {
-        double acc = 0, ref = 0, sumabs = 0, s;
+        double acc = 0, ref = 0, sumabs = 0, s, tol;
         for (int k = 0; k < tc->nsrc; k++) {
             memcpy(&s, (const unsigned char *)src[k] + 8 * i, 8);
             acc = k == 0 ? s : model_op64(tc->op, acc, s);
-            ref = k == 0 ? s : tc->op == COMM_SUM ? ref + s : acc;
+            ref = k == 0 ? s : tc->op == COMM_PROD ? ref * s : selects(tc->op) ? acc : ref + s;
             sumabs += fabs(s);
         }
         if (add) {
@@ -257,8 +306,17 @@ static void model(const struct tcase *tc, const void *const *src, const void *ad
             ref += s;
             sumabs += fabs(s);
         }
+        tol = sumabs * (tc->nsrc + 1) * 0x1p-52;
+        if (tc->op == COMM_PROD)
+            tol = fabs(ref) * (tc->nsrc + 1) * 0x1p-52;
+        if (tc->op == COMM_AVG) {
+            acc = isnan(acc) ? coll_rd_bits_f64(coll_rd_f64_bits(acc) | 0x0008000000000000ull)
+                             : acc / d;
+            ref /= d;
+            tol = tol / d + fabs(ref) * 0x1p-52;
+        }
         if (tc->data == DATA_RANDOM)
-            assert_true(fabs(acc - ref) <= sumabs * (tc->nsrc + 1) * 0x1p-52);
+            assert_true(fabs(acc - ref) <= tol);
         memcpy(out, &acc, 8);
         return;
     }
@@ -270,10 +328,11 @@ static void model(const struct tcase *tc, const void *const *src, const void *ad
         if (tc->round_bf16)
             s = coll_bf16_to_f32(coll_f32_to_bf16_1(s));
         acc = k == 0 ? s : model_op(tc->op, acc, s);
-        ref = k == 0               ? s
-              : tc->op == COMM_SUM ? ref + s
-              : tc->op == COMM_MAX ? fmax(ref, s)
-                                   : fmin(ref, s);
+        ref = k == 0                ? s
+              : tc->op == COMM_MAX  ? fmax(ref, s)
+              : tc->op == COMM_MIN  ? fmin(ref, s)
+              : tc->op == COMM_PROD ? ref * s
+                                    : ref + s;
         sumabs += fabs(s);
     }
     if (add) {
@@ -281,6 +340,15 @@ static void model(const struct tcase *tc, const void *const *src, const void *ad
         acc = model_op(COMM_SUM, acc, s);
         ref += s;
         sumabs += fabs(s);
+    }
+    /* f32 rounding of each step */
+    tol = sumabs * (tc->nsrc + 1) * 0x1p-24;
+    if (tc->op == COMM_PROD)
+        tol = fabs(ref) * (tc->nsrc + 1) * 0x1p-24;
+    if (tc->op == COMM_AVG) {
+        acc = isnan(acc) ? coll_rd_bits_f32(coll_rd_f32_bits(acc) | 0x400000) : acc / (float)d;
+        ref /= d;
+        tol = tol / d + fabs(ref) * 0x1p-24;
     }
     if (tc->dtype == COMM_F32) {
         memcpy(out, &acc, 4);
@@ -290,11 +358,10 @@ static void model(const struct tcase *tc, const void *const *src, const void *ad
         acc = widen(tc->dtype, out, 0);
     }
     if (tc->data == DATA_RANDOM) {
-        /* f32 rounding of each step, plus the final rounding to the destination */
-        tol = sumabs * (tc->nsrc + 1) * 0x1p-24;
+        /* plus the final rounding to the destination */
         tol += fabs(ref) * (tc->dtype == COMM_F16 ? 0x1p-11 : tc->dtype == COMM_BF16 ? 0x1p-8 : 0);
         tol += tc->dtype == COMM_F16 ? 0x1p-25 : 0;
-        if (tc->op != COMM_SUM)
+        if (selects(tc->op))
             tol = 0; /* max/min select a value: exact */
         assert_true(fabs((double)acc - ref) <= tol);
     }
@@ -325,7 +392,7 @@ static void bufs_alloc(struct bufs *b, const struct tcase *tc)
         b->src_mem[k] = xmalloc(tc->count * se + GUARD + 64);
         b->orig[k] = xmalloc(tc->count * se + 1);
         b->src[k] = b->src_mem[k] + tc->misalign;
-        fill((void *)b->src[k], tc->src_dtype, tc->count, tc->data);
+        fill((void *)b->src[k], tc->src_dtype, tc->op, tc->count, tc->data);
         memcpy(b->orig[k], b->src[k], tc->count * se);
     }
     for (int j = 0; j < tc->ndst; j++) {
@@ -336,7 +403,7 @@ static void bufs_alloc(struct bufs *b, const struct tcase *tc)
         if (tc->addend_count && j != 1) {
             b->add_mem[j] = xmalloc(tc->addend_count * de + 64);
             b->addend[j] = b->add_mem[j] + tc->misalign;
-            fill((void *)b->addend[j], tc->dtype, tc->addend_count, tc->data);
+            fill((void *)b->addend[j], tc->dtype, COMM_SUM, tc->addend_count, tc->data);
         }
     }
 }
@@ -373,6 +440,7 @@ static void run_case(const struct tcase *tc)
             .round_bf16 = tc->round_bf16,
             .count = tc->count,
             .op = tc->op,
+            .avg_n = tc->avg_n,
             .addend = tc->addend_count ? b.addend : NULL,
             .addend_count = tc->addend_count,
             .offset = tc->offset,
@@ -430,8 +498,10 @@ static void run_case(const struct tcase *tc)
 }
 
 static const size_t counts[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 1000, 4099};
-static const comm_dtype_t dtypes[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, COMM_I32, COMM_I64};
-static const comm_op_t ops[] = {COMM_SUM, COMM_MAX, COMM_MIN};
+/* The float dtypes first (test_specials takes the first four). */
+static const comm_dtype_t dtypes[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, COMM_I32,
+                                      COMM_I64, COMM_I8,  COMM_U8,   COMM_U32, COMM_U64};
+static const comm_op_t ops[] = {COMM_SUM, COMM_MAX, COMM_MIN, COMM_PROD, COMM_AVG};
 
 static void test_isa_choice(void **state)
 {
@@ -488,13 +558,13 @@ static void test_byte_misaligned(void **state)
             struct tcase tc = {
                 .dtype = dtypes[d],
                 .src_dtype = dtypes[d],
-                .op = ops[c % 3],
+                .op = ops[(c + d) % NELEM(ops)],
                 .nsrc = 3,
                 .ndst = 2,
                 .count = counts[c],
                 .misalign = 1,
                 .nt = c & 1,
-                .addend_count = (c & 2) && ops[c % 3] == COMM_SUM ? counts[c] : 0,
+                .addend_count = (c & 2) && ops[(c + d) % NELEM(ops)] == COMM_SUM ? counts[c] : 0,
             };
             run_case(&tc);
         }
@@ -517,6 +587,12 @@ static void test_in_place(void **state)
                 .misalign = nsrc == 3 ? dsize(dtypes[d]) : 0,
             };
             run_case(&tc);
+            tc.op = COMM_PROD;
+            run_case(&tc);
+            tc.op = COMM_AVG; /* the division in place, in dst[0] == src[0] */
+            tc.avg_n = nsrc == 2 ? 5 : 0;
+            run_case(&tc);
+            tc.avg_n = 0;
             tc.op = COMM_MAX;
             tc.ndst = 1;
             run_case(&tc);
@@ -558,7 +634,11 @@ static void test_addend(void **state)
                 .offset = c & 1 ? 7 : 0,
             };
             run_case(&tc);
-            tc.op = COMM_MAX; /* the addend is ignored with MAX */
+            tc.op = COMM_MAX; /* the addend is ignored with every op but SUM */
+            run_case(&tc);
+            tc.op = COMM_PROD;
+            run_case(&tc);
+            tc.op = COMM_AVG;
             run_case(&tc);
         }
     }
@@ -614,6 +694,9 @@ static void test_nt_store(void **state)
             run_case(&tc);
             tc.count = 37;
             run_case(&tc);
+            tc.op = m % 2 ? COMM_PROD : COMM_AVG; /* no addend: plain streamed stores */
+            tc.count = 20000 + m;
+            run_case(&tc);
         }
     }
 }
@@ -634,6 +717,11 @@ static void test_large(void **state)
             .addend_count = 4096,
             .offset = 1000,
         };
+        run_case(&tc);
+        tc.op = COMM_PROD;
+        run_case(&tc);
+        tc.op = COMM_AVG;
+        tc.avg_n = 8;
         run_case(&tc);
     }
     struct tcase tc = {
@@ -782,6 +870,197 @@ static void test_int_wrap(void **state)
     coll_reduce_force_isa(NULL);
 }
 
+/* AVG's divisor: avg_n, or nsrc when 0; integers handed AVG get the SUM (no UB). */
+static void test_avg_divisor(void **state)
+{
+    static const int avg_ns[] = {0, 1, 2, 3, 7, 64};
+
+    (void)state;
+    for (size_t d = 0; d < NELEM(dtypes); d++) {
+        for (size_t a = 0; a < NELEM(avg_ns); a++) {
+            for (int nsrc = 1; nsrc <= 4; nsrc++) {
+                struct tcase tc = {
+                    .dtype = dtypes[d],
+                    .src_dtype = dtypes[d],
+                    .op = COMM_AVG,
+                    .avg_n = avg_ns[a],
+                    .nsrc = nsrc,
+                    .ndst = 1 + (int)a % 3,
+                    .count = 1000 + a,
+                    .misalign = a & 1 ? dsize(dtypes[d]) : 0,
+                };
+                run_case(&tc);
+                if (d < 4) {
+                    tc.data = DATA_SPECIAL;
+                    run_case(&tc);
+                }
+            }
+        }
+    }
+    /* Spelled out: (1 + 2 + 4) / 7 == 1 exactly, and 3 / 2 == 1.5 in f16. */
+    for (size_t t = 0; t < NELEM(isas); t++) {
+        float a[40], b[40], c[40], out[40];
+        uint16_t h[2][40], ho[40];
+        const void *src[3] = {a, b, c}, *hsrc[2] = {h[0], h[1]};
+        void *dst[1] = {out}, *hdst[1] = {ho};
+        for (int i = 0; i < 40; i++) {
+            a[i] = 1.0f;
+            b[i] = 2.0f;
+            c[i] = 4.0f;
+            h[0][i] = 0x3c00; /* 1.0 */
+            h[1][i] = 0x4000; /* 2.0 */
+        }
+        struct coll_reduce_args args = {
+            .dst = dst,
+            .ndst = 1,
+            .dst_dtype = COMM_F32,
+            .src = src,
+            .nsrc = 3,
+            .src_dtype = COMM_F32,
+            .count = 40,
+            .op = COMM_AVG,
+            .avg_n = 7,
+        };
+        if (!coll_reduce_force_isa(isas[t]))
+            continue;
+        coll_reduce(&args);
+        for (int i = 0; i < 40; i++)
+            assert_true(out[i] == 1.0f);
+        args = (struct coll_reduce_args){
+            .dst = hdst,
+            .ndst = 1,
+            .dst_dtype = COMM_F16,
+            .src = hsrc,
+            .nsrc = 2,
+            .src_dtype = COMM_F16,
+            .count = 40,
+            .op = COMM_AVG,
+        };
+        coll_reduce(&args);
+        for (int i = 0; i < 40; i++)
+            assert_int_equal(ho[i], 0x3e00); /* 1.5 */
+    }
+    coll_reduce_force_isa(NULL);
+}
+
+/* PROD: the first NaN in source order, made quiet; 0 * Inf the default NaN; overflow. */
+static void test_prod_specials(void **state)
+{
+    enum { N = 64 };
+    const uint32_t s1 = 0x7f800123, q2 = 0xffc00002; /* a signalling and a quiet NaN */
+    float a[N], b[N], c[N], out[N];
+    const void *src[3] = {a, b, c};
+    void *dst[1] = {out};
+
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        a[i] = 1.5f;
+        b[i] = -2.0f;
+        c[i] = 0.25f;
+    }
+    b[5] = coll_rd_bits_f32(s1);
+    c[5] = coll_rd_bits_f32(q2);
+    c[20] = coll_rd_bits_f32(q2);
+    a[33] = 0.0f;
+    b[33] = INFINITY;
+    a[40] = 0x1p100f;
+    b[40] = 0x1p100f; /* overflows f32: Inf, then * 0.25 stays Inf */
+    for (size_t t = 0; t < NELEM(isas); t++) {
+        struct coll_reduce_args args = {
+            .dst = dst,
+            .ndst = 1,
+            .dst_dtype = COMM_F32,
+            .src = src,
+            .nsrc = 3,
+            .src_dtype = COMM_F32,
+            .count = N,
+            .op = COMM_PROD,
+        };
+        if (!coll_reduce_force_isa(isas[t]))
+            continue;
+        coll_reduce(&args);
+        assert_int_equal(coll_rd_f32_bits(out[5]), s1 | 0x400000);
+        assert_int_equal(coll_rd_f32_bits(out[20]), q2);
+        assert_true(isnan(out[33]));
+        assert_true(out[40] == INFINITY);
+        assert_true(out[0] == -0.75f);
+    }
+    coll_reduce_force_isa(NULL);
+}
+
+/* The 0.2 integers at their edges: signed vs unsigned order, wrapping sums and products. */
+static void test_int_edges(void **state)
+{
+    (void)state;
+    for (size_t t = 0; t < NELEM(isas); t++) {
+        uint8_t a8[100], b8[100], o8[100];
+        uint32_t a32[100], b32[100], o32[100];
+        uint64_t a64[100], b64[100], o64[100];
+        const void *s8[2] = {a8, b8}, *s32[2] = {a32, b32}, *s64[2] = {a64, b64};
+        void *d8[1] = {o8}, *d32[1] = {o32}, *d64[1] = {o64};
+        for (int i = 0; i < 100; i++) {
+            a8[i] = 200; /* -56 as i8 */
+            b8[i] = 100;
+            a32[i] = 0xfffffff0u; /* -16 as i32 */
+            b32[i] = 7;
+            a64[i] = UINT64_MAX - 1; /* -2 as i64 */
+            b64[i] = 3;
+        }
+        struct coll_reduce_args args = {
+            .ndst = 1,
+            .nsrc = 2,
+            .count = 100,
+        };
+        if (!coll_reduce_force_isa(isas[t]))
+            continue;
+        static const struct {
+            comm_dtype_t dt;
+            comm_op_t op;
+            uint64_t want;
+        } cases[] = {
+            {COMM_U8, COMM_MAX, 200},
+            {COMM_I8, COMM_MAX, 100},
+            {COMM_U8, COMM_MIN, 100},
+            {COMM_I8, COMM_MIN, 200},
+            {COMM_U8, COMM_SUM, 44}, /* 300 mod 256 */
+            {COMM_I8, COMM_SUM, 44},
+            {COMM_U8, COMM_PROD, 32}, /* 20000 mod 256 */
+            {COMM_I8, COMM_PROD, 32},
+            {COMM_I8, COMM_AVG, 44}, /* handed AVG: the sum */
+            {COMM_U32, COMM_MAX, 0xfffffff0u},
+            {COMM_I32, COMM_MAX, 7},
+            {COMM_U32, COMM_MIN, 7},
+            {COMM_I32, COMM_MIN, 0xfffffff0u},
+            {COMM_U32, COMM_SUM, 0xfffffff7u},
+            {COMM_U32, COMM_PROD, 0xffffff90u}, /* -112 */
+            {COMM_I32, COMM_PROD, 0xffffff90u},
+            {COMM_U64, COMM_MAX, UINT64_MAX - 1},
+            {COMM_I64, COMM_MAX, 3},
+            {COMM_U64, COMM_MIN, 3},
+            {COMM_I64, COMM_MIN, UINT64_MAX - 1},
+            {COMM_U64, COMM_SUM, 1},               /* wraps */
+            {COMM_U64, COMM_PROD, UINT64_MAX - 5}, /* -6 */
+            {COMM_I64, COMM_PROD, UINT64_MAX - 5},
+            {COMM_U64, COMM_AVG, 1},
+        };
+        for (size_t c = 0; c < NELEM(cases); c++) {
+            size_t es = dsize(cases[c].dt);
+            args.dst_dtype = args.src_dtype = cases[c].dt;
+            args.op = cases[c].op;
+            args.src = es == 1 ? s8 : es == 4 ? s32 : s64;
+            args.dst = es == 1 ? d8 : es == 4 ? d32 : d64;
+            coll_reduce(&args);
+            for (int i = 0; i < 100; i++) {
+                uint64_t got = es == 1 ? o8[i] : es == 4 ? o32[i] : o64[i];
+                if (got != cases[c].want)
+                    fail_msg("isa %s case %zu element %d: got 0x%llx, want 0x%llx", isas[t], c, i,
+                             (unsigned long long)got, (unsigned long long)cases[c].want);
+            }
+        }
+    }
+    coll_reduce_force_isa(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -790,7 +1069,8 @@ int main(void)
         cmocka_unit_test(test_addend),          cmocka_unit_test(test_bf16_wire),
         cmocka_unit_test(test_nt_store),        cmocka_unit_test(test_large),
         cmocka_unit_test(test_specials),        cmocka_unit_test(test_max_min_nan),
-        cmocka_unit_test(test_int_wrap),
+        cmocka_unit_test(test_int_wrap),        cmocka_unit_test(test_avg_divisor),
+        cmocka_unit_test(test_prod_specials),   cmocka_unit_test(test_int_edges),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,16 +10,22 @@
 static const struct {
     const char *name;
     size_t size;
+    bool is_float; /* a floating-point format (AVG is defined on these only) */
 } dtypes[] = {
-    [COMM_F32] = {"f32", 4}, [COMM_F16] = {"f16", 2}, [COMM_BF16] = {"bf16", 2},
-    [COMM_F64] = {"f64", 8}, [COMM_I32] = {"i32", 4}, [COMM_I64] = {"i64", 8},
+    [COMM_F32] = {"f32", 4, true},  [COMM_F16] = {"f16", 2, true},  [COMM_BF16] = {"bf16", 2, true},
+    [COMM_F64] = {"f64", 8, true},  [COMM_I32] = {"i32", 4, false}, [COMM_I64] = {"i64", 8, false},
+    [COMM_I8] = {"i8", 1, false},   [COMM_U8] = {"u8", 1, false},   [COMM_U32] = {"u32", 4, false},
+    [COMM_U64] = {"u64", 8, false},
 };
 _Static_assert(sizeof(dtypes) / sizeof(dtypes[0]) == RT_DTYPE_COUNT &&
-                   COMM_I64 + 1 == RT_DTYPE_COUNT,
+                   COMM_U64 + 1 == RT_DTYPE_COUNT,
                "one dtypes[] entry per comm_dtype_t");
 
-static const char *const ops[] = {[COMM_SUM] = "sum", [COMM_MAX] = "max", [COMM_MIN] = "min"};
-_Static_assert(sizeof(ops) / sizeof(ops[0]) == RT_OP_COUNT && COMM_MIN + 1 == RT_OP_COUNT,
+static const char *const ops[] = {
+    [COMM_SUM] = "sum",   [COMM_MAX] = "max", [COMM_MIN] = "min",
+    [COMM_PROD] = "prod", [COMM_AVG] = "avg",
+};
+_Static_assert(sizeof(ops) / sizeof(ops[0]) == RT_OP_COUNT && COMM_AVG + 1 == RT_OP_COUNT,
                "one ops[] entry per comm_op_t");
 
 static const struct {
@@ -50,6 +56,11 @@ size_t rt_dtype_size(comm_dtype_t dtype)
 const char *rt_dtype_name(comm_dtype_t dtype)
 {
     return (unsigned)dtype < RT_DTYPE_COUNT ? dtypes[dtype].name : "?";
+}
+
+bool rt_dtype_is_float(comm_dtype_t dtype)
+{
+    return (unsigned)dtype < RT_DTYPE_COUNT && dtypes[dtype].is_float;
 }
 
 const char *rt_op_name(comm_op_t op)

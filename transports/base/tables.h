@@ -12,15 +12,18 @@
 #include <stddef.h>
 
 /* How many values each public enumeration has (all values are 0..N-1, statuses apart). */
-#define RT_DTYPE_COUNT  6
-#define RT_OP_COUNT     3
+#define RT_DTYPE_COUNT  10
+#define RT_OP_COUNT     5
 #define RT_DEVICE_COUNT 3
 
 /* Bytes of one element, 0 when dtype is not a comm_dtype_t. */
 size_t rt_dtype_size(comm_dtype_t dtype);
 /* "f32", ... or "?". */
 const char *rt_dtype_name(comm_dtype_t dtype);
-/* "sum", "max", "min" or "?". */
+/* True for the floating-point dtypes (f32, f16, bf16, f64), false for the integers and
+ * for a value that is not a comm_dtype_t. */
+bool rt_dtype_is_float(comm_dtype_t dtype);
+/* "sum", "max", "min", "prod", "avg" or "?". */
 const char *rt_op_name(comm_op_t op);
 /* "host", "cuda", "hexagon" (ARCOMM_DEVICE's spelling) or "?". */
 const char *rt_device_name(comm_device_t device);

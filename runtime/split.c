@@ -89,13 +89,47 @@ static comm_status_t check_usable(struct comm *c, const char *fn)
 #define SPLIT_COUNT_COLORS 2 /* color and key */
 #define SPLIT_COUNT_RESULT 1 /* the status of the rank's comm_init */
 
+/* What a peer's arrival at a handshake's call number was, for a mismatch message. */
+static void describe(const struct shm_arrival *a, char *buf, size_t len)
+{
+    bool split = a->count == SPLIT_COUNT_COLORS || a->count == SPLIT_COUNT_RESULT;
+    if (a->path == SHM_PATH_BARRIER && split)
+        snprintf(buf, len, "comm_split or comm_dup");
+    else if (a->path == SHM_PATH_BARRIER)
+        snprintf(buf, len, "comm_barrier");
+    else
+        snprintf(buf, len, "a collective of count %llu dtype %s", (unsigned long long)a->count,
+                 a->dtype < RT_DTYPE_COUNT ? rt_dtype_name(a->dtype) : "?");
+}
+
+/*
+ * coll_wait_arrivals found a peer making another call: says so in this rank's message
+ * in the terms of comm_split (the handshake is barrier-shaped, and the shared message
+ * would call it a barrier).
+ */
+static void mismatch_message(struct comm *c, const struct shm_arrival *mine, const char *fn)
+{
+    for (int p = 0; p < c->nranks; p++) {
+        const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
+        if (a->path == mine->path && a->count == mine->count)
+            continue;
+        char what[96];
+        describe(a, what, sizeof(what));
+        snprintf(c->errmsg, sizeof(c->errmsg),
+                 "rank %d: ranks disagree in call %u: rank %d made %s, rank %d made %s; every "
+                 "rank of the communicator must make the same calls in the same order",
+                 c->rank, c->seq, c->rank, fn, p, what);
+        return;
+    }
+}
+
 /*
  * One handshake at call c->seq: publishes (a, b) in this rank's arrival word, waits for
  * every peer's, and reads theirs into all_a and all_b (either may be NULL).  The values
  * ride in the word's buffer fields, which a barrier-shaped arrival leaves unused; a peer
  * reuses this word only two calls later, after this rank arrived at the next one.
  */
-static comm_status_t handshake(struct comm *c, uint64_t count, int64_t a, int64_t b,
+static comm_status_t handshake(struct comm *c, uint64_t count, int64_t a, int64_t b, const char *fn,
                                const char *what, int64_t *all_a, int64_t *all_b)
 {
     struct shm_arrival mine = {
@@ -107,6 +141,8 @@ static comm_status_t handshake(struct comm *c, uint64_t count, int64_t a, int64_
     };
     coll_arrive(c, &mine);
     comm_status_t st = coll_wait_arrivals(c, what);
+    if (st == COMM_ERR_MISMATCH)
+        mismatch_message(c, &mine, fn);
     if (st != COMM_OK)
         return st;
     for (int p = 0; p < c->nranks; p++) {
@@ -207,12 +243,15 @@ static comm_status_t child_init(const struct comm *c, uint32_t call, const struc
  * parent rank whose comm_init failed on its own, not by seeing a peer of its group
  * fail (COMM_ERR_PEER), is the root cause; else the lowest failing rank.  -1: none.
  */
-static int first_failure(int nranks, const int64_t *results)
+static int first_failure(int nranks, int64_t *results)
 {
     int first = -1;
     for (int p = 0; p < nranks; p++) {
         if (results[p] == COMM_OK)
             continue;
+        /* Only statuses come from the peers; anything else is a corrupted word. */
+        if (results[p] > 0 || results[p] < COMM_ERR_ABORTED)
+            results[p] = COMM_ERR_PEER;
         if (results[p] != COMM_ERR_PEER)
             return p;
         if (first < 0)
@@ -239,8 +278,8 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
     uint32_t call = c->seq;
     char what[64];
     snprintf(what, sizeof(what), "%s (colors and keys)", fn);
-    st = handshake(c, SPLIT_COUNT_COLORS, color < 0 ? COMM_SPLIT_NONE : color, key, what, colors,
-                   keys);
+    st = handshake(c, SPLIT_COUNT_COLORS, color < 0 ? COMM_SPLIT_NONE : color, key, fn, what,
+                   colors, keys);
     if (st != COMM_OK)
         return split_break(c, st);
     c->seq++;
@@ -256,7 +295,7 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
     }
 
     snprintf(what, sizeof(what), "%s (joining the new communicators)", fn);
-    st = handshake(c, SPLIT_COUNT_RESULT, mine, 0, what, results, NULL);
+    st = handshake(c, SPLIT_COUNT_RESULT, mine, 0, fn, what, results, NULL);
     if (st != COMM_OK) {
         comm_destroy(child);
         return split_break(c, st);

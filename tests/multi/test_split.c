@@ -472,6 +472,8 @@ static void mismatch_body(struct h_rank *r)
     else
         st = comm_split(r->comm, 0, r->rank, &child);
     expect_status(r, r->comm, st, COMM_ERR_MISMATCH, "disagree");
+    if (r->rank != r->nranks - 1)
+        expect_status(r, r->comm, st, COMM_ERR_MISMATCH, "made comm_split");
     if (child != SENTINEL)
         h_fail(r, "a failed comm_split wrote *newcomm");
     for (int i = 0; i < 100; i++) {
@@ -528,9 +530,11 @@ static void null_newcomm_body(struct h_rank *r)
     if (r->rank == 1) {
         comm_status_t st = comm_split(r->comm, 0, 0, NULL);
         expect_status(r, r->comm, st, COMM_ERR_INVALID, "newcomm is NULL");
+        usleep(300 * 1000); /* its comm_destroy must not be what tells the peers */
     } else {
         comm_status_t st = comm_split(r->comm, 0, 0, &child);
-        expect_status(r, r->comm, st, COMM_ERR_PEER, "rank 1");
+        /* The root cause, not rank 1 leaving at comm_destroy. */
+        expect_status(r, r->comm, st, COMM_ERR_PEER, "newcomm is NULL");
         if (child != SENTINEL)
             h_fail(r, "a failed comm_split wrote *newcomm");
     }
@@ -672,6 +676,47 @@ static void child_init_fails(void **s)
     struct h_rank *res = h_run(&job);
     expect_clean(res, 4);
     assert_int_equal(leftovers(&res[0].id, 1, 2), 0);
+}
+
+/* ---- the child inherits the parent's timeout ---- */
+
+#define SHORT_TIMEOUT_MS 800
+
+static void timeout_body(struct h_rank *r)
+{
+    comm_t *dup = NULL;
+    comm_status_t st = comm_dup(r->comm, &dup);
+    if (st != COMM_OK) {
+        h_fail(r, "comm_dup: %s", comm_last_error(r->comm));
+        return;
+    }
+    float x[16], y[16];
+    h_fill(x, 16, COMM_F32, 81, r->rank);
+    /* Rank 1 comes long after rank 0's timeout (the parent's, not the default). */
+    if (r->rank == 1)
+        usleep(3 * SHORT_TIMEOUT_MS * 1000);
+    double t0 = h_now_ms();
+    st = comm_allreduce(dup, x, y, 16, COMM_F32, COMM_SUM, NULL);
+    double ms = h_now_ms() - t0;
+    if (r->rank == 0) {
+        expect_status(r, dup, st, COMM_ERR_TIMEOUT, "rank 1");
+        if (ms < SHORT_TIMEOUT_MS * 0.9 || ms > 2.5 * SHORT_TIMEOUT_MS)
+            h_fail(r, "the child timed out after %.0f ms, not the parent's %d ms", ms,
+                   SHORT_TIMEOUT_MS);
+    } else if (st == COMM_OK) {
+        h_fail(r, "rank 1's late allreduce succeeded: rank 0 should have timed out");
+    }
+    comm_destroy(dup);
+}
+
+static void child_timeout(void **s)
+{
+    (void)s;
+    struct h_job job = {
+        .nranks = 2, .body = timeout_body, .kill_rank = -1, .timeout_ms = SHORT_TIMEOUT_MS};
+    struct h_rank *res = h_run(&job);
+    expect_clean(res, 2);
+    assert_int_equal(leftovers(&res[0].id, 1, 1), 0);
 }
 
 /* ---- comm_init_all ---- */
@@ -840,6 +885,7 @@ int main(void)
         cmocka_unit_test(dead_peer),
         cmocka_unit_test(aborting_peer),
         cmocka_unit_test(child_init_fails),
+        cmocka_unit_test(child_timeout),
         cmocka_unit_test(init_all_sizes),
         cmocka_unit_test(init_all_invalid),
     };

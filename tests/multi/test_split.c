@@ -719,6 +719,84 @@ static void child_timeout(void **s)
     assert_int_equal(leftovers(&res[0].id, 1, 1), 0);
 }
 
+/* ---- another device: the handshakes leave the backend's staging alone (Hexagon keeps
+ * its buffer registry there) ---- */
+
+/* An allreduce on comm_mem_alloc buffers (what a Hexagon communicator takes). */
+static void reduce_check_mem(struct h_rank *r, comm_t *comm, size_t count, uint64_t seed,
+                             const char *what)
+{
+    float *send = NULL, *recv = NULL;
+    if (comm_mem_alloc(comm, count * sizeof(float), (void **)&send) != COMM_OK ||
+        comm_mem_alloc(comm, count * sizeof(float), (void **)&recv) != COMM_OK) {
+        h_fail(r, "%s: comm_mem_alloc: %s", what, comm_last_error(comm));
+        return;
+    }
+    h_fill(send, count, COMM_F32, seed, comm_rank(comm));
+    h_poison(recv, count, COMM_F32);
+    comm_status_t st = comm_allreduce(comm, send, recv, count, COMM_F32, COMM_SUM, NULL);
+    if (st != COMM_OK)
+        h_fail(r, "%s: allreduce: %s: %s", what, comm_status_string(st), comm_last_error(comm));
+    else if (h_check(r, recv, count, COMM_F32, COMM_SUM, seed, comm_size(comm), NULL, 0, false))
+        h_fail(r, "%s: wrong sums (see above)", what);
+    comm_mem_free(comm, send);
+    comm_mem_free(comm, recv);
+}
+
+static void hexagon_body(struct h_rank *r)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = r->nranks;
+    cfg.rank = r->rank;
+    cfg.id = r->id;
+    cfg.device = COMM_DEVICE_HEXAGON;
+    cfg.timeout_ms = 20000;
+    comm_t *parent = NULL, *half = NULL, *dup = NULL;
+    comm_status_t st = comm_init(&parent, &cfg);
+    if (st == COMM_ERR_UNSUPPORTED) {
+        r->status = st; /* not built in: every rank alike */
+        return;
+    }
+    if (st != COMM_OK) {
+        h_fail(r, "comm_init (hexagon): %s", comm_last_error(NULL));
+        return;
+    }
+    reduce_check_mem(r, parent, 1000, 91, "hexagon parent");
+    st = comm_split(parent, r->rank % 2, -r->rank, &half);
+    if (st == COMM_OK)
+        st = comm_dup(parent, &dup);
+    if (st != COMM_OK) {
+        h_fail(r, "split/dup (hexagon): %s: %s", comm_status_string(st), comm_last_error(parent));
+        comm_destroy(parent);
+        comm_destroy(half);
+        return;
+    }
+    if (strcmp(comm_transport_name(half), "hexagon") != 0)
+        h_fail(r, "the child runs on %s", comm_transport_name(half));
+    reduce_check_mem(r, half, 777, 92 + (uint64_t)(r->rank % 2), "hexagon half");
+    reduce_check_mem(r, parent, 513, 94, "hexagon parent after the split");
+    reduce_check_mem(r, dup, 300, 95, "hexagon dup");
+    comm_destroy(parent);
+    reduce_check_mem(r, half, 64, 96 + (uint64_t)(r->rank % 2), "hexagon half after its parent");
+    comm_destroy(half);
+    comm_destroy(dup);
+}
+
+static void split_hexagon(void **s)
+{
+    (void)s;
+    struct h_job job = {.nranks = 4, .no_init = true, .body = hexagon_body, .kill_rank = -1};
+    struct h_rank *res = h_run(&job);
+    if (res[0].status == COMM_ERR_UNSUPPORTED) {
+        for (int r = 1; r < 4; r++)
+            assert_int_equal(res[r].status, COMM_ERR_UNSUPPORTED);
+        skip();
+    }
+    expect_clean(res, 4);
+    assert_int_equal(leftovers(&res[0].id, 2, 2), 0);
+}
+
 /* ---- comm_init_all ---- */
 
 struct init_all_rank {
@@ -886,6 +964,7 @@ int main(void)
         cmocka_unit_test(aborting_peer),
         cmocka_unit_test(child_init_fails),
         cmocka_unit_test(child_timeout),
+        cmocka_unit_test(split_hexagon),
         cmocka_unit_test(init_all_sizes),
         cmocka_unit_test(init_all_invalid),
     };

@@ -23,6 +23,7 @@ enum coll_kind {
     COLL_REDUCE_SCATTER,
     COLL_ALLTOALL,
     COLL_BARRIER,
+    COLL_SPLIT,    /* comm_split and comm_dup: the parent's handshakes (runtime/split.c) */
     COLL_KIND_END, /* one past the last */
 };
 

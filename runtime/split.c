@@ -1,0 +1,501 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Communicators from communicators: comm_split and comm_dup (collective over a parent),
+ * and comm_init_all (one thread makes the communicators of n thread ranks).
+ *
+ * comm_split is two numbered calls on the parent, each a handshake through the parent's
+ * arrival words alone, as a barrier is.  Every backend has those words in host memory
+ * (CUDA and Hexagon communicators too), while the staging slots belong to the backend
+ * (CUDA stages there, Hexagon keeps its buffer registry there), so nothing else of the
+ * parent's segment is touched:
+ *   1. every rank publishes its (color, key) and reads everyone's; the members of its
+ *      group, ordered by (key, parent rank), give its rank and size; the group's id is
+ *      derived from the parent's id, this call's number and the color, alike on every
+ *      member; then the rank joins the new communicator with comm_init;
+ *   2. every rank publishes how its comm_init ended and reads everyone's: when any group
+ *      failed, every rank destroys its new communicator and returns the same status.
+ * A failure of either handshake breaks the parent on every rank, as any collective's.
+ */
+#include "comm_internal.h"
+#include "id.h"
+#include "shm/shm.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * The parent's call rules, as collective.c has them for every collective: one thread at
+ * a time, a broken communicator answers at once, a failure is published to every rank.
+ */
+static bool enter(struct comm *c, const char *fn)
+{
+    if (!rt_handle_ok(c, fn))
+        return false;
+    if (atomic_load_explicit(&c->entered, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&c->misused, 1, memory_order_relaxed);
+        rt_init_error(&c->knobs, COMM_ERR_INVALID,
+                      "rank %d: %s: another thread is inside a call on this communicator: a "
+                      "comm_t serves one thread at a time (give each thread its own "
+                      "communicator, or serialise the calls); the communicator is now broken",
+                      c->rank, fn);
+        return false;
+    }
+    atomic_store_explicit(&c->entered, 1, memory_order_relaxed);
+    return true;
+}
+
+static comm_status_t leave(struct comm *c, comm_status_t st)
+{
+    atomic_store_explicit(&c->entered, 0, memory_order_release);
+    return st;
+}
+
+static comm_status_t split_break(struct comm *c, comm_status_t status)
+{
+    int expected = 0;
+    atomic_compare_exchange_strong(&c->broken, &expected, (int)status);
+    c->ops->publish_failure(c, status, c->errmsg, true);
+    return status;
+}
+
+static comm_status_t check_usable(struct comm *c, const char *fn)
+{
+    int broken = atomic_load(&c->broken);
+    if (broken != 0)
+        return (comm_status_t)broken;
+    if (atomic_load_explicit(&c->misused, memory_order_relaxed)) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: two threads made calls on this communicator at once (call %u): "
+                 "a comm_t serves one thread at a time; give each thread its own "
+                 "communicator, or serialise the calls",
+                 c->rank, fn, c->seq);
+        return split_break(c, COMM_ERR_INVALID);
+    }
+    if (atomic_load(&c->aborted)) {
+        rt_error(c, COMM_ERR_ABORTED, "rank %d: %s: comm_abort was called on this communicator",
+                 c->rank, fn);
+        return split_break(c, COMM_ERR_ABORTED);
+    }
+    return COMM_OK;
+}
+
+/*
+ * What the peers compare besides the collective's kind: a count no barrier (count 0)
+ * and no allreduce of these handshakes' shape publishes, one per handshake, so that a
+ * peer making another call at this number finds the disagreement on its side too.
+ */
+#define SPLIT_COUNT_COLORS 2 /* color and key */
+#define SPLIT_COUNT_RESULT 1 /* the status of the rank's comm_init */
+
+/* What a peer's arrival at a handshake's call number was, for a mismatch message. */
+static void describe(const struct shm_arrival *a, char *buf, size_t len)
+{
+    bool split = a->count == SPLIT_COUNT_COLORS || a->count == SPLIT_COUNT_RESULT;
+    if (a->path == SHM_PATH_BARRIER && split)
+        snprintf(buf, len, "comm_split or comm_dup");
+    else if (a->path == SHM_PATH_BARRIER)
+        snprintf(buf, len, "comm_barrier");
+    else
+        snprintf(buf, len, "a collective of count %llu dtype %s", (unsigned long long)a->count,
+                 a->dtype < RT_DTYPE_COUNT ? rt_dtype_name(a->dtype) : "?");
+}
+
+/*
+ * coll_wait_arrivals found a peer making another call: says so in this rank's message
+ * in the terms of comm_split (the handshake is barrier-shaped, and the shared message
+ * would call it a barrier).
+ */
+static void mismatch_message(struct comm *c, const struct shm_arrival *mine, const char *fn)
+{
+    for (int p = 0; p < c->nranks; p++) {
+        const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
+        if (a->path == mine->path && a->count == mine->count)
+            continue;
+        char what[96];
+        describe(a, what, sizeof(what));
+        snprintf(c->errmsg, sizeof(c->errmsg),
+                 "rank %d: ranks disagree in call %u: rank %d made %s, rank %d made %s; every "
+                 "rank of the communicator must make the same calls in the same order",
+                 c->rank, c->seq, c->rank, fn, p, what);
+        return;
+    }
+}
+
+/*
+ * One handshake at call c->seq: publishes (a, b) in this rank's arrival word, waits for
+ * every peer's, and reads theirs into all_a and all_b (either may be NULL).  The values
+ * ride in the word's buffer fields, which a barrier-shaped arrival leaves unused; a peer
+ * reuses this word only two calls later, after this rank arrived at the next one.
+ */
+static comm_status_t handshake(struct comm *c, uint64_t count, int64_t a, int64_t b, const char *fn,
+                               const char *what, int64_t *all_a, int64_t *all_b)
+{
+    struct shm_arrival mine = {
+        .count = count,
+        .path = SHM_PATH_BARRIER,
+        .coll = COLL_SPLIT,
+        .send = (uint64_t)a,
+        .recv = (uint64_t)b,
+    };
+    coll_arrive(c, &mine);
+    comm_status_t st = coll_wait_arrivals(c, what);
+    if (st == COMM_ERR_MISMATCH)
+        mismatch_message(c, &mine, fn);
+    if (st != COMM_OK)
+        return st;
+    for (int p = 0; p < c->nranks; p++) {
+        const struct shm_arrival *pa = shm_arrival_at(c->shm, c->seq, p);
+        if (all_a != NULL)
+            all_a[p] = (int64_t)pa->send;
+        if (all_b != NULL)
+            all_b[p] = (int64_t)pa->recv;
+    }
+    shm_complete(c);
+    return COMM_OK;
+}
+
+/* splitmix64's finaliser: every input bit reaches every output bit. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/*
+ * The id of the group of color made by the parent's call number call: 128 bits hashed
+ * from the parent's id, the call number and the color (two FNV-1a lanes, finalised), in
+ * the format of comm_id_new.  Every member computes the same; groups of one call differ
+ * by color, and successive splits by call number.  It is as hard to guess as the
+ * parent's id, which came from the OS random source.
+ */
+static void child_id(const comm_id_t *parent, uint32_t call, int color, comm_id_t *out)
+{
+    uint8_t tail[8];
+    for (int i = 0; i < 4; i++) {
+        tail[i] = (uint8_t)(call >> (8 * i));
+        tail[4 + i] = (uint8_t)((uint32_t)color >> (8 * i));
+    }
+    uint64_t h[2] = {0xcbf29ce484222325ull, 0x6c62272e07bb0142ull};
+    size_t n = strnlen(parent->str, COMM_ID_BYTES);
+    for (int lane = 0; lane < 2; lane++) {
+        for (size_t i = 0; i < n; i++)
+            h[lane] = (h[lane] ^ (uint8_t)parent->str[i]) * 0x100000001b3ull;
+        for (size_t i = 0; i < sizeof(tail); i++)
+            h[lane] = (h[lane] ^ tail[i]) * 0x100000001b3ull;
+        h[lane] = mix64(h[lane] ^ (lane ? 0x73706c6974303031ull : 0x73706c6974303030ull));
+    }
+    comm_id_t id;
+    memset(&id, 0, sizeof(id));
+    snprintf(id.str, sizeof(id.str), "arc1-%016llx%016llx", (unsigned long long)h[0],
+             (unsigned long long)h[1]);
+    *out = id;
+}
+
+/* Does (key a, rank ra) come before (key b, rank rb)? */
+static bool before(int64_t a, int ra, int64_t b, int rb)
+{
+    return a < b || (a == b && ra < rb);
+}
+
+struct split_group {
+    int color;
+    int rank;   /* this rank's place in the group */
+    int nranks; /* the group's size */
+};
+
+/* The group of parent rank r, out of every rank's color and key. */
+static struct split_group group_of(int r, int nranks, const int64_t *colors, const int64_t *keys)
+{
+    struct split_group g = {.color = (int)colors[r], .rank = 0, .nranks = 0};
+    for (int p = 0; p < nranks; p++) {
+        if (colors[p] != colors[r])
+            continue;
+        g.nranks++;
+        if (before(keys[p], p, keys[r], r))
+            g.rank++;
+    }
+    return g;
+}
+
+/* Joins this rank's group: the parent's device, device, transport choice and timeout. */
+static comm_status_t child_init(const struct comm *c, uint32_t call, const struct split_group *g,
+                                struct comm **out)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = g->nranks;
+    cfg.rank = g->rank;
+    child_id(&c->id, call, g->color, &cfg.id);
+    cfg.device = c->device;
+    /* After setup it is the device the parent uses (CUDA resolves "-1" to an ordinal). */
+    cfg.device_index = c->device_index;
+    /* A transport named by the config or ARCOMM_TRANSPORT; automatic stays automatic. */
+    cfg.transport = c->knobs.transport[0] != '\0' ? c->knobs.transport : NULL;
+    cfg.timeout_ms = c->timeout_ms < 0 ? -1 : (int)c->timeout_ms;
+    return comm_init(out, &cfg);
+}
+
+/*
+ * After handshake 2: the failure every rank reports, alike on every rank.  The lowest
+ * parent rank whose comm_init failed on its own, not by seeing a peer of its group
+ * fail (COMM_ERR_PEER), is the root cause; else the lowest failing rank.  -1: none.
+ */
+static int first_failure(int nranks, int64_t *results)
+{
+    int first = -1;
+    for (int p = 0; p < nranks; p++) {
+        if (results[p] == COMM_OK)
+            continue;
+        /* Only statuses come from the peers; anything else is a corrupted word. */
+        if (results[p] > 0 || results[p] < COMM_ERR_ABORTED)
+            results[p] = COMM_ERR_PEER;
+        if (results[p] != COMM_ERR_PEER)
+            return p;
+        if (first < 0)
+            first = p;
+    }
+    return first;
+}
+
+static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **newcomm,
+                                   const char *fn)
+{
+    comm_status_t st = check_usable(c, fn);
+    if (st != COMM_OK)
+        return st;
+    if (newcomm == NULL) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: newcomm is NULL; pass the address of a comm_t * to receive the "
+                 "new communicator (the call is collective: the peers now fail too)",
+                 c->rank, fn);
+        return split_break(c, COMM_ERR_INVALID);
+    }
+
+    int64_t colors[RT_MAX_RANKS], keys[RT_MAX_RANKS], results[RT_MAX_RANKS];
+    uint32_t call = c->seq;
+    char what[64];
+    snprintf(what, sizeof(what), "%s (colors and keys)", fn);
+    st = handshake(c, SPLIT_COUNT_COLORS, color < 0 ? COMM_SPLIT_NONE : color, key, fn, what,
+                   colors, keys);
+    if (st != COMM_OK)
+        return split_break(c, st);
+    c->seq++;
+
+    struct comm *child = NULL;
+    struct split_group g = group_of(c->rank, c->nranks, colors, keys);
+    comm_status_t mine = COMM_OK;
+    char cause[RT_ERRMSG_BYTES] = "";
+    if (color >= 0) {
+        mine = child_init(c, call, &g, &child);
+        if (mine != COMM_OK)
+            snprintf(cause, sizeof(cause), "%s", comm_last_error(NULL));
+    }
+
+    snprintf(what, sizeof(what), "%s (joining the new communicators)", fn);
+    st = handshake(c, SPLIT_COUNT_RESULT, mine, 0, fn, what, results, NULL);
+    if (st != COMM_OK) {
+        comm_destroy(child);
+        return split_break(c, st);
+    }
+    c->seq++;
+
+    int f = first_failure(c->nranks, results);
+    if (f < 0) {
+        *newcomm = child;
+        return COMM_OK;
+    }
+    /* The parent stays usable: both handshakes completed on every rank. */
+    comm_destroy(child);
+    comm_status_t status = (comm_status_t)results[f];
+    struct split_group fg = group_of(f, c->nranks, colors, keys);
+    /* This rank's own failure, unless it only saw the one named here. */
+    bool own = mine != COMM_OK && mine != COMM_ERR_PEER;
+    if (f == c->rank)
+        rt_error(c, status,
+                 "rank %d: %s: joining the new communicator of color %d (as its rank %d of %d) "
+                 "failed: %s; every rank's new communicator was destroyed",
+                 c->rank, fn, fg.color, fg.rank, fg.nranks, cause);
+    else
+        rt_error(c, status,
+                 "rank %d: %s: rank %d failed to join the new communicator of color %d (as its "
+                 "rank %d of %d) with %s; every rank's new communicator was destroyed: rank %d's "
+                 "comm_last_error says why%s%s",
+                 c->rank, fn, f, fg.color, fg.rank, fg.nranks, rt_status_string(status), f,
+                 own ? "; this rank's own failure: " : "", own ? cause : "");
+    return status;
+}
+
+ARCOMM_API comm_status_t comm_split(comm_t *comm, int color, int key, comm_t **newcomm)
+{
+    if (!enter(comm, "comm_split"))
+        return COMM_ERR_INVALID;
+    return leave(comm, split_entered(comm, color, key, newcomm, "comm_split"));
+}
+
+ARCOMM_API comm_status_t comm_dup(comm_t *comm, comm_t **newcomm)
+{
+    if (!enter(comm, "comm_dup"))
+        return COMM_ERR_INVALID;
+    return leave(comm, split_entered(comm, 0, comm->rank, newcomm, "comm_dup"));
+}
+
+/* ---- comm_init_all ---- */
+
+/* The go signal: no rank starts comm_init until every thread exists, so a thread that
+ * cannot be started leaves no rank waiting for it. */
+struct init_all_start {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int state; /* 0: wait, 1: go, -1: give up */
+};
+
+struct init_all_rank {
+    comm_config_t cfg;
+    struct init_all_start *start;
+    comm_t *comm;
+    comm_status_t status;
+    char msg[RT_ERRMSG_BYTES]; /* comm_last_error(NULL) of its thread, on failure */
+};
+
+static void init_all_rank_run(struct init_all_rank *r)
+{
+    r->status = comm_init(&r->comm, &r->cfg);
+    if (r->status != COMM_OK)
+        snprintf(r->msg, sizeof(r->msg), "%s", comm_last_error(NULL));
+}
+
+static void *init_all_thread(void *arg)
+{
+    struct init_all_rank *r = arg;
+    struct init_all_start *s = r->start;
+    pthread_mutex_lock(&s->lock);
+    while (s->state == 0)
+        pthread_cond_wait(&s->cond, &s->lock);
+    int state = s->state;
+    pthread_mutex_unlock(&s->lock);
+    if (state > 0)
+        init_all_rank_run(r);
+    return NULL;
+}
+
+static void init_all_signal(struct init_all_start *s, int state)
+{
+    pthread_mutex_lock(&s->lock);
+    s->state = state;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The config every rank starts from: cfg's fields (as far as its size goes), else the
+ * defaults. */
+static comm_status_t init_all_config(const comm_config_t *cfg, comm_config_t *out)
+{
+    comm_config_init(out);
+    if (cfg == NULL)
+        return COMM_OK;
+    size_t need = offsetof(comm_config_t, timeout_ms) + sizeof(cfg->timeout_ms);
+    if (cfg->size < need) {
+        rt_init_error(NULL, COMM_ERR_INVALID,
+                      "comm_init_all: cfg->size is %zu: fill the config with comm_config_init "
+                      "first (or pass NULL for the host defaults)",
+                      cfg->size);
+        return COMM_ERR_INVALID;
+    }
+    memcpy(out, cfg, cfg->size < sizeof(*out) ? cfg->size : sizeof(*out));
+    out->size = sizeof(*out);
+    return COMM_OK;
+}
+
+ARCOMM_API comm_status_t comm_init_all(comm_t **comms, int n, const int *devices,
+                                       const comm_config_t *cfg)
+{
+    rt_init_error_clear();
+    if (comms == NULL || n < 1 || n > RT_MAX_RANKS) {
+        if (comms == NULL)
+            rt_init_error(NULL, COMM_ERR_INVALID,
+                          "comm_init_all: comms is NULL; pass an array of n comm_t * to receive "
+                          "the communicators");
+        else
+            rt_init_error(NULL, COMM_ERR_INVALID,
+                          "comm_init_all: n is %d; pass the number of ranks, 1..%d", n,
+                          RT_MAX_RANKS);
+        return COMM_ERR_INVALID;
+    }
+    comm_config_t base;
+    comm_status_t st = init_all_config(cfg, &base);
+    if (st != COMM_OK)
+        return st;
+    st = comm_id_new(&base.id);
+    if (st != COMM_OK)
+        return st;
+    base.nranks = n;
+
+    struct init_all_rank *ranks = calloc((size_t)n, sizeof(*ranks));
+    pthread_t *threads = calloc((size_t)n, sizeof(*threads));
+    if (ranks == NULL || threads == NULL) {
+        free(ranks);
+        free(threads);
+        rt_init_error(NULL, COMM_ERR_NOMEM, "comm_init_all: out of memory for %d ranks", n);
+        return COMM_ERR_NOMEM;
+    }
+    struct init_all_start start = {
+        .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .state = 0};
+    for (int i = 0; i < n; i++) {
+        ranks[i].cfg = base;
+        ranks[i].cfg.rank = i;
+        ranks[i].cfg.device_index = devices != NULL ? devices[i] : i;
+        ranks[i].start = &start;
+    }
+
+    /* Rank 0 runs in this thread, ranks 1..n-1 in helpers. */
+    int started = 1;
+    for (; started < n; started++) {
+        int err = pthread_create(&threads[started], NULL, init_all_thread, &ranks[started]);
+        if (err != 0) {
+            init_all_signal(&start, -1);
+            for (int i = 1; i < started; i++)
+                pthread_join(threads[i], NULL);
+            rt_init_error(NULL, COMM_ERR_SYSTEM,
+                          "comm_init_all: starting the thread of rank %d of %d failed: %s; no "
+                          "communicator was made (lower n, or raise the thread limit)",
+                          started, n, strerror(err));
+            st = COMM_ERR_SYSTEM;
+            goto out_free;
+        }
+    }
+    init_all_signal(&start, 1);
+    init_all_rank_run(&ranks[0]);
+    for (int i = 1; i < n; i++)
+        pthread_join(threads[i], NULL);
+
+    /* The root cause: the first rank that failed on its own rather than by seeing a
+     * peer fail; else the first that failed. */
+    int f = -1;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i].status == COMM_OK)
+            continue;
+        if (f < 0 || (ranks[f].status == COMM_ERR_PEER && ranks[i].status != COMM_ERR_PEER))
+            f = i;
+    }
+    if (f < 0) {
+        for (int i = 0; i < n; i++)
+            comms[i] = ranks[i].comm;
+        st = COMM_OK;
+        goto out_free;
+    }
+    for (int i = 0; i < n; i++)
+        if (ranks[i].status == COMM_OK)
+            comm_destroy(ranks[i].comm);
+    st = ranks[f].status;
+    rt_init_error_quiet("comm_init_all: %s", ranks[f].msg);
+
+out_free:
+    pthread_mutex_destroy(&start.lock);
+    pthread_cond_destroy(&start.cond);
+    free(threads);
+    free(ranks);
+    return st;
+}

@@ -22,6 +22,9 @@
 enum kind { K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL };
 #define K_COUNT 5
 
+/* Late enough that every rank made calls already (sanitizer builds start slowly). */
+#define KILL_AFTER_MS (h_quick() ? 800 : 200)
+
 static const char *const kind_names[K_COUNT] = {"broadcast", "reduce", "allgather",
                                                 "reduce_scatter", "alltoall"};
 
@@ -96,7 +99,7 @@ static void run_kill(struct spec sp, int n)
                         .body = kill_body,
                         .arg = &sp,
                         .kill_rank = 1,
-                        .kill_after_ms = 200,
+                        .kill_after_ms = KILL_AFTER_MS,
                         .timeout_ms = 60000};
     double start = h_now_ms();
     struct h_rank *res = h_run(&job);
@@ -160,7 +163,7 @@ static void kill_direct(void **s)
                             .body = kill_direct_body,
                             .arg = &sp,
                             .kill_rank = 1,
-                            .kill_after_ms = 200,
+                            .kill_after_ms = KILL_AFTER_MS,
                             .timeout_ms = 60000};
         double start = h_now_ms();
         struct h_rank *res = h_run(&job);

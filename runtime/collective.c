@@ -76,59 +76,6 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
-static comm_status_t validate_buffers(struct comm *c, const struct coll_call *call, bool add,
-                                      const char *fn, size_t esize);
-
-static comm_status_t validate_common(struct comm *c, const struct coll_call *call, bool add,
-                                     const char *fn)
-{
-    size_t esize = rt_dtype_size(call->dtype);
-    if (esize == 0) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank, fn,
-                 (int)call->dtype);
-        return COMM_ERR_INVALID;
-    }
-    if ((unsigned)call->op > COMM_MIN) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: op %d is not a comm_op_t", c->rank, fn,
-                 (int)call->op);
-        return COMM_ERR_INVALID;
-    }
-    if (call->count > SIZE_MAX / 2 / esize) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: count %zu is too large", c->rank, fn,
-                 call->count);
-        return COMM_ERR_INVALID;
-    }
-    if (add) {
-        bool bad_count =
-            call->count > 0 && (call->addend_count == 0 || call->addend_count > call->count ||
-                                call->count % call->addend_count != 0);
-        if (bad_count) {
-            rt_error(c, COMM_ERR_INVALID,
-                     "rank %d: %s: addend_count %zu must equal count %zu (residual) or divide it "
-                     "(a bias row)",
-                     c->rank, fn, call->addend_count, call->count);
-            return COMM_ERR_INVALID;
-        }
-    }
-    if (coll_kind_rooted(call->kind) && (call->root < 0 || call->root >= c->nranks)) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: %s: root %d is not a rank of this communicator: pass a root from 0 to "
-                 "%d, the same on every rank",
-                 c->rank, fn, call->root, c->nranks - 1);
-        return COMM_ERR_INVALID;
-    }
-    if (coll_kind_blocks(call->kind) && call->count > SIZE_MAX / 2 / esize / (size_t)c->nranks) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: %s: count %zu is too large: %d blocks of %zu-byte elements do not fit "
-                 "in memory",
-                 c->rank, fn, call->count, c->nranks, esize);
-        return COMM_ERR_INVALID;
-    }
-    if (call->count == 0)
-        return COMM_OK;
-    return validate_buffers(c, call, add, fn, esize);
-}
-
 /* What the in-place form of each collective is, for messages. */
 static const char *inplace_form(enum coll_kind kind)
 {
@@ -194,6 +141,56 @@ static comm_status_t validate_buffers(struct comm *c, const struct coll_call *ca
         return COMM_ERR_INVALID;
     }
     return COMM_OK;
+}
+
+static comm_status_t validate_common(struct comm *c, const struct coll_call *call, bool add,
+                                     const char *fn)
+{
+    size_t esize = rt_dtype_size(call->dtype);
+    if (esize == 0) {
+        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank, fn,
+                 (int)call->dtype);
+        return COMM_ERR_INVALID;
+    }
+    if ((unsigned)call->op > COMM_MIN) {
+        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: op %d is not a comm_op_t", c->rank, fn,
+                 (int)call->op);
+        return COMM_ERR_INVALID;
+    }
+    if (call->count > SIZE_MAX / 2 / esize) {
+        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: count %zu is too large", c->rank, fn,
+                 call->count);
+        return COMM_ERR_INVALID;
+    }
+    if (add) {
+        bool bad_count =
+            call->count > 0 && (call->addend_count == 0 || call->addend_count > call->count ||
+                                call->count % call->addend_count != 0);
+        if (bad_count) {
+            rt_error(c, COMM_ERR_INVALID,
+                     "rank %d: %s: addend_count %zu must equal count %zu (residual) or divide it "
+                     "(a bias row)",
+                     c->rank, fn, call->addend_count, call->count);
+            return COMM_ERR_INVALID;
+        }
+    }
+    if (coll_kind_rooted(call->kind) && (call->root < 0 || call->root >= c->nranks)) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: root %d is not a rank of this communicator: pass a root from 0 to "
+                 "%d, the same on every rank",
+                 c->rank, fn, call->root, c->nranks - 1);
+        return COMM_ERR_INVALID;
+    }
+    if (coll_kind_blocks(call->kind) && call->count > SIZE_MAX / 2 / esize / (size_t)c->nranks) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: count %zu is too large: %d blocks of %zu-byte elements do not fit "
+                 "in memory",
+                 c->rank, fn, call->count, c->nranks, esize);
+        return COMM_ERR_INVALID;
+    }
+    if (call->count == 0)
+        return COMM_OK;
+    return validate_buffers(c, call, add, fn, esize);
 }
 
 /* One public collective entry point. */

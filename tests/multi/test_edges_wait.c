@@ -177,6 +177,8 @@ enum garbage {
     G_ADDEND,      /* an addend past the end */
     G_FLAGS,       /* same-process and in-segment flags at once */
     G_DTYPE,       /* a dtype no rank publishes */
+    G_COLL,        /* a collective no rank publishes */
+    G_ROOT,        /* a root outside the communicator */
 };
 
 #define G_COUNT (1u << 19) /* floats: 2 MiB, past the flag path for process ranks */
@@ -237,6 +239,9 @@ static void garbage_body(struct h_rank *r)
         a->dtype = kind == G_DTYPE ? 200 : COMM_F32;
         a->op = COMM_SUM;
         a->path = 2; /* SHM_PATH_BULK */
+        /* COLL_ALLREDUCE, root 0 (as every rank's allreduce), unless garbage is asked. */
+        a->coll = kind == G_COLL ? 99 : 1;
+        a->root = kind == G_ROOT ? 1000 : 0;
         a->flags = SHM_BUF_IN_SEG | (kind == G_FLAGS ? SHM_BUF_SAME_PROC : 0u);
         a->send = (uint64_t)((uint8_t *)send - base);
         a->recv = (uint64_t)((uint8_t *)recv - base);
@@ -325,6 +330,16 @@ static void garbage_dtype(void **s)
 {
     (void)s;
     run_garbage(G_DTYPE, 2, true);
+}
+static void garbage_coll(void **s)
+{
+    (void)s;
+    run_garbage(G_COLL, 2, true);
+}
+static void garbage_root(void **s)
+{
+    (void)s;
+    run_garbage(G_ROOT, 3, false);
 }
 
 /* ---- 14, 15. a chain of failures names the root rank; a timeout names who is late ---- */
@@ -556,6 +571,8 @@ int main(void)
         cmocka_unit_test(garbage_addend),
         cmocka_unit_test(garbage_flags),
         cmocka_unit_test(garbage_dtype),
+        cmocka_unit_test(garbage_coll),
+        cmocka_unit_test(garbage_root),
         cmocka_unit_test(chain_threads),
         cmocka_unit_test(chain_procs),
         cmocka_unit_test(chain_death),

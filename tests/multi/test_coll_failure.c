@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Failures inside the collectives beyond allreduce, on every path: a process rank
+ * killed mid-call, comm_abort while blocked, a rank that never calls.  No rank waits
+ * past its timeout: the others return COMM_ERR_PEER (naming the rank that failed),
+ * COMM_ERR_ABORTED or COMM_ERR_TIMEOUT (naming the late rank), and /dev/shm is empty
+ * afterwards.
+ */
+#include "harness.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+enum kind { K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL };
+#define K_COUNT 5
+
+/* Late enough that every rank made calls already (sanitizer builds start slowly). */
+#define KILL_AFTER_MS (h_quick() ? 800 : 200)
+
+static const char *const kind_names[K_COUNT] = {"broadcast", "reduce", "allgather",
+                                                "reduce_scatter", "alltoall"};
+
+/* One call of collective k on buffers of nranks * count floats; root 0. */
+static comm_status_t make_call(comm_t *c, enum kind k, const float *s, float *r, size_t count)
+{
+    switch (k) {
+    case K_BROADCAST:
+        return comm_broadcast(c, s, r, count, COMM_F32, 0, NULL);
+    case K_REDUCE:
+        return comm_reduce(c, s, r, count, COMM_F32, COMM_SUM, 0, NULL);
+    case K_ALLGATHER:
+        return comm_allgather(c, s, r, count, COMM_F32, NULL);
+    case K_REDUCE_SCATTER:
+        return comm_reduce_scatter(c, s, r, count, COMM_F32, COMM_SUM, NULL);
+    case K_ALLTOALL:
+        return comm_alltoall(c, s, r, count, COMM_F32, NULL);
+    }
+    return COMM_ERR_INVALID;
+}
+
+static void expect_clean(struct h_rank *res, int n)
+{
+    for (int r = 0; r < n; r++)
+        if (res[r].errors)
+            fail_msg("%ld errors; first: %s", res[r].errors, res[r].first_error);
+    assert_int_equal(h_shm_leftovers(), 0);
+}
+
+static void expect_status(struct h_rank *r, enum kind k, comm_status_t got, comm_status_t want,
+                          const char *must_contain)
+{
+    if (got != want)
+        h_fail(r, "%s: got %s, want %s (%s)", kind_names[k], comm_status_string(got),
+               comm_status_string(want), comm_last_error(r->comm));
+    else if (must_contain && strstr(comm_last_error(r->comm), must_contain) == NULL)
+        h_fail(r, "%s: message \"%s\" lacks \"%s\"", kind_names[k], comm_last_error(r->comm),
+               must_contain);
+}
+
+struct spec {
+    enum kind k;
+    size_t count; /* per rank: small takes the flag path, large the bulk path */
+};
+
+/* ---- a process rank killed with SIGKILL while the others loop over a collective ---- */
+
+static void kill_body(struct h_rank *r)
+{
+    const struct spec *sp = r->arg;
+    size_t elems = (size_t)r->nranks * sp->count;
+    float *x = malloc(elems * 4), *y = malloc(elems * 4);
+    h_fill(x, elems, COMM_F32, 4, r->rank);
+    comm_status_t st = COMM_OK;
+    long calls = 0;
+    while (st == COMM_OK && calls < 100000000) {
+        st = make_call(r->comm, sp->k, x, y, sp->count);
+        calls++;
+    }
+    r->elapsed_s = h_now_ms() / 1e3; /* when this rank noticed */
+    expect_status(r, sp->k, st, COMM_ERR_PEER, "rank 1");
+    if (calls < 2)
+        h_fail(r, "%s failed before rank 1 was killed", kind_names[sp->k]);
+    free(x);
+    free(y);
+}
+
+static void run_kill(struct spec sp, int n)
+{
+    struct h_job job = {.nranks = n,
+                        .procs = true,
+                        .body = kill_body,
+                        .arg = &sp,
+                        .kill_rank = 1,
+                        .kill_after_ms = KILL_AFTER_MS,
+                        .timeout_ms = 60000};
+    double start = h_now_ms();
+    struct h_rank *res = h_run(&job);
+    double killed_at = start + res[1].elapsed_s * 1e3;
+    res[1].errors = 0;
+    for (int r = 0; r < n; r++) {
+        if (r == 1)
+            continue;
+        double noticed = res[r].elapsed_s * 1e3 - killed_at;
+        if (noticed > 2000)
+            fail_msg("%s: rank %d noticed the dead rank after %.0f ms (limit 2000)",
+                     kind_names[sp.k], r, noticed);
+    }
+    expect_clean(res, n);
+}
+
+static void kill_flag(void **s)
+{
+    (void)s;
+    for (int k = 0; k < K_COUNT; k++)
+        run_kill((struct spec){.k = k, .count = 16}, 3);
+}
+
+static void kill_staged(void **s)
+{
+    (void)s;
+    for (int k = 0; k < K_COUNT; k++)
+        run_kill((struct spec){.k = k, .count = 1 << 19}, 2);
+}
+
+/* comm_mem_alloc buffers: the one-pass path, where peers write each other's memory. */
+static void kill_direct_body(struct h_rank *r)
+{
+    const struct spec *sp = r->arg;
+    size_t elems = (size_t)r->nranks * sp->count;
+    float *x = NULL, *y = NULL;
+    if (comm_mem_alloc(r->comm, elems * 4, (void **)&x) != COMM_OK ||
+        comm_mem_alloc(r->comm, elems * 4, (void **)&y) != COMM_OK) {
+        h_fail(r, "comm_mem_alloc: %s", comm_last_error(r->comm));
+        return;
+    }
+    h_fill(x, elems, COMM_F32, 4, r->rank);
+    comm_status_t st = COMM_OK;
+    long calls = 0;
+    while (st == COMM_OK && calls < 100000000) {
+        st = make_call(r->comm, sp->k, x, y, sp->count);
+        calls++;
+    }
+    r->elapsed_s = h_now_ms() / 1e3;
+    expect_status(r, sp->k, st, COMM_ERR_PEER, "rank 1");
+}
+
+static void kill_direct(void **s)
+{
+    (void)s;
+    h_env_push("ARCOMM_FLAG_THRESHOLD", "off");
+    for (int k = 0; k < K_COUNT; k++) {
+        struct spec sp = {.k = k, .count = 1 << 16};
+        struct h_job job = {.nranks = 3,
+                            .procs = true,
+                            .body = kill_direct_body,
+                            .arg = &sp,
+                            .kill_rank = 1,
+                            .kill_after_ms = KILL_AFTER_MS,
+                            .timeout_ms = 60000};
+        double start = h_now_ms();
+        struct h_rank *res = h_run(&job);
+        double killed_at = start + res[1].elapsed_s * 1e3;
+        res[1].errors = 0;
+        for (int r = 0; r < 3; r += 2)
+            if (res[r].elapsed_s * 1e3 - killed_at > 2000)
+                fail_msg("%s: rank %d noticed the dead rank after %.0f ms", kind_names[k], r,
+                         res[r].elapsed_s * 1e3 - killed_at);
+        expect_clean(res, 3);
+    }
+    h_env_pop();
+}
+
+/* ---- comm_abort from another thread while rank 0 is blocked in the collective ---- */
+
+static void *aborter(void *arg)
+{
+    usleep(100 * 1000);
+    comm_abort(arg);
+    return NULL;
+}
+
+static void abort_body(struct h_rank *r)
+{
+    const struct spec *sp = r->arg;
+    size_t elems = (size_t)r->nranks * sp->count;
+    float *x = malloc(elems * 4), *y = malloc(elems * 4);
+    h_fill(x, elems, COMM_F32, 3, r->rank);
+    if (r->rank == 0) {
+        pthread_t t;
+        pthread_create(&t, NULL, aborter, r->comm);
+        double t0 = h_now_ms();
+        comm_status_t st = make_call(r->comm, sp->k, x, y, sp->count);
+        double ms = h_now_ms() - t0;
+        pthread_join(t, NULL);
+        expect_status(r, sp->k, st, COMM_ERR_ABORTED, "comm_abort");
+        if (ms > 1000)
+            h_fail(r, "%s: abort took %.0f ms to end the wait", kind_names[sp->k], ms);
+        /* Broken: the next call fails at once. */
+        st = make_call(r->comm, sp->k, x, y, sp->count);
+        expect_status(r, sp->k, st, COMM_ERR_ABORTED, NULL);
+    } else {
+        usleep(300 * 1000); /* arrives after rank 0 aborted */
+        comm_status_t st = make_call(r->comm, sp->k, x, y, sp->count);
+        expect_status(r, sp->k, st, COMM_ERR_PEER, "rank 0");
+    }
+    free(x);
+    free(y);
+}
+
+static void abort_all(void **s)
+{
+    (void)s;
+    for (int k = 0; k < K_COUNT; k++) {
+        for (int procs = 0; procs < 2; procs++) {
+            struct spec sp = {.k = k, .count = procs ? 1 << 18 : 100};
+            struct h_job job = {.nranks = 3,
+                                .procs = procs,
+                                .body = abort_body,
+                                .arg = &sp,
+                                .kill_rank = -1,
+                                .timeout_ms = 30000};
+            expect_clean(h_run(&job), 3);
+        }
+    }
+}
+
+/* ---- a rank that never calls: TIMEOUT naming it ---- */
+
+static void timeout_body(struct h_rank *r)
+{
+    const struct spec *sp = r->arg;
+    if (r->rank == 1) {
+        usleep(1200 * 1000); /* never calls; leaves after the others gave up */
+        return;
+    }
+    size_t elems = (size_t)r->nranks * sp->count;
+    float *x = malloc(elems * 4), *y = malloc(elems * 4);
+    h_fill(x, elems, COMM_F32, 3, r->rank);
+    double t0 = h_now_ms();
+    comm_status_t st = make_call(r->comm, sp->k, x, y, sp->count);
+    double ms = h_now_ms() - t0;
+    /* The first waiter to give up times out; another may hear of that first (PEER),
+     * but every message names the rank that never came. */
+    if (st == COMM_ERR_PEER && strstr(comm_last_error(r->comm), "COMM_ERR_TIMEOUT"))
+        expect_status(r, sp->k, st, COMM_ERR_PEER, "rank 1 did not");
+    else
+        expect_status(r, sp->k, st, COMM_ERR_TIMEOUT, "rank 1 did not");
+    if (ms < 250 || ms > 1100)
+        h_fail(r, "%s: timed out after %.0f ms, want about 300", kind_names[sp->k], ms);
+    free(x);
+    free(y);
+}
+
+static void timeout_all(void **s)
+{
+    (void)s;
+    for (int k = 0; k < K_COUNT; k++) {
+        struct spec sp = {.k = k, .count = k % 2 ? 100 : 1 << 18};
+        struct h_job job = {.nranks = 3,
+                            .procs = k % 2 == 0,
+                            .body = timeout_body,
+                            .arg = &sp,
+                            .kill_rank = -1,
+                            .timeout_ms = 300};
+        expect_clean(h_run(&job), 3);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(kill_flag), cmocka_unit_test(kill_staged), cmocka_unit_test(kill_direct),
+        cmocka_unit_test(abort_all), cmocka_unit_test(timeout_all),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The host path choice of every collective (coll_host_path, the formula the library and
+ * arinfo share): the flag path while what a rank stages fits the flag threshold (its
+ * block for broadcast, reduce and allgather, its nranks blocks for reduce_scatter and
+ * alltoall), allreduce exactly as coll_host_path_name, "off" never; and which buffers a
+ * rank uses of each call (coll_call_shape, the rule validation and the paths share).
+ */
+#include "coll.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static struct rt_knobs knobs_with(size_t flag_threshold)
+{
+    struct rt_knobs k;
+    memset(&k, 0, sizeof(k));
+    k.flag_threshold = flag_threshold;
+    return k;
+}
+
+static void flag_threshold_per_collective(void **s)
+{
+    (void)s;
+    struct rt_knobs k = knobs_with(4096);
+    for (int n = 1; n <= 8; n++) {
+        for (int kind = COLL_ALLREDUCE; kind < COLL_BARRIER; kind++) {
+            bool blocks = kind == COLL_REDUCE_SCATTER || kind == COLL_ALLTOALL;
+            size_t last = blocks ? 4096 / (size_t)n : 4096; /* the largest flag size */
+            assert_string_equal(coll_host_path(kind, &k, 0, n), "flag");
+            assert_string_equal(coll_host_path(kind, &k, last, n), "flag");
+            assert_string_equal(coll_host_path(kind, &k, last + 1, n), "bulk");
+            assert_int_equal(coll_host_kind_flag(kind, &k, last + 1, n), false);
+        }
+        assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, 4096, n),
+                            coll_host_path_name(&k, 4096));
+        assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, 4097, n),
+                            coll_host_path_name(&k, 4097));
+    }
+    struct rt_knobs off = knobs_with(RT_SIZE_OFF);
+    for (int kind = COLL_ALLREDUCE; kind < COLL_BARRIER; kind++)
+        assert_string_equal(coll_host_path(kind, &off, 0, 2), "bulk");
+}
+
+static void shapes(void **s)
+{
+    (void)s;
+    struct {
+        enum coll_kind kind;
+        int rank;
+        size_t send, recv; /* for count 10, 4 ranks, root 2 */
+    } want[] = {
+        {COLL_ALLREDUCE, 0, 10, 10},      {COLL_BROADCAST, 2, 10, 10}, {COLL_BROADCAST, 1, 0, 10},
+        {COLL_REDUCE, 2, 10, 10},         {COLL_REDUCE, 3, 10, 0},     {COLL_ALLGATHER, 1, 10, 40},
+        {COLL_REDUCE_SCATTER, 1, 40, 10}, {COLL_ALLTOALL, 3, 40, 40},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        struct coll_call call = {.kind = want[i].kind, .root = 2, .count = 10};
+        size_t ns, nr;
+        coll_call_shape(&call, want[i].rank, 4, &ns, &nr);
+        assert_int_equal(ns, want[i].send);
+        assert_int_equal(nr, want[i].recv);
+    }
+    for (int kind = COLL_ALLREDUCE; kind < COLL_KIND_END; kind++)
+        assert_string_not_equal(coll_kind_name(kind), "?");
+    assert_string_equal(coll_kind_name(COLL_KIND_END), "?");
+    assert_string_equal(coll_kind_name((enum coll_kind)0), "?");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(flag_threshold_per_collective),
+        cmocka_unit_test(shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Device code of the CUDA allreduce paths.
+ * Device code of the CUDA collectives: allreduce's two paths, and the reduction kernel
+ * the staged reduce and reduce_scatter share with allreduce's copy path.  The kernels
+ * are templates over the element type T, its wire type W (T, or bf16 for narrowed f32
+ * sums) and the op; one instance per (dtype, op) is launched by dispatch() below.
  *
  * Kernel path (small messages): LL rounds (layout.h).  Every thread writes its slice of
  * the rank's data into the rank's mapped host sub-slot as 16-byte units that carry the
  * round's flag next to every 4 data bytes, then polls the peers' units of the same
- * indices until their flags match and sums every rank's value in rank order: one PCIe
+ * indices until their flags match and reduces every rank's value in rank order: one PCIe
  * write and one read round trip, no fences, no separate tokens.  A launch per round.
  *
  * Copy path (large messages): the copy engines move chunks, ordered by the host with
- * one-thread wait kernels and events (allreduce_cuda.c); the add kernel of a chunk is
- * stream-ordered after its copies and never waits.
+ * one-thread wait kernels and events (allreduce_cuda.c, collectives_cuda.c); the add
+ * (reduction) kernel of a chunk is stream-ordered after its copies and never waits.
  *
  * Every wait is bounded by %globaltimer and polls the fail lines of every rank (abort,
  * peers' failures); a failure is written to this rank's fail line, which the host

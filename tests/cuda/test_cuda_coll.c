@@ -17,6 +17,11 @@
  * copy-engine path everywhere with 64 KiB chunks (many steps per call, the staging slots
  * reused), and the kernel path for every allreduce.
  *
+ * Failures, each on a communicator of its own: ranks that disagree on the collective or
+ * the root (COMM_ERR_MISMATCH), integer AVG (COMM_ERR_UNSUPPORTED, the communicator
+ * stays usable), a call no peer makes (its GPU gives up at the timeout, or at comm_abort;
+ * the next call says why, the peers hear of it).
+ *
  *   test_cuda_coll         all of it (ARCOMM_TEST_ONLY=proc,threads,fail: parts;
  *                          ARCOMM_TEST_RANKS=N: N process ranks instead of 2 and 3)
  *   test_cuda_coll --child CONFIG R N SEED ID...   one process rank (the process test)
@@ -48,6 +53,8 @@
 #define MAX_CASES  256
 #define GUARD      256 /* bytes past every output that no call may write */
 #define N_MISMATCH 4   /* mismatch scenarios (communicators of their own) */
+#define N_LONELY   2   /* a call no peer makes: timeout, abort (likewise) */
+#define N_IDS      (1 + N_MISMATCH + N_LONELY)
 
 static int g_fail;
 static int g_ndev;
@@ -795,11 +802,80 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* ---- a call no peer makes: the GPU's wait ends at the timeout, or at comm_abort ---- */
+
+struct abort_arg {
+    comm_t *comm;
+    int delay_ms;
+};
+
+static void *abort_later(void *arg)
+{
+    struct abort_arg *a = arg;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)a->delay_ms * 1000000};
+    nanosleep(&ts, NULL);
+    comm_abort(a->comm);
+    return NULL;
+}
+
+static const char *const lonely_names[N_LONELY] = {"allgather no peer makes (timeout)",
+                                                   "reduce no peer makes (comm_abort)"};
+/* The communicator's timeout in scenario s. */
+static int lonely_timeout_ms(int s)
+{
+    return s == 0 ? 1000 : 60000;
+}
+
+/*
+ * Rank 0 makes a multi-chunk call that no peer makes: scenario 0 waits for its GPU to
+ * give up at the timeout, scenario 1 aborts it after 200 ms; either way the stream is
+ * free within seconds and the next call says why.  The peers wait (3 s, so that rank 0
+ * fails first, deterministically), then their next call hears of rank 0's failure.
+ * Returns whether this rank saw what it should.
+ */
+static bool lonely_call(struct rank *r, int s)
+{
+    int before = g_fail;
+    cuda_ok(cudaSetDevice(r->device), "set");
+    if (r->rank != 0) {
+        struct timespec ts = {.tv_sec = 3, .tv_nsec = 0};
+        nanosleep(&ts, NULL);
+        comm_status_t st = comm_barrier(r->comm);
+        CHECK(st == COMM_ERR_PEER, "%s: rank %d's next call returned %s (%s)", lonely_names[s],
+              r->rank, comm_status_string(st), comm_last_error(r->comm));
+        return g_fail == before;
+    }
+    uint64_t t0 = now_ms();
+    comm_status_t st = s == 0 ? comm_allgather(r->comm, r->da, r->db, 300007, COMM_F32, r->stream)
+                              : comm_reduce(r->comm, r->da, r->db, 300007, COMM_F32, COMM_SUM,
+                                            r->nranks - 1, r->stream);
+    CHECK(st == COMM_OK, "%s: rank 0's enqueue returned %s (%s)", lonely_names[s],
+          comm_status_string(st), comm_last_error(r->comm));
+    pthread_t t;
+    struct abort_arg a = {.comm = r->comm, .delay_ms = 200};
+    if (s == 1)
+        pthread_create(&t, NULL, abort_later, &a);
+    cuda_ok(cudaStreamSynchronize(r->stream), "sync after a call no peer made");
+    uint64_t took = now_ms() - t0;
+    if (s == 1)
+        pthread_join(t, NULL);
+    CHECK(took < 5000, "%s: rank 0's GPU waited %llu ms", lonely_names[s],
+          (unsigned long long)took);
+    st = comm_barrier(r->comm);
+    const char *msg = comm_last_error(r->comm);
+    comm_status_t want = s == 0 ? COMM_ERR_TIMEOUT : COMM_ERR_ABORTED;
+    CHECK(st == want && (s != 0 || strstr(msg, "rank 1") != NULL),
+          "%s: rank 0's next call returned %s (%s)", lonely_names[s], comm_status_string(st), msg);
+    fprintf(stderr, "     %s: %llu ms, then %s: %s\n", lonely_names[s], (unsigned long long)took,
+            comm_status_string(st), msg);
+    return g_fail == before;
+}
+
 /* ---- process ranks ---- */
 
 static int child_main(int argc, char **argv)
 {
-    if (argc != 7 + N_MISMATCH)
+    if (argc != 6 + N_IDS)
         return 2;
     int config = atoi(argv[2]), rank = atoi(argv[3]), nranks = atoi(argv[4]);
     uint64_t seed = strtoull(argv[5], NULL, 10);
@@ -842,6 +918,15 @@ static int child_main(int argc, char **argv)
         CHECK(now_ms() - t0 < 15000, "mismatch: comm_destroy took %llu ms",
               (unsigned long long)(now_ms() - t0));
     }
+    for (int s = 0; config == 0 && s < N_LONELY; s++) {
+        r.comm = init_comm(rank, nranks, r.device, argv[7 + N_MISMATCH + s], lonely_timeout_ms(s));
+        bool ok = lonely_call(&r, s);
+        uint64_t t0 = now_ms();
+        comm_destroy(r.comm);
+        CHECK(now_ms() - t0 < 15000, "%s: comm_destroy took %llu ms", lonely_names[s],
+              (unsigned long long)(now_ms() - t0));
+        printf("lonely %d ok %d\n", s, ok ? 1 : 0);
+    }
     rank_free(&r);
     return g_fail ? 1 : 0;
 }
@@ -850,8 +935,8 @@ static void test_processes(const char *self, int nranks, int config)
 {
     int before = g_fail;
     uint64_t seed = (uint64_t)time(NULL) * 31 + (uint64_t)config;
-    comm_id_t ids[1 + N_MISMATCH];
-    for (int i = 0; i < 1 + N_MISMATCH; i++)
+    comm_id_t ids[N_IDS];
+    for (int i = 0; i < N_IDS; i++)
         comm_id_new(&ids[i]);
     static struct ccase cases[MAX_CASES];
     size_t ncases = make_cases(cases, nranks, seed);
@@ -861,7 +946,7 @@ static void test_processes(const char *self, int nranks, int config)
         char cmd[1024];
         int len = snprintf(cmd, sizeof(cmd), "%s --child %d %d %d %llu", self, config, r, nranks,
                            (unsigned long long)seed);
-        for (int i = 0; i < 1 + N_MISMATCH; i++)
+        for (int i = 0; i < N_IDS; i++)
             len += snprintf(cmd + len, sizeof(cmd) - (size_t)len, " %s", ids[i].str);
         out[r] = popen(cmd, "r");
         CHECK(out[r] != NULL, "popen: %s", strerror(errno));
@@ -869,18 +954,26 @@ static void test_processes(const char *self, int nranks, int config)
             return;
     }
     config_env(0);
-    static char lines[MAX_RANKS][MAX_CASES + N_MISMATCH][96];
+    static char lines[MAX_RANKS][MAX_CASES + N_MISMATCH + N_LONELY][96];
+    int nlonely = config == 0 ? N_LONELY : 0;
     int nl[MAX_RANKS] = {0};
     for (int r = 0; r < nranks; r++) {
-        while (nl[r] < MAX_CASES + N_MISMATCH &&
+        while (nl[r] < MAX_CASES + N_MISMATCH + N_LONELY &&
                fgets(lines[r][nl[r]], sizeof(lines[r][0]), out[r]))
             nl[r]++;
         int st = pclose(out[r]);
         CHECK(st == 0, "process rank %d exited with %d", r, st);
     }
     for (int r = 0; r < nranks; r++) {
-        CHECK(nl[r] == (int)ncases + N_MISMATCH, "process rank %d reported %d of %zu lines", r,
-              nl[r], ncases + N_MISMATCH);
+        CHECK(nl[r] == (int)ncases + N_MISMATCH + nlonely,
+              "process rank %d reported %d of %zu lines", r, nl[r],
+              ncases + N_MISMATCH + (size_t)nlonely);
+        for (int s = 0; s < nlonely; s++) {
+            const char *l = (int)ncases + N_MISMATCH + s < nl[r]
+                                ? lines[r][ncases + N_MISMATCH + (size_t)s]
+                                : "";
+            CHECK(strstr(l, " ok 1") != NULL, "process rank %d, %s: %s", r, lonely_names[s], l);
+        }
         for (int i = 0; i < nl[r] && i < (int)ncases; i++) {
             char what[160];
             describe(&cases[i], what, sizeof(what));
@@ -902,15 +995,16 @@ static void test_processes(const char *self, int nranks, int config)
         }
         CHECK(mismatch > 0, "mismatch %s: no rank reported COMM_ERR_MISMATCH", mismatch_names[s]);
     }
-    printf("%s process ranks: %d processes on %d GPU%s, %s: %zu cases, %d mismatches\n",
+    printf("%s process ranks: %d processes on %d GPU%s, %s: %zu cases, %d mismatches, %d calls "
+           "no peer makes\n",
            g_fail == before ? "ok  " : "FAIL", nranks, g_ndev, g_ndev == 1 ? "" : "s",
-           config_names[config], ncases, N_MISMATCH);
+           config_names[config], ncases, N_MISMATCH, nlonely);
 }
 
 /* ---- thread ranks (a GPU each) ---- */
 
 struct tjob {
-    int nranks, config;
+    int nranks, config, timeout_ms, scenario;
     struct rank r[MAX_RANKS];
     const struct ccase *cases;
     size_t ncases;
@@ -921,14 +1015,17 @@ struct tjob {
 static void *init_thread(void *arg)
 {
     struct rank *r = arg;
-    r->comm = init_comm(r->rank, r->nranks, r->device, r->id, 30000);
+    struct tjob *j = (struct tjob *)((char *)(r - r->rank) - offsetof(struct tjob, r));
+    r->comm = init_comm(r->rank, r->nranks, r->device, r->id, j->timeout_ms);
     return NULL;
 }
 
-static void tjob_init(struct tjob *j, int nranks, int config, const struct ccase *cases, size_t n)
+static void tjob_init(struct tjob *j, int nranks, int config, const struct ccase *cases, size_t n,
+                      int timeout_ms)
 {
     memset(j, 0, sizeof(*j));
     j->nranks = nranks;
+    j->timeout_ms = timeout_ms;
     j->config = config;
     j->cases = cases;
     j->ncases = n;
@@ -983,7 +1080,7 @@ static void test_threads(int nranks, int config, int mode)
     static struct ccase cases[MAX_CASES];
     size_t n = make_cases(cases, nranks, (uint64_t)time(NULL) * 17 + (uint64_t)mode);
     struct tjob *j = calloc(1, sizeof(*j));
-    tjob_init(j, nranks, config, cases, n);
+    tjob_init(j, nranks, config, cases, n, 30000);
     if (mode == 0) {
         pthread_t t[MAX_RANKS];
         for (int r = 0; r < nranks; r++)
@@ -1035,7 +1132,7 @@ static void test_thread_mismatch(int nranks)
     static const struct ccase none[1] = {{.kind = K_ALLTOALL, .dtype = COMM_F32, .count = 300007}};
     for (int s = 0; s < N_MISMATCH; s++) {
         struct tjob *j = calloc(1, sizeof(*j));
-        tjob_init(j, nranks, 0, none, 1);
+        tjob_init(j, nranks, 0, none, 1, 5000);
         for (int r = 0; r < nranks; r++) {
             comm_status_t st = mismatch_call(&j->r[r], s);
             /* A later rank may already hear of the disagreement. */
@@ -1060,6 +1157,37 @@ static void test_thread_mismatch(int nranks)
     }
     printf("%s mismatched collectives and roots (%d scenarios, thread ranks)\n",
            g_fail == before ? "ok  " : "FAIL", N_MISMATCH);
+}
+
+static void *lonely_thread(void *arg)
+{
+    struct rank *r = arg;
+    struct tjob *j = (struct tjob *)((char *)(r - r->rank) - offsetof(struct tjob, r));
+    lonely_call(r, j->scenario);
+    return NULL;
+}
+
+static void test_thread_lonely(int nranks)
+{
+    int before = g_fail;
+    static const struct ccase none[1] = {{.kind = K_ALLTOALL, .dtype = COMM_F32, .count = 300007}};
+    for (int s = 0; s < N_LONELY; s++) {
+        struct tjob *j = calloc(1, sizeof(*j));
+        tjob_init(j, nranks, 0, none, 1, lonely_timeout_ms(s));
+        j->scenario = s;
+        pthread_t t[MAX_RANKS];
+        for (int r = 0; r < nranks; r++)
+            pthread_create(&t[r], NULL, lonely_thread, &j->r[r]);
+        for (int r = 0; r < nranks; r++)
+            pthread_join(t[r], NULL);
+        uint64_t t0 = now_ms();
+        tjob_destroy(j);
+        free(j);
+        CHECK(now_ms() - t0 < 15000, "%s: comm_destroy took %llu ms", lonely_names[s],
+              (unsigned long long)(now_ms() - t0));
+    }
+    printf("%s calls no peer makes end at the timeout and at comm_abort (thread ranks)\n",
+           g_fail == before ? "ok  " : "FAIL");
 }
 
 int main(int argc, char **argv)
@@ -1102,8 +1230,10 @@ int main(int argc, char **argv)
             test_threads(nthreads, 1, 1);
             test_threads(nthreads, 2, 2);
         }
-        if (all || strstr(only, "fail"))
+        if (all || strstr(only, "fail")) {
             test_thread_mismatch(nthreads);
+            test_thread_lonely(nthreads);
+        }
     }
     printf("%s: %d failure%s\n", g_fail ? "FAIL" : "PASS", g_fail, g_fail == 1 ? "" : "s");
     return g_fail ? 1 : 0;

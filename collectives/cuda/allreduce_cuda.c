@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CUDA allreduce, host side.  Nothing here waits for a peer: a call checks what the
- * device reported since the last call, picks the path and enqueues it on the caller's
- * stream (and the transport's copy streams), so one thread may drive every GPU in turn.
- * Cross-rank order lives in mapped host memory: kernel-path kernels poll LL units (data
- * and flag in one store), copy streams wait on counters with one-thread kernels and
+ * The CUDA allreduce, host side (every dtype and op), and what every CUDA collective's
+ * call shares (cuda_call_begin/end, failure records; collectives_cuda.c has the others).  Nothing
+ * here waits for a peer: a call checks what the device reported since the last call, picks the path
+ * and enqueues it on the caller's stream (and the transport's copy streams), so one thread may
+ * drive every GPU in turn. Cross-rank order lives in mapped host memory: kernel-path kernels poll
+ * LL units (data and flag in one store), copy streams wait on counters with one-thread kernels and
  * publish with cuStreamWriteValue32; every wait is bounded and records what went wrong.
  */
 #include "coll_cuda.h"
@@ -53,8 +54,9 @@ comm_status_t cuda_check_device(struct comm *c)
         case COMM_ERR_MISMATCH:
             rt_error(c, COMM_ERR_MISMATCH,
                      "rank %d: ranks disagree in call %u (%s): rank %d made a different "
-                     "allreduce (count, dtype, op, addend or path); every rank must make the "
-                     "same calls with the same count, dtype and op",
+                     "call (collective, count, dtype, op, root, addend or path); every rank "
+                     "must make the same collectives in the same order with the same count, "
+                     "dtype, op and root",
                      c->rank, d->seq, stage, d->peer);
             break;
         case COMM_ERR_ABORTED:
@@ -90,7 +92,7 @@ comm_status_t cuda_check_device(struct comm *c)
     return shm_check_peers(c);
 }
 
-static comm_status_t launch_failed(struct comm *c, const char *what, int e)
+comm_status_t cuda_launch_failed(struct comm *c, const char *what, int e)
 {
     rt_error(c, COMM_ERR_SYSTEM, "rank %d: %s failed on GPU %d: %s", c->rank, what,
              cuda_of(c)->device, cudaGetErrorString((cudaError_t)e));
@@ -98,20 +100,20 @@ static comm_status_t launch_failed(struct comm *c, const char *what, int e)
     return COMM_ERR_SYSTEM;
 }
 
-static comm_status_t driver_failed(struct comm *c, const char *what, CUresult r)
+comm_status_t cuda_driver_failed(struct comm *c, const char *what, CUresult r)
 {
     rt_error(c, COMM_ERR_SYSTEM, "rank %d: %s failed on GPU %d (CUresult %d)", c->rank, what,
              cuda_of(c)->device, (int)r);
     return COMM_ERR_SYSTEM;
 }
 
-static bool aligned16(const void *p)
+bool cuda_aligned16(const void *p)
 {
     return ((uintptr_t)p & 15u) == 0;
 }
 
-static void fill_common(struct comm *c, const struct coll_call *call, bool narrow,
-                        enum cuda_path path, uint32_t release, struct cuda_kcommon *k)
+void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
+                      enum cuda_path path, uint32_t release, struct cuda_kcommon *k)
 {
     struct cuda_comm *x = cuda_of(c);
     k->send = call->send;
@@ -125,15 +127,23 @@ static void fill_common(struct comm *c, const struct coll_call *call, bool narro
     uint64_t t = rt_ms_to_ns(c->timeout_ms);
     k->timeout_ns = t == RT_NEVER ? 0 : t > 0 ? t : 1;
     k->seq = c->seq;
-    k->desc = cuda_call_desc(call->count, (uint32_t)call->dtype, (uint32_t)call->op, (uint32_t)path,
-                             narrow, call->addend != NULL, k->addend_count);
+    /* The op of a collective that moves data, and the root of one without a root, are
+     * not part of the call (whatever the caller passed). */
+    bool moves =
+        call->kind == COLL_BROADCAST || call->kind == COLL_ALLGATHER || call->kind == COLL_ALLTOALL;
+    bool rooted = call->kind == COLL_BROADCAST || call->kind == COLL_REDUCE;
+    uint32_t op = moves ? 0u : (uint32_t)call->op;
+    k->desc = cuda_call_desc(call->count, (uint32_t)call->dtype, op, (uint32_t)path, narrow,
+                             call->addend != NULL, k->addend_count, (uint32_t)call->kind,
+                             rooted ? call->root : 0);
     k->release = release;
     k->rank = c->rank;
     k->nranks = c->nranks;
     k->dtype = (int32_t)call->dtype;
+    k->op = (int32_t)op;
     k->narrow = narrow;
-    k->vec = aligned16(call->send) && aligned16(call->recv) &&
-             (call->addend == NULL || aligned16(call->addend));
+    k->vec = cuda_aligned16(call->send) && cuda_aligned16(call->recv) &&
+             (call->addend == NULL || cuda_aligned16(call->addend));
 }
 
 /* The kernel path: one LL launch per round of at most a sub-slot's payload. */
@@ -146,7 +156,7 @@ static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, b
         .off_kstage = x->g.off_kstage,
         .kslot_bytes = x->g.kslot_bytes,
     };
-    fill_common(c, call, narrow, CUDA_PATH_KERNEL, (uint32_t)x->cchunk + CUDA_RELEASE, &a.c);
+    cuda_fill_common(c, call, narrow, CUDA_PATH_KERNEL, (uint32_t)x->cchunk + CUDA_RELEASE, &a.c);
     for (uint32_t j = 0; j < plan.rounds; j++) {
         a.rlo = (uint64_t)j * plan.round_elems;
         a.rn = call->count - a.rlo < plan.round_elems ? call->count - a.rlo : plan.round_elems;
@@ -154,7 +164,7 @@ static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, b
         a.units = cuda_ll_units(a.rn, wsize);
         int e = cuda_launch_ll(&a, cuda_ll_blocks(a.units, x->k.blocks), call->stream);
         if (e != 0)
-            return launch_failed(c, "the kernel-path launch", e);
+            return cuda_launch_failed(c, "the kernel-path launch", e);
     }
     x->kround += plan.rounds;
     return COMM_OK;
@@ -174,7 +184,7 @@ static comm_status_t narrow_buffer(struct comm *c, size_t bytes)
     if (e == cudaSuccess)
         e = cudaMallocAsync((void **)&x->narrow, bytes, x->sd);
     if (e != cudaSuccess)
-        return launch_failed(c, "cudaMallocAsync of the bf16 buffer", e);
+        return cuda_launch_failed(c, "cudaMallocAsync of the bf16 buffer", e);
     x->narrow_bytes = bytes;
     return COMM_OK;
 }
@@ -206,22 +216,22 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
 
     if ((e = cudaEventRecord(x->ev_start, stream)) != 0 ||
         (e = cudaStreamWaitEvent(x->sd, x->ev_start, 0)) != 0)
-        return launch_failed(c, "ordering the copy stream after the caller's", e);
+        return cuda_launch_failed(c, "ordering the copy stream after the caller's", e);
     if (narrow) {
         comm_status_t st = narrow_buffer(c, call->count * 2);
         if (st != COMM_OK)
             return st;
         if ((e = cuda_launch_narrow(call->send, x->narrow, call->count, x->sd)) != 0)
-            return launch_failed(c, "the bf16 narrowing launch", e);
+            return cuda_launch_failed(c, "the bf16 narrowing launch", e);
         src = (const uint8_t *)x->narrow;
     }
     struct cuda_ctrl *me = cuda_ctrl_of(x, c->rank);
     uint64_t wire = call->count * wsize;
     uint64_t ring = (uint64_t)x->tslots * x->g.chunk_max;
     struct cuda_cadd_args a = {.peer_stride = ring};
-    fill_common(c, call, narrow, CUDA_PATH_COPY, release, &a.c);
+    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, release, &a.c);
     struct cuda_wait_args base_wait = {.stage = 0};
-    fill_common(c, call, narrow, CUDA_PATH_COPY, release, &base_wait.c);
+    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, release, &base_wait.c);
     for (uint32_t k = 0; k < plan.chunks; k++) {
         uint64_t g = x->cchunk + k;
         uint32_t g32 = (uint32_t)g;
@@ -236,17 +246,17 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
             w.peer_want = g32 - x->g.cslots + 1;
             w.stage = CUDA_STAGE_CSLOT;
             if ((e = cuda_launch_wait(&w, x->sd)) != 0)
-                return launch_failed(c, "the staging-slot wait launch", e);
+                return cuda_launch_failed(c, "the staging-slot wait launch", e);
         }
         uint8_t *slot = x->regions + cuda_cslot_off(&x->g, c->rank, g32);
         if ((e = cudaMemcpyAsync(slot, src + off, len, cudaMemcpyDeviceToHost, x->sd)) != 0)
-            return launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
+            return cuda_launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
         r = x->write_value(x->sd, cuda_dev_addr(x, &me->ready.value), (cuuint32_t)(g32 + 1),
                            CU_STREAM_WRITE_VALUE_DEFAULT);
         if (r != CUDA_SUCCESS)
-            return driver_failed(c, "cuStreamWriteValue32 (chunk staged)", r);
+            return cuda_driver_failed(c, "cuStreamWriteValue32 (chunk staged)", r);
         if ((e = cudaEventRecord(x->ev_staged, x->sd)) != 0)
-            return launch_failed(c, "cudaEventRecord (chunk staged)", e);
+            return cuda_launch_failed(c, "cudaEventRecord (chunk staged)", e);
 
         /* H2D: once every peer staged chunk g and the ring slot was summed, fetch. */
         struct cuda_wait_args w = base_wait;
@@ -255,50 +265,45 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
         w.stage = CUDA_STAGE_CFETCH;
         w.check_call = k == 0;
         if ((e = cuda_launch_wait(&w, x->sh)) != 0)
-            return launch_failed(c, "the chunk wait launch", e);
+            return cuda_launch_failed(c, "the chunk wait launch", e);
         if ((e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
-            return launch_failed(c, "ordering the fetch after the ring slot's sum", e);
+            return cuda_launch_failed(c, "ordering the fetch after the ring slot's sum", e);
         for (int p = 0, q = 0; p < c->nranks; p++) {
             if (p == c->rank)
                 continue;
             uint8_t *dst = x->tmp + (uint64_t)q * ring + (uint64_t)ts * x->g.chunk_max;
             const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, g32);
             if ((e = cudaMemcpyAsync(dst, from, len, cudaMemcpyHostToDevice, x->sh)) != 0)
-                return launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
+                return cuda_launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
             q++;
         }
         r = x->write_value(x->sh, cuda_dev_addr(x, &me->h2d.value), (cuuint32_t)(g32 + 1),
                            CU_STREAM_WRITE_VALUE_DEFAULT);
         if (r != CUDA_SUCCESS)
-            return driver_failed(c, "cuStreamWriteValue32 (chunk fetched)", r);
+            return cuda_driver_failed(c, "cuStreamWriteValue32 (chunk fetched)", r);
         if ((e = cudaEventRecord(x->ev_fetched, x->sh)) != 0)
-            return launch_failed(c, "cudaEventRecord (chunk fetched)", e);
+            return cuda_launch_failed(c, "cudaEventRecord (chunk fetched)", e);
 
         /* Sum on the caller's stream once this chunk left and every peer's arrived. */
         if ((e = cudaStreamWaitEvent(stream, x->ev_staged, 0)) != 0 ||
             (e = cudaStreamWaitEvent(stream, x->ev_fetched, 0)) != 0)
-            return launch_failed(c, "ordering the add kernel after the copies", e);
+            return cuda_launch_failed(c, "ordering the add kernel after the copies", e);
         a.tmp = x->tmp + (uint64_t)ts * x->g.chunk_max;
         a.lo = (uint64_t)k * plan.chunk_elems;
         a.n = call->count - a.lo < plan.chunk_elems ? call->count - a.lo : plan.chunk_elems;
         if ((e = cuda_launch_cadd(&a, stream)) != 0)
-            return launch_failed(c, "the add-kernel launch", e);
+            return cuda_launch_failed(c, "the add-kernel launch", e);
         if ((e = cudaEventRecord(x->ev_added[ts], stream)) != 0)
-            return launch_failed(c, "cudaEventRecord (ring slot summed)", e);
+            return cuda_launch_failed(c, "cudaEventRecord (ring slot summed)", e);
     }
     x->cchunk += plan.chunks;
     return COMM_OK;
 }
 
-comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
+comm_status_t cuda_call_begin(struct comm *c, const struct coll_call *call, int *prev)
 {
     struct cuda_comm *x = cuda_of(c);
-    comm_status_t st = cuda_check_device(c);
-    if (st != COMM_OK || call->count == 0)
-        return st;
-
-    int prev = 0;
-    st = cuda_device_enter(c, &prev);
+    comm_status_t st = cuda_device_enter(c, prev);
     if (st != COMM_OK)
         return st;
     cudaStream_t stream = call->stream;
@@ -311,34 +316,55 @@ comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
     if (ce != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank %d: the stream is being captured into a CUDA graph (%s): arcomm's CUDA "
-                 "calls cannot be captured yet; call comm_allreduce outside the capture",
+                 "calls cannot be captured yet; make the call outside the capture",
                  c->rank, ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaStreamIsCapturing");
         (void)cudaGetLastError();
-        st = COMM_ERR_INVALID;
-        goto out;
+        cuda_device_leave(*prev);
+        return COMM_ERR_INVALID;
     }
     /* Calls on one communicator run one after another whatever streams they use: the
      * LL rounds and the copy-path counters count on it. */
     if (x->have_last && x->last_stream != call->stream &&
         (e = cudaStreamWaitEvent(stream, x->ev_done, 0)) != 0) {
-        st = launch_failed(c, "ordering after the previous call's stream", e);
-        goto out;
+        st = cuda_launch_failed(c, "ordering after the previous call's stream", e);
+        cuda_device_leave(*prev);
+        return st;
     }
+    return COMM_OK;
+}
+
+comm_status_t cuda_call_end(struct comm *c, const struct coll_call *call, comm_status_t st,
+                            int prev)
+{
+    struct cuda_comm *x = cuda_of(c);
+    int e;
+    if (st == COMM_OK && (e = cudaEventRecord(x->ev_done, call->stream)) != 0)
+        st = cuda_launch_failed(c, "cudaEventRecord", e);
+    if (st == COMM_OK) {
+        x->last_stream = call->stream;
+        x->have_last = true;
+    }
+    cuda_device_leave(prev);
+    return st;
+}
+
+comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
+{
+    struct cuda_comm *x = cuda_of(c);
+    comm_status_t st = cuda_check_device(c);
+    if (st != COMM_OK || call->count == 0)
+        return st;
+
+    int prev = 0;
+    st = cuda_call_begin(c, call, &prev);
+    if (st != COMM_OK)
+        return st;
     size_t bytes = call->count * rt_dtype_size(call->dtype);
-    bool narrow = call->dtype == COMM_F32 && bytes >= x->k.bf16_threshold;
+    /* bf16 on the wire for f32 sums only (an addend is a sum's). */
+    bool narrow = call->dtype == COMM_F32 && call->op == COMM_SUM && bytes >= x->k.bf16_threshold;
     if (bytes >= x->k.copy_threshold && c->nranks > 1)
         st = copy_path(c, call, narrow);
     else
         st = kernel_path(c, call, narrow);
-    if (st != COMM_OK)
-        goto out;
-    if ((e = cudaEventRecord(x->ev_done, stream)) != 0) {
-        st = launch_failed(c, "cudaEventRecord", e);
-        goto out;
-    }
-    x->last_stream = call->stream;
-    x->have_last = true;
-out:
-    cuda_device_leave(prev);
-    return st;
+    return cuda_call_end(c, call, st, prev);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The CUDA backend: GPUs of one host on the CUDA transport (the shm segment, registered
- * with CUDA), with the kernel and copy-engine paths of allreduce_cuda.c.
+ * with CUDA), with the kernel and copy-engine paths of allreduce_cuda.c and the staged
+ * collectives of collectives_cuda.c, every dtype and op.
  */
 #include "backend.h"
 #include "coll_cuda.h"
@@ -35,16 +36,63 @@ static comm_status_t cuda_backend_setup(struct comm *c)
     return cuda_setup(c, &k);
 }
 
+static const char *kind_name(enum coll_kind kind)
+{
+    switch (kind) {
+    case COLL_ALLREDUCE:
+        return "allreduce";
+    case COLL_BROADCAST:
+        return "broadcast";
+    case COLL_REDUCE:
+        return "reduce";
+    case COLL_ALLGATHER:
+        return "allgather";
+    case COLL_REDUCE_SCATTER:
+        return "reduce_scatter";
+    case COLL_ALLTOALL:
+        return "alltoall";
+    default:
+        return "this collective";
+    }
+}
+
+static bool float_dtype(comm_dtype_t t)
+{
+    return t == COMM_F32 || t == COMM_F16 || t == COMM_BF16 || t == COMM_F64;
+}
+
 static comm_status_t cuda_validate(struct comm *c, const struct coll_call *call, const char *fn)
 {
-    (void)fn;
-    /* The same answer on every rank, before any memory is touched. */
-    if (call->op != COMM_SUM ||
-        (call->dtype != COMM_F32 && call->dtype != COMM_F16 && call->dtype != COMM_BF16)) {
+    /* The same answer on every rank, before any memory is touched: every collective,
+     * dtype and op, except AVG of an integer type. */
+    bool reduces = call->kind == COLL_ALLREDUCE || call->kind == COLL_REDUCE ||
+                   call->kind == COLL_REDUCE_SCATTER;
+    if (call->kind < COLL_ALLREDUCE || call->kind > COLL_ALLTOALL) {
         rt_error(c, COMM_ERR_UNSUPPORTED,
-                 "rank %d: the CUDA transport sums f32, f16 and bf16; %s %s is not supported "
-                 "(use a host communicator for it)",
-                 c->rank, rt_op_name(call->op), rt_dtype_name(call->dtype));
+                 "rank %d: %s: the CUDA transport has no collective of kind %d (GPU %d); use a "
+                 "host communicator for it",
+                 c->rank, fn, (int)call->kind, c->device_index);
+        return COMM_ERR_UNSUPPORTED;
+    }
+    if ((unsigned)call->dtype > COMM_U64 || rt_dtype_size(call->dtype) == 0) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: %s: the CUDA transport does not know dtype %d (GPU %d); pass a "
+                 "comm_dtype_t of this library's version",
+                 c->rank, fn, (int)call->dtype, c->device_index);
+        return COMM_ERR_UNSUPPORTED;
+    }
+    if (reduces && (unsigned)call->op > COMM_AVG) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: %s: the CUDA transport does not know op %d (GPU %d); pass a "
+                 "comm_op_t of this library's version",
+                 c->rank, fn, (int)call->op, c->device_index);
+        return COMM_ERR_UNSUPPORTED;
+    }
+    if (reduces && call->op == COMM_AVG && !float_dtype(call->dtype)) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: %s: %s of %s on GPU %d: AVG is defined for float dtypes only (f32, "
+                 "f16, bf16, f64); use COMM_SUM and divide",
+                 c->rank, fn, kind_name(call->kind), rt_dtype_name(call->dtype), c->device_index);
         return COMM_ERR_UNSUPPORTED;
     }
     return COMM_OK;
@@ -55,6 +103,15 @@ static comm_status_t cuda_allreduce(struct comm *c, const struct coll_call *call
     comm_status_t st = coll_cuda_allreduce(c, call);
     /* The call is enqueued, and comm_destroy drains it before it leaves: a rank that
      * completed it never fails a peer's. */
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+/* Broadcast, reduce, allgather, reduce_scatter, alltoall: call->kind says which. */
+static comm_status_t cuda_staged(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = coll_cuda_staged(c, call);
     if (st == COMM_OK)
         shm_complete(c);
     return st;
@@ -81,6 +138,11 @@ const struct backend_ops coll_cuda_backend = {
     .allreduce = cuda_allreduce,
     .allreduce_add = cuda_allreduce,
     .barrier = cuda_barrier,
+    .broadcast = cuda_staged,
+    .reduce = cuda_staged,
+    .allgather = cuda_staged,
+    .reduce_scatter = cuda_staged,
+    .alltoall = cuda_staged,
     .publish_failure = cuda_publish_failure,
     .wake = shm_wake,
     .mem_alloc = cuda_mem_alloc,

@@ -1,20 +1,47 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CUDA allreduce: path selection (kernel path below ARCOMM_COPY_THRESHOLD, copy
- * engines from it), bf16 wire narrowing, and what the CUDA backend (backend.c) calls.
+ * The CUDA collectives: allreduce (path selection: kernel path below
+ * ARCOMM_COPY_THRESHOLD, copy engines from it; bf16 wire narrowing), the collectives
+ * beyond allreduce (host-staged through the pinned segment, collectives_cuda.c), and
+ * what the CUDA backend (backend.c) calls.
  */
 #ifndef ARCOMM_COLL_CUDA_H
 #define ARCOMM_COLL_CUDA_H
 
 #include "coll.h"
+#include "cuda/cuda_comm.h"
+#include "kernels.h"
 
 /* A validated call on a CUDA communicator: enqueued on call->stream, or an error. */
 comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call);
+/* Broadcast, reduce, allgather, reduce_scatter and alltoall (call->kind says which). */
+comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call);
 
 /*
  * What this rank's GPU or a peer reported since the last call: COMM_OK, or the
  * failure, recorded with rt_error (rank, stage, call).
  */
 comm_status_t cuda_check_device(struct comm *c);
+
+/* allreduce_cuda.c: what every CUDA collective's enqueueing shares. */
+
+/* Records a failed CUDA runtime call (a cudaError_t) or driver call: COMM_ERR_SYSTEM. */
+comm_status_t cuda_launch_failed(struct comm *c, const char *what, int e);
+comm_status_t cuda_driver_failed(struct comm *c, const char *what, CUresult r);
+bool cuda_aligned16(const void *p);
+/* The kernels' view of a call: buffers, regions, timeout, call number and descriptor
+ * (collective, count, dtype, op, root, path, narrowing, addend). */
+void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
+                      enum cuda_path path, uint32_t release, struct cuda_kcommon *k);
+/*
+ * The start of a call with count > 0 after cuda_check_device: c's GPU made current
+ * (the caller's is kept in *prev), a capturing stream refused, the call ordered after
+ * the previous one.  On failure the device is already restored.
+ */
+comm_status_t cuda_call_begin(struct comm *c, const struct coll_call *call, int *prev);
+/* Its end: on success the call's end is recorded (ev_done); the device is restored.
+ * Returns st, or the failure of that record. */
+comm_status_t cuda_call_end(struct comm *c, const struct coll_call *call, comm_status_t st,
+                            int prev);
 
 #endif /* ARCOMM_COLL_CUDA_H */

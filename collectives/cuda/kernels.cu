@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Device code of the CUDA allreduce paths.
+ * Device code of the CUDA collectives: allreduce's two paths, and the reduction kernel
+ * the staged reduce and reduce_scatter share with allreduce's copy path.  The kernels
+ * are templates over the element type T, its wire type W (T, or bf16 for narrowed f32
+ * sums) and the op; one instance per (dtype, op) is launched by dispatch() below.
  *
  * Kernel path (small messages): LL rounds (layout.h).  Every thread writes its slice of
  * the rank's data into the rank's mapped host sub-slot as 16-byte units that carry the
  * round's flag next to every 4 data bytes, then polls the peers' units of the same
- * indices until their flags match and sums every rank's value in rank order: one PCIe
+ * indices until their flags match and reduces every rank's value in rank order: one PCIe
  * write and one read round trip, no fences, no separate tokens.  A launch per round.
  *
  * Copy path (large messages): the copy engines move chunks, ordered by the host with
- * one-thread wait kernels and events (allreduce_cuda.c); the add kernel of a chunk is
- * stream-ordered after its copies and never waits.
+ * one-thread wait kernels and events (allreduce_cuda.c, collectives_cuda.c); the add
+ * (reduction) kernel of a chunk is stream-ordered after its copies and never waits.
  *
  * Every wait is bounded by %globaltimer and polls the fail lines of every rank (abort,
  * peers' failures); a failure is written to this rank's fail line, which the host
@@ -23,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <type_traits>
 
 #define KTHREADS   256
 #define POLL_CHECK 16 /* polls between fail-line and clock checks */
@@ -60,117 +64,314 @@ __device__ __forceinline__ cuda_ctrl *ctrl_of(const cuda_kcommon &c, int r)
     return (cuda_ctrl *)(c.regions + (uint64_t)r * c.region_bytes);
 }
 
-/* ---- element conversions: f32 arithmetic, one rounding at the end ---- */
+/* ---- element types and ops: the accumulator type, one rounding at the end ---- */
 
-__device__ __forceinline__ float to_f(float x)
+/* f16 and bf16 accumulate in f32; every other type in itself (integers wrap). */
+template <typename T> struct acc_of {
+    typedef T type;
+};
+template <> struct acc_of<__half> {
+    typedef float type;
+};
+template <> struct acc_of<__nv_bfloat16> {
+    typedef float type;
+};
+
+template <typename T> __device__ __forceinline__ typename acc_of<T>::type to_acc(T x)
 {
     return x;
 }
-__device__ __forceinline__ float to_f(__half x)
+template <> __device__ __forceinline__ float to_acc<__half>(__half x)
 {
     return __half2float(x);
 }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x)
+template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 x)
 {
     return __bfloat162float(x);
 }
 
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x)
+template <typename T> __device__ __forceinline__ T from_acc(typename acc_of<T>::type x)
 {
     return x;
 }
-template <> __device__ __forceinline__ __half from_f<__half>(float x)
+template <> __device__ __forceinline__ __half from_acc<__half>(float x)
 {
     return __float2half_rn(x);
 }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x)
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x)
 {
     return __float2bfloat16_rn(x);
 }
 
-/* The value a rank contributes: its own element rounded through the wire type. */
-template <typename W> __device__ __forceinline__ float wire_round(float x)
+/* The bits of an element (low bits of the result), and back. */
+__device__ __forceinline__ uint64_t bits_of(float x)
 {
-    return to_f(from_f<W>(x));
+    return __float_as_uint(x);
+}
+__device__ __forceinline__ uint64_t bits_of(double x)
+{
+    return (uint64_t)__double_as_longlong(x);
+}
+__device__ __forceinline__ uint64_t bits_of(__half x)
+{
+    return __half_as_ushort(x);
+}
+__device__ __forceinline__ uint64_t bits_of(__nv_bfloat16 x)
+{
+    return __bfloat16_as_ushort(x);
+}
+template <typename I> __device__ __forceinline__ uint64_t bits_of(I x)
+{
+    return (uint64_t)(typename std::make_unsigned<I>::type)x;
 }
 
-/* The eight floats of two float4. */
-__device__ __forceinline__ void split8(float4 a, float4 b, float v[8])
+template <typename T> __device__ __forceinline__ T of_bits(uint64_t b)
 {
-    v[0] = a.x;
-    v[1] = a.y;
-    v[2] = a.z;
-    v[3] = a.w;
-    v[4] = b.x;
-    v[5] = b.y;
-    v[6] = b.z;
-    v[7] = b.w;
+    return (T)(typename std::make_unsigned<T>::type)b;
+}
+template <> __device__ __forceinline__ float of_bits<float>(uint64_t b)
+{
+    return __uint_as_float((uint32_t)b);
+}
+template <> __device__ __forceinline__ double of_bits<double>(uint64_t b)
+{
+    return __longlong_as_double((long long)b);
+}
+template <> __device__ __forceinline__ __half of_bits<__half>(uint64_t b)
+{
+    return __ushort_as_half((unsigned short)b);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 of_bits<__nv_bfloat16>(uint64_t b)
+{
+    return __ushort_as_bfloat16((unsigned short)b);
 }
 
-/* The eight floats of 16 bytes of 2-byte elements, P the pair type (__half2 or
- * __nv_bfloat162). */
-__device__ __forceinline__ float2 pair_to_f2(__half2 h)
+/* Arithmetic without contraction (fixed rounding); integers wrap (unsigned arithmetic). */
+__device__ __forceinline__ float add_(float a, float b)
 {
-    return __half22float2(h);
+    return __fadd_rn(a, b);
 }
-__device__ __forceinline__ float2 pair_to_f2(__nv_bfloat162 h)
+__device__ __forceinline__ double add_(double a, double b)
 {
-    return __bfloat1622float2(h);
+    return __dadd_rn(a, b);
 }
-template <typename P> __device__ __forceinline__ void unpack8(uint4 u, float v[8])
+template <typename I> __device__ __forceinline__ I add_(I a, I b)
 {
-    const P *h = reinterpret_cast<const P *>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 f = pair_to_f2(h[k]);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
+    typedef typename std::make_unsigned<I>::type U;
+    return (I)(U)((U)a + (U)b);
+}
+__device__ __forceinline__ float mul_(float a, float b)
+{
+    return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double mul_(double a, double b)
+{
+    return __dmul_rn(a, b);
+}
+template <typename I> __device__ __forceinline__ I mul_(I a, I b)
+{
+    typedef typename std::make_unsigned<I>::type U;
+    return (I)(U)((U)a * (U)b);
+}
+/* AVG's division by the rank count (float types only: integers do not instantiate it). */
+__device__ __forceinline__ float div_(float a, int n)
+{
+    return __fdiv_rn(a, (float)n);
+}
+__device__ __forceinline__ double div_(double a, int n)
+{
+    return __ddiv_rn(a, (double)n);
+}
+
+/* The ops: f folds the next rank's value b into acc a (rank order), fin ends the fold.
+ * MAX and MIN keep the earlier value on a tie or a NaN, as the host engine does. */
+template <int OP> struct opf;
+template <> struct opf<COMM_SUM> {
+    template <typename A> static __device__ __forceinline__ A f(A a, A b)
+    {
+        return add_(a, b);
     }
-}
+    template <typename A> static __device__ __forceinline__ A fin(A a, int)
+    {
+        return a;
+    }
+};
+template <> struct opf<COMM_AVG> {
+    template <typename A> static __device__ __forceinline__ A f(A a, A b)
+    {
+        return add_(a, b);
+    }
+    template <typename A> static __device__ __forceinline__ A fin(A a, int n)
+    {
+        return div_(a, n);
+    }
+};
+template <> struct opf<COMM_PROD> {
+    template <typename A> static __device__ __forceinline__ A f(A a, A b)
+    {
+        return mul_(a, b);
+    }
+    template <typename A> static __device__ __forceinline__ A fin(A a, int)
+    {
+        return a;
+    }
+};
+template <> struct opf<COMM_MAX> {
+    template <typename A> static __device__ __forceinline__ A f(A a, A b)
+    {
+        return b > a ? b : a;
+    }
+    template <typename A> static __device__ __forceinline__ A fin(A a, int)
+    {
+        return a;
+    }
+};
+template <> struct opf<COMM_MIN> {
+    template <typename A> static __device__ __forceinline__ A f(A a, A b)
+    {
+        return b < a ? b : a;
+    }
+    template <typename A> static __device__ __forceinline__ A fin(A a, int)
+    {
+        return a;
+    }
+};
 
-/* 8 elements: two 16-byte accesses for 4-byte types, one for 2-byte types. */
-template <typename T> __device__ __forceinline__ void load8(const T *p, float v[8]);
-template <> __device__ __forceinline__ void load8<float>(const float *p, float v[8])
-{
-    split8(reinterpret_cast<const float4 *>(p)[0], reinterpret_cast<const float4 *>(p)[1], v);
-}
-template <> __device__ __forceinline__ void load8<__half>(const __half *p, float v[8])
-{
-    unpack8<__half2>(*reinterpret_cast<const uint4 *>(p), v);
-}
-template <> __device__ __forceinline__ void load8<__nv_bfloat16>(const __nv_bfloat16 *p, float v[8])
-{
-    unpack8<__nv_bfloat162>(*reinterpret_cast<const uint4 *>(p), v);
-}
+/*
+ * The wire type W of a T: T itself, or bf16 for narrowed f32.  bits: what a rank puts on
+ * the wire; val: a wire element as the accumulator sees it; own: a rank's own element,
+ * rounded through the wire type as its peers see it.
+ */
+template <typename T, typename W> struct wire {
+    typedef typename acc_of<T>::type A;
+    static __device__ __forceinline__ uint64_t bits(T x)
+    {
+        return bits_of(from_acc<W>(to_acc(x)));
+    }
+    static __device__ __forceinline__ A val(uint64_t b)
+    {
+        return to_acc(of_bits<W>(b));
+    }
+    static __device__ __forceinline__ A own(T x)
+    {
+        return to_acc(from_acc<W>(to_acc(x)));
+    }
+};
+template <typename T> struct wire<T, T> {
+    typedef typename acc_of<T>::type A;
+    static __device__ __forceinline__ uint64_t bits(T x)
+    {
+        return bits_of(x);
+    }
+    static __device__ __forceinline__ A val(uint64_t b)
+    {
+        return to_acc(of_bits<T>(b));
+    }
+    static __device__ __forceinline__ A own(T x)
+    {
+        return to_acc(x);
+    }
+};
 
-/* Loads that skip L1 and may stay in L2: device buffers this GPU's copy engine rewrites
- * between uses. */
-template <typename T> __device__ __forceinline__ void load8_cg(const T *p, float v[8])
+/* ---- groups of 8 elements as 32-bit words: vector loads and stores of any type ---- */
+
+/* Words of 8 elements of S bytes: 2 (S = 1), 4, 8 or 16. */
+template <int S> struct words8 {
+    static constexpr int SUB = S < 4 ? S : 4; /* bytes of an element within a word */
+    static constexpr int PER = 4 / SUB;       /* elements per word (1 for S >= 4) */
+    static constexpr int SB = 8 * SUB;        /* bits of an element within a word */
+    static constexpr uint32_t MASK = SB == 32 ? 0xffffffffu : (1u << (SB & 31)) - 1u;
+};
+
+/* Loads the words of 8 elements at p (8 * S-byte aligned up to 16); CG: skip L1 (device
+ * buffers this GPU's copy engine rewrites between uses). */
+template <int S, bool CG> __device__ __forceinline__ void ld_words(const void *p, uint32_t w[2 * S])
 {
-    if (sizeof(T) == 4) {
-        split8(__ldcg(reinterpret_cast<const float4 *>(p)),
-               __ldcg(reinterpret_cast<const float4 *>(p) + 1), v);
+    if constexpr (S == 1) {
+        const uint2 *q = reinterpret_cast<const uint2 *>(p);
+        uint2 u = CG ? __ldcg(q) : *q;
+        w[0] = u.x;
+        w[1] = u.y;
     } else {
-        uint4 u = __ldcg(reinterpret_cast<const uint4 *>(p));
-        load8<T>(reinterpret_cast<const T *>(&u), v);
+#pragma unroll
+        for (int j = 0; j < (2 * S) / 4; j++) {
+            const uint4 *q = reinterpret_cast<const uint4 *>(p) + j;
+            uint4 u = CG ? __ldcg(q) : *q;
+            w[4 * j] = u.x;
+            w[4 * j + 1] = u.y;
+            w[4 * j + 2] = u.z;
+            w[4 * j + 3] = u.w;
+        }
     }
 }
 
-template <typename T> __device__ __forceinline__ void store8(T *p, const float v[8])
+template <int S> __device__ __forceinline__ void st_words(void *p, const uint32_t w[2 * S])
 {
-    if (sizeof(T) == 4) {
-        float4 *q = reinterpret_cast<float4 *>(p);
-        q[0] = make_float4(v[0], v[1], v[2], v[3]);
-        q[1] = make_float4(v[4], v[5], v[6], v[7]);
+    if constexpr (S == 1) {
+        *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
     } else {
-        uint4 u;
-        T *h = reinterpret_cast<T *>(&u);
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            h[k] = from_f<T>(v[k]);
-        *reinterpret_cast<uint4 *>(p) = u;
+        for (int j = 0; j < (2 * S) / 4; j++)
+            reinterpret_cast<uint4 *>(p)[j] =
+                make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
     }
+}
+
+/* Element k's bits of a group's words. */
+template <int S> __device__ __forceinline__ uint64_t word_elem(const uint32_t *w, int k)
+{
+    typedef words8<S> G;
+    if constexpr (S == 8)
+        return (uint64_t)w[2 * k] | ((uint64_t)w[2 * k + 1] << 32);
+    else
+        return (w[k / G::PER] >> ((k % G::PER) * G::SB)) & G::MASK;
+}
+
+/* ORs element k's bits into a group's words (zeroed first). */
+template <int S> __device__ __forceinline__ void word_put(uint32_t *w, int k, uint64_t b)
+{
+    typedef words8<S> G;
+    if constexpr (S == 8) {
+        w[2 * k] = (uint32_t)b;
+        w[2 * k + 1] = (uint32_t)(b >> 32);
+    } else {
+        w[k / G::PER] |= ((uint32_t)b & G::MASK) << ((k % G::PER) * G::SB);
+    }
+}
+
+/* 8 elements of T at p as accumulator values, each through the wire as a rank's own. */
+template <typename T, typename W>
+__device__ __forceinline__ void load8_own(const T *p, typename acc_of<T>::type v[8])
+{
+    uint32_t w[2 * sizeof(T)];
+    ld_words<sizeof(T), false>(p, w);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        v[k] = wire<T, W>::own(of_bits<T>(word_elem<sizeof(T)>(w, k)));
+}
+
+/* 8 wire elements at p (a peer's, fetched into device memory) as accumulator values. */
+template <typename T, typename W>
+__device__ __forceinline__ void load8_wire(const W *p, typename acc_of<T>::type v[8])
+{
+    uint32_t w[2 * sizeof(W)];
+    ld_words<sizeof(W), true>(p, w);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        v[k] = wire<T, W>::val(word_elem<sizeof(W)>(w, k));
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T *p, const typename acc_of<T>::type v[8])
+{
+    uint32_t w[2 * sizeof(T)];
+#pragma unroll
+    for (int j = 0; j < 2 * (int)sizeof(T); j++)
+        w[j] = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        word_put<sizeof(T)>(w, k, bits_of(from_acc<T>(v[k])));
+    st_words<sizeof(T)>(p, w);
 }
 
 /* ---- failure: fail lines, release of the copy-path counters ---- */
@@ -271,79 +472,52 @@ __device__ __forceinline__ int call_agrees(const cuda_kcommon &c, int p)
     return seq != c.seq || desc == c.desc ? 1 : -1;
 }
 
-/* ---- the sum of one group of 8 (or fewer, at the end) elements ---- */
+/* ---- the reduction of one group of 8 (or fewer, at the end) elements ---- */
 
-template <typename T, typename W, typename PeerSrc>
-__device__ __forceinline__ void sum_group(const cuda_kcommon &c, uint64_t i, uint32_t n,
-                                          PeerSrc peer)
+template <typename T, typename W, int OP, typename PeerSrc>
+__device__ __forceinline__ void reduce_group(const cuda_kcommon &c, uint64_t i, uint32_t n,
+                                             PeerSrc peer)
 {
+    typedef typename acc_of<T>::type A;
+    typedef opf<OP> F;
     const T *send = static_cast<const T *>(c.send);
     T *recv = static_cast<T *>(c.recv);
     const T *addend = static_cast<const T *>(c.addend);
-    float acc[8], v[8];
+    A acc[8], v[8];
     if (n == 8 && c.vec) {
         for (int p = 0; p < c.nranks; p++) {
-            if (p == c.rank) {
-                load8<T>(send + i, v);
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    v[k] = wire_round<W>(v[k]);
-            } else {
+            if (p == c.rank)
+                load8_own<T, W>(send + i, v);
+            else
                 peer.load8(p, i, v);
-            }
 #pragma unroll
             for (int k = 0; k < 8; k++)
-                acc[k] = p == 0 ? v[k] : __fadd_rn(acc[k], v[k]);
+                acc[k] = p == 0 ? v[k] : F::f(acc[k], v[k]);
         }
         if (addend != nullptr) {
 #pragma unroll
             for (int k = 0; k < 8; k++)
-                acc[k] = __fadd_rn(acc[k], to_f(addend[(i + k) % c.addend_count]));
+                acc[k] = add_(acc[k], to_acc(addend[(i + k) % c.addend_count]));
         }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[k] = F::fin(acc[k], c.nranks);
         store8<T>(recv + i, acc);
         return;
     }
     for (uint32_t k = 0; k < n; k++) {
-        float a = 0.0f;
+        A a = A();
         for (int p = 0; p < c.nranks; p++) {
-            float x = p == c.rank ? wire_round<W>(to_f(send[i + k])) : peer.load1(p, i + k);
-            a = p == 0 ? x : __fadd_rn(a, x);
+            A x = p == c.rank ? wire<T, W>::own(send[i + k]) : peer.load1(p, i + k);
+            a = p == 0 ? x : F::f(a, x);
         }
         if (addend != nullptr)
-            a = __fadd_rn(a, to_f(addend[(i + k) % c.addend_count]));
-        recv[i + k] = from_f<T>(a);
+            a = add_(a, to_acc(addend[(i + k) % c.addend_count]));
+        recv[i + k] = from_acc<T>(F::fin(a, c.nranks));
     }
 }
 
 /* ---- kernel path: LL rounds ---- */
-
-/* Bits of x rounded to the wire type (low bits), and back. */
-template <typename W> __device__ __forceinline__ uint32_t wbits(float x);
-template <> __device__ __forceinline__ uint32_t wbits<float>(float x)
-{
-    return __float_as_uint(x);
-}
-template <> __device__ __forceinline__ uint32_t wbits<__half>(float x)
-{
-    return __half_as_ushort(__float2half_rn(x));
-}
-template <> __device__ __forceinline__ uint32_t wbits<__nv_bfloat16>(float x)
-{
-    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-template <typename W> __device__ __forceinline__ float wval(uint32_t b);
-template <> __device__ __forceinline__ float wval<float>(uint32_t b)
-{
-    return __uint_as_float(b);
-}
-template <> __device__ __forceinline__ float wval<__half>(uint32_t b)
-{
-    return __half2float(__ushort_as_half((unsigned short)b));
-}
-template <> __device__ __forceinline__ float wval<__nv_bfloat16>(uint32_t b)
-{
-    return __bfloat162float(__ushort_as_bfloat16((unsigned short)b));
-}
 
 /* One unit, data and flags together: a 16-byte store whose 8-byte halves each carry the
  * flag (NCCL's LL format).  Volatile: straight to the mapped host memory. */
@@ -369,17 +543,18 @@ __device__ __forceinline__ cuda_ll_unit *ll_buf(const cuda_kcommon &c, int r, ui
     return reinterpret_cast<cuda_ll_unit *>(c.regions + (uint64_t)r * c.region_bytes + sub_off);
 }
 
-/* The wire bits of payload unit u: element e in word e / EPW at bit (e % EPW) * WB. */
+/* A unit's payload: EPU wire elements, element e at bits (e % PER) * SB of word e / PER
+ * (an 8-byte element spans both words, low word first). */
 template <typename T, typename W>
 __device__ __forceinline__ void ll_pack(const T *send, uint64_t rn, uint32_t u, uint32_t d[2])
 {
-    constexpr int EPU = CUDA_LL_DATA / sizeof(W), EPW = EPU / 2, WB = 8 * sizeof(W);
+    constexpr int EPU = CUDA_LL_DATA / sizeof(W);
     d[0] = d[1] = 0;
 #pragma unroll
     for (int e = 0; e < EPU; e++) {
         uint64_t i = (uint64_t)u * EPU + e;
         if (i < rn)
-            d[e / EPW] |= wbits<W>(to_f(send[i])) << ((e % EPW) * WB);
+            word_put<sizeof(W)>(d, e, wire<T, W>::bits(send[i]));
     }
 }
 
@@ -488,11 +663,12 @@ __device__ int32_t ll_gather(const cuda_ll_args &a, uint64_t sub, uint32_t flag,
  * peer's round t + 1 data, which each peer wrote after its own round t launch (its
  * reads of round t) ended.  R: ranks at most (registers for every peer's units).
  */
-template <typename T, typename W, int R>
+template <typename T, typename W, int OP, int R>
 __global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args a)
 {
-    constexpr int EPU = CUDA_LL_DATA / sizeof(W), EPW = EPU / 2, WB = 8 * sizeof(W);
-    constexpr uint32_t MASK = WB == 32 ? 0xffffffffu : (1u << (WB & 31)) - 1u;
+    constexpr int EPU = CUDA_LL_DATA / sizeof(W);
+    typedef typename acc_of<T>::type A;
+    typedef opf<OP> F;
     const cuda_kcommon &c = a.c;
     const uint32_t flag = cuda_ll_flag(a.round);
     const uint64_t sub = a.off_kstage + (uint64_t)(a.round % CUDA_KSLOTS) * a.kslot_bytes;
@@ -543,23 +719,23 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args 
                 const uint64_t idx = (uint64_t)u * EPU + e;
                 if (idx >= a.rn)
                     break;
-                float acc = 0.0f;
+                A acc = A();
 #pragma unroll
                 for (int p = 0; p < R; p++) {
                     if (p >= c.nranks)
                         break;
-                    float x;
+                    A x;
                     if (p == c.rank) {
-                        x = wval<W>(wbits<W>(to_f(send[idx])));
+                        x = wire<T, W>::own(send[idx]);
                     } else {
-                        uint32_t word = e / EPW == 0 ? v[p][i].x : v[p][i].z;
-                        x = wval<W>((word >> ((e % EPW) * WB)) & MASK);
+                        const uint32_t w[2] = {v[p][i].x, v[p][i].z};
+                        x = wire<T, W>::val(word_elem<sizeof(W)>(w, e));
                     }
-                    acc = p == 0 ? x : __fadd_rn(acc, x);
+                    acc = p == 0 ? x : F::f(acc, x);
                 }
                 if (addend != nullptr)
-                    acc = __fadd_rn(acc, to_f(addend[(a.rlo + idx) % c.addend_count]));
-                recv[idx] = from_f<T>(acc);
+                    acc = add_(acc, to_acc(addend[(a.rlo + idx) % c.addend_count]));
+                recv[idx] = from_acc<T>(F::fin(acc, c.nranks));
             }
         }
     }
@@ -569,33 +745,50 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args 
 
 #define CADD_THREADS 512
 
-template <typename W> struct cadd_src {
+/* Unsigned integers of S bytes (for loads of any element type's bits). */
+template <int S> struct uint_n;
+template <> struct uint_n<1> {
+    typedef unsigned char t;
+};
+template <> struct uint_n<2> {
+    typedef unsigned short t;
+};
+template <> struct uint_n<4> {
+    typedef unsigned int t;
+};
+template <> struct uint_n<8> {
+    typedef unsigned long long t;
+};
+
+template <typename T, typename W> struct cadd_src {
     const cuda_cadd_args *a;
+    typedef typename acc_of<T>::type A;
     __device__ __forceinline__ const W *at(int p, uint64_t i) const
     {
         int q = p < a->c.rank ? p : p - 1;
         return reinterpret_cast<const W *>(a->tmp + (uint64_t)q * a->peer_stride) + (i - a->lo);
     }
-    __device__ __forceinline__ void load8(int p, uint64_t i, float v[8]) const
+    __device__ __forceinline__ void load8(int p, uint64_t i, A v[8]) const
     {
-        load8_cg<W>(at(p, i), v);
+        load8_wire<T, W>(at(p, i), v);
     }
-    __device__ __forceinline__ float load1(int p, uint64_t i) const
+    __device__ __forceinline__ A load1(int p, uint64_t i) const
     {
-        return to_f(__ldcg(at(p, i)));
+        typedef typename uint_n<sizeof(W)>::t U;
+        return wire<T, W>::val(__ldcg(reinterpret_cast<const U *>(at(p, i))));
     }
 };
 
 /* Runs after the chunk's own D2H and every peer's H2D (stream order): no waiting here. */
-template <typename T, typename W>
+template <typename T, typename W, int OP>
 __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args a)
 {
-    cadd_src<W> src = {&a};
+    cadd_src<T, W> src = {&a};
     const uint64_t stride = (uint64_t)gridDim.x * CADD_THREADS * 8;
     for (uint64_t i = ((uint64_t)blockIdx.x * CADD_THREADS + threadIdx.x) * 8; i < a.n;
          i += stride) {
         uint32_t n = a.n - i < 8 ? (uint32_t)(a.n - i) : 8;
-        sum_group<T, W>(a.c, a.lo + i, n, src);
+        reduce_group<T, W, OP>(a.c, a.lo + i, n, src);
     }
 }
 
@@ -670,7 +863,7 @@ __global__ void narrow_kernel(const float *src, __nv_bfloat16 *dst, uint64_t n, 
     for (uint64_t i = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n; i += stride) {
         if (vec && i + 8 <= n) {
             float v[8];
-            load8<float>(src + i, v);
+            load8_own<float, float>(src + i, v);
             store8<__nv_bfloat16>(dst + i, v);
         } else {
             for (uint64_t k = i; k < n && k < i + 8; k++)
@@ -679,61 +872,128 @@ __global__ void narrow_kernel(const float *src, __nv_bfloat16 *dst, uint64_t n, 
     }
 }
 
-template <typename T, typename W>
+template <typename T, typename W, int OP>
 cudaError_t launch_ll_t(const cuda_ll_args *a, unsigned blocks, cudaStream_t s)
 {
     if (a->c.nranks <= 2)
-        ll_kernel<T, W, 2><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
+        ll_kernel<T, W, OP, 2><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
     else if (a->c.nranks <= 4)
-        ll_kernel<T, W, 4><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
+        ll_kernel<T, W, OP, 4><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
     else if (a->c.nranks <= CUDA_MAX_RANKS)
-        ll_kernel<T, W, CUDA_MAX_RANKS><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
+        ll_kernel<T, W, OP, CUDA_MAX_RANKS><<<blocks, CUDA_LL_THREADS, 0, s>>>(*a);
     else
         return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
 
-template <typename T, typename W> cudaError_t launch_cadd_t(const cuda_cadd_args *a, cudaStream_t s)
+template <typename T, typename W, int OP>
+cudaError_t launch_cadd_t(const cuda_cadd_args *a, cudaStream_t s)
 {
     uint64_t groups = (a->n + 7) / 8;
     uint64_t want = (groups + CADD_THREADS - 1) / CADD_THREADS;
     unsigned blocks = (unsigned)(want < 1 ? 1 : want > 528 ? 528 : want);
-    cadd_kernel<T, W><<<blocks, CADD_THREADS, 0, s>>>(*a);
+    cadd_kernel<T, W, OP><<<blocks, CADD_THREADS, 0, s>>>(*a);
     return cudaGetLastError();
+}
+
+/* The launchers as functors: run<T, W, OP>() launches that instance. */
+struct ll_launch {
+    const cuda_ll_args *a;
+    unsigned blocks;
+    cudaStream_t s;
+    template <typename T, typename W, int OP> cudaError_t run() const
+    {
+        return launch_ll_t<T, W, OP>(a, blocks, s);
+    }
+};
+
+struct cadd_launch {
+    const cuda_cadd_args *a;
+    cudaStream_t s;
+    template <typename T, typename W, int OP> cudaError_t run() const
+    {
+        return launch_cadd_t<T, W, OP>(a, s);
+    }
+};
+
+/* Every op of an integer type (AVG is refused before a launch: not instantiated). */
+template <typename T, typename L> cudaError_t by_int_op(int op, const L &l)
+{
+    switch (op) {
+    case COMM_SUM:
+        return l.template run<T, T, COMM_SUM>();
+    case COMM_PROD:
+        return l.template run<T, T, COMM_PROD>();
+    case COMM_MAX:
+        return l.template run<T, T, COMM_MAX>();
+    case COMM_MIN:
+        return l.template run<T, T, COMM_MIN>();
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+/* Every op of a float type. */
+template <typename T, typename L> cudaError_t by_float_op(int op, const L &l)
+{
+    switch (op) {
+    case COMM_AVG:
+        return l.template run<T, T, COMM_AVG>();
+    case COMM_SUM:
+        return l.template run<T, T, COMM_SUM>();
+    case COMM_PROD:
+        return l.template run<T, T, COMM_PROD>();
+    case COMM_MAX:
+        return l.template run<T, T, COMM_MAX>();
+    case COMM_MIN:
+        return l.template run<T, T, COMM_MIN>();
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+/* The instance for (dtype, op, narrow): bf16 on the wire for f32 sums only. */
+template <typename L> cudaError_t dispatch(const cuda_kcommon &c, const L &l)
+{
+    switch (c.dtype) {
+    case COMM_F32:
+        if (c.narrow)
+            return c.op == COMM_SUM ? l.template run<float, __nv_bfloat16, COMM_SUM>()
+                                    : cudaErrorInvalidValue;
+        return by_float_op<float>(c.op, l);
+    case COMM_F16:
+        return by_float_op<__half>(c.op, l);
+    case COMM_BF16:
+        return by_float_op<__nv_bfloat16>(c.op, l);
+    case COMM_F64:
+        return by_float_op<double>(c.op, l);
+    case COMM_I32:
+        return by_int_op<int32_t>(c.op, l);
+    case COMM_I64:
+        return by_int_op<int64_t>(c.op, l);
+    case COMM_I8:
+        return by_int_op<int8_t>(c.op, l);
+    case COMM_U8:
+        return by_int_op<uint8_t>(c.op, l);
+    case COMM_U32:
+        return by_int_op<uint32_t>(c.op, l);
+    case COMM_U64:
+        return by_int_op<uint64_t>(c.op, l);
+    default:
+        return cudaErrorInvalidValue;
+    }
 }
 
 } // namespace
 
 extern "C" int cuda_launch_ll(const struct cuda_ll_args *a, unsigned blocks, void *stream)
 {
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    switch (a->c.dtype) {
-    case COMM_F32:
-        return a->c.narrow ? launch_ll_t<float, __nv_bfloat16>(a, blocks, s)
-                           : launch_ll_t<float, float>(a, blocks, s);
-    case COMM_F16:
-        return launch_ll_t<__half, __half>(a, blocks, s);
-    case COMM_BF16:
-        return launch_ll_t<__nv_bfloat16, __nv_bfloat16>(a, blocks, s);
-    default:
-        return cudaErrorInvalidValue;
-    }
+    return dispatch(a->c, ll_launch{a, blocks, static_cast<cudaStream_t>(stream)});
 }
 
 extern "C" int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream)
 {
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    switch (a->c.dtype) {
-    case COMM_F32:
-        return a->c.narrow ? launch_cadd_t<float, __nv_bfloat16>(a, s)
-                           : launch_cadd_t<float, float>(a, s);
-    case COMM_F16:
-        return launch_cadd_t<__half, __half>(a, s);
-    case COMM_BF16:
-        return launch_cadd_t<__nv_bfloat16, __nv_bfloat16>(a, s);
-    default:
-        return cudaErrorInvalidValue;
-    }
+    return dispatch(a->c, cadd_launch{a, static_cast<cudaStream_t>(stream)});
 }
 
 extern "C" int cuda_launch_wait(const struct cuda_wait_args *a, void *stream)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CUDA kernels of the allreduce paths, as the host code launches them (plain C
- * structs passed by value; kernels.cu holds the device code).
+ * The CUDA kernels of the collectives, as the host code launches them (plain C structs
+ * passed by value; kernels.cu holds the device code, one instance per dtype and op).
  */
 #ifndef ARCOMM_COLL_CUDA_KERNELS_H
 #define ARCOMM_COLL_CUDA_KERNELS_H
@@ -27,8 +27,9 @@ struct cuda_kcommon {
     uint32_t release;    /* counters are set to this on failure (cuda_release_waits) */
     int32_t rank;
     int32_t nranks;
-    int32_t dtype;  /* COMM_F32, COMM_F16, COMM_BF16 */
-    int32_t narrow; /* f32 rounded through bf16, bf16 on the wire */
+    int32_t dtype;  /* comm_dtype_t */
+    int32_t op;     /* comm_op_t (AVG of float types only) */
+    int32_t narrow; /* f32 sum rounded through bf16, bf16 on the wire */
     int32_t vec;    /* send, recv, addend 16-byte aligned: vector accesses */
 };
 
@@ -43,7 +44,8 @@ struct cuda_ll_args {
     uint32_t units; /* payload units of the round */
 };
 
-/* Copy path: the add kernel of one chunk, stream-ordered after its copies. */
+/* Copy path: the reduction kernel of one chunk (allreduce, reduce, reduce_scatter),
+ * stream-ordered after its copies. */
 struct cuda_cadd_args {
     struct cuda_kcommon c;
     const uint8_t *tmp;   /* device: this chunk's ring slot of the first peer */

@@ -241,18 +241,27 @@ static void test_counters_n_ranks(void **state)
 static void test_call_desc(void **state)
 {
     (void)state;
-    uint32_t base = cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 0, 0, 0);
+    uint32_t base = cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 0, 0, 0, 1, 0);
     assert_true(base != 0);
-    assert_int_equal(base, cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 0, 0, 0));
-    assert_true(base != cuda_call_desc(1008, 0, 0, CUDA_PATH_KERNEL, 0, 0, 0));
-    assert_true(base != cuda_call_desc(1000, 1, 0, CUDA_PATH_KERNEL, 0, 0, 0));
-    assert_true(base != cuda_call_desc(1000, 0, 1, CUDA_PATH_KERNEL, 0, 0, 0));
-    assert_true(base != cuda_call_desc(1000, 0, 0, CUDA_PATH_COPY, 0, 0, 0));
-    assert_true(base != cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 1, 0, 0));
-    assert_true(base != cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 0, 1, 1000));
-    assert_true(cuda_call_desc(1000, 0, 0, 1, 0, 1, 10) != cuda_call_desc(1000, 0, 0, 1, 0, 1, 20));
+    assert_int_equal(base, cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 0, 0, 0, 1, 0));
+    assert_true(base != cuda_call_desc(1008, 0, 0, CUDA_PATH_KERNEL, 0, 0, 0, 1, 0));
+    assert_true(base != cuda_call_desc(1000, 1, 0, CUDA_PATH_KERNEL, 0, 0, 0, 1, 0));
+    assert_true(base != cuda_call_desc(1000, 0, 1, CUDA_PATH_KERNEL, 0, 0, 0, 1, 0));
+    assert_true(base != cuda_call_desc(1000, 0, 0, CUDA_PATH_COPY, 0, 0, 0, 1, 0));
+    assert_true(base != cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 1, 0, 0, 1, 0));
+    assert_true(base != cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 0, 1, 1000, 1, 0));
+    assert_true(cuda_call_desc(1000, 0, 0, 1, 0, 1, 10, 1, 0) !=
+                cuda_call_desc(1000, 0, 0, 1, 0, 1, 20, 1, 0));
+    /* The collective and the root are part of the call. */
+    for (uint32_t kind = 2; kind <= 6; kind++)
+        assert_true(base != cuda_call_desc(1000, 0, 0, CUDA_PATH_KERNEL, 0, 0, 0, kind, 0));
+    uint32_t root0 = cuda_call_desc(1000, 0, 0, CUDA_PATH_COPY, 0, 0, 0, 2, 0);
+    assert_true(root0 != cuda_call_desc(1000, 0, 0, CUDA_PATH_COPY, 0, 0, 0, 2, 1));
+    assert_true(root0 != cuda_call_desc(1000, 0, 0, CUDA_PATH_COPY, 0, 0, 0, 3, 0));
+    assert_true(cuda_call_desc(1000, 0, 0, CUDA_PATH_COPY, 0, 0, 0, 4, 0) !=
+                cuda_call_desc(1000, 0, 0, CUDA_PATH_COPY, 0, 0, 0, 6, 0));
     for (uint64_t n = 0; n < 100000; n++)
-        assert_true(cuda_call_desc(n, 0, 0, 1, 0, 0, 0) != 0);
+        assert_true(cuda_call_desc(n, 0, 0, 1, 0, 0, 0, 1, 0) != 0);
 }
 
 int main(void)

@@ -293,17 +293,19 @@ CUDA_LAYOUT_FN uint64_t cuda_cslot_off(const struct cuda_geometry *g, int rank, 
 
 /*
  * What the peers must agree on for one call, folded into 32 bits (never 0): a
- * disagreement shows as different descriptors on the two sides.
+ * disagreement shows as different descriptors on the two sides.  kind is the collective
+ * (collectives/coll.h enum coll_kind), root broadcast's and reduce's root (0 otherwise).
  */
 CUDA_LAYOUT_FN uint32_t cuda_call_desc(uint64_t count, uint32_t dtype, uint32_t op, uint32_t path,
-                                       int narrow, int add, uint64_t addend_count)
+                                       int narrow, int add, uint64_t addend_count, uint32_t kind,
+                                       int32_t root)
 {
-    uint64_t v[4] = {count,
+    uint64_t v[5] = {count,
                      ((uint64_t)dtype << 24) | ((uint64_t)op << 16) | (path << 8) |
                          ((uint64_t)(narrow != 0) << 1) | (uint64_t)(add != 0),
-                     addend_count, 0x9e3779b97f4a7c15ull};
+                     addend_count, ((uint64_t)kind << 32) | (uint32_t)root, 0x9e3779b97f4a7c15ull};
     uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         h ^= v[i];
         h *= 0x100000001b3ull;
         h ^= h >> 29;

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA collectives beyond allreduce: broadcast, reduce, allgather, reduce_scatter
+ * and alltoall, host-staged through the pinned segment with the copy-engine path's
+ * machinery (allreduce_cuda.c): the host never waits, everything is enqueued at once.
+ *
+ * A call is cut into steps (chunks of a block of count elements); step g of the
+ * communicator (x->cchunk counts them, the same on every rank) uses staging slot
+ * g % cslots of every rank:
+ *   D2H stream:  [slot free: every peer's 'h2d' >= g - cslots + 1]  this rank's part of
+ *                step g into its slot (nothing for a broadcast's non-roots)  ->
+ *                'ready' = g + 1
+ *   H2D stream:  [every peer's 'ready' >= g + 1; the first step compares the calls]
+ *                what this rank needs of the peers' slots -> its recvbuf (data movement)
+ *                or the device ring (reductions)  ->  'h2d' = g + 1
+ *   caller:      reductions: the add kernel of step g in rank order (as allreduce's copy
+ *                path); at the end, the caller's stream waits for both copy streams.
+ * Every rank moves both counters at every step, whatever it copies, so that every
+ * wait of every rank asks the same question as allreduce's.  Slots of alltoall and
+ * reduce_scatter hold one sub-slot per peer (the chunk for that peer).
+ */
+#include "coll_cuda.h"
+
+#include <stddef.h>
+
+/* Does kind reduce (a ring and an add kernel), and does it stage a block per peer? */
+static bool kind_reduces(enum coll_kind k)
+{
+    return k == COLL_REDUCE || k == COLL_REDUCE_SCATTER;
+}
+
+static bool kind_per_peer(enum coll_kind k)
+{
+    return k == COLL_ALLTOALL || k == COLL_REDUCE_SCATTER;
+}
+
+/* Peer p's index among the peers of rank r (its sub-slot, its ring). */
+static int peer_index(int p, int r)
+{
+    return p < r ? p : p - 1;
+}
+
+/* Enqueues a device-to-device copy, unless it is empty or in place. */
+static comm_status_t copy_d2d(struct comm *c, void *dst, const void *src, size_t len,
+                              cudaStream_t s)
+{
+    if (len == 0 || dst == src)
+        return COMM_OK;
+    int e = cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToDevice, s);
+    return e != 0 ? cuda_launch_failed(c, "cudaMemcpyAsync (device to device)", e) : COMM_OK;
+}
+
+/* One rank: every collective is a copy (or the reduction of one input). */
+static comm_status_t single_rank(struct comm *c, const struct coll_call *call)
+{
+    struct cuda_comm *x = cuda_of(c);
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    if (!kind_reduces(call->kind))
+        return copy_d2d(c, call->recv, call->send, bytes, call->stream);
+    /* The add kernel with no peers applies the op's end (AVG / 1) and the rounding. */
+    struct cuda_cadd_args a = {.tmp = x->tmp, .peer_stride = 0, .lo = 0, .n = call->count};
+    cuda_fill_common(c, call, false, CUDA_PATH_COPY, (uint32_t)x->cchunk + CUDA_RELEASE, &a.c);
+    int e = cuda_launch_cadd(&a, call->stream);
+    return e != 0 ? cuda_launch_failed(c, "the reduction-kernel launch", e) : COMM_OK;
+}
+
+static comm_status_t staged(struct comm *c, const struct coll_call *call)
+{
+    struct cuda_comm *x = cuda_of(c);
+    cudaStream_t stream = call->stream;
+    const enum coll_kind kind = call->kind;
+    const int me = c->rank, root = call->root;
+    const uint32_t es = (uint32_t)rt_dtype_size(call->dtype);
+    const uint64_t block = (uint64_t)call->count * es; /* bytes of a block */
+    const bool reduces = kind_reduces(kind), per_peer = kind_per_peer(kind);
+    /* What this rank does: stage its part, fetch the peers', reduce into its recvbuf. */
+    const bool stages = kind != COLL_BROADCAST || me == root;
+    const bool fetches = kind == COLL_BROADCAST ? me != root
+                         : kind == COLL_REDUCE  ? me == root
+                                                : true;
+    const bool adds = reduces && fetches;
+    /* A slot holds a sub-slot per peer when each peer gets its own block. */
+    uint64_t slot_room = x->g.chunk_max;
+    if (per_peer)
+        slot_room = slot_room / (uint64_t)(c->nranks - 1) / CUDA_LINE * CUDA_LINE;
+    struct cuda_cplan plan = cuda_cplan_compute(call->count, es, x->k.chunk_knob, slot_room);
+    const uint32_t release = (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE;
+    const uint64_t ring = (uint64_t)x->tslots * x->g.chunk_max;
+    const uint8_t *send = call->send;
+    uint8_t *recv = call->recv;
+    struct cuda_ctrl *mine = cuda_ctrl_of(x, me);
+    CUresult r;
+    int e;
+
+    /* Both copy streams after the caller's work so far (the H2D stream writes recvbuf). */
+    if ((e = cudaEventRecord(x->ev_start, stream)) != 0 ||
+        (e = cudaStreamWaitEvent(x->sd, x->ev_start, 0)) != 0 ||
+        (e = cudaStreamWaitEvent(x->sh, x->ev_start, 0)) != 0)
+        return cuda_launch_failed(c, "ordering the copy streams after the caller's", e);
+
+    struct cuda_wait_args base_wait = {.stage = 0};
+    cuda_fill_common(c, call, false, CUDA_PATH_COPY, release, &base_wait.c);
+    struct cuda_cadd_args a = {.peer_stride = ring};
+    cuda_fill_common(c, call, false, CUDA_PATH_COPY, release, &a.c);
+    if (kind == COLL_REDUCE_SCATTER) {
+        /* This rank's own contribution is block 'me' of its sendbuf. */
+        a.c.send = send + (uint64_t)me * block;
+        a.c.vec = cuda_aligned16(a.c.send) && cuda_aligned16(a.c.recv);
+    }
+
+    for (uint32_t k = 0; k < plan.chunks; k++) {
+        const uint64_t g = x->cchunk + k;
+        const uint32_t g32 = (uint32_t)g;
+        const uint32_t ts = (uint32_t)(g % x->tslots);
+        const uint64_t off = (uint64_t)k * plan.chunk_bytes;
+        const size_t len =
+            (size_t)(block - off < plan.chunk_bytes ? block - off : plan.chunk_bytes);
+
+        /* D2H: once every peer fetched what the slot held, stage this rank's part. */
+        if (stages) {
+            if (g >= x->g.cslots) {
+                struct cuda_wait_args w = base_wait;
+                w.peer_off = offsetof(struct cuda_ctrl, h2d);
+                w.peer_want = g32 - x->g.cslots + 1;
+                w.stage = CUDA_STAGE_CSLOT;
+                if ((e = cuda_launch_wait(&w, x->sd)) != 0)
+                    return cuda_launch_failed(c, "the staging-slot wait launch", e);
+            }
+            uint8_t *slot = x->regions + cuda_cslot_off(&x->g, me, g32);
+            for (int p = 0; p < c->nranks; p++) {
+                const uint8_t *from = send + off;
+                uint8_t *to = slot;
+                if (per_peer) {
+                    if (p == me)
+                        continue;
+                    from = send + (uint64_t)p * block + off;
+                    to = slot + (uint64_t)peer_index(p, me) * plan.chunk_bytes;
+                } else if (p != me) {
+                    continue; /* one part: this rank's block */
+                }
+                if ((e = cudaMemcpyAsync(to, from, len, cudaMemcpyDeviceToHost, x->sd)) != 0)
+                    return cuda_launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
+            }
+        }
+        r = x->write_value(x->sd, cuda_dev_addr(x, &mine->ready.value), (cuuint32_t)(g32 + 1),
+                           CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r != CUDA_SUCCESS)
+            return cuda_driver_failed(c, "cuStreamWriteValue32 (chunk staged)", r);
+        if (adds && (e = cudaEventRecord(x->ev_staged, x->sd)) != 0)
+            return cuda_launch_failed(c, "cudaEventRecord (chunk staged)", e);
+
+        /* H2D: once every peer staged step g (the first step: and makes this call). */
+        struct cuda_wait_args w = base_wait;
+        w.peer_off = offsetof(struct cuda_ctrl, ready);
+        w.peer_want = g32 + 1;
+        w.stage = CUDA_STAGE_CFETCH;
+        w.check_call = k == 0;
+        if ((e = cuda_launch_wait(&w, x->sh)) != 0)
+            return cuda_launch_failed(c, "the chunk wait launch", e);
+        if (k == 0) {
+            /* This rank's own block of a data movement, after the call was compared. */
+            comm_status_t st = COMM_OK;
+            if (kind == COLL_BROADCAST && me == root)
+                st = copy_d2d(c, recv, send, (size_t)block, x->sh);
+            else if (kind == COLL_ALLGATHER)
+                st = copy_d2d(c, recv + (uint64_t)me * block, send, (size_t)block, x->sh);
+            else if (kind == COLL_ALLTOALL)
+                st = copy_d2d(c, recv + (uint64_t)me * block, send + (uint64_t)me * block,
+                              (size_t)block, x->sh);
+            if (st != COMM_OK)
+                return st;
+        }
+        if (fetches) {
+            if (adds && (e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
+                return cuda_launch_failed(c, "ordering the fetch after the ring slot's sum", e);
+            for (int p = 0; p < c->nranks; p++) {
+                if (p == me || (kind == COLL_BROADCAST && p != root))
+                    continue;
+                const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, g32);
+                if (per_peer)
+                    from += (uint64_t)peer_index(me, p) * plan.chunk_bytes;
+                uint8_t *to;
+                if (adds)
+                    to =
+                        x->tmp + (uint64_t)peer_index(p, me) * ring + (uint64_t)ts * x->g.chunk_max;
+                else if (kind == COLL_BROADCAST)
+                    to = recv + off;
+                else
+                    to = recv + (uint64_t)p * block + off;
+                if ((e = cudaMemcpyAsync(to, from, len, cudaMemcpyHostToDevice, x->sh)) != 0)
+                    return cuda_launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
+            }
+        }
+        r = x->write_value(x->sh, cuda_dev_addr(x, &mine->h2d.value), (cuuint32_t)(g32 + 1),
+                           CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r != CUDA_SUCCESS)
+            return cuda_driver_failed(c, "cuStreamWriteValue32 (chunk fetched)", r);
+
+        if (adds) {
+            /* Reduce on the caller's stream once this chunk's copies are done. */
+            if ((e = cudaEventRecord(x->ev_fetched, x->sh)) != 0)
+                return cuda_launch_failed(c, "cudaEventRecord (chunk fetched)", e);
+            if ((e = cudaStreamWaitEvent(stream, x->ev_staged, 0)) != 0 ||
+                (e = cudaStreamWaitEvent(stream, x->ev_fetched, 0)) != 0)
+                return cuda_launch_failed(c, "ordering the reduction after the copies", e);
+            a.tmp = x->tmp + (uint64_t)ts * x->g.chunk_max;
+            a.lo = (uint64_t)k * plan.chunk_elems;
+            a.n = call->count - a.lo < plan.chunk_elems ? call->count - a.lo : plan.chunk_elems;
+            if ((e = cuda_launch_cadd(&a, stream)) != 0)
+                return cuda_launch_failed(c, "the reduction-kernel launch", e);
+            if ((e = cudaEventRecord(x->ev_added[ts], stream)) != 0)
+                return cuda_launch_failed(c, "cudaEventRecord (ring slot reduced)", e);
+        }
+    }
+    x->cchunk += plan.chunks;
+
+    /* The caller's stream after all of it: sendbuf read, recvbuf written. */
+    if ((e = cudaEventRecord(x->ev_staged, x->sd)) != 0 ||
+        (e = cudaEventRecord(x->ev_fetched, x->sh)) != 0 ||
+        (e = cudaStreamWaitEvent(stream, x->ev_staged, 0)) != 0 ||
+        (e = cudaStreamWaitEvent(stream, x->ev_fetched, 0)) != 0)
+        return cuda_launch_failed(c, "ordering the caller's stream after the copies", e);
+    return COMM_OK;
+}
+
+comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = cuda_check_device(c);
+    if (st != COMM_OK || call->count == 0)
+        return st;
+    int prev = 0;
+    st = cuda_call_begin(c, call, &prev);
+    if (st != COMM_OK)
+        return st;
+    st = c->nranks == 1 ? single_rank(c, call) : staged(c, call);
+    return cuda_call_end(c, call, st, prev);
+}

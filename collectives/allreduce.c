@@ -47,35 +47,6 @@ const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)
     return coll_host_flag_path(k, bytes) ? "flag" : "bulk";
 }
 
-/* Does [p, p + len) lie in the comm_mem_alloc pools, where peers accept offsets? */
-static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
-{
-    return shm_contains(s, p, len) &&
-           shm_pool_range(s, (uint64_t)((const uint8_t *)p - s->base), len);
-}
-
-/* How peers may reach this rank's buffers: same process, in the segment, or not. */
-static uint32_t reach(const struct comm *c, const struct coll_call *call, size_t bytes,
-                      uint64_t *send, uint64_t *recv, uint64_t *addend)
-{
-    if (c->shm->same_process) {
-        *send = (uintptr_t)call->send;
-        *recv = (uintptr_t)call->recv;
-        *addend = (uintptr_t)call->addend;
-        return SHM_BUF_SAME_PROC;
-    }
-    const struct shm_comm *s = c->shm;
-    size_t addend_bytes = call->addend ? call->addend_count * rt_dtype_size(call->dtype) : 0;
-    if (in_pool(s, call->send, bytes) && in_pool(s, call->recv, bytes) &&
-        (call->addend == NULL || in_pool(s, call->addend, addend_bytes))) {
-        *send = (uint64_t)((const uint8_t *)call->send - s->base);
-        *recv = (uint64_t)((uint8_t *)call->recv - s->base);
-        *addend = call->addend ? (uint64_t)((const uint8_t *)call->addend - s->base) : 0;
-        return SHM_BUF_IN_SEG;
-    }
-    return 0;
-}
-
 static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call *call)
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
@@ -83,18 +54,22 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     if (coll_host_flag_path(&c->knobs, bytes))
         return coll_allreduce_flag(c, call, narrow);
 
-    struct shm_arrival mine = {
-        .count = call->count,
-        .dtype = (uint8_t)call->dtype,
-        .op = (uint8_t)call->op,
-        .path = SHM_PATH_BULK,
-        .addend_count = call->addend ? call->addend_count : 0,
-    };
-    mine.flags = reach(c, call, bytes, &mine.send, &mine.recv, &mine.addend);
+    struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);
+    mine.addend_count = call->addend ? call->addend_count : 0;
+    /* How peers may reach this rank's buffers: same process, in the segment, or not. */
+    const void *bufs[3] = {call->send, call->recv, call->addend};
+    size_t lens[3] = {bytes, bytes,
+                      call->addend ? call->addend_count * rt_dtype_size(call->dtype) : 0};
+    uint64_t out[3];
+    mine.flags = coll_reach(c, 3, bufs, lens, out);
+    mine.send = out[0];
+    mine.recv = out[1];
+    mine.addend = call->addend ? out[2] : 0;
     mine.flags |= (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u);
     coll_arrive(c, &mine);
     comm_status_t st = coll_wait_arrivals(c, "allreduce (bulk path handshake)");
-    if (st != COMM_OK)
+    /* count 0 (flag path "off") touches nothing: matched and numbered, done. */
+    if (st != COMM_OK || call->count == 0)
         return st;
     /* Only the kinds this rank itself published can be common to all: raw pointers
      * between thread ranks of this process (known at join), or segment offsets. */

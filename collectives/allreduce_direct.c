@@ -9,39 +9,6 @@
 #include "coll.h"
 #include "reduce.h"
 
-/*
- * A peer's buffer as this rank can address it, or NULL (the message recorded) when the
- * peer published one this rank must not touch: an offset must lie, with its whole
- * length, in the segment's comm_mem_alloc pools; a raw pointer is only taken from a
- * rank known at join to live in this process.
- */
-static void *peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64_t v, uint64_t len,
-                      const char *what)
-{
-    struct shm_comm *s = c->shm;
-    if (c->shm->same_process && (a->flags & SHM_BUF_SAME_PROC) && !(a->flags & SHM_BUF_IN_SEG))
-        return (void *)(uintptr_t)v;
-    if (!c->shm->same_process && (a->flags & SHM_BUF_IN_SEG) && !(a->flags & SHM_BUF_SAME_PROC)) {
-        if (shm_pool_range(s, v, len))
-            return s->base + v;
-        rt_error(c, COMM_ERR_PEER,
-                 "rank %d: peer rank %d published %s at offset %llu (%llu bytes) outside the "
-                 "segment's buffer pools (bytes %llu to %llu) in call %u: the segment is "
-                 "corrupted (a stray write by another process of this user?); restart the job",
-                 c->rank, p, what, (unsigned long long)v, (unsigned long long)len,
-                 (unsigned long long)(s->pool - s->base), (unsigned long long)s->size, c->seq);
-        return NULL;
-    }
-    rt_error(c, COMM_ERR_PEER,
-             "rank %d: peer rank %d published buffer flags 0x%x in call %u, which no rank of "
-             "this communicator publishes (%s): the segment is corrupted (a stray write by "
-             "another process of this user?); restart the job",
-             c->rank, p, a->flags, c->seq,
-             c->shm->same_process ? "every rank is a thread of this process"
-                                  : "not every rank is a thread of this process");
-    return NULL;
-}
-
 comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call, bool narrow)
 {
     int n = c->nranks;
@@ -61,8 +28,8 @@ comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call
     bool any_addend = false;
     for (int p = 0; p < n; p++) {
         const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
-        const char *in = peer_ptr(c, p, a, a->send, bytes, "a send buffer");
-        char *out = in ? peer_ptr(c, p, a, a->recv, bytes, "a receive buffer") : NULL;
+        const char *in = coll_peer_ptr(c, p, a, a->send, bytes, "a send buffer");
+        char *out = in ? coll_peer_ptr(c, p, a, a->recv, bytes, "a receive buffer") : NULL;
         if (out == NULL)
             return COMM_ERR_PEER;
         src[p] = in + lo * esize;
@@ -70,7 +37,7 @@ comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call
         addend[p] = NULL;
         if (a->flags & SHM_BUF_ADD) {
             /* Each rank's own addend, lined up with where this slice starts. */
-            addend[p] = peer_ptr(c, p, a, a->addend, addend_bytes, "an addend");
+            addend[p] = coll_peer_ptr(c, p, a, a->addend, addend_bytes, "an addend");
             if (addend[p] == NULL)
                 return COMM_ERR_PEER;
             any_addend = true;

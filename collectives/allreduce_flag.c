@@ -23,14 +23,9 @@ comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, 
         else
             memcpy(mine, call->send, call->count * esize);
     }
-    struct shm_arrival arrival = {
-        .count = call->count,
-        .dtype = (uint8_t)call->dtype,
-        .op = (uint8_t)call->op,
-        .path = SHM_PATH_FLAG,
-        .flags = (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u),
-        .addend_count = call->addend ? call->addend_count : 0,
-    };
+    struct shm_arrival arrival = coll_arrival_of(call, SHM_PATH_FLAG);
+    arrival.flags = (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u);
+    arrival.addend_count = call->addend ? call->addend_count : 0;
     coll_arrive(c, &arrival);
     comm_status_t st = coll_wait_arrivals(c, "allreduce (flag path)");
     if (st != COMM_OK || call->count == 0)

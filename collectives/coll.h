@@ -47,6 +47,13 @@ struct coll_call {
 
 /* The host allreduce (with or without an addend): flag, one-pass or staged. */
 comm_status_t coll_host_allreduce(struct comm *c, const struct coll_call *call);
+/* The host collectives beyond allreduce (broadcast.c, reduce_root.c, allgather.c,
+ * reduce_scatter.c, alltoall.c): flag, one-pass or staged, chosen as for allreduce. */
+comm_status_t coll_host_broadcast(struct comm *c, const struct coll_call *call);
+comm_status_t coll_host_reduce(struct comm *c, const struct coll_call *call);
+comm_status_t coll_host_allgather(struct comm *c, const struct coll_call *call);
+comm_status_t coll_host_reduce_scatter(struct comm *c, const struct coll_call *call);
+comm_status_t coll_host_alltoall(struct comm *c, const struct coll_call *call);
 /* The segment's barrier: every backend's (CUDA checks its GPU first). */
 comm_status_t coll_host_barrier(struct comm *c);
 
@@ -74,6 +81,85 @@ static inline bool coll_host_streams(const struct rt_knobs *k, int nranks, size_
 /* Which host path a message of bytes (of dtype) takes: "flag" or "bulk". */
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes);
 
+/* "broadcast", "allgather", ... (the API's name without comm_), or "?". */
+const char *coll_kind_name(enum coll_kind kind);
+
+/* Does the collective combine the ranks' data with an op (else op is COMM_SUM and
+ * ignored)?  Does it have a root? */
+static inline bool coll_kind_reduces(enum coll_kind kind)
+{
+    return kind == COLL_ALLREDUCE || kind == COLL_REDUCE || kind == COLL_REDUCE_SCATTER;
+}
+static inline bool coll_kind_rooted(enum coll_kind kind)
+{
+    return kind == COLL_BROADCAST || kind == COLL_REDUCE;
+}
+
+/* Is one of its buffers nranks blocks of count elements (allgather's recvbuf,
+ * reduce_scatter's sendbuf, both of alltoall's)? */
+static inline bool coll_kind_blocks(enum coll_kind kind)
+{
+    return kind == COLL_ALLGATHER || kind == COLL_REDUCE_SCATTER || kind == COLL_ALLTOALL;
+}
+
+/*
+ * How many elements of sendbuf and recvbuf rank of nranks uses in call (0: it does
+ * not touch that buffer): count, or nranks * count for the gathered or scattered side.
+ * Broadcast reads sendbuf on the root only; reduce writes recvbuf on the root only.
+ * The runtime's validation and the host paths read buffers by the same rule.
+ */
+static inline void coll_call_shape(const struct coll_call *call, int rank, int nranks,
+                                   size_t *send_elems, size_t *recv_elems)
+{
+    size_t n = call->count, all = (size_t)nranks * call->count;
+    *send_elems = n;
+    *recv_elems = n;
+    switch (call->kind) {
+    case COLL_BROADCAST:
+        *send_elems = rank == call->root ? n : 0;
+        break;
+    case COLL_REDUCE:
+        *recv_elems = rank == call->root ? n : 0;
+        break;
+    case COLL_ALLGATHER:
+        *recv_elems = all;
+        break;
+    case COLL_REDUCE_SCATTER:
+        *send_elems = all;
+        break;
+    case COLL_ALLTOALL:
+        *send_elems = all;
+        *recv_elems = all;
+        break;
+    default:
+        break;
+    }
+}
+
+/*
+ * Bytes each rank stages in its slot on the flag path for a call of kind moving
+ * bytes_per_rank (count times the element size) between nranks ranks: the whole
+ * sendbuf (nranks blocks for reduce_scatter and alltoall).
+ */
+static inline size_t coll_host_flag_bytes(enum coll_kind kind, size_t bytes_per_rank, int nranks)
+{
+    bool blocks = kind == COLL_REDUCE_SCATTER || kind == COLL_ALLTOALL;
+    return blocks ? bytes_per_rank * (size_t)(nranks > 0 ? nranks : 1) : bytes_per_rank;
+}
+
+/* Does a call of kind moving bytes_per_rank take the flag path (else the bulk path)? */
+static inline bool coll_host_kind_flag(enum coll_kind kind, const struct rt_knobs *k,
+                                       size_t bytes_per_rank, int nranks)
+{
+    return coll_host_flag_path(k, coll_host_flag_bytes(kind, bytes_per_rank, nranks));
+}
+
+/* Which host path a call of kind moving bytes_per_rank between nranks ranks takes:
+ * "flag" or "bulk" (the bulk path is one-pass or staged by the buffers; see
+ * coll_host_run).  The one formula the library and arinfo share. */
+const char *coll_host_path(enum coll_kind kind, const struct rt_knobs *k, size_t bytes_per_rank,
+                           int nranks);
+
 /* Is f32 narrowed to bf16 for a message of bytes? */
 static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, size_t bytes)
 {
@@ -90,6 +176,80 @@ void coll_arrive(struct comm *c, const struct shm_arrival *mine);
  * rank's (count, dtype, op, path): COMM_ERR_MISMATCH on every rank otherwise.
  */
 comm_status_t coll_wait_arrivals(struct comm *c, const char *what);
+
+/* This rank's arrival word for call on path (what the peers compare). */
+static inline struct shm_arrival coll_arrival_of(const struct coll_call *call, unsigned path)
+{
+    struct shm_arrival a = {
+        .count = call->count,
+        .dtype = (uint8_t)call->dtype,
+        .op = (uint8_t)call->op,
+        .path = (uint8_t)path,
+        .coll = (uint8_t)call->kind,
+        .root = call->root,
+    };
+    return a;
+}
+
+/*
+ * How peers may reach this rank's buffers bufs[0..n) (lens[i] bytes each; a buffer of
+ * length 0 is one the peers do not touch): SHM_BUF_SAME_PROC (raw pointers, every rank
+ * a thread of this process), SHM_BUF_IN_SEG (offsets: every buffer lies in the
+ * comm_mem_alloc pools), or 0.  out[i] receives what to publish.
+ */
+uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const size_t *lens,
+                    uint64_t *out);
+
+/*
+ * A peer's buffer as this rank can address it, or NULL (the message recorded, status
+ * COMM_ERR_PEER) when peer p published one this rank must not touch: an offset must
+ * lie, with its whole length, in the segment's pools; a raw pointer is only taken from
+ * a rank known at join to live in this process.
+ */
+void *coll_peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64_t v, uint64_t len,
+                    const char *what);
+
+/*
+ * One host collective's paths, for coll_host_run.  The flag path: flag_stage copies
+ * what the peers read into this rank's staging slot, the ranks arrive and agree, and
+ * flag_finish reads the peers' slots (slot: the staging slot number of the call).  The
+ * bulk path: the ranks publish the buffers peers touch (expose_send, expose_recv: this
+ * rank's sendbuf or recvbuf, as far as coll_call_shape says it uses them) and agree;
+ * direct when every rank can reach every such buffer, else staged.
+ */
+struct coll_host_algo {
+    const char *flag_what; /* the stage, in messages: "broadcast (flag path)" */
+    const char *bulk_what;
+    void (*flag_stage)(struct comm *c, const struct coll_call *call, void *slot);
+    void (*flag_finish)(struct comm *c, const struct coll_call *call, uint32_t slot);
+    bool expose_send, expose_recv;
+    comm_status_t (*direct)(struct comm *c, const struct coll_call *call);
+    comm_status_t (*staged)(struct comm *c, const struct coll_call *call);
+};
+
+/* Runs a validated call through algo's path for it (a call of count 0 only arrives and
+ * agrees); publishes the call's completion when it succeeds. */
+comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
+                            const struct coll_host_algo *algo);
+
+/* Publishes this rank's progress and waits for every peer's: the end of a one-pass
+ * path (peers read and write this rank's buffers until every rank is done) and of a
+ * staged round. */
+comm_status_t coll_sync(struct comm *c, const char *what);
+
+/* Elements in each of regions equal parts of a staging slot (64-byte multiples, so
+ * regions keep to their own cache lines), for the staged paths that cut slots so. */
+static inline size_t coll_region_elems(const struct comm *c, size_t esize, int regions)
+{
+    return (size_t)(c->shm->slot_bytes / (uint64_t)regions / 64 * 64) / esize;
+}
+
+/* Region idx (of region_bytes each) of owner's staging slot slot. */
+static inline void *coll_region(const struct comm *c, int owner, uint32_t slot, int idx,
+                                size_t region_bytes)
+{
+    return (char *)shm_slot(c->shm, owner, slot) + (size_t)idx * region_bytes;
+}
 
 /* The [lo, hi) element range rank r reduces out of count (64-byte aligned cuts). */
 void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_t *hi);

@@ -5,16 +5,40 @@
  */
 #include "coll.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+static const char *const kind_names[] = {
+    [COLL_ALLREDUCE] = "allreduce",
+    [COLL_BROADCAST] = "broadcast",
+    [COLL_REDUCE] = "reduce",
+    [COLL_ALLGATHER] = "allgather",
+    [COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [COLL_ALLTOALL] = "alltoall",
+    [COLL_BARRIER] = "barrier",
+};
+_Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == COLL_KIND_END,
+               "a name for every collective");
+
+const char *coll_kind_name(enum coll_kind kind)
+{
+    return kind >= COLL_ALLREDUCE && kind < COLL_KIND_END ? kind_names[kind] : "?";
+}
+
+const char *coll_host_path(enum coll_kind kind, const struct rt_knobs *k, size_t bytes_per_rank,
+                           int nranks)
+{
+    return coll_host_kind_flag(kind, k, bytes_per_rank, nranks) ? "flag" : "bulk";
+}
 
 static const char *path_name(unsigned path)
 {
     switch (path) {
     case SHM_PATH_FLAG:
-        return "allreduce/flag";
+        return "flag";
     case SHM_PATH_BULK:
-        return "allreduce/bulk";
+        return "bulk";
     case SHM_PATH_BARRIER:
         return "barrier";
     }
@@ -28,6 +52,8 @@ void coll_arrive(struct comm *c, const struct shm_arrival *mine)
     a->dtype = mine->dtype;
     a->op = mine->op;
     a->path = mine->path;
+    a->coll = mine->coll;
+    a->root = mine->root;
     a->flags = mine->flags;
     a->send = mine->send;
     a->recv = mine->recv;
@@ -66,17 +92,50 @@ static bool arrival_behind(struct comm *c, void *arg, int p)
     return !shm_seq_reached(atomic_load_explicit(&a->seq, memory_order_acquire), c->seq);
 }
 
-static void describe(const struct shm_arrival *a, char *buf, size_t len)
+/* Appends to buf (len bytes, NUL-terminated) at *n, never past its end. */
+static void append(char *buf, size_t len, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t len, size_t *n, const char *fmt, ...)
 {
-    if (a->path == SHM_PATH_BARRIER)
-        snprintf(buf, len, "comm_barrier");
-    else if (a->flags & SHM_BUF_ADD)
-        snprintf(buf, len, "%s count %llu dtype %s with addend_count %llu", path_name(a->path),
-                 (unsigned long long)a->count, rt_dtype_name(a->dtype),
-                 (unsigned long long)a->addend_count);
-    else
-        snprintf(buf, len, "%s count %llu dtype %s op %s", path_name(a->path),
-                 (unsigned long long)a->count, rt_dtype_name(a->dtype), rt_op_name(a->op));
+    if (*n >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *n, len - *n, fmt, ap);
+    va_end(ap);
+    *n = w < 0 ? len : *n + (size_t)w;
+}
+
+/* "broadcast count 10 dtype f32 root 0": the call as the API names it; with_path adds
+ * the path it took. */
+static void describe(const struct shm_arrival *a, bool with_path, char *buf, size_t len)
+{
+    size_t n = 0;
+    enum coll_kind kind = (enum coll_kind)a->coll;
+    buf[0] = '\0';
+    if (kind == COLL_BARRIER || a->path == SHM_PATH_BARRIER) {
+        append(buf, len, &n, "comm_barrier");
+        return;
+    }
+    append(buf, len, &n, "%s%s count %llu dtype %s", coll_kind_name(kind),
+           a->flags & SHM_BUF_ADD ? "_add" : "", (unsigned long long)a->count,
+           rt_dtype_name(a->dtype));
+    if (a->flags & SHM_BUF_ADD)
+        append(buf, len, &n, " with addend_count %llu", (unsigned long long)a->addend_count);
+    else if (coll_kind_reduces(kind))
+        append(buf, len, &n, " op %s", rt_op_name(a->op));
+    if (coll_kind_rooted(kind))
+        append(buf, len, &n, " root %d", (int)a->root);
+    if (with_path)
+        append(buf, len, &n, " (%s path)", path_name(a->path));
+}
+
+/* Values no rank of this library publishes: a corrupted segment, not a disagreement. */
+static bool arrival_corrupt(const struct comm *c, const struct shm_arrival *a)
+{
+    return a->dtype >= RT_DTYPE_COUNT || a->op >= RT_OP_COUNT || a->path < SHM_PATH_FLAG ||
+           a->path > SHM_PATH_BARRIER || a->coll < COLL_ALLREDUCE || a->coll >= COLL_KIND_END ||
+           a->root < 0 || a->root >= c->nranks;
 }
 
 comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
@@ -89,29 +148,31 @@ comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
     for (int p = 0; p < c->nranks; p++) {
         const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
         if (a->count == mine->count && a->dtype == mine->dtype && a->op == mine->op &&
-            a->path == mine->path && (a->flags & SHM_BUF_ADD) == (mine->flags & SHM_BUF_ADD) &&
+            a->path == mine->path && a->coll == mine->coll && a->root == mine->root &&
+            (a->flags & SHM_BUF_ADD) == (mine->flags & SHM_BUF_ADD) &&
             a->addend_count == mine->addend_count)
             continue;
-        /* Values no rank publishes are not a disagreement but a corrupted segment. */
-        if (a->dtype >= RT_DTYPE_COUNT || a->op >= RT_OP_COUNT || a->path < SHM_PATH_FLAG ||
-            a->path > SHM_PATH_BARRIER) {
+        if (arrival_corrupt(c, a)) {
             rt_error(c, COMM_ERR_PEER,
-                     "rank %d: peer rank %d published dtype %u, op %u, path %u in call %u, "
-                     "values no rank of this library publishes: the segment is corrupted (a "
-                     "stray write by another process of this user?); restart the job",
-                     c->rank, p, a->dtype, a->op, a->path, c->seq);
+                     "rank %d: peer rank %d published collective %u, dtype %u, op %u, path %u, "
+                     "root %d in call %u, values no rank of this library publishes: the segment "
+                     "is corrupted (a stray write by another process of this user?); restart "
+                     "the job",
+                     c->rank, p, a->coll, a->dtype, a->op, a->path, (int)a->root, c->seq);
             return COMM_ERR_PEER;
         }
-        char m[96], t[96];
-        describe(mine, m, sizeof(m));
-        describe(a, t, sizeof(t));
-        const char *hint = a->path != mine->path && a->count == mine->count
-                               ? " (the same size takes different paths: set the same "
-                                 "ARCOMM_FLAG_THRESHOLD on every rank)"
-                               : "";
+        /* Show the paths only when they are what differs. */
+        bool paths = a->path != mine->path && a->coll == mine->coll && a->count == mine->count;
+        char m[160], t[160];
+        describe(mine, paths, m, sizeof(m));
+        describe(a, paths, t, sizeof(t));
+        const char *hint = paths ? " (the same size takes different paths: set the same "
+                                   "ARCOMM_FLAG_THRESHOLD on every rank)"
+                                 : "";
         rt_error(c, COMM_ERR_MISMATCH,
                  "rank %d: ranks disagree in call %u: rank %d made %s, rank %d made %s; every "
-                 "rank must make the same calls with the same count, dtype and op%s",
+                 "rank must make the same collectives in the same order with the same count, "
+                 "dtype, op and root%s",
                  c->rank, c->seq, c->rank, m, p, t, hint);
         return COMM_ERR_MISMATCH;
     }
@@ -132,7 +193,7 @@ void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_
 
 comm_status_t coll_host_barrier(struct comm *c)
 {
-    struct shm_arrival mine = {.path = SHM_PATH_BARRIER};
+    struct shm_arrival mine = {.path = SHM_PATH_BARRIER, .coll = COLL_BARRIER};
     coll_arrive(c, &mine);
     comm_status_t st = coll_wait_arrivals(c, "comm_barrier");
     if (st == COMM_OK)

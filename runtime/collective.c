@@ -76,6 +76,9 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
+static comm_status_t validate_buffers(struct comm *c, const struct coll_call *call, bool add,
+                                      const char *fn, size_t esize);
+
 static comm_status_t validate_common(struct comm *c, const struct coll_call *call, bool add,
                                      const char *fn)
 {
@@ -107,25 +110,83 @@ static comm_status_t validate_common(struct comm *c, const struct coll_call *cal
             return COMM_ERR_INVALID;
         }
     }
+    if (coll_kind_rooted(call->kind) && (call->root < 0 || call->root >= c->nranks)) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: root %d is not a rank of this communicator: pass a root from 0 to "
+                 "%d, the same on every rank",
+                 c->rank, fn, call->root, c->nranks - 1);
+        return COMM_ERR_INVALID;
+    }
+    if (coll_kind_blocks(call->kind) && call->count > SIZE_MAX / 2 / esize / (size_t)c->nranks) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: count %zu is too large: %d blocks of %zu-byte elements do not fit "
+                 "in memory",
+                 c->rank, fn, call->count, c->nranks, esize);
+        return COMM_ERR_INVALID;
+    }
     if (call->count == 0)
         return COMM_OK;
-    size_t bytes = call->count * esize;
-    if (call->send == NULL || call->recv == NULL || (add && call->addend == NULL)) {
+    return validate_buffers(c, call, add, fn, esize);
+}
+
+/* What the in-place form of each collective is, for messages. */
+static const char *inplace_form(enum coll_kind kind)
+{
+    switch (kind) {
+    case COLL_ALLGATHER:
+        return "in place means sendbuf == recvbuf + rank * sendcount";
+    case COLL_REDUCE_SCATTER:
+        return "in place means recvbuf == sendbuf + rank * recvcount";
+    case COLL_ALLTOALL:
+        return "alltoall has no in-place form: pass separate buffers";
+    default:
+        return "in place means sendbuf == recvbuf";
+    }
+}
+
+/* Is the call the in-place form of its collective on this rank? */
+static bool in_place(const struct comm *c, const struct coll_call *call, size_t esize)
+{
+    uintptr_t s = (uintptr_t)call->send, r = (uintptr_t)call->recv;
+    uintptr_t block = (uintptr_t)c->rank * call->count * esize;
+    switch (call->kind) {
+    case COLL_ALLGATHER:
+        return s == r + block;
+    case COLL_REDUCE_SCATTER:
+        return r == s + block;
+    case COLL_ALLTOALL:
+        return false;
+    default:
+        return s == r;
+    }
+}
+
+/* The buffers of a call with count > 0, as far as this rank uses them (coll_call_shape):
+ * none NULL, and no overlap but the collective's in-place form. */
+static comm_status_t validate_buffers(struct comm *c, const struct coll_call *call, bool add,
+                                      const char *fn, size_t esize)
+{
+    size_t send_elems, recv_elems;
+    coll_call_shape(call, c->rank, c->nranks, &send_elems, &recv_elems);
+    size_t send_bytes = send_elems * esize, recv_bytes = recv_elems * esize;
+    if ((send_elems && call->send == NULL) || (recv_elems && call->recv == NULL) ||
+        (add && call->addend == NULL)) {
         rt_error(c, COMM_ERR_INVALID, "rank %d: %s: %s is NULL with count %zu", c->rank, fn,
-                 call->send == NULL   ? "sendbuf"
-                 : call->recv == NULL ? "recvbuf"
-                                      : "addend",
+                 send_elems && call->send == NULL   ? "sendbuf"
+                 : recv_elems && call->recv == NULL ? "recvbuf"
+                                                    : "addend",
                  call->count);
         return COMM_ERR_INVALID;
     }
-    if (call->send != call->recv && overlaps(call->send, bytes, call->recv, bytes)) {
+    if (overlaps(call->send, send_bytes, call->recv, recv_bytes) && !in_place(c, call, esize)) {
         rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: %s: sendbuf %p and recvbuf %p overlap without being equal (in place "
-                 "means sendbuf == recvbuf)",
-                 c->rank, fn, call->send, call->recv);
+                 "rank %d: %s: sendbuf %p (%zu bytes) and recvbuf %p (%zu bytes) overlap other "
+                 "than in place (%s)",
+                 c->rank, fn, call->send, send_bytes, call->recv, recv_bytes,
+                 inplace_form(call->kind));
         return COMM_ERR_INVALID;
     }
-    if (add && overlaps(call->addend, call->addend_count * esize, call->recv, bytes)) {
+    if (add && overlaps(call->addend, call->addend_count * esize, call->recv, recv_bytes)) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank %d: %s: addend %p overlaps recvbuf %p: peers write recvbuf while the "
                  "addend is read; pass a separate addend",
@@ -135,22 +196,63 @@ static comm_status_t validate_common(struct comm *c, const struct coll_call *cal
     return COMM_OK;
 }
 
+/* One public collective entry point. */
+struct coll_entry {
+    const char *fn; /* its name, in messages */
+    bool add;       /* comm_allreduce_add */
+};
+
 /* What every backend refuses, then what this one does. */
-static comm_status_t validate(struct comm *c, const struct coll_call *call, bool add)
+static comm_status_t validate(struct comm *c, const struct coll_call *call,
+                              const struct coll_entry *e)
 {
-    const char *fn = add ? "comm_allreduce_add" : "comm_allreduce";
-    comm_status_t st = validate_common(c, call, add, fn);
-    return st != COMM_OK ? st : c->ops->validate(c, call, fn);
+    comm_status_t st = validate_common(c, call, e->add, e->fn);
+    return st != COMM_OK ? st : c->ops->validate(c, call, e->fn);
 }
 
-static comm_status_t run_entered(struct comm *c, const struct coll_call *call, bool add)
+typedef comm_status_t (*coll_fn)(struct comm *c, const struct coll_call *call);
+
+/* The backend's entry for the call's collective; NULL when it does not have it. */
+static coll_fn backend_entry(const struct backend_ops *ops, const struct coll_call *call, bool add)
+{
+    switch (call->kind) {
+    case COLL_ALLREDUCE:
+        return add ? ops->allreduce_add : ops->allreduce;
+    case COLL_BROADCAST:
+        return ops->broadcast;
+    case COLL_REDUCE:
+        return ops->reduce;
+    case COLL_ALLGATHER:
+        return ops->allgather;
+    case COLL_REDUCE_SCATTER:
+        return ops->reduce_scatter;
+    case COLL_ALLTOALL:
+        return ops->alltoall;
+    default:
+        return NULL;
+    }
+}
+
+static comm_status_t run_entered(struct comm *c, const struct coll_call *call,
+                                 const struct coll_entry *e)
 {
     comm_status_t st = check_usable(c);
     if (st != COMM_OK)
         return st;
-    st = validate(c, call, add);
+    coll_fn fn = backend_entry(c->ops, call, e->add);
+    if (fn == NULL) {
+        /* Decided by the backend alone, before the arguments: every rank answers alike. */
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: %s: the %s backend (%s buffers) has no %s: make this collective on a "
+                 "host communicator (COMM_DEVICE_HOST) with the data in host memory, or build "
+                 "it from comm_allreduce; this communicator stays usable",
+                 c->rank, e->fn, c->ops->name, rt_device_title(c->device),
+                 coll_kind_name(call->kind));
+        return COMM_ERR_UNSUPPORTED;
+    }
+    st = validate(c, call, e);
     if (st == COMM_OK)
-        st = add ? c->ops->allreduce_add(c, call) : c->ops->allreduce(c, call);
+        st = fn(c, call);
     /* UNSUPPORTED is decided by the device before anything is exchanged, the same on
      * every rank making the same call: the communicator stays usable and the call
      * does not count. */
@@ -162,12 +264,21 @@ static comm_status_t run_entered(struct comm *c, const struct coll_call *call, b
     return COMM_OK;
 }
 
-static comm_status_t run(struct comm *c, const struct coll_call *call, bool add)
+/* The one path of every collective but the barrier. */
+static comm_status_t run(struct comm *c, const struct coll_call *call, const struct coll_entry *e)
 {
-    if (!enter(c, add ? "comm_allreduce_add" : "comm_allreduce"))
+    if (!enter(c, e->fn))
         return COMM_ERR_INVALID;
-    return leave(c, run_entered(c, call, add));
+    return leave(c, run_entered(c, call, e));
 }
+
+static const struct coll_entry e_allreduce = {.fn = "comm_allreduce"};
+static const struct coll_entry e_allreduce_add = {.fn = "comm_allreduce_add", .add = true};
+static const struct coll_entry e_broadcast = {.fn = "comm_broadcast"};
+static const struct coll_entry e_reduce = {.fn = "comm_reduce"};
+static const struct coll_entry e_allgather = {.fn = "comm_allgather"};
+static const struct coll_entry e_reduce_scatter = {.fn = "comm_reduce_scatter"};
+static const struct coll_entry e_alltoall = {.fn = "comm_alltoall"};
 
 ARCOMM_API comm_status_t comm_allreduce(comm_t *comm, const void *sendbuf, void *recvbuf,
                                         size_t count, comm_dtype_t dtype, comm_op_t op,
@@ -182,7 +293,7 @@ ARCOMM_API comm_status_t comm_allreduce(comm_t *comm, const void *sendbuf, void 
         .op = op,
         .stream = stream,
     };
-    return run(comm, &call, false);
+    return run(comm, &call, &e_allreduce);
 }
 
 ARCOMM_API comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, void *recvbuf,
@@ -200,7 +311,85 @@ ARCOMM_API comm_status_t comm_allreduce_add(comm_t *comm, const void *sendbuf, v
         .op = COMM_SUM,
         .stream = stream,
     };
-    return run(comm, &call, true);
+    return run(comm, &call, &e_allreduce_add);
+}
+
+ARCOMM_API comm_status_t comm_broadcast(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        size_t count, comm_dtype_t dtype, int root, void *stream)
+{
+    struct coll_call call = {
+        .kind = COLL_BROADCAST,
+        .root = root,
+        .send = sendbuf,
+        .recv = recvbuf,
+        .count = count,
+        .dtype = dtype,
+        .op = COMM_SUM, /* no op: the one every rank publishes alike */
+        .stream = stream,
+    };
+    return run(comm, &call, &e_broadcast);
+}
+
+ARCOMM_API comm_status_t comm_reduce(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                     comm_dtype_t dtype, comm_op_t op, int root, void *stream)
+{
+    struct coll_call call = {
+        .kind = COLL_REDUCE,
+        .root = root,
+        .send = sendbuf,
+        .recv = recvbuf,
+        .count = count,
+        .dtype = dtype,
+        .op = op,
+        .stream = stream,
+    };
+    return run(comm, &call, &e_reduce);
+}
+
+ARCOMM_API comm_status_t comm_allgather(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        size_t sendcount, comm_dtype_t dtype, void *stream)
+{
+    struct coll_call call = {
+        .kind = COLL_ALLGATHER,
+        .send = sendbuf,
+        .recv = recvbuf,
+        .count = sendcount,
+        .dtype = dtype,
+        .op = COMM_SUM,
+        .stream = stream,
+    };
+    return run(comm, &call, &e_allgather);
+}
+
+ARCOMM_API comm_status_t comm_reduce_scatter(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             size_t recvcount, comm_dtype_t dtype, comm_op_t op,
+                                             void *stream)
+{
+    struct coll_call call = {
+        .kind = COLL_REDUCE_SCATTER,
+        .send = sendbuf,
+        .recv = recvbuf,
+        .count = recvcount,
+        .dtype = dtype,
+        .op = op,
+        .stream = stream,
+    };
+    return run(comm, &call, &e_reduce_scatter);
+}
+
+ARCOMM_API comm_status_t comm_alltoall(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       size_t count, comm_dtype_t dtype, void *stream)
+{
+    struct coll_call call = {
+        .kind = COLL_ALLTOALL,
+        .send = sendbuf,
+        .recv = recvbuf,
+        .count = count,
+        .dtype = dtype,
+        .op = COMM_SUM,
+        .stream = stream,
+    };
+    return run(comm, &call, &e_alltoall);
 }
 
 static comm_status_t barrier_entered(struct comm *c)

@@ -218,6 +218,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
         .dtype = (uint8_t)call->dtype,
         .op = (uint8_t)call->op,
         .path = SHM_PATH_BULK,
+        .coll = COLL_ALLREDUCE,
         .flags = SHM_BUF_IN_SEG | (call->addend ? SHM_BUF_ADD : 0u),
         .addend_count = call->addend ? call->addend_count : 0,
     };
@@ -299,6 +300,8 @@ const struct backend_ops coll_hexagon_backend = {
     .allreduce = hex_allreduce,
     .allreduce_add = hex_allreduce,
     .barrier = coll_host_barrier,
+    /* No broadcast, reduce, allgather, reduce_scatter or alltoall on the sessions yet:
+     * those entries stay NULL, and the runtime answers COMM_ERR_UNSUPPORTED. */
     .publish_failure = hex_publish_failure,
     .wake = shm_wake,
     .mem_alloc = hex_mem_alloc,

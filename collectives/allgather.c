@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Allgather on the host: rank r's sendbuf lands at recvbuf + r * sendcount on every
+ * rank, exact (memcpy).
+ *
+ *   flag     every rank stages its block, the ranks arrive and agree, every rank
+ *            copies every slot into its output
+ *   one-pass every rank copies its block straight into every rank's recvbuf (which
+ *            must be reachable), then waits until every rank is done
+ *   staged   slot by slot: every rank stages its chunk, synchronise, every rank
+ *            copies the peers' chunks into its output
+ */
+#include "coll.h"
+
+#include <string.h>
+
+static void flag_stage(struct comm *c, const struct coll_call *call, void *slot)
+{
+    (void)c;
+    memcpy(slot, call->send, call->count * rt_dtype_size(call->dtype));
+}
+
+static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t slot)
+{
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    for (int p = 0; p < c->nranks; p++) {
+        char *to = (char *)call->recv + (size_t)p * bytes;
+        const void *from = p == c->rank ? call->send : shm_slot(c->shm, p, slot);
+        if (to != from)
+            memcpy(to, from, bytes);
+    }
+}
+
+static comm_status_t direct(struct comm *c, const struct coll_call *call)
+{
+    int n = c->nranks;
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    uint64_t all = (uint64_t)bytes * (uint64_t)n;
+    /* Every peer's output is checked before any is written. */
+    char *out[RT_MAX_RANKS];
+    for (int p = 0; p < n; p++) {
+        const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
+        out[p] =
+            p == c->rank ? call->recv : coll_peer_ptr(c, p, a, a->recv, all, "a receive buffer");
+        if (out[p] == NULL)
+            return COMM_ERR_PEER;
+    }
+    /* Starting at the next rank spreads the writers over the outputs. */
+    for (int i = 0; i < n; i++) {
+        int p = (c->rank + 1 + i) % n;
+        char *to = out[p] + (size_t)c->rank * bytes;
+        if (to != call->send)
+            memcpy(to, call->send, bytes);
+    }
+    return coll_sync(c, "allgather (one-pass path, completion)");
+}
+
+static comm_status_t staged(struct comm *c, const struct coll_call *call)
+{
+    size_t esize = rt_dtype_size(call->dtype);
+    size_t bytes = call->count * esize;
+    size_t chunk = (size_t)c->shm->slot_bytes / esize;
+    for (size_t lo = 0; lo < call->count; lo += chunk) {
+        size_t len = (call->count - lo < chunk ? call->count - lo : chunk) * esize;
+        uint32_t slot = coll_next_stage_slot(c);
+        const char *from = (const char *)call->send + lo * esize;
+        char *own = (char *)call->recv + (size_t)c->rank * bytes + lo * esize;
+        memcpy(shm_slot(c->shm, c->rank, slot), from, len);
+        if (own != from)
+            memcpy(own, from, len);
+        comm_status_t st = coll_sync(c, "allgather (staged path)");
+        if (st != COMM_OK)
+            return st;
+        for (int p = 0; p < c->nranks; p++)
+            if (p != c->rank)
+                memcpy((char *)call->recv + (size_t)p * bytes + lo * esize,
+                       shm_slot(c->shm, p, slot), len);
+    }
+    return COMM_OK;
+}
+
+static const struct coll_host_algo allgather_algo = {
+    .flag_what = "allgather (flag path)",
+    .bulk_what = "allgather (bulk path handshake)",
+    .flag_stage = flag_stage,
+    .flag_finish = flag_finish,
+    .expose_recv = true,
+    .direct = direct,
+    .staged = staged,
+};
+
+comm_status_t coll_host_allgather(struct comm *c, const struct coll_call *call)
+{
+    return coll_host_run(c, call, &allgather_algo);
+}

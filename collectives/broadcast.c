@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Broadcast on the host: root's sendbuf into every rank's recvbuf, exact (memcpy).
+ *
+ *   flag     the root copies its input into its staging slot, the ranks arrive and
+ *            agree, every other rank copies the root's slot into its output
+ *   one-pass every rank copies straight from the root's sendbuf (which must be
+ *            reachable: a thread rank's, or in the comm_mem_alloc pools), then waits
+ *            until every rank is done reading it
+ *   staged   the root stages the message slot by slot, alternating its two slots;
+ *            one synchronisation per slot, the others copying slot k while the root
+ *            fills slot k + 1
+ */
+#include "coll.h"
+
+#include <string.h>
+
+static void flag_stage(struct comm *c, const struct coll_call *call, void *slot)
+{
+    if (c->rank == call->root)
+        memcpy(slot, call->send, call->count * rt_dtype_size(call->dtype));
+}
+
+static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t slot)
+{
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    if (c->rank != call->root)
+        memcpy(call->recv, shm_slot(c->shm, call->root, slot), bytes);
+    else if (call->recv != call->send)
+        memcpy(call->recv, call->send, bytes);
+}
+
+static comm_status_t direct(struct comm *c, const struct coll_call *call)
+{
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, call->root);
+    const void *src = c->rank == call->root
+                          ? call->send
+                          : coll_peer_ptr(c, call->root, a, a->send, bytes, "a send buffer");
+    if (src == NULL)
+        return COMM_ERR_PEER;
+    if (call->recv != src)
+        memcpy(call->recv, src, bytes);
+    return coll_sync(c, "broadcast (one-pass path, completion)");
+}
+
+static comm_status_t staged(struct comm *c, const struct coll_call *call)
+{
+    size_t esize = rt_dtype_size(call->dtype);
+    size_t chunk = (size_t)c->shm->slot_bytes / esize;
+    bool root = c->rank == call->root;
+    for (size_t lo = 0; lo < call->count; lo += chunk) {
+        size_t len = (call->count - lo < chunk ? call->count - lo : chunk) * esize;
+        uint32_t slot = coll_next_stage_slot(c);
+        const char *from = (const char *)call->send + lo * esize;
+        char *to = (char *)call->recv + lo * esize;
+        if (root) {
+            memcpy(shm_slot(c->shm, c->rank, slot), from, len);
+            if (to != from)
+                memcpy(to, from, len);
+        }
+        comm_status_t st = coll_sync(c, "broadcast (staged path)");
+        if (st != COMM_OK)
+            return st;
+        if (!root)
+            memcpy(to, shm_slot(c->shm, call->root, slot), len);
+    }
+    return COMM_OK;
+}
+
+static const struct coll_host_algo broadcast_algo = {
+    .flag_what = "broadcast (flag path)",
+    .bulk_what = "broadcast (bulk path handshake)",
+    .flag_stage = flag_stage,
+    .flag_finish = flag_finish,
+    .expose_send = true, /* the root's; the others publish none */
+    .direct = direct,
+    .staged = staged,
+};
+
+comm_status_t coll_host_broadcast(struct comm *c, const struct coll_call *call)
+{
+    return coll_host_run(c, call, &broadcast_algo);
+}

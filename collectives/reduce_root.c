@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Reduce on the host (comm_reduce; reduce.c is the element-wise engine): the reduction
+ * of every rank's sendbuf into the root's recvbuf, in rank order 0..nranks-1 for every
+ * element, so that it has the bits allreduce gives, whatever the root.
+ *
+ *   flag     every rank but the root stages its input, the ranks arrive and agree,
+ *            the root reduces every slot (its own input read in place)
+ *   one-pass every rank reduces its slice of every rank's input straight into the
+ *            root's recvbuf, then waits until every rank is done
+ *   staged   slot by slot: the ranks but the root stage their chunk, synchronise, and
+ *            the root reduces the chunk while they stage the next one
+ */
+#include "coll.h"
+#include "reduce.h"
+
+#include <string.h>
+
+/* Reduces count elements at offset lo of every rank's input (src) into dst. */
+static void reduce_into(const struct coll_call *call, void *dst, const void *const *src, int n,
+                        size_t count, size_t lo, bool nt)
+{
+    void *dsts[1] = {dst};
+    struct coll_reduce_args args = {
+        .dst = dsts,
+        .ndst = 1,
+        .dst_dtype = call->dtype,
+        .src = src,
+        .nsrc = n,
+        .src_dtype = call->dtype,
+        .count = count,
+        .op = call->op,
+        .offset = lo,
+        .nt_store = nt,
+    };
+    coll_reduce(&args);
+}
+
+static void flag_stage(struct comm *c, const struct coll_call *call, void *slot)
+{
+    if (c->rank != call->root)
+        memcpy(slot, call->send, call->count * rt_dtype_size(call->dtype));
+}
+
+static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t slot)
+{
+    if (c->rank != call->root)
+        return;
+    const void *src[RT_MAX_RANKS];
+    for (int p = 0; p < c->nranks; p++)
+        src[p] = p == c->rank ? call->send : shm_slot(c->shm, p, slot);
+    reduce_into(call, call->recv, src, c->nranks, call->count, 0, false);
+}
+
+static comm_status_t direct(struct comm *c, const struct coll_call *call)
+{
+    int n = c->nranks;
+    size_t esize = rt_dtype_size(call->dtype);
+    uint64_t bytes = (uint64_t)call->count * esize;
+    size_t lo, hi;
+    coll_slice(call->count, esize, n, c->rank, &lo, &hi);
+    /* Every peer's buffers are checked before any is touched, by every rank. */
+    const struct shm_arrival *ra = shm_arrival_at(c->shm, c->seq, call->root);
+    char *dst = c->rank == call->root
+                    ? call->recv
+                    : coll_peer_ptr(c, call->root, ra, ra->recv, bytes, "a receive buffer");
+    if (dst == NULL)
+        return COMM_ERR_PEER;
+    const void *src[RT_MAX_RANKS];
+    for (int p = 0; p < n; p++) {
+        const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
+        const char *in =
+            p == c->rank ? call->send : coll_peer_ptr(c, p, a, a->send, bytes, "a send buffer");
+        if (in == NULL)
+            return COMM_ERR_PEER;
+        src[p] = in + lo * esize;
+    }
+    if (hi > lo)
+        reduce_into(call, dst + lo * esize, src, n, hi - lo, lo,
+                    coll_host_streams(&c->knobs, n, (size_t)bytes));
+    return coll_sync(c, "reduce (one-pass path, completion)");
+}
+
+static comm_status_t staged(struct comm *c, const struct coll_call *call)
+{
+    size_t esize = rt_dtype_size(call->dtype);
+    size_t chunk = (size_t)c->shm->slot_bytes / esize;
+    bool root = c->rank == call->root;
+    for (size_t lo = 0; lo < call->count; lo += chunk) {
+        size_t len = call->count - lo < chunk ? call->count - lo : chunk;
+        uint32_t slot = coll_next_stage_slot(c);
+        const char *mine = (const char *)call->send + lo * esize;
+        if (!root)
+            memcpy(shm_slot(c->shm, c->rank, slot), mine, len * esize);
+        comm_status_t st = coll_sync(c, "reduce (staged path)");
+        if (st != COMM_OK)
+            return st;
+        if (root) {
+            const void *src[RT_MAX_RANKS];
+            for (int p = 0; p < c->nranks; p++)
+                src[p] = p == c->rank ? mine : shm_slot(c->shm, p, slot);
+            reduce_into(call, (char *)call->recv + lo * esize, src, c->nranks, len, lo, false);
+        }
+    }
+    return COMM_OK;
+}
+
+static const struct coll_host_algo reduce_algo = {
+    .flag_what = "reduce (flag path)",
+    .bulk_what = "reduce (bulk path handshake)",
+    .flag_stage = flag_stage,
+    .flag_finish = flag_finish,
+    .expose_send = true,
+    .expose_recv = true, /* the root's; the others publish none */
+    .direct = direct,
+    .staged = staged,
+};
+
+comm_status_t coll_host_reduce(struct comm *c, const struct coll_call *call)
+{
+    return coll_host_run(c, call, &reduce_algo);
+}

@@ -124,10 +124,58 @@ static int coll_allreduce(void *ctx, const void *send, void *recv, size_t count,
                          "comm_allreduce", count);
 }
 
+static int coll_broadcast(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                          int root)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x, comm_broadcast(x->comm, send, recv, count, dtype, root, x->stream),
+                         "comm_broadcast", count);
+}
+
+static int coll_reduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                       comm_op_t op, int root)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x, comm_reduce(x->comm, send, recv, count, dtype, op, root, x->stream),
+                         "comm_reduce", count);
+}
+
+static int coll_allgather(void *ctx, const void *send, void *recv, size_t sendcount,
+                          comm_dtype_t dtype)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x, comm_allgather(x->comm, send, recv, sendcount, dtype, x->stream),
+                         "comm_allgather", sendcount);
+}
+
+static int coll_reduce_scatter(void *ctx, const void *send, void *recv, size_t recvcount,
+                               comm_dtype_t dtype, comm_op_t op)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x,
+                         comm_reduce_scatter(x->comm, send, recv, recvcount, dtype, op, x->stream),
+                         "comm_reduce_scatter", recvcount);
+}
+
+static int coll_alltoall(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x, comm_alltoall(x->comm, send, recv, count, dtype, x->stream),
+                         "comm_alltoall", count);
+}
+
 /* arcomm's collectives as a struct bench_coll over x. */
 static struct bench_coll arcomm_coll(struct arcomm_ctx *x)
 {
-    return (struct bench_coll){.allreduce = coll_allreduce, .ctx = x};
+    return (struct bench_coll){
+        .allreduce = coll_allreduce,
+        .broadcast = coll_broadcast,
+        .reduce = coll_reduce,
+        .allgather = coll_allgather,
+        .reduce_scatter = coll_reduce_scatter,
+        .alltoall = coll_alltoall,
+        .ctx = x,
+    };
 }
 
 /*

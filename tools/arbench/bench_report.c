@@ -250,7 +250,7 @@ static void csv_sweep_rows(FILE *f, const struct bench_report *rep)
         fprintf(f, "%zu,%zu,%s,%s,%d,", row->a.bytes, row->a.count, bench_dtype_name(o->dtype),
                 op_of(o, row->coll), o->nranks);
         csv_result(f, &row->a);
-        fprintf(f, ",%s,%.4f,%.6f\n", bench_coll_name(row->coll), rep->ceiling_gbs,
+        fprintf(f, ",%s,%.4f,%.6g\n", bench_coll_name(row->coll), rep->ceiling_gbs,
                 bench_ceiling_frac(rep, row->coll, &row->a));
     }
 }
@@ -322,7 +322,7 @@ int bench_write_csv(const char *path, const struct bench_report *rep)
             csv_result(f, &row->a);
             fprintf(f, ",%s,", rep->peer_name);
             csv_result(f, &row->p);
-            fprintf(f, ",%.4f,%s,%.4f,%.6f,%.6f\n",
+            fprintf(f, ",%.4f,%s,%.4f,%.6g,%.6g\n",
                     row->a.time_us > 0 ? row->p.time_us / row->a.time_us : 0.0,
                     bench_coll_name(row->coll), rep->ceiling_gbs,
                     bench_ceiling_frac(rep, row->coll, &row->a),
@@ -365,7 +365,7 @@ static void json_result(FILE *f, const struct bench_report *rep, const struct be
     else
         fprintf(f, "%lld", (long long)r->wrong);
     if (rep->ceiling_gbs > 0)
-        fprintf(f, ", \"ceiling_frac\": %.6f}", bench_ceiling_frac(rep, row->coll, r));
+        fprintf(f, ", \"ceiling_frac\": %.6g}", bench_ceiling_frac(rep, row->coll, r));
     else
         fprintf(f, ", \"ceiling_frac\": null}");
 }

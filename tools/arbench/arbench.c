@@ -42,9 +42,9 @@
 #endif
 
 static const char usage[] =
-    "usage: arbench [--coll COLL] [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPE]\n"
-    "               [-o OP] [--inplace] [--check] [--iters N] [--warmup N] [--rounds R]\n"
-    "               [--no-bind] [--device host|cuda] [--compare mpi|nccl]\n"
+    "usage: arbench [--coll COLL] [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR]\n"
+    "               [-d DTYPE] [-o OP] [--inplace] [--check] [--iters N] [--warmup N]\n"
+    "               [--rounds R] [--no-bind] [--device host|cuda] [--compare mpi|nccl]\n"
     "               [--csv FILE] [--json FILE] [--plot FILE.png]\n"
     "Times arcomm's collectives over a sweep of sizes, like nccl-tests' *_perf.\n"
     "  --coll COLL        allreduce (default) broadcast reduce allgather reduce_scatter\n"

@@ -127,9 +127,9 @@ void bench_print_ceiling(FILE *f, const struct bench_report *rep)
     if (rep->ceiling_gbs > 0)
         fprintf(f,
                 "# ceiling: memcpy %.2f GB/s (%d ranks copying at once, one thread each, %zu B "
-                "each, pinned "
-                "as the ranks; read + write counted; median of 5 batches)\n",
-                rep->ceiling_gbs, rep->opts->nranks, rep->ceiling_bytes);
+                "each, %s as the ranks; read + write counted; median of 5 batches)\n",
+                rep->ceiling_gbs, rep->opts->nranks, rep->ceiling_bytes,
+                rep->opts->no_bind ? "unbound" : "pinned");
     else
         fprintf(f, "# ceiling: not measured (%s)\n",
                 rep->opts->device != COMM_DEVICE_HOST ? "device buffers"

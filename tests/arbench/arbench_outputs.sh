@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 # arbench's outputs and refusals: an output path that cannot be written (--csv, --json,
 # --plot) is refused before the sweep runs, the PNG never lands on stdout, -n above
-# COMM_MAX_RANKS is said once, and --device hexagon is neither offered nor half-taken.
+# COMM_MAX_RANKS is said once, --device hexagon is neither offered nor half-taken, the
+# collectives' usage errors come before any sweep, and the CSV and JSON carry the
+# collective, the ceiling and its fraction (the old CSV columns in their places).
 #   arbench_outputs.sh ARBENCH
 set -u
 arbench=$1
@@ -46,6 +48,22 @@ if "$arbench" --help | grep -q hexagon; then
     echo "--help still offers hexagon"; bad=1
 fi
 
+# Usage errors of the collectives: exit 2 before any sweep, nothing on stdout.
+usage_error() {
+    name=$1
+    shift
+    "$arbench" "$@" >"$dir/out" 2>"$dir/err"
+    rc=$?
+    [ $rc -eq 2 ] || { echo "$name: exit $rc, expected 2"; cat "$dir/err"; bad=1; }
+    [ -s "$dir/out" ] && { echo "$name: a sweep ran"; bad=1; }
+}
+usage_error "--coll alltoall --inplace" --coll alltoall --inplace -b 4 -e 64
+grep -q "no in-place form" "$dir/err" || { echo "alltoall --inplace: not the reason"; bad=1; }
+usage_error "--coll bogus" --coll bogus -b 4 -e 64
+usage_error "-o avg -d i32" -o avg -d i32 -b 4 -e 64
+grep -q "float dtype" "$dir/err" || { echo "-o avg -d i32: not the reason"; bad=1; }
+usage_error "--compare mpi -o avg" --compare mpi -o avg -b 4 -e 64
+
 # Writable outputs work, and the PNG goes to its file only.
 if command -v gnuplot >/dev/null 2>&1; then
     plot="--plot $dir/p.png"
@@ -57,6 +75,12 @@ fi
 "$arbench" $sweep --csv "$dir/o.csv" --json "$dir/o.json" $plot >"$dir/out" 2>"$dir/err" || {
     echo "a sweep with writable outputs failed:"; cat "$dir/err"; bad=1; }
 [ -s "$dir/o.csv" ] && [ -s "$dir/o.json" ] || { echo "--csv or --json file empty"; bad=1; }
+# The CSV keeps its old columns in their places; the collectives' come after them.
+cols="size,count,type,op,nranks,iters,time_us,p90_us,algbw_gbs,busbw_gbs,wrong,coll,ceiling_gbs,ceiling_frac"
+grep -qx "$cols" "$dir/o.csv" || { echo "--csv header is not $cols:"; cat "$dir/o.csv"; bad=1; }
+for key in '"coll": "allreduce"' '"ceiling_gbs": ' '"ceiling_frac": ' '"traffic_def": '; do
+    grep -q "$key" "$dir/o.json" || { echo "--json lacks $key"; bad=1; }
+done
 if grep -q PNG "$dir/out"; then
     echo "PNG bytes on stdout"; bad=1
 fi

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * arbench: the allreduce benchmark of arcomm, in the manner of nccl-tests'
- * all_reduce_perf.  Three ways to run:
+ * arbench: the collectives' benchmark of arcomm, in the manner of nccl-tests'
+ * all_reduce_perf, broadcast_perf, reduce_perf, all_gather_perf, reduce_scatter_perf
+ * and alltoall_perf (--coll; all runs each in turn, one table each).  Three ways to run:
  *
  *   threads (default)  N threads of this process, one rank each;
  *   --procs            this program again, N times, under `arrun -n N`: the launcher
@@ -9,7 +10,10 @@
  *   under arrun        (ARCOMM_RANK set) one process rank, through comm_init_env.
  *
  * --compare mpi runs the same sweep through arbench-mpi under mpirun after the arcomm
- * sweep (R rounds of both with --rounds R) and prints both side by side.
+ * sweep (R rounds of both with --rounds R) and prints both side by side.  Above each
+ * table, the memcpy ceiling of the machine, measured first in the same run (threads, one
+ * per rank, all at once); each row's ceil column is the collective's least memory
+ * traffic (bench_min_traffic) over its time, as a fraction of that ceiling.
  */
 #include "bench_common.h"
 #include "bench_launch.h"
@@ -38,22 +42,33 @@
 #endif
 
 static const char usage[] =
-    "usage: arbench [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPE] [-o OP]\n"
-    "               [--inplace] [--check] [--iters N] [--warmup N] [--rounds R]\n"
-    "               [--no-bind] [--device host|cuda] [--compare mpi|nccl]\n"
+    "usage: arbench [--coll COLL] [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR]\n"
+    "               [-d DTYPE] [-o OP] [--inplace] [--check] [--iters N] [--warmup N]\n"
+    "               [--rounds R] [--no-bind] [--device host|cuda] [--compare mpi|nccl]\n"
     "               [--csv FILE] [--json FILE] [--plot FILE.png]\n"
-    "Times comm_allreduce over a sweep of sizes, like nccl-tests' all_reduce_perf.\n"
+    "Times arcomm's collectives over a sweep of sizes, like nccl-tests' *_perf.\n"
+    "  --coll COLL        allreduce (default) broadcast reduce allgather reduce_scatter\n"
+    "                     alltoall, or all: each in turn, one table each (alltoall is left\n"
+    "                     out with --inplace: it has no in-place form); root 0\n"
     "  -n, --nranks N     ranks (default 2): threads of this process, or with --procs\n"
     "                     processes started through arrun\n"
     "  --procs            process ranks (arbench re-launches itself as arrun -n N arbench)\n"
-    "  -b, -e SIZE        first and last size in bytes per rank (default 4 and 64M;\n"
-    "                     K, M, G suffixes are powers of 1024)\n"
+    "  -b, -e SIZE        first and last size in bytes (default 4 and 64M; K, M, G\n"
+    "                     suffixes are powers of 1024), as nccl-tests counts it: allreduce,\n"
+    "                     broadcast, reduce count*esize per rank; allgather the receive\n"
+    "                     buffer n*sendcount*esize; reduce_scatter the send buffer\n"
+    "                     n*recvcount*esize; alltoall each rank's buffer n*count*esize\n"
+    "                     (so these three round sizes to whole multiples of n elements)\n"
     "  -f FACTOR          each size is the previous one times FACTOR (default 2)\n"
-    "  -d DTYPE           f32 (default) f16 bf16 f64 i32 i64\n"
-    "  -o OP              sum (default) max min\n"
-    "  --inplace          sendbuf == recvbuf\n"
-    "  --check            one more call per size on fresh random data: every element\n"
-    "                     against a float64 reference, all ranks bit-identical (#wrong)\n"
+    "  -d DTYPE           f32 (default) f16 bf16 f64 i32 i64 i8 u8 u32 u64\n"
+    "  -o OP              sum (default) max min prod avg (avg: float dtypes, not with\n"
+    "                     --compare mpi); broadcast, allgather, alltoall ignore it\n"
+    "  --inplace          the in-place form of each collective (api.md)\n"
+    "  --check            one more call per size on fresh random data, outputs poisoned\n"
+    "                     first: every element of every rank against a float64 reference\n"
+    "                     (data movement bit-exact), reductions bit-identical on all ranks\n"
+    "                     (reduce, reduce_scatter: the same bits as arcomm's allreduce of\n"
+    "                     the same inputs), reduce's non-root outputs untouched (#wrong)\n"
     "  --iters N          timed calls per size (default: ~0.2 s worth, 20..10000)\n"
     "  --warmup N         untimed calls first (default 10% of iters, at least 5)\n"
     "  --rounds R         run the sweeps R times, report the median (default 1)\n"
@@ -61,15 +76,29 @@ static const char usage[] =
     "                     round robin (threads here, arrun --bind core, mpirun's\n"
     "                     default binding): unbound ranks may share a core and wait\n"
     "  --device D         where the buffers live: host (default) or cuda (CUDA builds)\n"
-    "  --compare mpi      the same sweep through MPI_Allreduce (arbench-mpi under\n"
-    "                     mpirun), side by side; ratio = mpi time / arcomm time\n"
-    "  --compare nccl     the same against NCCL (builds with CUDA and NCCL)\n"
+    "  --compare mpi      the same sweep through Open MPI (arbench-mpi under mpirun:\n"
+    "                     MPI_Allreduce, MPI_Bcast, MPI_Reduce, MPI_Allgather,\n"
+    "                     MPI_Reduce_scatter_block, MPI_Alltoall), side by side;\n"
+    "                     ratio = mpi time / arcomm time\n"
+    "  --compare nccl     the same against NCCL (builds with CUDA and NCCL; every\n"
+    "                     collective: ncclAllReduce ... ncclAlltoAll)\n"
     "  --csv FILE         the table as CSV; --json FILE as JSON; --plot FILE.png busbw\n"
-    "                     against size through gnuplot\n"
+    "                     against size through gnuplot (--coll all: every table in one)\n"
     "  -h, --help         this text; --version: arbench's and the library's version\n"
     "Time per size: every call timed on every rank, back to back; per call the slowest\n"
-    "rank; median and p90 over calls.  algbw = size/time, busbw = algbw*2(n-1)/n\n"
-    "(0 for one rank).  Exit status: 0 ok, 1 a call failed or #wrong > 0, 2 usage.\n";
+    "rank; median and p90 over calls.  algbw = size/time, busbw = algbw * nccl-tests'\n"
+    "factor: allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall (n-1)/n; broadcast,\n"
+    "reduce 1.\n"
+    "Ceiling (host buffers): before the sweeps, n threads pinned as the ranks all copy\n"
+    "(memcpy) a buffer of the largest size at once, each its own; ceiling = n * 2 *\n"
+    "size * copies / time (read + write counted), median of 5 batches.  ceil per row =\n"
+    "least memory traffic / time / ceiling, with the traffic over all ranks for thread\n"
+    "ranks and one-pass schemes (every input byte read once, every output byte written\n"
+    "once; S = size, n = ranks, in place in brackets):\n"
+    "  allreduce 2nS   broadcast (n+1)S [nS]   reduce (n+1)S\n"
+    "  allgather (n+1)S [nS]   reduce_scatter (n+1)S   alltoall 2nS\n"
+    "Sizes that fit in the caches can pass 1.  Exit status: 0 ok, 1 a call failed or\n"
+    "#wrong > 0, 2 usage.\n";
 
 /* The library under test, and the stream its calls are ordered on (NULL on the host). */
 struct arcomm_ctx {
@@ -77,17 +106,76 @@ struct arcomm_ctx {
     void *stream;
 };
 
-static int coll_arcomm(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                       comm_op_t op)
+static int arcomm_failed(const struct arcomm_ctx *x, comm_status_t st, const char *what,
+                         size_t count)
+{
+    if (st == COMM_OK)
+        return 0;
+    fprintf(stderr, "arbench: rank %d: %s(count %zu) failed: %s: %s\n", comm_rank(x->comm), what,
+            count, comm_status_string(st), comm_last_error(x->comm));
+    return -1;
+}
+
+static int coll_allreduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                          comm_op_t op)
 {
     const struct arcomm_ctx *x = ctx;
-    comm_status_t st = comm_allreduce(x->comm, send, recv, count, dtype, op, x->stream);
-    if (st != COMM_OK) {
-        fprintf(stderr, "arbench: rank %d: comm_allreduce(count %zu) failed: %s: %s\n",
-                comm_rank(x->comm), count, comm_status_string(st), comm_last_error(x->comm));
-        return -1;
-    }
-    return 0;
+    return arcomm_failed(x, comm_allreduce(x->comm, send, recv, count, dtype, op, x->stream),
+                         "comm_allreduce", count);
+}
+
+static int coll_broadcast(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                          int root)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x, comm_broadcast(x->comm, send, recv, count, dtype, root, x->stream),
+                         "comm_broadcast", count);
+}
+
+static int coll_reduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                       comm_op_t op, int root)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x, comm_reduce(x->comm, send, recv, count, dtype, op, root, x->stream),
+                         "comm_reduce", count);
+}
+
+static int coll_allgather(void *ctx, const void *send, void *recv, size_t sendcount,
+                          comm_dtype_t dtype)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x, comm_allgather(x->comm, send, recv, sendcount, dtype, x->stream),
+                         "comm_allgather", sendcount);
+}
+
+static int coll_reduce_scatter(void *ctx, const void *send, void *recv, size_t recvcount,
+                               comm_dtype_t dtype, comm_op_t op)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x,
+                         comm_reduce_scatter(x->comm, send, recv, recvcount, dtype, op, x->stream),
+                         "comm_reduce_scatter", recvcount);
+}
+
+static int coll_alltoall(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype)
+{
+    const struct arcomm_ctx *x = ctx;
+    return arcomm_failed(x, comm_alltoall(x->comm, send, recv, count, dtype, x->stream),
+                         "comm_alltoall", count);
+}
+
+/* arcomm's collectives as a struct bench_coll over x. */
+static struct bench_coll arcomm_coll(struct arcomm_ctx *x)
+{
+    return (struct bench_coll){
+        .allreduce = coll_allreduce,
+        .broadcast = coll_broadcast,
+        .reduce = coll_reduce,
+        .allgather = coll_allgather,
+        .reduce_scatter = coll_reduce_scatter,
+        .alltoall = coll_alltoall,
+        .ctx = x,
+    };
 }
 
 /*
@@ -245,6 +333,8 @@ struct thr_shared {
     atomic_int exit_code; /* first failure wins; the others see it */
     bool nccl;            /* this pass runs NCCL (--compare nccl), not arcomm */
     unsigned char nccl_id[128];
+    size_t ceiling_bytes; /* the ceiling pass: its buffer size, and what it measured */
+    double ceiling_gbs;
 };
 
 struct thr_rank {
@@ -310,6 +400,22 @@ static void thr_fail(struct thr_shared *sh, int code)
     exit(atomic_load(&sh->exit_code));
 }
 
+static void pin_rank(const struct thr_shared *sh, int rank)
+{
+    if (sh->opts->no_bind || sh->ncpus <= 0)
+        return;
+    /* Like arrun --bind core: two spinning ranks that the scheduler put on one core
+     * would measure the scheduler, not the library. */
+    int want = rank % sh->ncpus, cpu = -1;
+    for (int c = 0; c < CPU_SETSIZE && want >= 0; c++)
+        if (CPU_ISSET(c, &sh->cpus) && want-- == 0)
+            cpu = c;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+}
+
 static void *thr_main(void *arg)
 {
     struct thr_rank *t = arg;
@@ -318,30 +424,19 @@ static void *thr_main(void *arg)
     comm_config_t cfg;
     comm_t *comm = NULL;
 
-    if (!o->no_bind && sh->ncpus > 0) {
-        /* Like arrun --bind core: two spinning ranks that the scheduler put on one core
-         * would measure the scheduler, not the library. */
-        int want = t->rank % sh->ncpus, cpu = -1;
-        for (int c = 0; c < CPU_SETSIZE && want >= 0; c++)
-            if (CPU_ISSET(c, &sh->cpus) && want-- == 0)
-                cpu = c;
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-    }
+    pin_rank(sh, t->rank);
     struct bench_device dev;
     int code = open_device(o->device, t->rank, &dev);
     if (code)
         thr_fail(sh, code);
     struct arcomm_ctx actx = {.stream = device_stream(&dev)};
-    struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = &actx};
+    struct bench_coll coll = arcomm_coll(&actx);
 #if ARBENCH_HAVE_CUDA
     struct bench_nccl_ctx nctx = {.stream = device_stream(&dev)};
     if (sh->nccl) {
         if (bench_nccl_init(&nctx.comm, o->nranks, sh->nccl_id, t->rank, t->rank))
             thr_fail(sh, BENCH_EXIT_FAIL);
-        coll = (struct bench_coll){.allreduce = bench_nccl_allreduce, .ctx = &nctx};
+        coll = bench_nccl_coll(&nctx);
     }
 #endif
     if (!sh->nccl) {
@@ -363,7 +458,8 @@ static void *thr_main(void *arg)
                            .coll = &coll,
                            .sync = &sync,
                            .dev = &dev,
-                           .bf16_wire = o->device == COMM_DEVICE_CUDA && !sh->nccl};
+                           .bf16_wire = o->device == COMM_DEVICE_CUDA && !sh->nccl,
+                           .fixed_order = !sh->nccl};
     if (t->rank == 0) {
         snprintf(sh->transport, sizeof(sh->transport), "%s",
                  sh->nccl ? "nccl" : comm_transport_name(comm));
@@ -384,7 +480,7 @@ static void *thr_main(void *arg)
         sh->res[i] = res;
         if (sh->live) {
             bench_progress_end();
-            bench_print_row(stdout, sh->live, &(struct bench_row){.a = res});
+            bench_print_row(stdout, sh->live, &(struct bench_row){.a = res, .coll = o->coll});
         }
     }
     if (t->rank == 0)
@@ -436,6 +532,55 @@ static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t n
         pthread_join(tids[i], NULL);
     pthread_barrier_destroy(&sh.bar);
     snprintf(transport, 64, "%s", sh.transport);
+    free(sh.ptrs);
+    free(tids);
+    free(ranks);
+    return BENCH_EXIT_OK;
+}
+
+/* The ceiling pass: the ranks' threads, pinned as in a sweep, copying at once. */
+static void *thr_ceiling(void *arg)
+{
+    struct thr_rank *t = arg;
+    struct thr_shared *sh = t->sh;
+
+    pin_rank(sh, t->rank);
+    struct bench_sync sync = {.reduce = thr_reduce, .same_bytes = thr_same_bytes, .ctx = t};
+    struct bench_rank r = {
+        .rank = t->rank, .nranks = sh->opts->nranks, .opts = sh->opts, .sync = &sync};
+    double gbs = 0.0;
+    if (bench_ceiling(&r, sh->ceiling_bytes, &gbs))
+        thr_fail(sh, BENCH_EXIT_FAIL);
+    if (t->rank == 0)
+        sh->ceiling_gbs = gbs;
+    return NULL;
+}
+
+static int measure_ceiling(const struct bench_opts *o, size_t bytes, double *gbs)
+{
+    struct thr_shared sh = {.opts = o, .ceiling_bytes = bytes};
+    struct thr_rank *ranks = calloc((size_t)o->nranks, sizeof(*ranks));
+    pthread_t *tids = calloc((size_t)o->nranks, sizeof(*tids));
+    sh.ptrs = calloc((size_t)o->nranks, sizeof(*sh.ptrs));
+    if (!ranks || !tids || !sh.ptrs) {
+        fprintf(stderr, "arbench: out of memory\n");
+        return BENCH_EXIT_FAIL;
+    }
+    if (sched_getaffinity(0, sizeof(sh.cpus), &sh.cpus) == 0)
+        sh.ncpus = CPU_COUNT(&sh.cpus);
+    pthread_barrier_init(&sh.bar, NULL, (unsigned)o->nranks);
+    for (int i = 0; i < o->nranks; i++) {
+        ranks[i] = (struct thr_rank){.sh = &sh, .rank = i};
+        int err = pthread_create(&tids[i], NULL, thr_ceiling, &ranks[i]);
+        if (err) {
+            fprintf(stderr, "arbench: pthread_create: %s\n", strerror(err));
+            exit(BENCH_EXIT_FAIL);
+        }
+    }
+    for (int i = 0; i < o->nranks; i++)
+        pthread_join(tids[i], NULL);
+    pthread_barrier_destroy(&sh.bar);
+    *gbs = sh.ceiling_gbs;
     free(sh.ptrs);
     free(tids);
     free(ranks);
@@ -523,7 +668,7 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     struct bench_report *rep = calloc(1, sizeof(*rep));
     size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&opts, sizes, BENCH_MAX_SIZES);
     struct arcomm_ctx actx = {.comm = tested, .stream = device_stream(&dev)};
-    struct bench_coll coll = {.allreduce = coll_arcomm, .ctx = &actx};
+    struct bench_coll coll = arcomm_coll(&actx);
     struct bench_sync sync = {.reduce = bench_comm_reduce, .same_bytes = NULL, .ctx = comm};
     struct bench_rank r = {.rank = rank,
                            .nranks = opts.nranks,
@@ -531,7 +676,8 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
                            .coll = &coll,
                            .sync = &sync,
                            .dev = &dev,
-                           .bf16_wire = opts.device == COMM_DEVICE_CUDA};
+                           .bf16_wire = opts.device == COMM_DEVICE_CUDA,
+                           .fixed_order = true};
     if (!rep) {
         if (tested != comm)
             comm_destroy(tested);
@@ -543,10 +689,19 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     bench_meta_fill(&rep->meta, argc, argv);
     rep->meta.mode = "procs";
     snprintf(rep->meta.transport, sizeof(rep->meta.transport), "%s", comm_transport_name(tested));
+    if (!opts.csv_stdout && opts.device == COMM_DEVICE_HOST && n > 0) {
+        /* Under arrun alone, the ceiling of these processes (else the launcher's). */
+        rep->ceiling_bytes = sizes[n - 1] < 64 ? 64 : sizes[n - 1];
+        if (bench_ceiling(&r, sizes[n - 1], &rep->ceiling_gbs)) {
+            rc = BENCH_EXIT_FAIL;
+            n = 0;
+        }
+    }
     if (rank == 0 && !opts.csv_stdout)
         bench_print_header(stdout, rep);
     for (size_t i = 0; i < n; i++) {
         struct bench_row *row = &rep->rows[i];
+        row->coll = opts.coll;
         if (rank == 0)
             bench_progress("arbench", i, n, sizes[i]);
         if (bench_run_size(&r, sizes[i], &row->a)) {
@@ -563,12 +718,8 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     }
     if (rank == 0) {
         bench_progress_end();
-        if (opts.csv_stdout) {
-            struct bench_result res[BENCH_MAX_SIZES];
-            for (size_t i = 0; i < rep->nrows; i++)
-                res[i] = rep->rows[i].a;
-            bench_csv_sweep(stdout, &rep->meta, &opts, opts.nranks, res, rep->nrows);
-        }
+        if (opts.csv_stdout)
+            bench_csv_sweep(stdout, rep);
         if ((opts.csv_path && bench_write_csv(opts.csv_path, rep)) ||
             (opts.json_path && bench_write_json(opts.json_path, rep)) ||
             (opts.plot_path && bench_plot(opts.plot_path, rep)))
@@ -592,7 +743,13 @@ static void note(const char *what, int round, int rounds)
 
 /* ---- the launcher: rounds of the arcomm sweep and the peer's, then the report ---- */
 
-static int run_sweeps(const struct bench_opts *o, int argc, char **argv)
+/*
+ * One collective: rounds of the arcomm sweep and the peer's, then its table.  The rows
+ * are appended to all (the report of every collective of this run, for the files);
+ * *wrong says whether --check found wrong elements.  0, or an exit code when a sweep
+ * could not run.
+ */
+static int run_sweeps(const struct bench_opts *o, struct bench_report *all, bool *wrong)
 {
     struct bench_report *rep = calloc(1, sizeof(*rep));
     size_t sizes[BENCH_MAX_SIZES], nsizes = bench_sizes(o, sizes, BENCH_MAX_SIZES);
@@ -606,9 +763,10 @@ static int run_sweeps(const struct bench_opts *o, int argc, char **argv)
         return BENCH_EXIT_FAIL;
     }
     rep->opts = o;
-    rep->peer_name = o->peer == BENCH_PEER_MPI ? "mpi" : o->peer == BENCH_PEER_NCCL ? "nccl" : NULL;
-    bench_meta_fill(&rep->meta, argc, argv);
-    rep->meta.mode = o->procs ? "procs" : "threads";
+    rep->peer_name = all->peer_name;
+    rep->meta = all->meta;
+    rep->ceiling_gbs = all->ceiling_gbs;
+    rep->ceiling_bytes = all->ceiling_bytes;
     /* One round, no peer, thread ranks: rows are printed as each size finishes. */
     bool live = o->rounds == 1 && !rep->peer_name && !o->procs;
 
@@ -644,20 +802,80 @@ static int run_sweeps(const struct bench_opts *o, int argc, char **argv)
             ra[round] = a[(size_t)round * nsizes + i];
             rp[round] = p[(size_t)round * nsizes + i];
         }
-        bench_result_median(ra, o->rounds, o->nranks, &rep->rows[i].a);
-        bench_result_median(rp, o->rounds, o->nranks, &rep->rows[i].p);
+        rep->rows[i].coll = o->coll;
+        bench_result_median(ra, o->rounds, o->coll, o->nranks, &rep->rows[i].a);
+        bench_result_median(rp, o->rounds, o->coll, o->nranks, &rep->rows[i].p);
         if (rep->rows[i].a.wrong > 0 || (rep->peer_name && rep->rows[i].p.wrong > 0))
-            rc = BENCH_EXIT_FAIL;
+            *wrong = true;
     }
     if (!live)
         bench_print_table(stdout, rep);
-    if ((o->csv_path && bench_write_csv(o->csv_path, rep)) ||
-        (o->json_path && bench_write_json(o->json_path, rep)) ||
-        (o->plot_path && bench_plot(o->plot_path, rep)))
-        rc = BENCH_EXIT_FAIL;
+    snprintf(all->meta.transport, sizeof(all->meta.transport), "%s", rep->meta.transport);
+    for (size_t i = 0; i < rep->nrows && all->nrows < BENCH_MAX_ROWS; i++)
+        all->rows[all->nrows++] = rep->rows[i];
     free(p);
     free(a);
     free(rep);
+    return rc;
+}
+
+/* The launcher: the ceiling, then each collective asked for, then the files. */
+static int run_all(const struct bench_opts *o, int argc, char **argv)
+{
+    struct bench_report *all = calloc(1, sizeof(*all));
+    enum bench_coll_kind colls[BENCH_NCOLLS];
+    int ncolls = 0, rc = BENCH_EXIT_OK;
+    bool wrong = false;
+
+    if (!all) {
+        fprintf(stderr, "arbench: out of memory\n");
+        return BENCH_EXIT_FAIL;
+    }
+    if (o->coll == BENCH_COLL_ALL) {
+        for (int c = 0; c < BENCH_NCOLLS; c++)
+            if (!(c == BENCH_ALLTOALL && o->inplace))
+                colls[ncolls++] = (enum bench_coll_kind)c;
+    } else {
+        colls[ncolls++] = o->coll;
+    }
+    all->opts = o;
+    all->peer_name = o->peer == BENCH_PEER_MPI ? "mpi" : o->peer == BENCH_PEER_NCCL ? "nccl" : NULL;
+    bench_meta_fill(&all->meta, argc, argv);
+    all->meta.mode = o->procs ? "procs" : "threads";
+
+    /* The ceiling is the host's: sized like the largest buffer of the sweeps. */
+    if (o->device == COMM_DEVICE_HOST) {
+        size_t top = 0;
+        for (int i = 0; i < ncolls; i++) {
+            struct bench_opts oc = *o;
+            size_t sizes[BENCH_MAX_SIZES], n;
+            oc.coll = colls[i];
+            n = bench_sizes(&oc, sizes, BENCH_MAX_SIZES);
+            if (n > 0 && sizes[n - 1] > top)
+                top = sizes[n - 1];
+        }
+        all->ceiling_bytes = top < 64 ? 64 : top;
+        if ((rc = measure_ceiling(o, top, &all->ceiling_gbs)))
+            goto out;
+    }
+    if (o->coll == BENCH_COLL_ALL && o->inplace)
+        printf("# alltoall: left out (no in-place form)\n");
+    for (int i = 0; i < ncolls; i++) {
+        struct bench_opts oc = *o;
+        oc.coll = colls[i];
+        if (i > 0)
+            printf("\n");
+        /* After wrong elements the other collectives still run; not after a failure. */
+        if ((rc = run_sweeps(&oc, all, &wrong)))
+            goto out;
+    }
+    rc = wrong ? BENCH_EXIT_FAIL : BENCH_EXIT_OK;
+    if ((o->csv_path && bench_write_csv(o->csv_path, all)) ||
+        (o->json_path && bench_write_json(o->json_path, all)) ||
+        (o->plot_path && bench_plot(o->plot_path, all)))
+        rc = BENCH_EXIT_FAIL;
+out:
+    free(all);
     return rc;
 }
 
@@ -682,6 +900,21 @@ int main(int argc, char **argv)
     }
     if ((rc = check_device(o.device)))
         return rc;
+    struct arcomm_ctx none = {0};
+    struct bench_coll have = arcomm_coll(&none);
+    for (int c = 0; c < BENCH_NCOLLS; c++) {
+        bool wanted = o.coll == (enum bench_coll_kind)c ||
+                      (o.coll == BENCH_COLL_ALL && !(c == BENCH_ALLTOALL && o.inplace));
+        if (wanted && !bench_coll_has(&have, (enum bench_coll_kind)c)) {
+            fprintf(stderr, "arbench: --coll %s: this arbench does not drive comm_%s\n",
+                    bench_coll_name(o.coll), bench_coll_name((enum bench_coll_kind)c));
+            return BENCH_EXIT_USAGE;
+        }
+    }
+    if (o.peer == BENCH_PEER_MPI && o.op == COMM_AVG) {
+        fprintf(stderr, "arbench: --compare mpi -o avg: MPI has no average op\n");
+        return BENCH_EXIT_USAGE;
+    }
     if (o.peer == BENCH_PEER_NCCL) {
         /* NCCL is loaded at run time; the build needs CUDA for the device buffers. */
         if (!ARBENCH_HAVE_CUDA) {
@@ -695,9 +928,9 @@ int main(int argc, char **argv)
         }
     }
     if (getenv("ARCOMM_RANK")) {
-        if (o.peer != BENCH_PEER_NONE || o.rounds > 1) {
-            fprintf(stderr, "arbench: --compare and --rounds are for the launcher: run "
-                            "arbench --procs instead of arrun arbench\n");
+        if (o.peer != BENCH_PEER_NONE || o.rounds > 1 || o.coll == BENCH_COLL_ALL) {
+            fprintf(stderr, "arbench: --compare, --rounds and --coll all are for the launcher: "
+                            "run arbench --procs instead of arrun arbench\n");
             return BENCH_EXIT_USAGE;
         }
         return run_rank(&o, argc, argv);
@@ -708,5 +941,5 @@ int main(int argc, char **argv)
     }
     if ((rc = check_outputs(&o)))
         return rc;
-    return run_sweeps(&o, argc, argv);
+    return run_all(&o, argc, argv);
 }

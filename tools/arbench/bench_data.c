@@ -109,8 +109,15 @@ double bench_value(comm_dtype_t dtype, uint64_t seed, int rank, size_t j)
         return sign * (double)(1 + (u >> 40) % 1000);
     case COMM_I64:
         return sign * (double)(1 + (u >> 20) % 1000000000);
-    default: /* the 0.2 dtypes: not yet */
-        break;
+    case COMM_I8:
+        /* |x| <= 15: sums of up to 8 ranks stay clear of the poison (127). */
+        return sign * (double)(1 + (u >> 40) % 15);
+    case COMM_U8:
+        return (double)(1 + (u >> 40) % 15); /* sums of up to 16 ranks stay below 255 */
+    case COMM_U32:
+        return (double)(1 + (u >> 40) % 1000000);
+    case COMM_U64:
+        return (double)(1 + (u >> 20) % 1000000000);
     }
     return 0.0;
 }
@@ -124,44 +131,90 @@ void bench_half_reduce(void *inout, const void *in, size_t n, comm_dtype_t dtype
     for (size_t j = 0; j < n; j++) {
         float x = f16 ? f16_to_f32(a[j]) : bf16_to_f32(a[j]);
         float y = f16 ? f16_to_f32(b[j]) : bf16_to_f32(b[j]);
-        float r = op == COMM_SUM ? x + y : op == COMM_MAX ? (y > x ? y : x) : (y < x ? y : x);
+        float r = op == COMM_SUM || op == COMM_AVG ? x + y
+                  : op == COMM_PROD                ? x * y
+                  : op == COMM_MAX                 ? (y > x ? y : x)
+                                                   : (y < x ? y : x);
         a[j] = f16 ? f32_to_f16(r) : f32_to_bf16(r);
     }
 }
 
-void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank)
+static bool is_int(comm_dtype_t dtype)
 {
-    for (size_t j = 0; j < count; j++) {
-        double v = bench_value(dtype, seed, rank, j);
-        switch (dtype) {
-        case COMM_F32:
-            ((float *)buf)[j] = (float)v;
-            break;
-        case COMM_F16:
-            ((uint16_t *)buf)[j] = f32_to_f16((float)v);
-            break;
-        case COMM_BF16:
-            ((uint16_t *)buf)[j] = f32_to_bf16((float)v);
-            break;
-        case COMM_F64:
-            ((double *)buf)[j] = v;
-            break;
-        case COMM_I32:
-            ((int32_t *)buf)[j] = (int32_t)v;
-            break;
-        case COMM_I64:
-            ((int64_t *)buf)[j] = (int64_t)v;
-            break;
-        default: /* the 0.2 dtypes: not yet */
-            break;
-        }
+    return dtype == COMM_I32 || dtype == COMM_I64 || dtype == COMM_I8 || dtype == COMM_U8 ||
+           dtype == COMM_U32 || dtype == COMM_U64;
+}
+
+/* Element j of buf as the dtype stores v (v is exactly representable: bench_value). */
+static void store_elem(void *buf, size_t j, comm_dtype_t dtype, double v)
+{
+    switch (dtype) {
+    case COMM_F32:
+        ((float *)buf)[j] = (float)v;
+        break;
+    case COMM_F16:
+        ((uint16_t *)buf)[j] = f32_to_f16((float)v);
+        break;
+    case COMM_BF16:
+        ((uint16_t *)buf)[j] = f32_to_bf16((float)v);
+        break;
+    case COMM_F64:
+        ((double *)buf)[j] = v;
+        break;
+    case COMM_I32:
+        ((int32_t *)buf)[j] = (int32_t)v;
+        break;
+    case COMM_I64:
+        ((int64_t *)buf)[j] = (int64_t)v;
+        break;
+    case COMM_I8:
+        ((int8_t *)buf)[j] = (int8_t)v;
+        break;
+    case COMM_U8:
+        ((uint8_t *)buf)[j] = (uint8_t)v;
+        break;
+    case COMM_U32:
+        ((uint32_t *)buf)[j] = (uint32_t)v;
+        break;
+    case COMM_U64:
+        ((uint64_t *)buf)[j] = (uint64_t)v;
+        break;
     }
 }
 
-/* Poison: NaN bytes for floats; for ints a value no sum of bench_value can reach. */
+void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank, size_t first)
+{
+    for (size_t j = 0; j < count; j++)
+        store_elem(buf, j, dtype, bench_value(dtype, seed, rank, first + j));
+}
+
+/*
+ * Poison: NaN bytes for floats; for ints a value no sum of bench_value can reach
+ * (0x7f.. is the largest signed value, 0xff.. the largest unsigned one).
+ */
+static unsigned char poison_byte(comm_dtype_t dtype)
+{
+    return dtype == COMM_I32 || dtype == COMM_I64 || dtype == COMM_I8 ? 0x7f : 0xff;
+}
+
 void bench_poison(void *buf, size_t bytes, comm_dtype_t dtype)
 {
-    memset(buf, dtype == COMM_I32 || dtype == COMM_I64 ? 0x7f : 0xff, bytes);
+    memset(buf, poison_byte(dtype), bytes);
+}
+
+int64_t bench_count_written(const void *buf, size_t count, comm_dtype_t dtype)
+{
+    const unsigned char *p = buf, b = poison_byte(dtype);
+    size_t es = bench_dtype_size(dtype);
+    int64_t n = 0;
+
+    for (size_t j = 0; j < count; j++) {
+        bool same = true;
+        for (size_t k = 0; k < es; k++)
+            same &= p[j * es + k] == b;
+        n += !same;
+    }
+    return n;
 }
 
 static double read_elem(const void *buf, size_t j, comm_dtype_t dtype)
@@ -175,14 +228,28 @@ static double read_elem(const void *buf, size_t j, comm_dtype_t dtype)
         return bf16_to_f32(((const uint16_t *)buf)[j]);
     case COMM_F64:
         return ((const double *)buf)[j];
-    case COMM_I32:
-        return ((const int32_t *)buf)[j];
-    case COMM_I64:
-        return (double)((const int64_t *)buf)[j];
-    default: /* the 0.2 dtypes: not yet */
+    default: /* the integers are compared bit for bit: read_bits */
         break;
     }
     return NAN;
+}
+
+/* An integer element's bits, zero-extended, and the mask of its width. */
+static uint64_t read_bits(const void *buf, size_t j, comm_dtype_t dtype, uint64_t *mask)
+{
+    switch (dtype) {
+    case COMM_I8:
+    case COMM_U8:
+        *mask = 0xffu;
+        return ((const uint8_t *)buf)[j];
+    case COMM_I32:
+    case COMM_U32:
+        *mask = 0xffffffffu;
+        return ((const uint32_t *)buf)[j];
+    default:
+        *mask = ~0ull;
+        return ((const uint64_t *)buf)[j];
+    }
 }
 
 /* One unit in the last place of the output type at magnitude x. */
@@ -196,58 +263,98 @@ static double ulp_of(comm_dtype_t dtype, double x)
 
 /*
  * Float64 reference per element, recomputed from the seed (no copy of the peers'
- * inputs is kept).  Tolerances: f32 relative 1e-5 * nranks and f64 1e-12 * nranks of
- * sum |x| (the error bound of any summation order); f16/bf16 two ulps of the output
- * type plus the f32 accumulation bound (plus half an ulp of sum |x| per step when the
- * sum is rounded after every step), and for f32 that may travel as bf16 (CUDA) one bf16
- * rounding of every input; ints, and max/min of any type, exact.
+ * inputs is kept): out[j] = op over ranks r of bench_value(seed, r, first + j).
+ *
+ * Integers: exact, in two's-complement arithmetic of the dtype's width (sums and
+ * products wrap as unsigned arithmetic does; the test data keeps sums of few ranks from
+ * wrapping).  Floats, max and min: exact.  Sums: f32 relative 1e-5 * nranks and f64
+ * 1e-12 * nranks of sum |x| (the error bound of any summation order); f16/bf16 two ulps
+ * of the output type plus the f32 accumulation bound (plus half an ulp of sum |x| per
+ * step when the sum is rounded after every step), and for f32 that may travel as bf16
+ * (CUDA) one bf16 rounding of every input.  avg: the sum's bounds divided by nranks
+ * (one ulp more when rounded stepwise).  prod: the same bounds with |product| in place
+ * of sum |x| (relative errors of the n factors add up; bf16 wire: one bf16 rounding per
+ * factor; stepwise: one ulp of the result per step).
  */
-int64_t bench_check(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed,
-                    int nranks, bool stepwise_round, bool bf16_wire)
+int64_t bench_check_reduce(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
+                           uint64_t seed, int nranks, size_t first, bool stepwise_round,
+                           bool bf16_wire)
 {
-    bool is_int = dtype == COMM_I32 || dtype == COMM_I64;
     int64_t wrong = 0;
 
     for (size_t j = 0; j < count; j++) {
-        double ref = 0.0, sumabs = 0.0;
-        int64_t iref = 0;
+        double ref = op == COMM_PROD ? 1.0 : 0.0, sumabs = 0.0;
+        uint64_t iref = op == COMM_PROD ? 1 : 0;
         for (int r = 0; r < nranks; r++) {
-            double x = bench_value(dtype, seed, r, j);
-            if (op == COMM_SUM) {
+            double x = bench_value(dtype, seed, r, first + j);
+            uint64_t xi = (uint64_t)(int64_t)x;
+            if (op == COMM_SUM || op == COMM_AVG) {
                 ref += x;
                 sumabs += fabs(x);
-                iref += (int64_t)x;
+                iref += xi;
+            } else if (op == COMM_PROD) {
+                ref *= x;
+                iref *= xi;
             } else if (r == 0 || (op == COMM_MAX ? x > ref : x < ref)) {
                 ref = x;
-                iref = (int64_t)x;
+                iref = xi;
             }
         }
-        if (is_int) {
-            int64_t got = dtype == COMM_I32 ? ((const int32_t *)out)[j] : ((const int64_t *)out)[j];
-            wrong += got != iref;
+        if (is_int(dtype)) {
+            uint64_t mask;
+            uint64_t got = read_bits(out, j, dtype, &mask);
+            wrong += got != (iref & mask);
             continue;
         }
-        double got = read_elem(out, j, dtype), tol = 0.0;
-        if (op == COMM_SUM) {
+        double got = read_elem(out, j, dtype), tol = 0.0, scale = sumabs;
+        double n = (double)nranks;
+        if (op == COMM_AVG) {
+            ref /= n;
+            scale /= n;
+        } else if (op == COMM_PROD) {
+            scale = fabs(ref);
+        }
+        if (op == COMM_SUM || op == COMM_AVG || op == COMM_PROD) {
             switch (dtype) {
             case COMM_F32:
-                tol = 1e-5 * nranks * sumabs;
+                tol = 1e-5 * n * scale;
                 /* BF16 wire narrowing: every input rounded to bf16 once (2^-9 relative). */
                 if (bf16_wire)
-                    tol += 0x1.0p-8 * sumabs;
+                    tol += 0x1.0p-8 * scale * (op == COMM_PROD ? n : 1.0);
                 break;
             case COMM_F64:
-                tol = 1e-12 * nranks * sumabs;
+                tol = 1e-12 * n * scale;
                 break;
             default:
-                tol = 2.0 * ulp_of(dtype, fabs(ref)) + nranks * 0x1.0p-23 * sumabs;
-                /* Each of the n-1 partial sums, at most sum |x|, rounded once more. */
-                if (stepwise_round)
-                    tol += 0.5 * (nranks - 1) * ulp_of(dtype, sumabs);
+                tol = 2.0 * ulp_of(dtype, fabs(ref)) + n * 0x1.0p-23 * scale;
+                if (!stepwise_round)
+                    break;
+                /* Each of the n-1 partial results rounded once more. */
+                if (op == COMM_PROD)
+                    tol += (n - 1) * ulp_of(dtype, fabs(ref));
+                else if (op == COMM_AVG)
+                    tol += 0.5 * (n - 1) * ulp_of(dtype, sumabs) / n + ulp_of(dtype, fabs(ref));
+                else
+                    tol += 0.5 * (n - 1) * ulp_of(dtype, sumabs);
             }
         }
         /* Written as a negated <= so that a NaN (an element never written) is wrong. */
         wrong += !(fabs(got - ref) <= tol);
+    }
+    return wrong;
+}
+
+int64_t bench_check_exact(const void *out, size_t count, comm_dtype_t dtype, uint64_t seed,
+                          int src_rank, size_t first)
+{
+    const unsigned char *p = out;
+    size_t es = bench_dtype_size(dtype);
+    unsigned char want[8];
+    int64_t wrong = 0;
+
+    for (size_t j = 0; j < count; j++) {
+        store_elem(want, 0, dtype, bench_value(dtype, seed, src_rank, first + j));
+        wrong += memcmp(p + j * es, want, es) != 0;
     }
     return wrong;
 }

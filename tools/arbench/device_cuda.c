@@ -133,6 +133,11 @@ typedef struct {
 static int (*nccl_get_unique_id)(nccl_id_t *);
 static int (*nccl_comm_init_rank)(void **, int, nccl_id_t, int);
 static int (*nccl_all_reduce)(const void *, void *, size_t, int, int, void *, cudaStream_t);
+static int (*nccl_broadcast)(const void *, void *, size_t, int, int, void *, cudaStream_t);
+static int (*nccl_reduce)(const void *, void *, size_t, int, int, int, void *, cudaStream_t);
+static int (*nccl_all_gather)(const void *, void *, size_t, int, void *, cudaStream_t);
+static int (*nccl_reduce_scatter)(const void *, void *, size_t, int, int, void *, cudaStream_t);
+static int (*nccl_all_to_all)(const void *, void *, size_t, int, void *, cudaStream_t);
 static int (*nccl_comm_destroy)(void *);
 static const char *(*nccl_error_string)(int);
 
@@ -153,8 +158,14 @@ int bench_nccl_load(void)
     *(void **)&nccl_comm_destroy = dlsym(h, "ncclCommDestroy");
     *(void **)&nccl_error_string = dlsym(h, "ncclGetErrorString");
     *(void **)&nccl_all_reduce = dlsym(h, "ncclAllReduce");
+    *(void **)&nccl_broadcast = dlsym(h, "ncclBroadcast");
+    *(void **)&nccl_reduce = dlsym(h, "ncclReduce");
+    *(void **)&nccl_all_gather = dlsym(h, "ncclAllGather");
+    *(void **)&nccl_reduce_scatter = dlsym(h, "ncclReduceScatter");
+    *(void **)&nccl_all_to_all = dlsym(h, "ncclAlltoAll"); /* NCCL 2.28 and later */
     if (!nccl_get_unique_id || !nccl_comm_init_rank || !nccl_comm_destroy || !nccl_error_string ||
-        !nccl_all_reduce) {
+        !nccl_all_reduce || !nccl_broadcast || !nccl_reduce || !nccl_all_gather ||
+        !nccl_reduce_scatter) {
         fprintf(stderr, "arbench: libnccl.so.2 lacks the functions arbench uses\n");
         nccl_all_reduce = NULL;
         return -1;
@@ -189,20 +200,87 @@ int bench_nccl_init(void **comm, int nranks, const unsigned char id[BENCH_NCCL_I
     return 0;
 }
 
-int bench_nccl_allreduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                         comm_op_t op)
+/* ncclDataType_t and ncclRedOp_t values. */
+static const int nccl_types[] = {
+    [COMM_F32] = 7, [COMM_F16] = 6, [COMM_BF16] = 9, [COMM_F64] = 8, [COMM_I32] = 2,
+    [COMM_I64] = 4, [COMM_I8] = 0,  [COMM_U8] = 1,   [COMM_U32] = 3, [COMM_U64] = 5,
+};
+static const int nccl_ops[] = {
+    [COMM_SUM] = 0, [COMM_PROD] = 1, [COMM_MAX] = 2, [COMM_MIN] = 3, [COMM_AVG] = 4,
+};
+
+static int nccl_failed(int e, const char *what, size_t count)
+{
+    if (e == 0)
+        return 0;
+    fprintf(stderr, "arbench: %s(count %zu): %s\n", what, count, nccl_error_string(e));
+    return -1;
+}
+
+static int nccl_allreduce_fn(void *ctx, const void *send, void *recv, size_t count,
+                             comm_dtype_t dtype, comm_op_t op)
 {
     const struct bench_nccl_ctx *x = ctx;
-    /* ncclDataType_t and ncclRedOp_t values. */
-    static const int types[] = {[COMM_F32] = 7, [COMM_F16] = 6, [COMM_BF16] = 9,
-                                [COMM_F64] = 8, [COMM_I32] = 2, [COMM_I64] = 4};
-    static const int ops[] = {[COMM_SUM] = 0, [COMM_MAX] = 2, [COMM_MIN] = 3};
-    int e = nccl_all_reduce(send, recv, count, types[dtype], ops[op], x->comm, x->stream);
-    if (e != 0) {
-        fprintf(stderr, "arbench: ncclAllReduce(count %zu): %s\n", count, nccl_error_string(e));
-        return -1;
-    }
-    return 0;
+    return nccl_failed(
+        nccl_all_reduce(send, recv, count, nccl_types[dtype], nccl_ops[op], x->comm, x->stream),
+        "ncclAllReduce", count);
+}
+
+static int nccl_broadcast_fn(void *ctx, const void *send, void *recv, size_t count,
+                             comm_dtype_t dtype, int root)
+{
+    const struct bench_nccl_ctx *x = ctx;
+    return nccl_failed(
+        nccl_broadcast(send, recv, count, nccl_types[dtype], root, x->comm, x->stream),
+        "ncclBroadcast", count);
+}
+
+static int nccl_reduce_fn(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
+                          comm_op_t op, int root)
+{
+    const struct bench_nccl_ctx *x = ctx;
+    return nccl_failed(
+        nccl_reduce(send, recv, count, nccl_types[dtype], nccl_ops[op], root, x->comm, x->stream),
+        "ncclReduce", count);
+}
+
+static int nccl_allgather_fn(void *ctx, const void *send, void *recv, size_t sendcount,
+                             comm_dtype_t dtype)
+{
+    const struct bench_nccl_ctx *x = ctx;
+    return nccl_failed(
+        nccl_all_gather(send, recv, sendcount, nccl_types[dtype], x->comm, x->stream),
+        "ncclAllGather", sendcount);
+}
+
+static int nccl_reduce_scatter_fn(void *ctx, const void *send, void *recv, size_t recvcount,
+                                  comm_dtype_t dtype, comm_op_t op)
+{
+    const struct bench_nccl_ctx *x = ctx;
+    return nccl_failed(nccl_reduce_scatter(send, recv, recvcount, nccl_types[dtype], nccl_ops[op],
+                                           x->comm, x->stream),
+                       "ncclReduceScatter", recvcount);
+}
+
+static int nccl_alltoall_fn(void *ctx, const void *send, void *recv, size_t count,
+                            comm_dtype_t dtype)
+{
+    const struct bench_nccl_ctx *x = ctx;
+    return nccl_failed(nccl_all_to_all(send, recv, count, nccl_types[dtype], x->comm, x->stream),
+                       "ncclAlltoAll", count);
+}
+
+struct bench_coll bench_nccl_coll(struct bench_nccl_ctx *x)
+{
+    return (struct bench_coll){
+        .allreduce = nccl_allreduce_fn,
+        .broadcast = nccl_broadcast_fn,
+        .reduce = nccl_reduce_fn,
+        .allgather = nccl_allgather_fn,
+        .reduce_scatter = nccl_reduce_scatter_fn,
+        .alltoall = nccl_all_to_all ? nccl_alltoall_fn : NULL,
+        .ctx = x,
+    };
 }
 
 void bench_nccl_destroy(void *comm)

@@ -25,13 +25,14 @@ int bench_nccl_unique_id(unsigned char id[BENCH_NCCL_ID_BYTES]);
 /* Joins the NCCL communicator as rank of nranks on the current GPU. */
 int bench_nccl_init(void **comm, int nranks, const unsigned char id[BENCH_NCCL_ID_BYTES], int rank,
                     int ordinal);
-/* A struct bench_coll allreduce: ctx is a struct bench_nccl_ctx. */
 struct bench_nccl_ctx {
     void *comm;
     void *stream;
 };
-int bench_nccl_allreduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                         comm_op_t op);
+/* NCCL's collectives as a struct bench_coll over x (ncclAllReduce, ncclBroadcast,
+ * ncclReduce, ncclAllGather, ncclReduceScatter, ncclAlltoAll: NULL when the loaded NCCL
+ * lacks it, as before 2.28). */
+struct bench_coll bench_nccl_coll(struct bench_nccl_ctx *x);
 void bench_nccl_destroy(void *comm);
 
 #endif /* ARBENCH_DEVICE_CUDA_H */

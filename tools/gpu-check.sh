@@ -39,7 +39,8 @@ if ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=disabled 
    ! ninja -C "$B" >>"$OUT/build.log" 2>&1; then
   # The other teams' targets may be mid-change: build what the CUDA run needs.
   echo "full build failed; building the CUDA targets only" | tee -a "$OUT/build.log"
-  ninja -C "$B" -k 0 tests/cuda/test_cuda tests/cuda/test_cuda_layout tests/cuda/bench_cuda \
+  ninja -C "$B" -k 0 tests/cuda/test_cuda tests/cuda/test_cuda_coll tests/cuda/test_cuda_layout \
+    tests/cuda/bench_cuda \
     tests/cuda/diag_staging tests/cuda/diag_pcie \
     >>"$OUT/build.log" 2>&1
   [ -x "$B/tests/cuda/test_cuda" ] && [ -x "$B/tests/cuda/bench_cuda" ] || {
@@ -69,6 +70,13 @@ grep -E "^(ok|FAIL|PASS|SKIP|     )" "$OUT/tests.log" | head -40
 grep -A2 "^FAIL" "$OUT/tests.log" | head -30
 echo "test_cuda exit status $trc"
 [ $trc = 0 ] || rc=1
+# Every collective, dtype and op on CUDA (process ranks when one GPU is lent).
+timeout "${COLL_LIMIT:-300}" "$B/tests/cuda/test_cuda_coll" >"$OUT/coll.log" 2>&1
+crc=$?
+grep -E "^(ok|FAIL|PASS|SKIP)" "$OUT/coll.log" | tail -20
+grep -B2 -A6 "FAIL" "$OUT/coll.log" | head -60
+echo "test_cuda_coll exit status $crc" | tee -a "$OUT/tests.log"
+[ $crc = 0 ] || rc=1
 
 if [ "${SANITIZE:-0}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (failure paths, process ranks)" | tee "$OUT/sanitize.log"

@@ -349,7 +349,7 @@ int64_t bench_check_exact(const void *out, size_t count, comm_dtype_t dtype, uin
 {
     const unsigned char *p = out;
     size_t es = bench_dtype_size(dtype);
-    unsigned char want[8];
+    unsigned char want[8] = {0}; /* store_elem writes es of them */
     int64_t wrong = 0;
 
     for (size_t j = 0; j < count; j++) {

@@ -15,7 +15,7 @@ extern "C" {
 
 /* The version of this header; comm_get_version says the library's (the same when built). */
 #define ARCOMM_VERSION_MAJOR 0
-#define ARCOMM_VERSION_MINOR 1
+#define ARCOMM_VERSION_MINOR 2
 #define ARCOMM_VERSION_PATCH 0
 
 typedef struct comm comm_t; /* opaque */

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-static comm_status_t rt_break(struct comm *c, comm_status_t status)
+comm_status_t rt_break(struct comm *c, comm_status_t status)
 {
     int expected = 0;
     atomic_compare_exchange_strong(&c->broken, &expected, (int)status);
@@ -25,7 +25,7 @@ static comm_status_t rt_break(struct comm *c, comm_status_t status)
  * loads and stores, not a read-modify-write: the flag is held for the whole call, so
  * any overlap longer than a store's propagation is seen, at no cost to the fast path.
  */
-static bool enter(struct comm *c, const char *fn)
+bool rt_call_enter(struct comm *c, const char *fn)
 {
     if (!rt_handle_ok(c, fn))
         return false;
@@ -42,29 +42,32 @@ static bool enter(struct comm *c, const char *fn)
     return true;
 }
 
-static comm_status_t leave(struct comm *c, comm_status_t st)
+comm_status_t rt_call_leave(struct comm *c, comm_status_t st)
 {
     atomic_store_explicit(&c->entered, 0, memory_order_release);
     return st;
 }
 
 /* A broken communicator answers at once with the status that broke it. */
-static comm_status_t check_usable(struct comm *c)
+comm_status_t rt_call_usable(struct comm *c, const char *fn)
 {
     int broken = atomic_load(&c->broken);
     if (broken != 0)
         return (comm_status_t)broken;
+    /* The collectives' messages predate fn: they say it only where it is given. */
+    const char *sep = fn ? ": " : "";
+    fn = fn ? fn : "";
     if (atomic_load_explicit(&c->misused, memory_order_relaxed)) {
         rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: two threads made calls on this communicator at once (call %u): a "
+                 "rank %d: %s%stwo threads made calls on this communicator at once (call %u): a "
                  "comm_t serves one thread at a time; give each thread its own communicator, "
                  "or serialise the calls",
-                 c->rank, c->seq);
+                 c->rank, fn, sep, c->seq);
         return rt_break(c, COMM_ERR_INVALID);
     }
     if (atomic_load(&c->aborted)) {
-        rt_error(c, COMM_ERR_ABORTED, "rank %d: comm_abort was called on this communicator",
-                 c->rank);
+        rt_error(c, COMM_ERR_ABORTED, "rank %d: %s%scomm_abort was called on this communicator",
+                 c->rank, fn, sep);
         return rt_break(c, COMM_ERR_ABORTED);
     }
     return COMM_OK;
@@ -241,7 +244,7 @@ static coll_fn backend_entry(const struct backend_ops *ops, const struct coll_ca
 static comm_status_t run_entered(struct comm *c, const struct coll_call *call,
                                  const struct coll_entry *e)
 {
-    comm_status_t st = check_usable(c);
+    comm_status_t st = rt_call_usable(c, NULL);
     if (st != COMM_OK)
         return st;
     coll_fn fn = backend_entry(c->ops, call, e->add);
@@ -272,9 +275,9 @@ static comm_status_t run_entered(struct comm *c, const struct coll_call *call,
 /* The one path of every collective but the barrier. */
 static comm_status_t run(struct comm *c, const struct coll_call *call, const struct coll_entry *e)
 {
-    if (!enter(c, e->fn))
+    if (!rt_call_enter(c, e->fn))
         return COMM_ERR_INVALID;
-    return leave(c, run_entered(c, call, e));
+    return rt_call_leave(c, run_entered(c, call, e));
 }
 
 static const struct coll_entry e_allreduce = {.fn = "comm_allreduce"};
@@ -399,7 +402,7 @@ ARCOMM_API comm_status_t comm_alltoall(comm_t *comm, const void *sendbuf, void *
 
 static comm_status_t barrier_entered(struct comm *c)
 {
-    comm_status_t st = check_usable(c);
+    comm_status_t st = rt_call_usable(c, NULL);
     if (st != COMM_OK)
         return st;
     st = c->ops->barrier(c);
@@ -411,7 +414,7 @@ static comm_status_t barrier_entered(struct comm *c)
 
 ARCOMM_API comm_status_t comm_barrier(comm_t *comm)
 {
-    if (!enter(comm, "comm_barrier"))
+    if (!rt_call_enter(comm, "comm_barrier"))
         return COMM_ERR_INVALID;
-    return leave(comm, barrier_entered(comm));
+    return rt_call_leave(comm, barrier_entered(comm));
 }

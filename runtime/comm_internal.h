@@ -23,6 +23,19 @@
  */
 bool rt_handle_ok(const struct comm *comm, const char *fn);
 
+/*
+ * collective.c: the rules every collective call on a communicator follows (comm_split
+ * and comm_dup too).  rt_call_enter: the handle is alive and no other thread is inside a
+ * call on it (false: refused, reason in comm_last_error(NULL)); rt_call_leave ends the
+ * call and returns st.  rt_call_usable: a broken, misused or aborted communicator answers
+ * at once (fn, when not NULL, is named in the message).  rt_break: breaks the
+ * communicator with status and publishes the failure to every peer.
+ */
+bool rt_call_enter(struct comm *c, const char *fn);
+comm_status_t rt_call_leave(struct comm *c, comm_status_t st);
+comm_status_t rt_call_usable(struct comm *c, const char *fn);
+comm_status_t rt_break(struct comm *c, comm_status_t status);
+
 /* live.c: the communicators alive in this process. */
 void rt_live_add(struct comm *c);
 enum rt_live_status { RT_LIVE_OK, RT_LIVE_GONE, RT_LIVE_BUSY };

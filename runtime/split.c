@@ -26,62 +26,6 @@
 #include <string.h>
 
 /*
- * The parent's call rules, as collective.c has them for every collective: one thread at
- * a time, a broken communicator answers at once, a failure is published to every rank.
- */
-static bool enter(struct comm *c, const char *fn)
-{
-    if (!rt_handle_ok(c, fn))
-        return false;
-    if (atomic_load_explicit(&c->entered, memory_order_relaxed) != 0) {
-        atomic_store_explicit(&c->misused, 1, memory_order_relaxed);
-        rt_init_error(&c->knobs, COMM_ERR_INVALID,
-                      "rank %d: %s: another thread is inside a call on this communicator: a "
-                      "comm_t serves one thread at a time (give each thread its own "
-                      "communicator, or serialise the calls); the communicator is now broken",
-                      c->rank, fn);
-        return false;
-    }
-    atomic_store_explicit(&c->entered, 1, memory_order_relaxed);
-    return true;
-}
-
-static comm_status_t leave(struct comm *c, comm_status_t st)
-{
-    atomic_store_explicit(&c->entered, 0, memory_order_release);
-    return st;
-}
-
-static comm_status_t split_break(struct comm *c, comm_status_t status)
-{
-    int expected = 0;
-    atomic_compare_exchange_strong(&c->broken, &expected, (int)status);
-    c->ops->publish_failure(c, status, c->errmsg, true);
-    return status;
-}
-
-static comm_status_t check_usable(struct comm *c, const char *fn)
-{
-    int broken = atomic_load(&c->broken);
-    if (broken != 0)
-        return (comm_status_t)broken;
-    if (atomic_load_explicit(&c->misused, memory_order_relaxed)) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: %s: two threads made calls on this communicator at once (call %u): "
-                 "a comm_t serves one thread at a time; give each thread its own "
-                 "communicator, or serialise the calls",
-                 c->rank, fn, c->seq);
-        return split_break(c, COMM_ERR_INVALID);
-    }
-    if (atomic_load(&c->aborted)) {
-        rt_error(c, COMM_ERR_ABORTED, "rank %d: %s: comm_abort was called on this communicator",
-                 c->rank, fn);
-        return split_break(c, COMM_ERR_ABORTED);
-    }
-    return COMM_OK;
-}
-
-/*
  * What the peers compare besides the collective's kind: a count no barrier (count 0)
  * and no allreduce of these handshakes' shape publishes, one per handshake, so that a
  * peer making another call at this number finds the disagreement on its side too.
@@ -263,7 +207,7 @@ static int first_failure(int nranks, int64_t *results)
 static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **newcomm,
                                    const char *fn)
 {
-    comm_status_t st = check_usable(c, fn);
+    comm_status_t st = rt_call_usable(c, fn);
     if (st != COMM_OK)
         return st;
     if (newcomm == NULL) {
@@ -271,7 +215,7 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
                  "rank %d: %s: newcomm is NULL; pass the address of a comm_t * to receive the "
                  "new communicator (the call is collective: the peers now fail too)",
                  c->rank, fn);
-        return split_break(c, COMM_ERR_INVALID);
+        return rt_break(c, COMM_ERR_INVALID);
     }
 
     int64_t colors[RT_MAX_RANKS], keys[RT_MAX_RANKS], results[RT_MAX_RANKS];
@@ -281,7 +225,7 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
     st = handshake(c, SPLIT_COUNT_COLORS, color < 0 ? COMM_SPLIT_NONE : color, key, fn, what,
                    colors, keys);
     if (st != COMM_OK)
-        return split_break(c, st);
+        return rt_break(c, st);
     c->seq++;
 
     struct comm *child = NULL;
@@ -298,7 +242,7 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
     st = handshake(c, SPLIT_COUNT_RESULT, mine, 0, fn, what, results, NULL);
     if (st != COMM_OK) {
         comm_destroy(child);
-        return split_break(c, st);
+        return rt_break(c, st);
     }
     c->seq++;
 
@@ -330,16 +274,16 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
 
 ARCOMM_API comm_status_t comm_split(comm_t *comm, int color, int key, comm_t **newcomm)
 {
-    if (!enter(comm, "comm_split"))
+    if (!rt_call_enter(comm, "comm_split"))
         return COMM_ERR_INVALID;
-    return leave(comm, split_entered(comm, color, key, newcomm, "comm_split"));
+    return rt_call_leave(comm, split_entered(comm, color, key, newcomm, "comm_split"));
 }
 
 ARCOMM_API comm_status_t comm_dup(comm_t *comm, comm_t **newcomm)
 {
-    if (!enter(comm, "comm_dup"))
+    if (!rt_call_enter(comm, "comm_dup"))
         return COMM_ERR_INVALID;
-    return leave(comm, split_entered(comm, 0, comm->rank, newcomm, "comm_dup"));
+    return rt_call_leave(comm, split_entered(comm, 0, comm->rank, newcomm, "comm_dup"));
 }
 
 /* ---- comm_init_all ---- */

@@ -17,12 +17,11 @@
  * must give the bits of that allreduce.  Then 256 thread ranks split into 16 groups of
  * 16 and into 7 uneven groups with every 11th rank left out, each group summing over
  * itself.  The staging slots are 64 KiB (and the comm_mem_alloc arenas 1 MiB) so that
- * 256 ranks' segments stay small; nothing may be left in /dev/shm.  Sanitizer builds
- * (h_quick) stop at 64 thread and 8 process ranks.
+ * 256 ranks' segments stay small; no segment of any communicator made may be left in
+ * /dev/shm.  Sanitizer builds (h_quick) stop at 64 thread and 8 process ranks.
  */
 #include "harness.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -59,6 +58,7 @@ struct w_shared {
 };
 
 static struct w_shared *shared;
+static bool made_comms; /* the test made communicators (a skipped one makes none) */
 
 /* A rank while it runs. */
 struct w_ctx {
@@ -458,6 +458,7 @@ static void body(struct w_ctx *x)
 
 static void shared_reset(void)
 {
+    made_comms = true;
     if (shared == NULL) {
         shared =
             mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -490,86 +491,68 @@ static void check_results(int n, const char *what)
     }
 }
 
-/* The arcomm-* names in /dev/shm, sorted (count in *n). */
-static char **shm_names(int *n)
-{
-    char **names = NULL;
-    int cap = 0;
-    *n = 0;
-    DIR *d = opendir("/dev/shm");
-    if (d == NULL)
-        return NULL;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "arcomm-", 7) != 0)
-            continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 64;
-            names = realloc(names, (size_t)cap * sizeof(*names));
-        }
-        names[(*n)++] = strdup(e->d_name);
-    }
-    closedir(d);
-    return names;
-}
-
-static void names_free(char **names, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-}
-
-static bool listed(char **names, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (strcmp(names[i], name) == 0)
-            return true;
-    return false;
-}
-
-static char **before_names;
-static int before_count;
+/*
+ * Every communicator the test makes, comm_init_all's and comm_split's included (whose
+ * ids the library makes), logs "joined communicator ID" at level info: the ranks log to
+ * a file of this test's, and teardown looks for each ID's segment in /dev/shm.  (Other
+ * jobs on the machine may leave segments of their own there: only this test's count.)
+ */
+static char log_path[64];
 
 static int setup(void **s)
 {
     (void)s;
-    before_names = shm_names(&before_count);
+    snprintf(log_path, sizeof(log_path), "/tmp/test_wide.XXXXXX");
+    int fd = mkstemp(log_path);
+    assert_true(fd >= 0);
+    close(fd);
+    h_env_push("ARCOMM_LOG_FILE", log_path);
+    h_env_push("ARCOMM_LOG_LEVEL", "info");
     h_env_push("ARCOMM_SHM_SLOT_BYTES", W_SLOT_BYTES);
     h_env_push("ARCOMM_MEM_POOL_BYTES", W_POOL_BYTES);
     h_env_push("ARCOMM_FLAG_THRESHOLD", NULL); /* thread ranks' default: 1 KiB */
+    made_comms = false;
     return 0;
 }
 
-/*
- * Nothing this test made is left in /dev/shm: a segment that appeared while it ran and
- * is still there a second later (other jobs' segments on this machine live only until
- * their ranks have joined; names of before the test are not looked at).
- */
+/* Segments of the communicators the log names that are still in /dev/shm; *joins: how
+ * many joins the log has. */
+static int logged_leftovers(long *joins)
+{
+    static const char key[] = "joined communicator ";
+    FILE *f = fopen(log_path, "r");
+    char line[1024], last[COMM_ID_BYTES] = "";
+    int left = 0;
+    *joins = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, key);
+        char id[COMM_ID_BYTES], path[128];
+        if (p == NULL || sscanf(p + strlen(key), "%63s", id) != 1 || strlen(id) <= 5)
+            continue;
+        (*joins)++;
+        snprintf(path, sizeof(path), "/dev/shm/arcomm-%s", id + 5);
+        if (access(path, F_OK) != 0 || strcmp(id, last) == 0)
+            continue; /* gone, or seen on the line before (each rank logs its join) */
+        fprintf(stderr, "left behind: %s\n", path);
+        snprintf(last, sizeof(last), "%s", id);
+        left++;
+    }
+    if (f)
+        fclose(f);
+    return left;
+}
+
 static int teardown(void **s)
 {
     (void)s;
     h_env_pop();
-    int leftovers = 0;
-    for (int tries = 0; tries < 20; tries++) {
-        int n;
-        char **now = shm_names(&n);
-        leftovers = 0;
-        for (int i = 0; i < n; i++)
-            if (!listed(before_names, before_count, now[i]))
-                leftovers++;
-        if (leftovers == 0 || tries == 19)
-            for (int i = 0; i < n && leftovers; i++)
-                if (!listed(before_names, before_count, now[i]))
-                    fprintf(stderr, "left behind in /dev/shm: %s\n", now[i]);
-        names_free(now, n);
-        if (leftovers == 0)
-            break;
-        usleep(50000);
-    }
-    names_free(before_names, before_count);
-    before_names = NULL;
-    if (h_shm_leftovers() != 0 || leftovers != 0)
+    long joins;
+    int left = logged_leftovers(&joins);
+    unlink(log_path);
+    if (made_comms && joins == 0)
+        fail_msg("no \"joined communicator\" in the ranks' info log: the /dev/shm check "
+                 "found nothing to check");
+    if (left != 0 || h_shm_leftovers() != 0)
         fail_msg("segments left in /dev/shm");
     return 0;
 }
@@ -619,53 +602,88 @@ static double run_threads(int n, void (*fn)(struct w_ctx *x))
     return s;
 }
 
-/* n process ranks forked here (each its own comm_init), running body. */
-static double run_procs(int n)
+/* A rank of a forked process: its own comm_init on the shared id, then body. */
+struct w_proc_rank {
+    struct w_ctx x;
+    comm_id_t id;
+};
+
+static void *proc_rank_main(void *arg)
+{
+    struct w_proc_rank *p = arg;
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = p->x.n;
+    cfg.rank = p->x.rank;
+    cfg.id = p->id;
+    comm_status_t st = comm_init(&p->x.comm, &cfg);
+    if (st != COMM_OK) {
+        w_fail(&p->x, "comm_init: %s: %s", comm_status_string(st), comm_last_error(NULL));
+        return NULL;
+    }
+    body(&p->x);
+    comm_destroy(p->x.comm);
+    return NULL;
+}
+
+/* The process of ranks first .. first + per - 1: one thread each (itself when per is 1). */
+static void proc_main(int n, int first, int per, comm_id_t id)
+{
+    struct w_proc_rank *ranks = calloc((size_t)per, sizeof(*ranks));
+    pthread_t *tid = calloc((size_t)per, sizeof(*tid));
+    for (int i = 0; i < per; i++) {
+        int r = first + i;
+        ranks[i].x = (struct w_ctx){.rank = r, .n = n, .res = &shared->rank[r]};
+        ranks[i].id = id;
+        if (per == 1) {
+            proc_rank_main(&ranks[i]);
+        } else if (pthread_create(&tid[i], NULL, proc_rank_main, &ranks[i]) != 0) {
+            w_fail(&ranks[i].x, "pthread_create failed");
+            _exit(1);
+        }
+    }
+    for (int i = 0; i < per && per > 1; i++)
+        pthread_join(tid[i], NULL);
+    _exit(0);
+}
+
+/* n ranks in n / per forked processes, per thread ranks each (each rank its own
+ * comm_init), running body. */
+static double run_procs(int n, int per)
 {
     shared_reset();
     comm_id_t id;
     h_id_new(&id);
-    pid_t *pid = calloc((size_t)n, sizeof(*pid));
+    int np = n / per;
+    pid_t *pid = calloc((size_t)np, sizeof(*pid));
     double start = h_now_ms();
     fflush(NULL);
-    for (int r = 0; r < n; r++) {
-        pid[r] = fork();
-        assert_true(pid[r] >= 0);
-        if (pid[r] > 0)
-            continue;
-        struct w_ctx x = {.rank = r, .n = n, .res = &shared->rank[r]};
-        comm_config_t cfg;
-        comm_config_init(&cfg);
-        cfg.nranks = n;
-        cfg.rank = r;
-        cfg.id = id;
-        comm_status_t st = comm_init(&x.comm, &cfg);
-        if (st != COMM_OK) {
-            w_fail(&x, "comm_init: %s: %s", comm_status_string(st), comm_last_error(NULL));
-            _exit(1);
-        }
-        body(&x);
-        comm_destroy(x.comm);
-        _exit(0);
+    for (int p = 0; p < np; p++) {
+        pid[p] = fork();
+        assert_true(pid[p] >= 0);
+        if (pid[p] == 0)
+            proc_main(n, p * per, per, id);
     }
-    int live = n;
+    int live = np;
     while (live > 0) {
-        for (int r = 0; r < n; r++) {
+        for (int p = 0; p < np; p++) {
             int ws;
-            if (pid[r] > 0 && waitpid(pid[r], &ws, WNOHANG) == pid[r]) {
-                if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) && shared->rank[r].errors == 0) {
-                    shared->rank[r].errors++;
-                    snprintf(shared->rank[r].first_error, sizeof(shared->rank[r].first_error),
-                             "process rank %d died (wait status 0x%x)", r, ws);
+            struct w_rank *first = &shared->rank[p * per];
+            if (pid[p] > 0 && waitpid(pid[p], &ws, WNOHANG) == pid[p]) {
+                if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) && first->errors == 0) {
+                    first->errors++;
+                    snprintf(first->first_error, sizeof(first->first_error),
+                             "the process of ranks %d..%d died (wait status 0x%x)", p * per,
+                             p * per + per - 1, ws);
                 }
-                pid[r] = 0;
+                pid[p] = 0;
                 live--;
             }
         }
         if (h_now_ms() - start > 240000) {
-            for (int r = 0; r < n; r++)
-                if (pid[r] > 0)
-                    kill(pid[r], SIGKILL);
+            for (int p = 0; p < np; p++)
+                if (pid[p] > 0)
+                    kill(pid[p], SIGKILL);
             fail_msg("process ranks hung for 240 s: killed");
         }
         usleep(2000);
@@ -721,9 +739,24 @@ static void threads_256(void **s)
 static void procs_n(int n, const char *flag)
 {
     h_env_push("ARCOMM_FLAG_THRESHOLD", flag);
-    double t = run_procs(n);
+    double t = run_procs(n, 1);
     char what[96];
     snprintf(what, sizeof(what), "%d process ranks, flag threshold %s", n, flag ? flag : "auto");
+    check_results(n, what);
+    printf("  %s: %.2f s\n", what, t);
+}
+
+/* Thread ranks in several processes: the staged path too (not every buffer is
+ * reachable), 256 ranks as 16 processes of 16 threads (quick: 16 as 2 of 8). */
+static void threads_in_processes(void **s)
+{
+    (void)s;
+    int n = h_quick() ? 16 : 256, per = h_quick() ? 8 : 16;
+    h_env_push("ARCOMM_FLAG_THRESHOLD", "1K");
+    double t = run_procs(n, per);
+    char what[96];
+    snprintf(what, sizeof(what), "%d ranks as %d processes of %d threads, flag threshold 1K", n,
+             n / per, per);
     check_results(n, what);
     printf("  %s: %.2f s\n", what, t);
 }
@@ -929,6 +962,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(procs_16_and_64, setup, teardown),
         cmocka_unit_test_setup_teardown(procs_256, setup, teardown),
         cmocka_unit_test_setup_teardown(large_flag_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(threads_in_processes, setup, teardown),
         cmocka_unit_test_setup_teardown(threads_1, setup, teardown),
         cmocka_unit_test_setup_teardown(threads_3_and_5, setup, teardown),
         cmocka_unit_test_setup_teardown(threads_16, setup, teardown),

@@ -511,6 +511,7 @@ static int setup(void **s)
     h_env_push("ARCOMM_SHM_SLOT_BYTES", W_SLOT_BYTES);
     h_env_push("ARCOMM_MEM_POOL_BYTES", W_POOL_BYTES);
     h_env_push("ARCOMM_FLAG_THRESHOLD", NULL); /* thread ranks' default: 1 KiB */
+    h_env_push("ARCOMM_BF16_THRESHOLD", NULL); /* f32 keeps every bit, at every count */
     made_comms = false;
     return 0;
 }

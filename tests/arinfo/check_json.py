@@ -7,7 +7,8 @@
 Runs arinfo on the fixed topology (and once on this machine) with a clean environment
 plus a few knobs, parses the output with Python's strict JSON parser and checks every
 top-level key, the topology, the accelerators and their NUMA nodes, the transports,
-the paths, and the knobs, including a knob value full of bytes that need escaping.
+the paths of allreduce and of the other collectives, and the knobs, including a knob
+value full of bytes that need escaping.
 """
 import json
 import os
@@ -16,7 +17,57 @@ import sys
 
 TOP_KEYS = ['schema', 'arcomm_version', 'build', 'nranks', 'host', 'topology',
             'pci_accelerators', 'cuda', 'hexagon', 'transports', 'transport_pick', 'paths',
-            'config', 'unknown_environment']
+            'collective_paths', 'config', 'unknown_environment']
+# The collectives of collective_paths, in their order for each size.
+COLLECTIVES = ['broadcast', 'reduce', 'allgather', 'reduce_scatter', 'alltoall']
+# Those whose flag path stages nranks blocks of the size (their whole sendbuf).
+BLOCKS = ('reduce_scatter', 'alltoall')
+UNITS = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+
+
+def size_of(text):
+    """A size in the knobs' spelling ("512K", "4097"), or None for "off"."""
+    if text == 'off':
+        return None
+    if text[-1] in UNITS:
+        return int(text[:-1]) * UNITS[text[-1]]
+    return int(text)
+
+
+def check_collective_paths(d, flag_threshold=None):
+    """collective_paths: one row per (size, collective) in the order of paths; the
+    flag path while what a rank stages fits the threshold (the allreduce path's for
+    broadcast, reduce and allgather, which stage their size), bulk beyond."""
+    n = d['nranks']
+    rows = d['collective_paths']
+    assert len(rows) == len(COLLECTIVES) * len(d['paths']), len(rows)
+    for i, p in enumerate(d['paths']):
+        group = rows[i * len(COLLECTIVES):(i + 1) * len(COLLECTIVES)]
+        assert [r['collective'] for r in group] == COLLECTIVES, group
+        for r in group:
+            assert set(r) == {'size', 'bytes', 'collective', 'device', 'flag_stage_bytes',
+                              'path', 'path_thread_ranks'}, r
+            assert (r['size'], r['bytes'], r['device']) == (p['size'], p['bytes'], 'host'), r
+            assert r['path'] in ('flag', 'bulk') and r['path_thread_ranks'] in ('flag', 'bulk')
+            blocks = r['collective'] in BLOCKS
+            assert r['flag_stage_bytes'] == r['bytes'] * (n if blocks else 1), r
+            if not blocks:
+                assert r['path'] == p['path'], (r, p)
+                assert r['path_thread_ranks'] == p['path_thread_ranks'], (r, p)
+            elif p['path'] == 'bulk' or p['path_thread_ranks'] == 'bulk':
+                # More to stage than allreduce of the same size: never flag where it is not.
+                assert r['path'] == 'bulk' or p['path'] == 'flag', (r, p)
+                assert r['path_thread_ranks'] == 'bulk' or p['path_thread_ranks'] == 'flag'
+            if flag_threshold is not None:
+                want = 'flag' if r['flag_stage_bytes'] <= flag_threshold else 'bulk'
+                assert r['path'] == want, (r, flag_threshold)
+    # Sizes in increasing order: each collective goes from flag to bulk once at most.
+    for c in COLLECTIVES:
+        for key in ('path', 'path_thread_ranks'):
+            kinds = [r[key] for r in rows if r['collective'] == c]
+            if [r['bytes'] for r in rows if r['collective'] == c] == sorted(
+                    r['bytes'] for r in rows if r['collective'] == c):
+                assert kinds == sorted(kinds, key=lambda k: k == 'bulk'), (c, key, kinds)
 # A log file name with quotes, a backslash, control bytes, UTF-8 and a byte that is
 # not UTF-8: the JSON must still parse, and say the same thing (U+FFFD for the byte).
 LOG_FILE = b'/tmp/a "q" \\ \n\t\x01\x7f \xc3\xa9 \xff end'
@@ -89,6 +140,8 @@ def check_full(d, this_system):
     # Paths are ordered by size, so the flag path comes first and never after bulk.
     kinds = [p['path'] for p in d['paths']]
     assert kinds == sorted(kinds, key=lambda k: k == 'bulk'), kinds
+    cfg = {c['name']: c for c in d['config']}
+    check_collective_paths(d, size_of(cfg['ARCOMM_FLAG_THRESHOLD']['effective']))
     for c in d['config']:
         assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'table',
                           'used_by', 'doc'}
@@ -146,8 +199,22 @@ def main():
     assert 'host' not in d and 'config' in d
     d, _ = run(arinfo, ['--topology', xml, '--only', 'pci,paths', '--sizes', '1G', '-n', '4'])
     assert list(d) == ['schema', 'arcomm_version', 'build', 'nranks', 'pci_accelerators',
-                       'paths'], list(d)
+                       'paths', 'collective_paths'], list(d)
     assert d['nranks'] == 4 and [p['bytes'] for p in d['paths']] == [1 << 30]
+    check_collective_paths(d)
+
+    # Around a flag threshold of 4K for 4 ranks (thread ranks too: it is set): broadcast,
+    # reduce and allgather stage their size, reduce_scatter and alltoall 4 blocks of it.
+    d, _ = run(arinfo, ['--topology', xml, '--only', 'paths', '-n', '4', '--sizes',
+                        '1K,1025,4K,4097'], {b'ARCOMM_FLAG_THRESHOLD': b'4K'})
+    check_collective_paths(d, 4096)
+    got = {(r['bytes'], r['collective']): (r['path'], r['path_thread_ranks'])
+           for r in d['collective_paths']}
+    for size, single, blocks in ((1024, 'flag', 'flag'), (1025, 'flag', 'bulk'),
+                                 (4096, 'flag', 'bulk'), (4097, 'bulk', 'bulk')):
+        for c in COLLECTIVES:
+            want = blocks if c in BLOCKS else single
+            assert got[(size, c)] == (want, want), (size, c, got[(size, c)])
     print('arinfo --json: ok')
     return 0
 

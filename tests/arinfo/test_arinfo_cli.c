@@ -3,7 +3,8 @@
  * arinfo's command line against the library's own tables: --config lists every knob
  * of rt_knob_table with its source and the value comm_init would use, a malformed
  * knob exits 2 with rt_knobs_load's message, typos of ARCOMM_* names are warned about
- * (arrun's variables are not), and usage errors exit 2.
+ * (arrun's variables are not), usage errors exit 2, and the paths of allreduce and of
+ * every other collective are coll_host_path's around the flag thresholds.
  *
  *   test_arinfo_cli ARINFO TOPOLOGY.xml
  */
@@ -302,6 +303,139 @@ static void paths_follow_the_threshold(void **state)
     run_free(&r);
 }
 
+/* A size as arinfo prints it ("512K", "131073") in bytes. */
+static size_t parse_size(const char *text)
+{
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end == 'K')
+        v <<= 10;
+    else if (*end == 'M')
+        v <<= 20;
+    else if (*end == 'G')
+        v <<= 30;
+    return (size_t)v;
+}
+
+static const enum coll_kind other_kinds[] = {COLL_BROADCAST, COLL_REDUCE, COLL_ALLGATHER,
+                                             COLL_REDUCE_SCATTER, COLL_ALLTOALL};
+
+/*
+ * The collective paths table of out (arinfo --only paths -n nranks --sizes sizes[0..n)):
+ * two rows per size, process ranks then thread ranks, each cell the path
+ * coll_host_path gives that collective for that size, "staged" and "one-pass" for bulk.
+ */
+static void check_collective_table(const char *out, int nranks, const struct rt_knobs *procs,
+                                   const struct rt_knobs *threads, const size_t *sizes, size_t n)
+{
+    char title[96];
+    snprintf(title, sizeof(title),
+             "Collective paths (host buffers, %d rank%s; SIZE: bytes per rank", nranks,
+             nranks == 1 ? "" : "s");
+    if (strstr(out, title) == NULL)
+        fail_msg("no \"%s\" in:\n%s", title, out);
+    const char *p = strstr(out, "\n  SIZE       RANKS    BROADCAST       REDUCE          "
+                                "ALLGATHER       REDUCE_SCATTER  ALLTOALL\n");
+    if (p == NULL)
+        fail_msg("no collective paths header in:\n%s", out);
+    p = strchr(p + 1, '\n') + 1;
+    for (size_t i = 0; i < n; i++) {
+        for (int t = 0; t < 2; t++) {
+            const char *nl = strchr(p, '\n');
+            assert_non_null(nl);
+            char line[256], size[32], ranks[32], cells[5][32];
+            size_t len = (size_t)(nl - p);
+            assert_true(len < sizeof(line));
+            memcpy(line, p, len);
+            line[len] = '\0';
+            p = nl + 1;
+            int got = t ? sscanf(line, "%31s %31s %31s %31s %31s %31s", ranks, cells[0], cells[1],
+                                 cells[2], cells[3], cells[4]) +
+                              1
+                        : sscanf(line, "%31s %31s %31s %31s %31s %31s %31s", size, ranks, cells[0],
+                                 cells[1], cells[2], cells[3], cells[4]);
+            if (got != 7)
+                fail_msg("row \"%s\" is not SIZE RANKS and five paths", line);
+            if (!t && parse_size(size) != sizes[i])
+                fail_msg("row \"%s\": size %s, not %zu", line, size, sizes[i]);
+            assert_string_equal(ranks, t ? "thread" : "process");
+            for (size_t c = 0; c < 5; c++) {
+                const char *path =
+                    coll_host_path(other_kinds[c], t ? threads : procs, sizes[i], nranks);
+                const char *want = strcmp(path, "bulk") == 0 ? (t ? "one-pass" : "staged") : path;
+                if (strcmp(cells[c], want) != 0)
+                    fail_msg("%s of %zu bytes per rank on %d %s ranks: arinfo says %s, "
+                             "coll_host_path %s (row \"%s\")",
+                             coll_kind_name(other_kinds[c]), sizes[i], nranks,
+                             t ? "thread" : "process", cells[c], path, line);
+            }
+        }
+    }
+}
+
+/*
+ * Each collective lands on the path coll_host_path gives, around the flag threshold of
+ * process ranks and of thread ranks: T / nranks and T / nranks + 1 (where the
+ * collectives that stage nranks blocks leave the flag path), T and T + 1.
+ */
+static void collective_paths_follow_the_threshold(void **state)
+{
+    (void)state;
+    const int counts[] = {4, 7, 256};
+    for (size_t ni = 0; ni < sizeof(counts) / sizeof(counts[0]); ni++) {
+        int n = counts[ni];
+        struct rt_knobs k[3], threads;
+        expected_knobs(k, n);
+        char err[256];
+        assert_int_equal(rt_knobs_load(&threads, err, sizeof(err)), COMM_OK);
+        coll_host_resolve_knobs(&threads, rt_topo_summary(), n, true);
+        size_t sizes[8], ns = 0;
+        const size_t t[2] = {k[0].flag_threshold, threads.flag_threshold};
+        for (int j = 0; j < 2; j++) {
+            sizes[ns++] = t[j] / (size_t)n;
+            sizes[ns++] = t[j] / (size_t)n + 1;
+            sizes[ns++] = t[j];
+            sizes[ns++] = t[j] + 1;
+        }
+        char list[256], nr[16];
+        size_t used = 0;
+        for (size_t i = 0; i < ns; i++)
+            used +=
+                (size_t)snprintf(list + used, sizeof(list) - used, "%s%zu", i ? "," : "", sizes[i]);
+        snprintf(nr, sizeof(nr), "%d", n);
+        const char *args[] = {"--only", "paths", "-n", nr, "--sizes", list, NULL};
+        struct run r = run_arinfo(NULL, args);
+        assert_int_equal(r.status, 0);
+        check_collective_table(r.out, n, &k[0], &threads, sizes, ns);
+        /* Both sides of each threshold are in the table: the test sees both paths. */
+        assert_string_equal(coll_host_path(COLL_ALLTOALL, &k[0], t[0] / (size_t)n, n), "flag");
+        assert_string_equal(coll_host_path(COLL_ALLTOALL, &k[0], t[0] / (size_t)n + 1, n), "bulk");
+        assert_string_equal(coll_host_path(COLL_BROADCAST, &k[0], t[0], n), "flag");
+        assert_string_equal(coll_host_path(COLL_BROADCAST, &k[0], t[0] + 1, n), "bulk");
+        run_free(&r);
+    }
+
+    /* The flag path off: every collective of every size, 1 byte included, is bulk. */
+    const char *env[] = {"ARCOMM_FLAG_THRESHOLD=off", NULL};
+    const char *args[] = {"--only", "paths", "--sizes", "1,4K", NULL};
+    struct run r = run_arinfo(env, args);
+    assert_int_equal(r.status, 0);
+    setenv("ARCOMM_FLAG_THRESHOLD", "off", 1);
+    struct rt_knobs k[3], threads;
+    expected_knobs(k, 2);
+    char err[256];
+    assert_int_equal(rt_knobs_load(&threads, err, sizeof(err)), COMM_OK);
+    coll_host_resolve_knobs(&threads, rt_topo_summary(), 2, true);
+    unsetenv("ARCOMM_FLAG_THRESHOLD");
+    const size_t sizes[] = {1, 4096};
+    check_collective_table(r.out, 2, &k[0], &threads, sizes, 2);
+    assert_non_null(strstr(r.out, "\n  1          process  staged          staged          "
+                                  "staged          staged          staged\n"));
+    assert_non_null(strstr(r.out, "\n             thread   one-pass        one-pass        "
+                                  "one-pass        one-pass        one-pass\n"));
+    run_free(&r);
+}
+
 static void named_transport_is_honoured(void **state)
 {
     (void)state;
@@ -334,10 +468,14 @@ int main(int argc, char **argv)
         unsetenv(rt_knob_table[i].name);
     setenv("HWLOC_XMLFILE", xml_path, 1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(config_lists_every_knob),     cmocka_unit_test(malformed_knob_exits_2),
-        cmocka_unit_test(typos_warned_arrun_vars_not), cmocka_unit_test(usage_errors_exit_2),
-        cmocka_unit_test(missing_topology_exits_1),    cmocka_unit_test(paths_follow_the_threshold),
+        cmocka_unit_test(config_lists_every_knob),
+        cmocka_unit_test(malformed_knob_exits_2),
+        cmocka_unit_test(typos_warned_arrun_vars_not),
+        cmocka_unit_test(usage_errors_exit_2),
+        cmocka_unit_test(missing_topology_exits_1),
+        cmocka_unit_test(paths_follow_the_threshold),
         cmocka_unit_test(named_transport_is_honoured),
+        cmocka_unit_test(collective_paths_follow_the_threshold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The knobs (--config), the transports built and the pick a communicator would make,
- * and the allreduce path of each message size.  Everything here goes through the
- * library's own tables and functions (rt_knob_table, rt_backend_pick,
- * coll_host_resolve_knobs): arinfo reports what comm_init would decide, never a copy.
+ * and the path of each collective for each message size.  Everything here goes
+ * through the library's own tables and functions (rt_knob_table, rt_backend_pick,
+ * coll_host_resolve_knobs, coll_host_path): arinfo reports what comm_init would decide,
+ * never a copy.
  */
 #include "arinfo.h"
 #include "backend.h"
 #include "coll.h"
 #include "comm_internal.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -244,6 +246,93 @@ static void fmt_threshold(size_t v, char *buf, size_t len)
 /* Bulk on process ranks: staged, unless every buffer is from comm_mem_alloc. */
 static const char bulk_procs_text[] = "bulk: staged (one-pass with comm_mem)";
 
+/* The collectives beyond allreduce, in the API's order: the columns of their table. */
+static const enum coll_kind other_kinds[] = {
+    COLL_BROADCAST, COLL_REDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_ALLTOALL,
+};
+#define N_OTHER_KINDS (sizeof(other_kinds) / sizeof(other_kinds[0]))
+
+/* A table cell: the bulk path named by the variant those ranks take with their own
+ * buffers (process ranks: staged; thread ranks: one-pass). */
+static const char *cell(const char *path, const char *bulk)
+{
+    return strcmp(path, "bulk") == 0 ? bulk : path;
+}
+
+/*
+ * The path of every collective beyond allreduce, per size, from coll_host_path (the
+ * function coll_host_run picks the path by).  A size is bytes per rank as the API
+ * counts them: count x element size, where count is broadcast's and reduce's count,
+ * allgather's sendcount, reduce_scatter's recvcount and alltoall's count per block:
+ * coll_host_path's bytes_per_rank.  threads: the knobs resolved for thread ranks.
+ */
+static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *threads)
+{
+    const struct rt_knobs *k = &ai->resolved;
+    struct json *js = &ai->js;
+    int n = ai->nranks;
+
+    if (ai->json) {
+        json_array_begin(js, "collective_paths");
+    } else {
+        arinfo_title(ai,
+                     "Collective paths (host buffers, %d rank%s; SIZE: bytes per rank, the "
+                     "call's count x the element size)",
+                     n, n == 1 ? "" : "s");
+        fprintf(ai->out,
+                "  count: broadcast's and reduce's count, allgather's sendcount, "
+                "reduce_scatter's recvcount, alltoall's count per block; flag path while what "
+                "a rank stages fits the flag threshold: SIZE, or SIZE x %d ranks for "
+                "reduce_scatter and alltoall\n",
+                n);
+        fprintf(ai->out, "  bulk: process ranks staged (one-pass when the buffers peers touch "
+                         "come from comm_mem_alloc), thread ranks one-pass\n");
+        fprintf(ai->out, "  %-10s %-8s", "SIZE", "RANKS");
+        for (size_t c = 0; c < N_OTHER_KINDS; c++) {
+            char head[32];
+            const char *name = coll_kind_name(other_kinds[c]);
+            size_t i = 0;
+            for (; name[i] && i + 1 < sizeof(head); i++)
+                head[i] = (char)toupper((unsigned char)name[i]);
+            head[i] = '\0';
+            fprintf(ai->out, c + 1 < N_OTHER_KINDS ? " %-15s" : " %s", head);
+        }
+        fputc('\n', ai->out);
+    }
+    for (size_t i = 0; i < ai->nsizes; i++) {
+        size_t bytes = ai->sizes[i];
+        char size[32];
+        arinfo_fmt_size(bytes, size, sizeof(size));
+        if (ai->json) {
+            for (size_t c = 0; c < N_OTHER_KINDS; c++) {
+                enum coll_kind kind = other_kinds[c];
+                json_object_begin(js, NULL);
+                json_string(js, "size", size);
+                json_uint(js, "bytes", bytes);
+                json_string(js, "collective", coll_kind_name(kind));
+                json_string(js, "device", "host");
+                json_uint(js, "flag_stage_bytes", coll_host_flag_bytes(kind, bytes, n));
+                json_string(js, "path", coll_host_path(kind, k, bytes, n));
+                json_string(js, "path_thread_ranks", coll_host_path(kind, threads, bytes, n));
+                json_object_end(js);
+            }
+            continue;
+        }
+        for (int t = 0; t < 2; t++) {
+            fprintf(ai->out, "  %-10s %-8s", t ? "" : size, t ? "thread" : "process");
+            for (size_t c = 0; c < N_OTHER_KINDS; c++) {
+                const char *path =
+                    t ? cell(coll_host_path(other_kinds[c], threads, bytes, n), "one-pass")
+                      : cell(coll_host_path(other_kinds[c], k, bytes, n), "staged");
+                fprintf(ai->out, c + 1 < N_OTHER_KINDS ? " %-15s" : " %s", path);
+            }
+            fputc('\n', ai->out);
+        }
+    }
+    if (ai->json)
+        json_array_end(js);
+}
+
 void print_paths(struct arinfo *ai)
 {
     const struct rt_knobs *k = &ai->resolved;
@@ -305,6 +394,7 @@ void print_paths(struct arinfo *ai)
     }
     if (ai->json)
         json_array_end(js);
+    print_collective_paths(ai, &threads);
 }
 
 /* The value as loaded, and as the library will use it (the first backend that reads the

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Allreduce: picks the path for a validated call.  Small messages take the flag path;
- * large ones the bulk path, one-pass where every rank can reach every buffer, staged
+ * large ones the bulk path, one-pass where every rank can reach every buffer, CMA where
+ * process ranks reach each other's private buffers through the kernel, staged
  * otherwise.  Every rank picks alike: the size decides between flag and bulk (and the
  * peers check it), the bulk handshake's published buffer kinds decide the rest.
  */
@@ -61,7 +62,9 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     size_t lens[3] = {bytes, bytes,
                       call->addend ? call->addend_count * rt_dtype_size(call->dtype) : 0};
     uint64_t out[3];
-    mine.flags = coll_reach(c, 3, bufs, lens, out);
+    /* Narrowed and fused-add calls have no CMA path. */
+    bool cma = !narrow && call->addend == NULL && coll_host_cma(c, COLL_ALLREDUCE, bytes);
+    mine.flags = coll_reach(c, 3, bufs, lens, cma, out);
     mine.send = out[0];
     mine.recv = out[1];
     mine.addend = call->addend ? out[2] : 0;
@@ -73,11 +76,15 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
         return st;
     /* Only the kinds this rank itself published can be common to all: raw pointers
      * between thread ranks of this process (known at join), or segment offsets. */
-    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG);
+    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
     for (int p = 0; p < c->nranks; p++)
         all &= shm_arrival_at(c->shm, c->seq, p)->flags;
-    if (all != 0)
+    if (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG))
         return coll_allreduce_direct(c, call, narrow);
+    /* Private buffers of process ranks: one copy through the kernel where every rank
+     * offered it, else through the staging slots. */
+    if (all & SHM_BUF_CMA)
+        return coll_allreduce_cma(c, call);
     return coll_allreduce_staged(c, call, narrow);
 }
 

@@ -205,17 +205,24 @@ uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const 
 
 /*
  * The smallest message (bytes per rank, as coll_host_path counts them) of kind that
- * takes the CMA path between nranks process ranks whose buffers are private, when the
- * communicator can use CMA (ARCOMM_CMA, and every rank reaches every peer); below it,
- * such a call is staged.  Measured (docs/PERFORMANCE.md, "Cross Memory Attach").
+ * takes the CMA path between nranks process ranks whose buffers are private, with
+ * ARCOMM_CMA_THRESHOLD=auto; RT_SIZE_OFF: none.  Measured (docs/PERFORMANCE.md, "Cross
+ * Memory Attach").
  */
 size_t coll_host_cma_min(enum coll_kind kind, int nranks);
 
-/* Does a bulk call of kind moving bytes_per_rank offer the CMA path (every rank decides
- * alike: the knob is agreed at join through the segment, the size by the handshake)? */
+/* Does a bulk call of kind moving bytes_per_rank offer the CMA path?  Every rank
+ * decides alike where it matters: whether the communicator may use CMA was agreed at
+ * join through the segment, and a rank that does not offer it makes the call staged on
+ * every rank (the handshake's buffer kinds). */
 static inline bool coll_host_cma(const struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
 {
-    return c->shm->cma && bytes_per_rank >= coll_host_cma_min(kind, c->nranks);
+    size_t t = c->knobs.cma_threshold;
+    if (!c->shm->cma)
+        return false;
+    if (t == RT_SIZE_AUTO)
+        t = coll_host_cma_min(kind, c->nranks);
+    return t != RT_SIZE_OFF && bytes_per_rank >= t;
 }
 
 /*

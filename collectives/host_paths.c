@@ -152,7 +152,7 @@ size_t coll_host_cma_min(enum coll_kind kind, int nranks)
 {
     (void)kind;
     (void)nranks;
-    return 0;
+    return RT_SIZE_OFF;
 }
 
 comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, const uint64_t *in,

@@ -62,15 +62,15 @@ static const char *cma_hint(int err)
                "than the call's count says): check the buffers every rank passes";
     case EPERM:
         return "the kernel no longer lets this rank reach the peer (ptrace_scope changed?); "
-               "set ARCOMM_CMA=off";
+               "set ARCOMM_CMA_THRESHOLD=off";
     case ENOMEM:
         return "the kernel is out of memory";
     }
-    return "set ARCOMM_CMA=off to use the staging slots instead";
+    return "set ARCOMM_CMA_THRESHOLD=off to use the staging slots instead";
 }
 
-static comm_status_t cma_copy(struct comm *c, int peer, void *local, uint64_t remote,
-                              size_t len, bool write, const char *what)
+static comm_status_t cma_copy(struct comm *c, int peer, void *local, uint64_t remote, size_t len,
+                              bool write, const char *what)
 {
     pid_t pid = shm_peer_pid(c, peer);
     size_t done = 0;

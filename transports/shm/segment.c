@@ -710,7 +710,7 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
          * itself in cma_probed: the communicator's choice is made when all have. */
         if (atomic_load(&h->attached) == (uint32_t)c->nranks) {
             if (!probed) {
-                if (!c->knobs.cma || !shm_cma_probe(c, s))
+                if (c->knobs.cma_threshold == RT_SIZE_OFF || !shm_cma_probe(c, s))
                     atomic_fetch_or(&h->cma_off, 1u);
                 atomic_fetch_add(&h->cma_probed, 1);
                 probed = true;

@@ -23,9 +23,9 @@ comm_status_t coll_allreduce_cma(struct comm *c, const struct coll_call *call)
         in[p] = a->send + lo * esize;
         out[p] = p == c->rank ? 0 : a->recv + lo * esize;
     }
-    comm_status_t st = coll_cma_reduce(c, call, in, (const char *)call->send + lo * esize,
-                                       hi - lo, (char *)call->recv + lo * esize, out,
-                                       "allreduce (CMA path)");
+    comm_status_t st =
+        coll_cma_reduce(c, call, in, (const char *)call->send + lo * esize, hi - lo,
+                        (char *)call->recv + lo * esize, out, "allreduce (CMA path)");
     if (st != COMM_OK)
         return st;
     return coll_sync(c, "allreduce (CMA path, completion)");

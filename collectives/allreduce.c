@@ -31,6 +31,9 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
     /* "off" stays RT_SIZE_OFF, as for every size knob (coll_host_flag_path reads it). */
     if (k->flag_threshold != RT_SIZE_OFF && k->flag_threshold > slot)
         k->flag_threshold = slot;
+    /* Thread ranks reach each other's buffers directly. */
+    if (same_process)
+        k->cma_threshold = RT_SIZE_OFF;
     /* Host shared memory is not a narrow link: keep every bit unless asked. */
     if (k->bf16_threshold == RT_SIZE_AUTO)
         k->bf16_threshold = RT_SIZE_OFF;
@@ -45,14 +48,14 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
 
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)
 {
-    return coll_host_flag_path(k, bytes) ? "flag" : "bulk";
+    return coll_host_kind_flag(COLL_ALLREDUCE, k, bytes, 1) ? "flag" : "bulk";
 }
 
 static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call *call)
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     bool narrow = coll_narrows(&c->knobs, call->dtype, bytes);
-    if (coll_host_flag_path(&c->knobs, bytes))
+    if (coll_host_kind_flag(COLL_ALLREDUCE, &c->knobs, bytes, c->nranks))
         return coll_allreduce_flag(c, call, narrow);
 
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);

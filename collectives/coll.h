@@ -148,10 +148,22 @@ static inline size_t coll_host_flag_bytes(enum coll_kind kind, size_t bytes_per_
     return blocks ? bytes_per_rank * (size_t)(nranks > 0 ? nranks : 1) : bytes_per_rank;
 }
 
-/* Does a call of kind moving bytes_per_rank take the flag path (else the bulk path)? */
+/*
+ * Does ARCOMM_CMA_THRESHOLD=auto send a call of kind moving bytes_per_rank (as
+ * coll_host_path counts them) between nranks process ranks through CMA, where their
+ * buffers are private and the communicator can use it?  The windows where it was
+ * measured faster than the flag and staged paths (docs/PERFORMANCE.md, "Cross Memory
+ * Attach"); in them it also replaces the flag path.
+ */
+bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank);
+
+/* Does a call of kind moving bytes_per_rank take the flag path (else the bulk path)?
+ * Where ARCOMM_CMA_THRESHOLD=auto sends it through CMA, the bulk path. */
 static inline bool coll_host_kind_flag(enum coll_kind kind, const struct rt_knobs *k,
                                        size_t bytes_per_rank, int nranks)
 {
+    if (k->cma_threshold == RT_SIZE_AUTO && coll_host_cma_auto(kind, nranks, bytes_per_rank))
+        return false;
     return coll_host_flag_path(k, coll_host_flag_bytes(kind, bytes_per_rank, nranks));
 }
 
@@ -203,26 +215,26 @@ static inline struct shm_arrival coll_arrival_of(const struct coll_call *call, u
 uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const size_t *lens,
                     bool cma, uint64_t *out);
 
-/*
- * The smallest message (bytes per rank, as coll_host_path counts them) of kind that
- * takes the CMA path between nranks process ranks whose buffers are private, with
- * ARCOMM_CMA_THRESHOLD=auto; RT_SIZE_OFF: none.  Measured (docs/PERFORMANCE.md, "Cross
- * Memory Attach").
- */
-size_t coll_host_cma_min(enum coll_kind kind, int nranks);
-
-/* Does a bulk call of kind moving bytes_per_rank offer the CMA path?  Every rank
- * decides alike where it matters: whether the communicator may use CMA was agreed at
- * join through the segment, and a rank that does not offer it makes the call staged on
- * every rank (the handshake's buffer kinds). */
-static inline bool coll_host_cma(const struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
+/* Does a call of kind moving bytes_per_rank between nranks ranks take the CMA path
+ * where the buffers allow it, on resolved knobs (cma_threshold is off for thread ranks
+ * and where some rank cannot reach its peers)? */
+static inline bool coll_host_cma_size(enum coll_kind kind, const struct rt_knobs *k,
+                                      size_t bytes_per_rank, int nranks)
 {
-    size_t t = c->knobs.cma_threshold;
-    if (!c->shm->cma)
+    size_t t = k->cma_threshold;
+    if (t == RT_SIZE_OFF)
         return false;
     if (t == RT_SIZE_AUTO)
-        t = coll_host_cma_min(kind, c->nranks);
-    return t != RT_SIZE_OFF && bytes_per_rank >= t;
+        return coll_host_cma_auto(kind, nranks, bytes_per_rank);
+    return bytes_per_rank >= t;
+}
+
+/* Does a bulk call of kind moving bytes_per_rank offer the CMA path?  Every rank
+ * decides alike: the knob is agreed at join (RT_KNOB_AGREE), and so is whether every
+ * rank reaches every peer (the segment's probe, c->shm->cma). */
+static inline bool coll_host_cma(const struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
+{
+    return c->shm->cma && coll_host_cma_size(kind, &c->knobs, bytes_per_rank, c->nranks);
 }
 
 /*

@@ -148,11 +148,27 @@ comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
  * the result) stay in L2 while they are reduced and written out. */
 #define CMA_CHUNK_BYTES (128u << 10)
 
-size_t coll_host_cma_min(enum coll_kind kind, int nranks)
+bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank)
 {
-    (void)kind;
-    (void)nranks;
-    return RT_SIZE_OFF;
+    /*
+     * Measured with 2 process ranks on the 2-core development VM (docs/PERFORMANCE.md,
+     * "Cross Memory Attach"), mean time over launches: process_vm_readv moves about
+     * 7.7 GB/s there (it pins every 4 KiB page), a cached memcpy 27-37 GB/s, so the
+     * single copy only wins where the staged and flag paths fall out of cache, and
+     * only clearly for allgather (1 to 4 MiB per rank) and broadcast (1 to 16 MiB).
+     * Reductions and alltoall stay staged (CMA lost at most sizes); other rank counts
+     * were not measured and keep today's paths.
+     */
+    if (nranks != 2)
+        return false;
+    switch (kind) {
+    case COLL_ALLGATHER:
+        return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (4u << 20);
+    case COLL_BROADCAST:
+        return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (16u << 20);
+    default:
+        return false;
+    }
 }
 
 comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, const uint64_t *in,

@@ -96,7 +96,7 @@ enum rt_knob_source {
     X(NT_THRESHOLD, RT_KNOB_SIZE, "auto", nt_threshold, 0, RT_KNOB_NOMAX, 0,                       \
       "one-pass calls moving this many bytes (all ranks' inputs and outputs) stream their "        \
       "stores")                                                                                    \
-    X(CMA_THRESHOLD, RT_KNOB_SIZE, "auto", cma_threshold, 0, RT_KNOB_NOMAX, 0,                     \
+    X(CMA_THRESHOLD, RT_KNOB_SIZE, "auto", cma_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,         \
       "host: process ranks' bulk calls of at least this many bytes copy straight between "         \
       "private buffers (process_vm_readv/writev; auto: where measured faster; off: never)")
 

@@ -238,7 +238,7 @@ static inline bool coll_host_cma(const struct comm *c, enum coll_kind kind, size
 }
 
 /*
- * The CMA reduction of one range (cma_reduce.c): count elements of every rank's input
+ * The CMA reduction of one range (host_paths.c): count elements of every rank's input
  * (peer p's at address in[p] of its process, this rank's at own) are reduced in rank
  * order, chunk by chunk through a cache-sized private scratch, into dst (this rank's
  * memory; NULL: the scratch only), and each chunk's result is written to every peer p

@@ -152,14 +152,15 @@ bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank)
 {
     /*
      * Measured with 2 process ranks on the 2-core development VM (docs/PERFORMANCE.md,
-     * "Cross Memory Attach"), over alternating launches: process_vm_readv moves about
-     * 7.7 GB/s there (it pins every 4 KiB page) where a cached memcpy moves 27-37 GB/s,
-     * so the single copy wins only where the flag and staged paths fall out of cache
-     * (they then run at their slow mode in most launches): allgather 1 to 4 MiB per
-     * rank, broadcast 1 to 16 MiB, allreduce and reduce past 512 KiB up to 4 MiB.
-     * Alltoall and reduce_scatter lost at every size, and 4 process ranks lost nearly
-     * everywhere (two cores: the peers' copies queue behind each other): those keep
-     * today's paths.
+     * "Cross Memory Attach"), alternating launches over an hour.  process_vm_readv
+     * moves about 7.7 GB/s there (it pins every 4 KiB page) where a cached memcpy moves
+     * 27-37 GB/s, so the single copy never beats the flag and staged paths while they
+     * stay in cache; in the periods where the host makes them fall out of it (2-3x
+     * slower), CMA, unaffected, wins.  Kept where it wins on the mean of both: allgather
+     * 1 to 4 MiB per rank and broadcast 1 to 8 MiB.  Allreduce and reduce (1-4 MiB:
+     * 2-3x slower than the fast flag and staged paths, 1.2-1.6x faster than the slow
+     * ones), alltoall and reduce_scatter (slower at every size), and 4 process ranks
+     * (slower nearly everywhere: two cores) keep today's paths.
      */
     if (nranks != 2)
         return false;
@@ -167,10 +168,7 @@ bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank)
     case COLL_ALLGATHER:
         return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (4u << 20);
     case COLL_BROADCAST:
-        return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (16u << 20);
-    case COLL_ALLREDUCE:
-    case COLL_REDUCE:
-        return bytes_per_rank > (512u << 10) && bytes_per_rank <= (4u << 20);
+        return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (8u << 20);
     default:
         return false;
     }

@@ -58,13 +58,16 @@ static void cma_windows(void **s)
     size_t mib = 1u << 20;
     assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib, 2), "bulk");
     assert_string_equal(coll_host_path(COLL_ALLGATHER, &k, mib, 2), "bulk");
-    assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, mib, 2), "bulk");
-    assert_string_equal(coll_host_path(COLL_REDUCE, &k, mib, 2), "bulk");
-    assert_string_equal(coll_host_path(COLL_REDUCE, &k, mib / 2, 2), "flag");
+    assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, mib, 2), "flag");
+    assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, mib, 2), coll_host_path_name(&k, mib));
+    assert_string_equal(coll_host_path(COLL_REDUCE, &k, mib, 2), "flag");
+    assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib / 2, 2), "flag");
     assert_string_equal(coll_host_path(COLL_ALLTOALL, &k, mib / 2, 2), "flag");
     assert_string_equal(coll_host_path(COLL_REDUCE_SCATTER, &k, mib / 2, 2), "flag");
-    assert_true(coll_host_cma_size(COLL_BROADCAST, &k, 16 * mib, 2));
-    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, 16 * mib + 1, 2));
+    assert_true(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib, 2));
+    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib + 1, 2));
+    assert_true(coll_host_cma_size(COLL_ALLGATHER, &k, 4 * mib, 2));
+    assert_false(coll_host_cma_size(COLL_ALLREDUCE, &k, 4 * mib, 2));
     assert_false(coll_host_cma_size(COLL_ALLTOALL, &k, 4 * mib, 2));
     for (int n = 3; n <= 4; n++)
         for (int kind = COLL_ALLREDUCE; kind < COLL_BARRIER; kind++) {

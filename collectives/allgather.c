@@ -9,6 +9,8 @@
  *            must be reachable), then waits until every rank is done
  *   staged   slot by slot: every rank stages its chunk, synchronise, every rank
  *            copies the peers' chunks into its output
+ *   CMA      every rank pulls every peer's sendbuf into its recvbuf (process_vm_readv:
+ *            one copy per byte), then waits until every rank is done
  */
 #include "coll.h"
 
@@ -79,6 +81,24 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     return COMM_OK;
 }
 
+static comm_status_t cma(struct comm *c, const struct coll_call *call)
+{
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    char *own = (char *)call->recv + (size_t)c->rank * bytes;
+    if (own != call->send)
+        memcpy(own, call->send, bytes);
+    /* Starting at the next rank spreads the readers over the inputs. */
+    for (int i = 1; i < c->nranks; i++) {
+        int p = (c->rank + i) % c->nranks;
+        const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
+        comm_status_t st = shm_cma_read(c, p, (char *)call->recv + (size_t)p * bytes, a->send,
+                                        bytes, "allgather's send buffer");
+        if (st != COMM_OK)
+            return st;
+    }
+    return coll_sync(c, "allgather (CMA path, completion)");
+}
+
 static const struct coll_host_algo allgather_algo = {
     .flag_what = "allgather (flag path)",
     .bulk_what = "allgather (bulk path handshake)",
@@ -87,6 +107,7 @@ static const struct coll_host_algo allgather_algo = {
     .expose_recv = true,
     .direct = direct,
     .staged = staged,
+    .cma = cma,
 };
 
 comm_status_t coll_host_allgather(struct comm *c, const struct coll_call *call)

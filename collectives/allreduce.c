@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Allreduce: picks the path for a validated call.  Small messages take the flag path;
- * large ones the bulk path, one-pass where every rank can reach every buffer, staged
+ * large ones the bulk path, one-pass where every rank can reach every buffer, CMA where
+ * process ranks reach each other's private buffers through the kernel, staged
  * otherwise.  Every rank picks alike: the size decides between flag and bulk (and the
  * peers check it), the bulk handshake's published buffer kinds decide the rest.
  */
@@ -30,6 +31,9 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
     /* "off" stays RT_SIZE_OFF, as for every size knob (coll_host_flag_path reads it). */
     if (k->flag_threshold != RT_SIZE_OFF && k->flag_threshold > slot)
         k->flag_threshold = slot;
+    /* Thread ranks reach each other's buffers directly. */
+    if (same_process)
+        k->cma_threshold = RT_SIZE_OFF;
     /* Host shared memory is not a narrow link: keep every bit unless asked. */
     if (k->bf16_threshold == RT_SIZE_AUTO)
         k->bf16_threshold = RT_SIZE_OFF;
@@ -44,14 +48,14 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
 
 const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)
 {
-    return coll_host_flag_path(k, bytes) ? "flag" : "bulk";
+    return coll_host_kind_flag(COLL_ALLREDUCE, k, bytes, 1) ? "flag" : "bulk";
 }
 
 static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call *call)
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     bool narrow = coll_narrows(&c->knobs, call->dtype, bytes);
-    if (coll_host_flag_path(&c->knobs, bytes))
+    if (coll_host_kind_flag(COLL_ALLREDUCE, &c->knobs, bytes, c->nranks))
         return coll_allreduce_flag(c, call, narrow);
 
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);
@@ -61,7 +65,9 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     size_t lens[3] = {bytes, bytes,
                       call->addend ? call->addend_count * rt_dtype_size(call->dtype) : 0};
     uint64_t out[3];
-    mine.flags = coll_reach(c, 3, bufs, lens, out);
+    /* Narrowed and fused-add calls have no CMA path. */
+    bool cma = !narrow && call->addend == NULL && coll_host_cma(c, COLL_ALLREDUCE, bytes);
+    mine.flags = coll_reach(c, 3, bufs, lens, cma, out);
     mine.send = out[0];
     mine.recv = out[1];
     mine.addend = call->addend ? out[2] : 0;
@@ -73,11 +79,15 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
         return st;
     /* Only the kinds this rank itself published can be common to all: raw pointers
      * between thread ranks of this process (known at join), or segment offsets. */
-    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG);
+    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
     for (int p = 0; p < c->nranks; p++)
         all &= shm_arrival_at(c->shm, c->seq, p)->flags;
-    if (all != 0)
+    if (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG))
         return coll_allreduce_direct(c, call, narrow);
+    /* Private buffers of process ranks: one copy through the kernel where every rank
+     * offered it, else through the staging slots. */
+    if (all & SHM_BUF_CMA)
+        return coll_allreduce_cma(c, call);
     return coll_allreduce_staged(c, call, narrow);
 }
 

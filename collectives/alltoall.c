@@ -10,6 +10,8 @@
  *   staged   each slot cut into one region per rank; slot by slot every rank stages
  *            its chunk of each peer's block in that peer's region, synchronise, every
  *            rank copies its regions of every slot into its output
+ *   CMA      every rank pulls its block of every peer's sendbuf into its recvbuf
+ *            (process_vm_readv), then waits until every rank is done
  */
 #include "coll.h"
 
@@ -83,6 +85,22 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     return COMM_OK;
 }
 
+static comm_status_t cma(struct comm *c, const struct coll_call *call)
+{
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    size_t mine = (size_t)c->rank * bytes;
+    memcpy((char *)call->recv + mine, (const char *)call->send + mine, bytes);
+    for (int i = 1; i < c->nranks; i++) {
+        int p = (c->rank + i) % c->nranks;
+        const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
+        comm_status_t st = shm_cma_read(c, p, (char *)call->recv + (size_t)p * bytes,
+                                        a->send + mine, bytes, "alltoall's send buffer");
+        if (st != COMM_OK)
+            return st;
+    }
+    return coll_sync(c, "alltoall (CMA path, completion)");
+}
+
 static const struct coll_host_algo alltoall_algo = {
     .flag_what = "alltoall (flag path)",
     .bulk_what = "alltoall (bulk path handshake)",
@@ -91,6 +109,7 @@ static const struct coll_host_algo alltoall_algo = {
     .expose_recv = true,
     .direct = direct,
     .staged = staged,
+    .cma = cma,
 };
 
 comm_status_t coll_host_alltoall(struct comm *c, const struct coll_call *call)

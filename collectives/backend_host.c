@@ -12,6 +12,10 @@ static void host_resolve_knobs(struct comm *c)
     /* The host paths' defaults depend on whether all ranks are threads of this process,
      * known once they met. */
     coll_host_knobs.used(&c->knobs, c->topo, c->nranks, c->shm->same_process);
+    /* Some rank cannot reach its peers through CMA (the segment's probe, the same
+     * answer on every rank): no call takes that path, nor leaves the flag path for it. */
+    if (!c->shm->cma)
+        c->knobs.cma_threshold = RT_SIZE_OFF;
 }
 
 const struct backend_knobs coll_host_knobs = {

@@ -10,6 +10,8 @@
  *   staged   the root stages the message slot by slot, alternating its two slots;
  *            one synchronisation per slot, the others copying slot k while the root
  *            fills slot k + 1
+ *   CMA      every other rank pulls the root's sendbuf into its recvbuf
+ *            (process_vm_readv), then waits until every rank is done reading it
  */
 #include "coll.h"
 
@@ -68,6 +70,21 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     return COMM_OK;
 }
 
+static comm_status_t cma(struct comm *c, const struct coll_call *call)
+{
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    comm_status_t st = COMM_OK;
+    if (c->rank != call->root) {
+        const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, call->root);
+        st = shm_cma_read(c, call->root, call->recv, a->send, bytes, "broadcast's send buffer");
+    } else if (call->recv != call->send) {
+        memcpy(call->recv, call->send, bytes);
+    }
+    if (st != COMM_OK)
+        return st;
+    return coll_sync(c, "broadcast (CMA path, completion)");
+}
+
 static const struct coll_host_algo broadcast_algo = {
     .flag_what = "broadcast (flag path)",
     .bulk_what = "broadcast (bulk path handshake)",
@@ -76,6 +93,7 @@ static const struct coll_host_algo broadcast_algo = {
     .expose_send = true, /* the root's; the others publish none */
     .direct = direct,
     .staged = staged,
+    .cma = cma,
 };
 
 comm_status_t coll_host_broadcast(struct comm *c, const struct coll_call *call)

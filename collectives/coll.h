@@ -148,10 +148,22 @@ static inline size_t coll_host_flag_bytes(enum coll_kind kind, size_t bytes_per_
     return blocks ? bytes_per_rank * (size_t)(nranks > 0 ? nranks : 1) : bytes_per_rank;
 }
 
-/* Does a call of kind moving bytes_per_rank take the flag path (else the bulk path)? */
+/*
+ * Does ARCOMM_CMA_THRESHOLD=auto send a call of kind moving bytes_per_rank (as
+ * coll_host_path counts them) between nranks process ranks through CMA, where their
+ * buffers are private and the communicator can use it?  The windows where it was
+ * measured faster than the flag and staged paths (docs/PERFORMANCE.md, "Cross Memory
+ * Attach"); in them it also replaces the flag path.
+ */
+bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank);
+
+/* Does a call of kind moving bytes_per_rank take the flag path (else the bulk path)?
+ * Where ARCOMM_CMA_THRESHOLD=auto sends it through CMA, the bulk path. */
 static inline bool coll_host_kind_flag(enum coll_kind kind, const struct rt_knobs *k,
                                        size_t bytes_per_rank, int nranks)
 {
+    if (k->cma_threshold == RT_SIZE_AUTO && coll_host_cma_auto(kind, nranks, bytes_per_rank))
+        return false;
     return coll_host_flag_path(k, coll_host_flag_bytes(kind, bytes_per_rank, nranks));
 }
 
@@ -196,10 +208,45 @@ static inline struct shm_arrival coll_arrival_of(const struct coll_call *call, u
  * How peers may reach this rank's buffers bufs[0..n) (lens[i] bytes each; a buffer of
  * length 0 is one the peers do not touch): SHM_BUF_SAME_PROC (raw pointers, every rank
  * a thread of this process), SHM_BUF_IN_SEG (offsets: every buffer lies in the
- * comm_mem_alloc pools), or 0.  out[i] receives what to publish.
+ * comm_mem_alloc pools), SHM_BUF_CMA (raw pointers of this process, for
+ * process_vm_readv/writev: only when cma says the call may take the CMA path and the
+ * communicator agreed on CMA at join), or 0.  out[i] receives what to publish.
  */
 uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const size_t *lens,
-                    uint64_t *out);
+                    bool cma, uint64_t *out);
+
+/* Does a call of kind moving bytes_per_rank between nranks ranks take the CMA path
+ * where the buffers allow it, on resolved knobs (cma_threshold is off for thread ranks
+ * and where some rank cannot reach its peers)? */
+static inline bool coll_host_cma_size(enum coll_kind kind, const struct rt_knobs *k,
+                                      size_t bytes_per_rank, int nranks)
+{
+    size_t t = k->cma_threshold;
+    if (t == RT_SIZE_OFF)
+        return false;
+    if (t == RT_SIZE_AUTO)
+        return coll_host_cma_auto(kind, nranks, bytes_per_rank);
+    return bytes_per_rank >= t;
+}
+
+/* Does a bulk call of kind moving bytes_per_rank offer the CMA path?  Every rank
+ * decides alike: the knob is agreed at join (RT_KNOB_AGREE), and so is whether every
+ * rank reaches every peer (the segment's probe, c->shm->cma). */
+static inline bool coll_host_cma(const struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
+{
+    return c->shm->cma && coll_host_cma_size(kind, &c->knobs, bytes_per_rank, c->nranks);
+}
+
+/*
+ * The CMA reduction of one range (host_paths.c): count elements of every rank's input
+ * (peer p's at address in[p] of its process, this rank's at own) are reduced in rank
+ * order, chunk by chunk through a cache-sized private scratch, into dst (this rank's
+ * memory; NULL: the scratch only), and each chunk's result is written to every peer p
+ * with out[p] != 0 at out[p] of its process.  what names the call in messages.
+ */
+comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, const uint64_t *in,
+                              const void *own, size_t count, void *dst, const uint64_t *out,
+                              const char *what);
 
 /*
  * A peer's buffer as this rank can address it, or NULL (the message recorded, status
@@ -216,7 +263,8 @@ void *coll_peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64_t
  * flag_finish reads the peers' slots (slot: the staging slot number of the call).  The
  * bulk path: the ranks publish the buffers peers touch (expose_send, expose_recv: this
  * rank's sendbuf or recvbuf, as far as coll_call_shape says it uses them) and agree;
- * direct when every rank can reach every such buffer, else staged.
+ * direct when every rank can reach every such buffer, else CMA when every rank offered
+ * it (coll_host_cma), else staged.
  */
 struct coll_host_algo {
     const char *flag_what; /* the stage, in messages: "broadcast (flag path)" */
@@ -226,6 +274,8 @@ struct coll_host_algo {
     bool expose_send, expose_recv;
     comm_status_t (*direct)(struct comm *c, const struct coll_call *call);
     comm_status_t (*staged)(struct comm *c, const struct coll_call *call);
+    /* The CMA path: every rank published raw send and recv pointers (SHM_BUF_CMA). */
+    comm_status_t (*cma)(struct comm *c, const struct coll_call *call);
 };
 
 /* Runs a validated call through algo's path for it (a call of count 0 only arrives and
@@ -265,5 +315,6 @@ static inline uint32_t coll_next_stage_slot(struct comm *c)
 comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, bool narrow);
 comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call, bool narrow);
 comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call, bool narrow);
+comm_status_t coll_allreduce_cma(struct comm *c, const struct coll_call *call);
 
 #endif /* ARCOMM_COLL_H */

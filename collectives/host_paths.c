@@ -6,6 +6,9 @@
  * the peers touch, staged otherwise) exactly as allreduce does.
  */
 #include "coll.h"
+#include "reduce.h"
+
+#include <stdlib.h>
 
 /* Does [p, p + len) lie in the comm_mem_alloc pools, where peers accept offsets? */
 static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
@@ -14,8 +17,18 @@ static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
            shm_pool_range(s, (uint64_t)((const uint8_t *)p - s->base), len);
 }
 
+/* Raw pointers of every buffer, NULL ones too: the CMA paths read the addresses of
+ * the peers' buffers only through the kernel, which checks them against the owner's
+ * mappings. */
+static uint32_t reach_cma(int n, const void *const *bufs, uint64_t *out)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = (uint64_t)(uintptr_t)bufs[i];
+    return SHM_BUF_CMA;
+}
+
 uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const size_t *lens,
-                    uint64_t *out)
+                    bool cma, uint64_t *out)
 {
     const struct shm_comm *s = c->shm;
     if (s->same_process) {
@@ -23,18 +36,21 @@ uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const 
             out[i] = (uintptr_t)bufs[i];
         return SHM_BUF_SAME_PROC;
     }
+    bool touched = false;
     for (int i = 0; i < n; i++) {
         /* A buffer the peers do not touch publishes the pools' first offset, which
          * every peer's check accepts with length 0. */
+        touched = touched || lens[i] != 0;
         if (lens[i] == 0) {
             out[i] = (uint64_t)(s->pool - s->base);
             continue;
         }
         if (!in_pool(s, bufs[i], lens[i]))
-            return 0;
+            return cma ? reach_cma(n, bufs, out) : 0;
         out[i] = (uint64_t)((const uint8_t *)bufs[i] - s->base);
     }
-    return SHM_BUF_IN_SEG;
+    /* A rank whose buffers no peer touches (broadcast's non-roots) suits either path. */
+    return SHM_BUF_IN_SEG | (cma && !touched ? SHM_BUF_CMA : 0u);
 }
 
 void *coll_peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64_t v, uint64_t len,
@@ -95,7 +111,11 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
                       algo->expose_recv ? recv_elems * esize : 0};
     uint64_t out[2];
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);
-    mine.flags = coll_reach(c, 2, bufs, lens, out);
+    bool cma =
+        algo->cma != NULL && coll_host_cma(c, call->kind, call->count * rt_dtype_size(call->dtype));
+    mine.flags = coll_reach(c, 2, bufs, lens, cma, out);
+    /* With SHM_BUF_CMA alone both are raw pointers, exposed or not: the CMA paths read
+     * the peers' other buffer too (allgather pulls each peer's sendbuf). */
     mine.send = out[0];
     mine.recv = out[1];
     coll_arrive(c, &mine);
@@ -103,10 +123,12 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
     if (st != COMM_OK || call->count == 0)
         return st;
     /* Only the kinds this rank itself published can be common to all (see allreduce.c). */
-    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG);
+    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
     for (int p = 0; p < c->nranks; p++)
         all &= shm_arrival_at(c->shm, c->seq, p)->flags;
-    return all != 0 ? algo->direct(c, call) : algo->staged(c, call);
+    if (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG))
+        return algo->direct(c, call);
+    return all & SHM_BUF_CMA ? algo->cma(c, call) : algo->staged(c, call);
 }
 
 comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
@@ -120,4 +142,92 @@ comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
     if (st == COMM_OK)
         shm_complete(c);
     return st;
+}
+
+/* Bytes of one peer's chunk in a CMA reduction: a round's chunks (every peer's and
+ * the result) stay in L2 while they are reduced and written out. */
+#define CMA_CHUNK_BYTES (128u << 10)
+
+bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank)
+{
+    /*
+     * Measured with 2 process ranks on the 2-core development VM (docs/PERFORMANCE.md,
+     * "Cross Memory Attach"), alternating launches over an hour.  process_vm_readv
+     * moves about 7.7 GB/s there (it pins every 4 KiB page) where a cached memcpy moves
+     * 27-37 GB/s, so the single copy never beats the flag and staged paths while they
+     * stay in cache; in the periods where the host makes them fall out of it (2-3x
+     * slower), CMA, unaffected, wins.  Kept where it wins on the mean of both: allgather
+     * 1 to 4 MiB per rank and broadcast 1 to 8 MiB.  Allreduce and reduce (1-4 MiB:
+     * 2-3x slower than the fast flag and staged paths, 1.2-1.6x faster than the slow
+     * ones), alltoall and reduce_scatter (slower at every size), and 4 process ranks
+     * (slower nearly everywhere: two cores) keep today's paths.
+     */
+    if (nranks != 2)
+        return false;
+    switch (kind) {
+    case COLL_ALLGATHER:
+        return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (4u << 20);
+    case COLL_BROADCAST:
+        return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (8u << 20);
+    default:
+        return false;
+    }
+}
+
+comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, const uint64_t *in,
+                              const void *own, size_t count, void *dst, const uint64_t *out,
+                              const char *what)
+{
+    int n = c->nranks;
+    size_t esize = rt_dtype_size(call->dtype);
+    size_t chunk = CMA_CHUNK_BYTES / esize;
+    struct shm_comm *s = c->shm;
+    if (s->cma_scratch == NULL) {
+        s->cma_scratch = malloc((size_t)n * CMA_CHUNK_BYTES);
+        if (s->cma_scratch == NULL) {
+            rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for a %zu-byte scratch buffer",
+                     c->rank, (size_t)n * CMA_CHUNK_BYTES);
+            return COMM_ERR_NOMEM;
+        }
+    }
+    /* Peer p's chunk lands at p's place in the scratch; the last place (this rank's
+     * own is read in place) takes the result when dst is NULL. */
+    char *scratch = s->cma_scratch;
+    char *result = scratch + (size_t)c->rank * CMA_CHUNK_BYTES;
+    for (size_t lo = 0; lo < count; lo += chunk) {
+        size_t len = count - lo < chunk ? count - lo : chunk;
+        const void *src[RT_MAX_RANKS];
+        for (int p = 0; p < n; p++) {
+            if (p == c->rank) {
+                src[p] = (const char *)own + lo * esize;
+                continue;
+            }
+            char *to = scratch + (size_t)p * CMA_CHUNK_BYTES;
+            comm_status_t st = shm_cma_read(c, p, to, in[p] + lo * esize, len * esize, what);
+            if (st != COMM_OK)
+                return st;
+            src[p] = to;
+        }
+        void *dsts[1] = {dst != NULL ? (char *)dst + lo * esize : result};
+        struct coll_reduce_args args = {
+            .dst = dsts,
+            .ndst = 1,
+            .dst_dtype = call->dtype,
+            .src = src,
+            .nsrc = n,
+            .src_dtype = call->dtype,
+            .count = len,
+            .op = call->op,
+            .avg_n = n,
+        };
+        coll_reduce(&args);
+        for (int p = 0; p < n; p++) {
+            if (p == c->rank || out == NULL || out[p] == 0)
+                continue;
+            comm_status_t st = shm_cma_write(c, p, dsts[0], out[p] + lo * esize, len * esize, what);
+            if (st != COMM_OK)
+                return st;
+        }
+    }
+    return COMM_OK;
 }

@@ -10,6 +10,9 @@
  *            root's recvbuf, then waits until every rank is done
  *   staged   slot by slot: the ranks but the root stage their chunk, synchronise, and
  *            the root reduces the chunk while they stage the next one
+ *   CMA      every rank pulls its slice of every peer's input chunk by chunk
+ *            (process_vm_readv), reduces it and writes it into the root's recvbuf
+ *            (process_vm_writev), then waits until every rank is done
  */
 #include "coll.h"
 #include "reduce.h"
@@ -105,6 +108,25 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     return COMM_OK;
 }
 
+static comm_status_t cma(struct comm *c, const struct coll_call *call)
+{
+    size_t esize = rt_dtype_size(call->dtype);
+    size_t lo, hi;
+    coll_slice(call->count, esize, c->nranks, c->rank, &lo, &hi);
+    bool root = c->rank == call->root;
+    uint64_t in[RT_MAX_RANKS], out[RT_MAX_RANKS] = {0};
+    for (int p = 0; p < c->nranks; p++)
+        in[p] = shm_arrival_at(c->shm, c->seq, p)->send + lo * esize;
+    if (!root)
+        out[call->root] = shm_arrival_at(c->shm, c->seq, call->root)->recv + lo * esize;
+    comm_status_t st =
+        coll_cma_reduce(c, call, in, (const char *)call->send + lo * esize, hi - lo,
+                        root ? (char *)call->recv + lo * esize : NULL, out, "reduce (CMA path)");
+    if (st != COMM_OK)
+        return st;
+    return coll_sync(c, "reduce (CMA path, completion)");
+}
+
 static const struct coll_host_algo reduce_algo = {
     .flag_what = "reduce (flag path)",
     .bulk_what = "reduce (bulk path handshake)",
@@ -114,6 +136,7 @@ static const struct coll_host_algo reduce_algo = {
     .expose_recv = true, /* the root's; the others publish none */
     .direct = direct,
     .staged = staged,
+    .cma = cma,
 };
 
 comm_status_t coll_host_reduce(struct comm *c, const struct coll_call *call)

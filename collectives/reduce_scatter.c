@@ -12,6 +12,8 @@
  *   staged   each slot cut into one region per rank; slot by slot every rank stages
  *            its chunk of each peer's block in that peer's region, synchronise, every
  *            rank reduces its regions of every slot
+ *   CMA      every rank pulls its block of every peer's sendbuf chunk by chunk
+ *            (process_vm_readv) and reduces it, then waits until every rank is done
  */
 #include "coll.h"
 #include "reduce.h"
@@ -98,6 +100,20 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     return COMM_OK;
 }
 
+static comm_status_t cma(struct comm *c, const struct coll_call *call)
+{
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    size_t mine = (size_t)c->rank * bytes;
+    uint64_t in[RT_MAX_RANKS];
+    for (int p = 0; p < c->nranks; p++)
+        in[p] = shm_arrival_at(c->shm, c->seq, p)->send + mine;
+    comm_status_t st = coll_cma_reduce(c, call, in, (const char *)call->send + mine, call->count,
+                                       call->recv, NULL, "reduce_scatter (CMA path)");
+    if (st != COMM_OK)
+        return st;
+    return coll_sync(c, "reduce_scatter (CMA path, completion)");
+}
+
 static const struct coll_host_algo reduce_scatter_algo = {
     .flag_what = "reduce_scatter (flag path)",
     .bulk_what = "reduce_scatter (bulk path handshake)",
@@ -106,6 +122,7 @@ static const struct coll_host_algo reduce_scatter_algo = {
     .expose_send = true,
     .direct = direct,
     .staged = staged,
+    .cma = cma,
 };
 
 comm_status_t coll_host_reduce_scatter(struct comm *c, const struct coll_call *call)

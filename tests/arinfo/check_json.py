@@ -46,20 +46,25 @@ def check_collective_paths(d, flag_threshold=None):
         assert [r['collective'] for r in group] == COLLECTIVES, group
         for r in group:
             assert set(r) == {'size', 'bytes', 'collective', 'device', 'flag_stage_bytes',
-                              'path', 'path_thread_ranks'}, r
+                              'path', 'path_thread_ranks', 'process_ranks_bulk'}, r
+            # Process ranks' bulk path with private buffers; where ARCOMM_CMA_THRESHOLD
+            # sends a call through CMA, it takes the bulk path whatever its size.
+            assert r['process_ranks_bulk'] in ('staged', 'cma'), r
+            cma = r['process_ranks_bulk'] == 'cma'
+            assert not cma or r['path'] == 'bulk', r
             assert (r['size'], r['bytes'], r['device']) == (p['size'], p['bytes'], 'host'), r
             assert r['path'] in ('flag', 'bulk') and r['path_thread_ranks'] in ('flag', 'bulk')
             blocks = r['collective'] in BLOCKS
             assert r['flag_stage_bytes'] == r['bytes'] * (n if blocks else 1), r
             if not blocks:
-                assert r['path'] == p['path'], (r, p)
+                assert r['path'] == p['path'] or cma, (r, p)
                 assert r['path_thread_ranks'] == p['path_thread_ranks'], (r, p)
             elif p['path'] == 'bulk' or p['path_thread_ranks'] == 'bulk':
                 # More to stage than allreduce of the same size: never flag where it is not.
-                assert r['path'] == 'bulk' or p['path'] == 'flag', (r, p)
+                assert r['path'] == 'bulk' or p['path'] == 'flag' or cma, (r, p)
                 assert r['path_thread_ranks'] == 'bulk' or p['path_thread_ranks'] == 'flag'
             if flag_threshold is not None:
-                want = 'flag' if r['flag_stage_bytes'] <= flag_threshold else 'bulk'
+                want = 'flag' if r['flag_stage_bytes'] <= flag_threshold and not cma else 'bulk'
                 assert r['path'] == want, (r, flag_threshold)
     # Sizes in increasing order: each collective goes from flag to bulk once at most.
     for c in COLLECTIVES:

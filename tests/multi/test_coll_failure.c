@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -67,7 +68,8 @@ static void expect_status(struct h_rank *r, enum kind k, comm_status_t got, comm
 
 struct spec {
     enum kind k;
-    size_t count; /* per rank: small takes the flag path, large the bulk path */
+    size_t count;   /* per rank: small takes the flag path, large the bulk path */
+    bool allreduce; /* comm_allreduce instead of k (kill_cma) */
 };
 
 /* ---- a process rank killed with SIGKILL while the others loop over a collective ---- */
@@ -81,7 +83,8 @@ static void kill_body(struct h_rank *r)
     comm_status_t st = COMM_OK;
     long calls = 0;
     while (st == COMM_OK && calls < 100000000) {
-        st = make_call(r->comm, sp->k, x, y, sp->count);
+        st = sp->allreduce ? comm_allreduce(r->comm, x, y, elems, COMM_F32, COMM_SUM, NULL)
+                           : make_call(r->comm, sp->k, x, y, sp->count);
         calls++;
     }
     r->elapsed_s = h_now_ms() / 1e3; /* when this rank noticed */
@@ -128,6 +131,56 @@ static void kill_staged(void **s)
     (void)s;
     for (int k = 0; k < K_COUNT; k++)
         run_kill((struct spec){.k = k, .count = 1 << 19}, 2);
+}
+
+/* The CMA path (process_vm_readv/writev between private buffers), every collective:
+ * a rank killed mid-transfer fails the call on every other rank in time. */
+static void kill_cma(void **s)
+{
+    (void)s;
+    h_env_push("ARCOMM_CMA_THRESHOLD", "0");
+    for (int k = 0; k <= K_COUNT; k++)
+        run_kill((struct spec){.k = k % K_COUNT, .count = 1 << 16, .allreduce = k == K_COUNT}, 3);
+    h_env_pop();
+}
+
+/* A root whose sendbuf its own process cannot read (in place, so the root itself never
+ * touches it): the peers' process_vm_readv fails with EFAULT, and every rank returns an
+ * error naming it, without a crash or a hang. */
+static void efault_body(struct h_rank *r)
+{
+    size_t count = 1 << 18, bytes = count * 4;
+    void *buf = r->rank == 0 ? mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                             : malloc(bytes);
+    if (buf == NULL || buf == MAP_FAILED) {
+        h_fail(r, "no buffer");
+        return;
+    }
+    double t0 = h_now_ms();
+    comm_status_t st = comm_broadcast(r->comm, buf, buf, count, COMM_F32, 0, NULL);
+    double ms = h_now_ms() - t0;
+    const char *msg = comm_last_error(r->comm);
+    if (st == COMM_OK)
+        h_fail(r, "broadcast from an unreadable root buffer succeeded");
+    else if (strstr(msg, "process_vm_readv") == NULL || strstr(msg, "rank 0") == NULL)
+        h_fail(r, "message \"%s\" does not name process_vm_readv and rank 0", msg);
+    if (ms > 5000)
+        h_fail(r, "the failed broadcast took %.0f ms", ms);
+    if (r->rank == 0)
+        munmap(buf, bytes);
+    else
+        free(buf);
+}
+
+static void efault_cma(void **s)
+{
+    (void)s;
+    h_env_push("ARCOMM_CMA_THRESHOLD", "0");
+    h_env_push("ARCOMM_LOG_LEVEL", "none");
+    struct h_job job = {
+        .nranks = 3, .procs = true, .body = efault_body, .kill_rank = -1, .timeout_ms = 30000};
+    expect_clean(h_run(&job), 3);
+    h_env_pop();
 }
 
 /* comm_mem_alloc buffers: the one-pass path, where peers write each other's memory. */
@@ -277,8 +330,9 @@ static void timeout_all(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(kill_flag), cmocka_unit_test(kill_staged), cmocka_unit_test(kill_direct),
-        cmocka_unit_test(abort_all), cmocka_unit_test(timeout_all),
+        cmocka_unit_test(kill_flag),   cmocka_unit_test(kill_staged), cmocka_unit_test(kill_cma),
+        cmocka_unit_test(efault_cma),  cmocka_unit_test(kill_direct), cmocka_unit_test(abort_all),
+        cmocka_unit_test(timeout_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

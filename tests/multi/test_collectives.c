@@ -7,7 +7,7 @@
  * exact ones for data movement, reductions compared bit for bit with allreduce of the
  * same data, every rank compared bit for bit — over 1..8 thread ranks and 2..4 process
  * ranks, malloc'd and comm_mem_alloc buffers, through every path (flag, one-pass,
- * staged).  Then the calls that must fail: every pair of collectives that disagree,
+ * staged, CMA).  Then the calls that must fail: every pair of collectives that disagree,
  * bad arguments on one rank and on all, and a backend without the collectives.
  */
 #include "harness.h"
@@ -90,6 +90,7 @@ struct sweep {
     bool mem;        /* buffers from comm_mem_alloc */
     bool large_only; /* only the counts past 1 MiB */
     bool small_only; /* only the small counts */
+    bool allreduce;  /* allreduce too (the CMA sweeps: its own path there) */
 };
 
 struct ctx {
@@ -261,6 +262,10 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
                                            block_seed(seed, b), me))
                     what = "in-place reduce_scatter changed another block of sendbuf";
         break;
+    case K_ALLREDUCE:
+        if (count)
+            h_check(r, recv, count, dt, op, seed, n, NULL, 0, false);
+        break;
     default:
         break;
     }
@@ -310,7 +315,7 @@ static void sweep_body(struct h_rank *r)
     struct ctx x = {.r = r, .sw = r->arg, .hashes = (uint64_t *)r->out};
     int n = r->nranks;
     int roots[3] = {0, n - 1, n / 2};
-    for (int k = 0; k < K_SWEPT; k++) {
+    for (int k = 0; k < (x.sw->allreduce ? K_ALLREDUCE + 1 : K_SWEPT); k++) {
         for (size_t d = 0; d < N_DTYPES; d++) {
             comm_dtype_t dt = dtypes[d];
             size_t es = comm_dtype_size(dt);
@@ -340,10 +345,15 @@ static void sweep_body(struct h_rank *r)
     r->out_len = x.nh * sizeof(uint64_t);
 }
 
-static void run_sweep(int nranks, bool procs, struct sweep sw, const char *flag_threshold)
+/* Runs the sweep and checks it; returns rank 0's hashes (malloc'd, *len bytes). */
+static uint64_t *run_sweep_hashes(int nranks, bool procs, struct sweep sw,
+                                  const char *flag_threshold, const char *cma_threshold,
+                                  size_t *len)
 {
     if (flag_threshold)
         h_env_push("ARCOMM_FLAG_THRESHOLD", flag_threshold);
+    if (cma_threshold)
+        h_env_push("ARCOMM_CMA_THRESHOLD", cma_threshold);
     struct h_job job = {
         .nranks = nranks, .procs = procs, .body = sweep_body, .arg = &sw, .kill_rank = -1};
     struct h_rank *res = h_run(&job);
@@ -358,6 +368,17 @@ static void run_sweep(int nranks, bool procs, struct sweep sw, const char *flag_
             fail_msg("rank %d's results differ from rank 0's (not bit-identical)", r);
     }
     assert_int_equal(h_shm_leftovers(), 0);
+    uint64_t *hashes = malloc(res[0].out_len);
+    assert_non_null(hashes);
+    memcpy(hashes, res[0].out, res[0].out_len);
+    *len = res[0].out_len;
+    return hashes;
+}
+
+static void run_sweep(int nranks, bool procs, struct sweep sw, const char *flag_threshold)
+{
+    size_t len;
+    free(run_sweep_hashes(nranks, procs, sw, flag_threshold, NULL, &len));
 }
 
 /* Thread ranks: flag path up to the default threshold, one-pass beyond. */
@@ -421,6 +442,50 @@ static void threads_mem_2(void **s)
     (void)s;
     run_sweep(2, false, (struct sweep){.mem = true, .large_only = true}, NULL);
 }
+/*
+ * Process ranks, private buffers, every bulk call on the CMA path (process_vm_readv/
+ * writev; where the kernel does not allow it, the staged path runs instead): every
+ * count from 1 on (flag path off), allreduce too, in place and out of place.
+ */
+static void procs_2_cma(void **s)
+{
+    (void)s;
+    size_t len;
+    free(run_sweep_hashes(2, true, (struct sweep){.allreduce = true}, "off", "0", &len));
+}
+static void procs_3_cma(void **s)
+{
+    (void)s;
+    size_t len;
+    free(run_sweep_hashes(3, true, (struct sweep){.allreduce = true, .large_only = h_quick()},
+                          "off", "0", &len));
+}
+/* Four ranks: small calls on the flag path, CMA from 64 KiB on. */
+static void procs_4_cma(void **s)
+{
+    (void)s;
+    size_t len;
+    free(run_sweep_hashes(4, true, (struct sweep){.allreduce = true, .large_only = h_quick()},
+                          "16K", "64K", &len));
+}
+/* The CMA path and the staged path (ARCOMM_CMA_THRESHOLD=off) give the same bits. */
+static void procs_3_cma_vs_staged(void **s)
+{
+    (void)s;
+    struct sweep sw = {.allreduce = true, .large_only = h_quick()};
+    size_t len_cma, len_staged;
+    uint64_t *cma = run_sweep_hashes(3, true, sw, "off", "0", &len_cma);
+    uint64_t *staged = run_sweep_hashes(3, true, sw, "off", "off", &len_staged);
+    assert_int_equal(len_cma, len_staged);
+    for (size_t i = 0; i < len_cma / sizeof(uint64_t); i++)
+        if (cma[i] != staged[i])
+            fail_msg("call %zu of the sweep: the CMA path's results differ from the staged "
+                     "path's",
+                     i);
+    free(cma);
+    free(staged);
+}
+
 /* Small staging slots: the staged path runs many rounds and cuts regions small. */
 static void procs_small_slots_3(void **s)
 {
@@ -820,6 +885,10 @@ int main(void)
         cmocka_unit_test(procs_mem_3),
         cmocka_unit_test(threads_mem_2),
         cmocka_unit_test(procs_small_slots_3),
+        cmocka_unit_test(procs_2_cma),
+        cmocka_unit_test(procs_3_cma),
+        cmocka_unit_test(procs_4_cma),
+        cmocka_unit_test(procs_3_cma_vs_staged),
         cmocka_unit_test(mismatch_pairs),
         cmocka_unit_test(mismatch_fields),
         cmocka_unit_test(invalid_one_rank),

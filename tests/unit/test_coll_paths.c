@@ -47,6 +47,44 @@ static void flag_threshold_per_collective(void **s)
         assert_string_equal(coll_host_path(kind, &off, 0, 2), "bulk");
 }
 
+/* ARCOMM_CMA_THRESHOLD: auto leaves the flag path only in its measured windows (2
+ * process ranks), off and a number never change the flag path; a number sends every
+ * bulk call at or above it through CMA. */
+static void cma_windows(void **s)
+{
+    (void)s;
+    struct rt_knobs k = knobs_with(1u << 20);
+    k.cma_threshold = RT_SIZE_AUTO;
+    size_t mib = 1u << 20;
+    assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib, 2), "bulk");
+    assert_string_equal(coll_host_path(COLL_ALLGATHER, &k, mib, 2), "bulk");
+    assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, mib, 2), "flag");
+    assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, mib, 2), coll_host_path_name(&k, mib));
+    assert_string_equal(coll_host_path(COLL_REDUCE, &k, mib, 2), "flag");
+    assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib / 2, 2), "flag");
+    assert_string_equal(coll_host_path(COLL_ALLTOALL, &k, mib / 2, 2), "flag");
+    assert_string_equal(coll_host_path(COLL_REDUCE_SCATTER, &k, mib / 2, 2), "flag");
+    assert_true(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib, 2));
+    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib + 1, 2));
+    assert_true(coll_host_cma_size(COLL_ALLGATHER, &k, 4 * mib, 2));
+    assert_false(coll_host_cma_size(COLL_ALLREDUCE, &k, 4 * mib, 2));
+    assert_false(coll_host_cma_size(COLL_ALLTOALL, &k, 4 * mib, 2));
+    for (int n = 3; n <= 4; n++)
+        for (int kind = COLL_ALLREDUCE; kind < COLL_BARRIER; kind++) {
+            assert_string_equal(coll_host_path(kind, &k, 1024, n), "flag");
+            assert_false(coll_host_cma_size(kind, &k, 4 * mib, n));
+        }
+    k.cma_threshold = RT_SIZE_OFF;
+    for (int kind = COLL_ALLREDUCE; kind < COLL_BARRIER; kind++) {
+        assert_string_equal(coll_host_path(kind, &k, 1024, 2), "flag");
+        assert_false(coll_host_cma_size(kind, &k, 64 * mib, 2));
+    }
+    k.cma_threshold = 65536;
+    assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib, 2), "flag");
+    assert_true(coll_host_cma_size(COLL_ALLTOALL, &k, 65536, 4));
+    assert_false(coll_host_cma_size(COLL_ALLTOALL, &k, 65535, 4));
+}
+
 static void shapes(void **s)
 {
     (void)s;
@@ -76,6 +114,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flag_threshold_per_collective),
+        cmocka_unit_test(cma_windows),
         cmocka_unit_test(shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

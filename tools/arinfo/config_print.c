@@ -245,6 +245,7 @@ static void fmt_threshold(size_t v, char *buf, size_t len)
 
 /* Bulk on process ranks: staged, unless every buffer is from comm_mem_alloc. */
 static const char bulk_procs_text[] = "bulk: staged (one-pass with comm_mem)";
+static const char bulk_cma_text[] = "bulk: cma (one-pass with comm_mem)";
 
 /* The collectives beyond allreduce, in the API's order: the columns of their table. */
 static const enum coll_kind other_kinds[] = {
@@ -257,6 +258,14 @@ static const enum coll_kind other_kinds[] = {
 static const char *cell(const char *path, const char *bulk)
 {
     return strcmp(path, "bulk") == 0 ? bulk : path;
+}
+
+/* The bulk path of process ranks with private buffers: single-copy CMA where
+ * ARCOMM_CMA_THRESHOLD sends the call there (and comm_init found every peer readable
+ * through process_vm_readv), else staged. */
+static const char *procs_bulk(enum coll_kind kind, const struct rt_knobs *k, size_t bytes, int n)
+{
+    return coll_host_cma_size(kind, k, bytes, n) ? "cma" : "staged";
 }
 
 /*
@@ -285,8 +294,10 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
                 "a rank stages fits the flag threshold: SIZE, or SIZE x %d ranks for "
                 "reduce_scatter and alltoall\n",
                 n);
-        fprintf(ai->out, "  bulk: process ranks staged (one-pass when the buffers peers touch "
-                         "come from comm_mem_alloc), thread ranks one-pass\n");
+        fprintf(ai->out, "  bulk: process ranks staged, or cma (process_vm_readv, where "
+                         "ARCOMM_CMA_THRESHOLD says and every peer is readable), one-pass when "
+                         "the buffers peers touch come from comm_mem_alloc; thread ranks "
+                         "one-pass\n");
         fprintf(ai->out, "  %-10s %-8s", "SIZE", "RANKS");
         for (size_t c = 0; c < N_OTHER_KINDS; c++) {
             char head[32];
@@ -314,6 +325,7 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
                 json_uint(js, "flag_stage_bytes", coll_host_flag_bytes(kind, bytes, n));
                 json_string(js, "path", coll_host_path(kind, k, bytes, n));
                 json_string(js, "path_thread_ranks", coll_host_path(kind, threads, bytes, n));
+                json_string(js, "process_ranks_bulk", procs_bulk(kind, k, bytes, n));
                 json_object_end(js);
             }
             continue;
@@ -323,7 +335,8 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
             for (size_t c = 0; c < N_OTHER_KINDS; c++) {
                 const char *path =
                     t ? cell(coll_host_path(other_kinds[c], threads, bytes, n), "one-pass")
-                      : cell(coll_host_path(other_kinds[c], k, bytes, n), "staged");
+                      : cell(coll_host_path(other_kinds[c], k, bytes, n),
+                             procs_bulk(other_kinds[c], k, bytes, n));
                 fprintf(ai->out, c + 1 < N_OTHER_KINDS ? " %-15s" : " %s", path);
             }
             fputc('\n', ai->out);
@@ -376,7 +389,7 @@ void print_paths(struct arinfo *ai)
             if (bulk) {
                 json_object_begin(js, "bulk_variant");
                 json_string(js, "thread_ranks_or_comm_mem", "one-pass");
-                json_string(js, "process_ranks", "staged");
+                json_string(js, "process_ranks", procs_bulk(COLL_ALLREDUCE, k, bytes, ai->nranks));
                 json_object_end(js);
             } else {
                 json_null(js, "bulk_variant");
@@ -388,7 +401,9 @@ void print_paths(struct arinfo *ai)
         } else {
             const char *tpath = coll_host_path_name(&threads, bytes);
             fprintf(ai->out, "  %-10s %-12s %-38s %s\n", size, narrow ? "yes" : "no",
-                    bulk ? bulk_procs_text : path,
+                    !bulk                                                      ? path
+                    : coll_host_cma_size(COLL_ALLREDUCE, k, bytes, ai->nranks) ? bulk_cma_text
+                                                                               : bulk_procs_text,
                     strcmp(tpath, "bulk") == 0 ? "bulk: one-pass" : tpath);
         }
     }

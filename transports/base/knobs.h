@@ -95,7 +95,10 @@ enum rt_knob_source {
       "comm_mem_alloc arena of every rank in the shared segment (sparse until used)")              \
     X(NT_THRESHOLD, RT_KNOB_SIZE, "auto", nt_threshold, 0, RT_KNOB_NOMAX, 0,                       \
       "one-pass calls moving this many bytes (all ranks' inputs and outputs) stream their "        \
-      "stores")
+      "stores")                                                                                    \
+    X(CMA_THRESHOLD, RT_KNOB_SIZE, "auto", cma_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,         \
+      "host: process ranks' bulk calls of at least this many bytes copy straight between "         \
+      "private buffers (process_vm_readv/writev; auto: where measured faster; off: never)")
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \
@@ -156,6 +159,7 @@ struct rt_knobs {
     size_t shm_slot_bytes;           /* staging slot per rank (two per rank) */
     size_t mem_pool_bytes;           /* comm_mem_alloc arena per rank */
     size_t nt_threshold;             /* bulk outputs at or above: streaming stores */
+    size_t cma_threshold;            /* host: CMA bulk path at or above (process ranks) */
     long spin_ns;                    /* busy-poll this long before yielding */
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */

@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      3u
+#define SHM_VERSION      4u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -57,7 +57,9 @@ struct shm_header {
     alignas(SHM_CACHE_LINE) _Atomic uint32_t attached; /* ranks that have joined */
     _Atomic int32_t init_status; /* COMM_OK, or why some rank gave up joining */
     _Atomic int32_t init_rank;   /* the rank that set init_status */
-    uint8_t pad2[52];
+    _Atomic uint32_t cma_probed; /* ranks that finished the CMA probe (after attached) */
+    _Atomic uint32_t cma_off;    /* nonzero: some rank cannot use CMA, or has it off */
+    uint8_t pad2[44];
     /* --- line 3: the doorbell that sleeping waiters block on (futex) --- */
     alignas(SHM_CACHE_LINE) _Atomic uint32_t bell; /* bumped when a sleeper must wake */
     _Atomic uint32_t sleepers;                     /* waiters blocked on bell right now */
@@ -86,7 +88,9 @@ struct shm_rank {
     int32_t pid;              /* owner's process id */
     uint64_t start_time;      /* owner's start time (/proc/pid/stat field 22) */
     int32_t numa_node;        /* node its staging memory is bound to, -1 none */
-    uint8_t pad0[SHM_CACHE_LINE - 20];
+    uint64_t cma_word;        /* address, in the owner's process, of a word holding
+                               * SHM_CMA_MAGIC: what the peers' CMA probe reads */
+    uint8_t pad0[SHM_CACHE_LINE - 32];
     /* --- line 1: progress of multi-step algorithms --- */
     alignas(SHM_CACHE_LINE) _Atomic uint64_t progress; /* steps completed, monotonic */
     _Atomic int32_t status;     /* sticky: COMM_OK, or the error that broke it */
@@ -124,6 +128,12 @@ enum shm_path {
 #define SHM_BUF_IN_SEG    0x2u /* send/recv/addend are offsets into the segment */
 #define SHM_BUF_NARROW    0x4u /* f32 travels as bf16 */
 #define SHM_BUF_ADD       0x8u /* fused add: addend/addend_count valid */
+#define SHM_BUF_CMA                                                                                \
+    0x10u /* send/recv are raw pointers of owner's process, which                                  \
+           * the peers reach with process_vm_readv/writev */
+
+/* The word every rank's CMA probe reads from each peer (struct shm_rank.cma_word). */
+#define SHM_CMA_MAGIC 0x41524353434d4131ull /* "ARCSCMA1" */
 
 /*
  * One cache line per (slot, rank); the only writer is the owning rank.  A call with
@@ -158,6 +168,8 @@ _Static_assert(sizeof(struct shm_arrival) == SHM_CACHE_LINE, "an arrival is one 
 _Static_assert(offsetof(struct shm_header, attached) == 2 * SHM_CACHE_LINE, "line 2");
 _Static_assert(offsetof(struct shm_header, bell) == 3 * SHM_CACHE_LINE, "line 3");
 _Static_assert(offsetof(struct shm_rank, progress) == SHM_CACHE_LINE, "progress on line 1");
+_Static_assert(offsetof(struct shm_rank, cma_word) == 24, "cma_word on line 0, aligned");
+_Static_assert(offsetof(struct shm_header, cma_off) < 3 * SHM_CACHE_LINE, "cma on line 2");
 _Static_assert(offsetof(struct shm_rank, root_kind) < 2 * SHM_CACHE_LINE, "root on line 1");
 _Static_assert(offsetof(struct shm_rank, errmsg) == 2 * SHM_CACHE_LINE, "message from line 2");
 

@@ -692,11 +692,13 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     me->pid = (int32_t)getpid();
     me->start_time = rt_proc_start_time(getpid());
     me->numa_node = bind_staging(c, s);
+    me->cma_word = shm_cma_word();
     atomic_store(&me->cpu, -1);
     atomic_store_explicit(&me->claimed, 2, memory_order_release); /* identity published */
     atomic_fetch_add(&h->attached, 1);
 
     unsigned us = 20;
+    bool probed = false;
     uint64_t next_liveness = rt_now_ns() + RT_LIVENESS_PERIOD_NS;
     for (;;) {
         if (atomic_load(&h->init_status) != COMM_OK) {
@@ -704,8 +706,18 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
             if (status != COMM_OK)
                 goto err_leave;
         }
-        if (atomic_load(&h->attached) == (uint32_t)c->nranks)
-            break;
+        /* Once every rank joined, every rank probes every peer for CMA and counts
+         * itself in cma_probed: the communicator's choice is made when all have. */
+        if (atomic_load(&h->attached) == (uint32_t)c->nranks) {
+            if (!probed) {
+                if (c->knobs.cma_threshold == RT_SIZE_OFF || !shm_cma_probe(c, s))
+                    atomic_fetch_or(&h->cma_off, 1u);
+                atomic_fetch_add(&h->cma_probed, 1);
+                probed = true;
+            }
+            if (atomic_load(&h->cma_probed) == (uint32_t)c->nranks)
+                break;
+        }
         /* A rank that joined and then died will never be followed by the rest in time:
          * say so now rather than at the timeout. */
         if (rt_now_ns() >= next_liveness) {
@@ -747,6 +759,8 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     c->shm->same_process = true;
     for (int r = 0; r < c->nranks; r++)
         c->shm->same_process = c->shm->same_process && s->ranks[r].pid == me->pid;
+    /* Every rank read the same word after every rank's last write to it. */
+    c->shm->cma = !c->shm->same_process && atomic_load(&h->cma_off) == 0;
     return COMM_OK;
 
 err_leave:
@@ -775,6 +789,7 @@ void shm_segment_detach(struct comm *c)
         shm_unlink(s->name);
     mapping_release(s);
     free(s->scratch);
+    free(s->cma_scratch);
     free(s);
     c->shm = NULL;
 }

@@ -49,6 +49,9 @@ struct shm_comm {
     uint32_t stage_slot; /* staging slot of the next phase (alternates) */
     void *scratch;       /* private scratch of slot size (staged path), freed at detach */
     bool same_process;   /* every rank lives in this process */
+    bool cma;            /* every rank reaches every peer's memory through CMA (agreed at
+                          * join: the same on every rank) */
+    void *cma_scratch;   /* private scratch of the CMA reductions, freed at detach */
     bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
     long spin_ns;        /* effective spin phase */
 
@@ -110,6 +113,23 @@ typedef comm_status_t (*shm_ext_setup_fn)(struct comm *c, void *base, size_t siz
 typedef void (*shm_ext_teardown_fn)(void *base, size_t size);
 comm_status_t shm_mapping_ext_hold(struct comm *c, shm_ext_setup_fn setup);
 void shm_mapping_ext_release(struct comm *c, shm_ext_teardown_fn teardown);
+
+/* cma.c: Cross Memory Attach (process_vm_readv/writev) between process ranks. */
+
+/* The address of this process's probe word (struct shm_rank.cma_word). */
+uint64_t shm_cma_word(void);
+/* Can this rank read every peer's probe word (s->ranks published)?  When not, logs why
+ * at debug level. */
+bool shm_cma_probe(const struct comm *c, const struct shm_comm *s);
+/*
+ * Copies len bytes between this rank's local and peer's address remote in peer's
+ * process: read (peer to local) or write (local to peer).  A partial transfer is
+ * continued; a failure is recorded (rank, peer, what, errno) and returns COMM_ERR_PEER.
+ */
+comm_status_t shm_cma_read(struct comm *c, int peer, void *local, uint64_t remote, size_t len,
+                           const char *what);
+comm_status_t shm_cma_write(struct comm *c, int peer, const void *local, uint64_t remote,
+                            size_t len, const char *what);
 
 /* pool.c: comm_mem_alloc arenas. */
 comm_status_t shm_pool_alloc(struct comm *c, size_t bytes, void **ptr);

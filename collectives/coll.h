@@ -286,6 +286,10 @@ comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
 /* Publishes this rank's progress and waits for every peer's: the end of a one-pass
  * path (peers read and write this rank's buffers until every rank is done) and of a
  * staged round. */
+/* Reduces count elements of the n sources (rank order) into dst, in call's dtype and op
+ * (AVG divides by n); offset is dst's element index in the tensor, nt streams the stores. */
+void coll_reduce_block(const struct coll_call *call, void *dst, const void *const *src, int n,
+                       size_t count, size_t offset, bool nt);
 comm_status_t coll_sync(struct comm *c, const char *what);
 
 /* Elements in each of regions equal parts of a staging slot (64-byte multiples, so

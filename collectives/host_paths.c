@@ -80,6 +80,26 @@ void *coll_peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64_t
     return NULL;
 }
 
+void coll_reduce_block(const struct coll_call *call, void *dst, const void *const *src, int n,
+                       size_t count, size_t offset, bool nt)
+{
+    void *dsts[1] = {dst};
+    struct coll_reduce_args args = {
+        .dst = dsts,
+        .ndst = 1,
+        .dst_dtype = call->dtype,
+        .src = src,
+        .nsrc = n,
+        .src_dtype = call->dtype,
+        .count = count,
+        .op = call->op,
+        .offset = offset,
+        .nt_store = nt,
+        .avg_n = n,
+    };
+    coll_reduce(&args);
+}
+
 comm_status_t coll_sync(struct comm *c, const char *what)
 {
     shm_progress_publish(c);
@@ -208,23 +228,12 @@ comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, cons
                 return st;
             src[p] = to;
         }
-        void *dsts[1] = {dst != NULL ? (char *)dst + lo * esize : result};
-        struct coll_reduce_args args = {
-            .dst = dsts,
-            .ndst = 1,
-            .dst_dtype = call->dtype,
-            .src = src,
-            .nsrc = n,
-            .src_dtype = call->dtype,
-            .count = len,
-            .op = call->op,
-            .avg_n = n,
-        };
-        coll_reduce(&args);
+        void *to = dst != NULL ? (char *)dst + lo * esize : result;
+        coll_reduce_block(call, to, src, n, len, 0, false);
         for (int p = 0; p < n; p++) {
             if (p == c->rank || out == NULL || out[p] == 0)
                 continue;
-            comm_status_t st = shm_cma_write(c, p, dsts[0], out[p] + lo * esize, len * esize, what);
+            comm_status_t st = shm_cma_write(c, p, to, out[p] + lo * esize, len * esize, what);
             if (st != COMM_OK)
                 return st;
         }

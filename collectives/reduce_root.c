@@ -19,26 +19,6 @@
 
 #include <string.h>
 
-/* Reduces count elements at offset lo of every rank's input (src) into dst. */
-static void reduce_into(const struct coll_call *call, void *dst, const void *const *src, int n,
-                        size_t count, size_t lo, bool nt)
-{
-    void *dsts[1] = {dst};
-    struct coll_reduce_args args = {
-        .dst = dsts,
-        .ndst = 1,
-        .dst_dtype = call->dtype,
-        .src = src,
-        .nsrc = n,
-        .src_dtype = call->dtype,
-        .count = count,
-        .op = call->op,
-        .offset = lo,
-        .nt_store = nt,
-    };
-    coll_reduce(&args);
-}
-
 static void flag_stage(struct comm *c, const struct coll_call *call, void *slot)
 {
     if (c->rank != call->root)
@@ -52,7 +32,7 @@ static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t s
     const void *src[RT_MAX_RANKS];
     for (int p = 0; p < c->nranks; p++)
         src[p] = p == c->rank ? call->send : shm_slot(c->shm, p, slot);
-    reduce_into(call, call->recv, src, c->nranks, call->count, 0, false);
+    coll_reduce_block(call, call->recv, src, c->nranks, call->count, 0, false);
 }
 
 static comm_status_t direct(struct comm *c, const struct coll_call *call)
@@ -79,8 +59,8 @@ static comm_status_t direct(struct comm *c, const struct coll_call *call)
         src[p] = in + lo * esize;
     }
     if (hi > lo)
-        reduce_into(call, dst + lo * esize, src, n, hi - lo, lo,
-                    coll_host_streams(&c->knobs, n, (size_t)bytes));
+        coll_reduce_block(call, dst + lo * esize, src, n, hi - lo, lo,
+                          coll_host_streams(&c->knobs, n, (size_t)bytes));
     return coll_sync(c, "reduce (one-pass path, completion)");
 }
 
@@ -102,7 +82,8 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
             const void *src[RT_MAX_RANKS];
             for (int p = 0; p < c->nranks; p++)
                 src[p] = p == c->rank ? mine : shm_slot(c->shm, p, slot);
-            reduce_into(call, (char *)call->recv + lo * esize, src, c->nranks, len, lo, false);
+            coll_reduce_block(call, (char *)call->recv + lo * esize, src, c->nranks, len, lo,
+                              false);
         }
     }
     return COMM_OK;

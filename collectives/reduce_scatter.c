@@ -20,24 +20,6 @@
 
 #include <string.h>
 
-static void reduce_into(const struct coll_call *call, void *dst, const void *const *src, int n,
-                        size_t count, bool nt)
-{
-    void *dsts[1] = {dst};
-    struct coll_reduce_args args = {
-        .dst = dsts,
-        .ndst = 1,
-        .dst_dtype = call->dtype,
-        .src = src,
-        .nsrc = n,
-        .src_dtype = call->dtype,
-        .count = count,
-        .op = call->op,
-        .nt_store = nt,
-    };
-    coll_reduce(&args);
-}
-
 static void flag_stage(struct comm *c, const struct coll_call *call, void *slot)
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
@@ -54,7 +36,7 @@ static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t s
     const void *src[RT_MAX_RANKS];
     for (int p = 0; p < c->nranks; p++)
         src[p] = (const char *)(p == c->rank ? call->send : shm_slot(c->shm, p, slot)) + mine;
-    reduce_into(call, call->recv, src, c->nranks, call->count, false);
+    coll_reduce_block(call, call->recv, src, c->nranks, call->count, 0, false);
 }
 
 static comm_status_t direct(struct comm *c, const struct coll_call *call)
@@ -71,7 +53,8 @@ static comm_status_t direct(struct comm *c, const struct coll_call *call)
             return COMM_ERR_PEER;
         src[p] = in + (size_t)c->rank * bytes;
     }
-    reduce_into(call, call->recv, src, n, call->count, coll_host_streams(&c->knobs, n, bytes));
+    coll_reduce_block(call, call->recv, src, n, call->count, 0,
+                      coll_host_streams(&c->knobs, n, bytes));
     return coll_sync(c, "reduce_scatter (one-pass path, completion)");
 }
 
@@ -95,7 +78,7 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
         for (int p = 0; p < n; p++)
             src[p] = p == c->rank ? (const char *)call->send + (size_t)c->rank * bytes + lo * esize
                                   : coll_region(c, p, slot, c->rank, region);
-        reduce_into(call, (char *)call->recv + lo * esize, src, n, len, false);
+        coll_reduce_block(call, (char *)call->recv + lo * esize, src, n, len, 0, false);
     }
     return COMM_OK;
 }

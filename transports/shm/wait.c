@@ -140,6 +140,11 @@ static comm_status_t check_liveness(struct comm *c, const char *what)
     int p = shm_dead_peer(c, SHM_PEERS_IN_CALL);
     if (p < 0)
         return COMM_OK;
+    /* A peer that failed, published why and then exited (its failure ends its job) is
+     * not the root cause: what it published is.  Read again now that it is gone. */
+    comm_status_t published = shm_check_peers(c);
+    if (published != COMM_OK)
+        return published;
     char msg[SHM_ERRMSG_BYTES];
     snprintf(msg, sizeof(msg),
              "rank %d (pid %d) exited or was killed while rank %d waited for it in %s (call %u); "

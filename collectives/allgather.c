@@ -27,7 +27,7 @@ static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t s
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     for (int p = 0; p < c->nranks; p++) {
         char *to = (char *)call->recv + (size_t)p * bytes;
-        const void *from = p == c->rank ? call->send : shm_slot(c->shm, p, slot);
+        const void *from = p == c->rank ? call->send : coll_flag_data(c, p, slot);
         if (to != from)
             memcpy(to, from, bytes);
     }

@@ -12,19 +12,20 @@
 
 comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, bool narrow)
 {
-    struct shm_comm *s = c->shm;
     size_t esize = rt_dtype_size(call->dtype);
-    uint32_t slot = call->count ? coll_next_stage_slot(c) : 0;
+    bool inline_msg = !narrow && call->addend == NULL && coll_flag_inline(call->count * esize);
+    uint32_t slot = inline_msg ? COLL_SLOT_INLINE : call->count ? coll_next_stage_slot(c) : 0;
 
     if (call->count) {
-        void *mine = shm_slot(s, c->rank, slot);
+        void *mine = coll_flag_data(c, c->rank, slot);
         if (narrow)
             coll_f32_to_bf16(mine, call->send, call->count);
         else
             memcpy(mine, call->send, call->count * esize);
     }
     struct shm_arrival arrival = coll_arrival_of(call, SHM_PATH_FLAG);
-    arrival.flags = (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u);
+    arrival.flags = (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u) |
+                    (inline_msg ? SHM_BUF_INLINE : 0u);
     arrival.addend_count = call->addend ? call->addend_count : 0;
     coll_arrive(c, &arrival);
     comm_status_t st = coll_wait_arrivals(c, "allreduce (flag path)");
@@ -33,7 +34,7 @@ comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, 
 
     const void *src[c->nranks];
     for (int p = 0; p < c->nranks; p++)
-        src[p] = p == c->rank && !narrow ? call->send : shm_slot(s, p, slot);
+        src[p] = p == c->rank && !narrow ? call->send : coll_flag_data(c, p, slot);
     void *dst[1] = {call->recv};
     const void *addend[1] = {call->addend};
     struct coll_reduce_args args = {

@@ -31,7 +31,7 @@ static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t s
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     size_t mine = (size_t)c->rank * bytes;
     for (int p = 0; p < c->nranks; p++) {
-        const char *from = p == c->rank ? call->send : shm_slot(c->shm, p, slot);
+        const char *from = p == c->rank ? call->send : coll_flag_data(c, p, slot);
         memcpy((char *)call->recv + (size_t)p * bytes, from + mine, bytes);
     }
 }

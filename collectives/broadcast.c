@@ -27,7 +27,7 @@ static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t s
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     if (c->rank != call->root)
-        memcpy(call->recv, shm_slot(c->shm, call->root, slot), bytes);
+        memcpy(call->recv, coll_flag_data(c, call->root, slot), bytes);
     else if (call->recv != call->send)
         memcpy(call->recv, call->send, bytes);
 }

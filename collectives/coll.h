@@ -315,6 +315,27 @@ static inline uint32_t coll_next_stage_slot(struct comm *c)
     return c->shm->stage_slot++;
 }
 
+/*
+ * The flag path's messages of at most SHM_INLINE_BYTES per rank (what a rank stages:
+ * coll_host_flag_bytes) travel inside the arrival line, where the waiter's one miss on
+ * the line brings them with the word; the slot they would take is COLL_SLOT_INLINE.
+ * Every rank decides alike from the agreed kind, count and dtype (and the peers check
+ * SHM_BUF_INLINE with the rest).
+ */
+#define COLL_SLOT_INLINE UINT32_MAX
+
+static inline bool coll_flag_inline(size_t staged_bytes)
+{
+    return staged_bytes > 0 && staged_bytes <= SHM_INLINE_BYTES;
+}
+
+/* Where rank p's flag-path message of this call lies: its slot, or its arrival line. */
+static inline void *coll_flag_data(const struct comm *c, int p, uint32_t slot)
+{
+    return slot == COLL_SLOT_INLINE ? shm_arrival_at(c->shm, c->seq, p)->data
+                                    : shm_slot(c->shm, p, slot);
+}
+
 /* The host paths. */
 comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, bool narrow);
 comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call, bool narrow);

@@ -56,10 +56,13 @@ void coll_arrive(struct comm *c, const struct shm_arrival *mine)
     a->coll = mine->coll;
     a->root = mine->root;
     a->flags = mine->flags;
-    a->send = mine->send;
-    a->recv = mine->recv;
-    a->addend = mine->addend;
-    a->addend_count = mine->addend_count;
+    /* An inline message is already in the place of the buffer fields. */
+    if (!(mine->flags & SHM_BUF_INLINE)) {
+        a->send = mine->send;
+        a->recv = mine->recv;
+        a->addend = mine->addend;
+        a->addend_count = mine->addend_count;
+    }
     atomic_store_explicit(&a->status, COMM_OK, memory_order_relaxed);
     atomic_store_explicit(&a->seq, c->seq, memory_order_release);
     shm_ring(c->shm);
@@ -154,8 +157,9 @@ comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
         const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, p);
         if (a->count == mine->count && a->dtype == mine->dtype && a->op == mine->op &&
             a->path == mine->path && a->coll == mine->coll && a->root == mine->root &&
-            (a->flags & SHM_BUF_ADD) == (mine->flags & SHM_BUF_ADD) &&
-            a->addend_count == mine->addend_count)
+            (a->flags & (SHM_BUF_ADD | SHM_BUF_INLINE)) ==
+                (mine->flags & (SHM_BUF_ADD | SHM_BUF_INLINE)) &&
+            (!(mine->flags & SHM_BUF_ADD) || a->addend_count == mine->addend_count))
             continue;
         if (arrival_corrupt(c, a)) {
             rt_error(c, COMM_ERR_PEER,

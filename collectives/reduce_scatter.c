@@ -35,7 +35,7 @@ static void flag_finish(struct comm *c, const struct coll_call *call, uint32_t s
     size_t mine = (size_t)c->rank * bytes;
     const void *src[RT_MAX_RANKS];
     for (int p = 0; p < c->nranks; p++)
-        src[p] = (const char *)(p == c->rank ? call->send : shm_slot(c->shm, p, slot)) + mine;
+        src[p] = (const char *)(p == c->rank ? call->send : coll_flag_data(c, p, slot)) + mine;
     coll_reduce_block(call, call->recv, src, c->nranks, call->count, 0, false);
 }
 

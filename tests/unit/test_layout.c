@@ -52,8 +52,12 @@ static void arrival(void **s)
     assert_int_equal(offsetof(struct shm_arrival, count), 8);
     assert_int_equal(offsetof(struct shm_arrival, dtype), 16);
     assert_int_equal(offsetof(struct shm_arrival, flags), 20);
-    assert_int_equal(offsetof(struct shm_arrival, send), 24);
-    assert_int_equal(offsetof(struct shm_arrival, addend_count), 48);
+    assert_int_equal(offsetof(struct shm_arrival, root), 24);
+    assert_int_equal(offsetof(struct shm_arrival, send), 32);
+    assert_int_equal(offsetof(struct shm_arrival, addend_count), 56);
+    /* An inline message takes the buffer fields' place, to the line's end. */
+    assert_int_equal(offsetof(struct shm_arrival, data), 32);
+    assert_int_equal(offsetof(struct shm_arrival, data) + SHM_INLINE_BYTES, 64);
 }
 
 static void geometry(void **s)

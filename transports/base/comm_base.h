@@ -89,6 +89,8 @@ uint64_t rt_now_ns(void);
 uint64_t rt_ms_to_ns(long ms);
 /* The deadline ns from now: RT_NEVER when ns is RT_NEVER, saturating. */
 uint64_t rt_deadline_in(uint64_t ns);
+/* The deadline ns after now (a clock reading the caller already has). */
+uint64_t rt_deadline_after(uint64_t now, uint64_t ns);
 /* How often a waiter checks that its peers' processes still live (every waiter). */
 #define RT_LIVENESS_PERIOD_NS 100000000ull
 /* The deadline of the communicator's timeout, from now. */

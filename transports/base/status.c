@@ -36,12 +36,16 @@ uint64_t rt_ms_to_ns(long ms)
     return (unsigned long)ms >= (RT_NEVER - 1) / 1000000u ? RT_NEVER - 1 : (uint64_t)ms * 1000000u;
 }
 
-uint64_t rt_deadline_in(uint64_t ns)
+uint64_t rt_deadline_after(uint64_t now, uint64_t ns)
 {
     if (ns == RT_NEVER)
         return RT_NEVER;
-    uint64_t now = rt_now_ns();
     return ns >= RT_NEVER - 1 - now ? RT_NEVER - 1 : now + ns;
+}
+
+uint64_t rt_deadline_in(uint64_t ns)
+{
+    return ns == RT_NEVER ? RT_NEVER : rt_deadline_after(rt_now_ns(), ns);
 }
 
 uint64_t rt_comm_deadline(const struct comm *c)

@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      4u
+#define SHM_VERSION      5u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -124,10 +124,11 @@ enum shm_path {
 };
 
 /* Buffer flags of an arrival. */
-#define SHM_BUF_SAME_PROC 0x1u /* send/recv/addend are raw pointers of owner's process */
-#define SHM_BUF_IN_SEG    0x2u /* send/recv/addend are offsets into the segment */
-#define SHM_BUF_NARROW    0x4u /* f32 travels as bf16 */
-#define SHM_BUF_ADD       0x8u /* fused add: addend/addend_count valid */
+#define SHM_BUF_SAME_PROC 0x1u  /* send/recv/addend are raw pointers of owner's process */
+#define SHM_BUF_IN_SEG    0x2u  /* send/recv/addend are offsets into the segment */
+#define SHM_BUF_NARROW    0x4u  /* f32 travels as bf16 */
+#define SHM_BUF_ADD       0x8u  /* fused add: addend/addend_count valid */
+#define SHM_BUF_INLINE    0x20u /* flag path: the message is in the arrival's data */
 #define SHM_BUF_CMA                                                                                \
     0x10u /* send/recv are raw pointers of owner's process, which                                  \
            * the peers reach with process_vm_readv/writev */
@@ -135,10 +136,16 @@ enum shm_path {
 /* The word every rank's CMA probe reads from each peer (struct shm_rank.cma_word). */
 #define SHM_CMA_MAGIC 0x41524353434d4131ull /* "ARCSCMA1" */
 
+/* Bytes of a flag-path message that travel inside the arrival line itself. */
+#define SHM_INLINE_BYTES 32u
+
 /*
  * One cache line per (slot, rank); the only writer is the owning rank.  A call with
  * number seq uses slot seq % 2.  The owner writes every other field, then status,
- * then seq (release); a reader loads seq (acquire), then the rest.
+ * then seq (release); a reader loads seq (acquire), then the rest.  A flag-path
+ * message of at most SHM_INLINE_BYTES (SHM_BUF_INLINE) travels in data, in the place
+ * of the buffer fields the flag path does not use: the waiter's one miss on the line
+ * brings the word and the data together.
  */
 struct shm_arrival {
     _Atomic uint32_t seq;   /* call number this rank has reached (wraps; signed compare) */
@@ -149,11 +156,17 @@ struct shm_arrival {
     uint8_t path;           /* ... enum shm_path */
     uint8_t coll;           /* ... the collective (collectives/coll.h enum coll_kind) */
     uint32_t flags;         /* SHM_BUF_* */
-    uint64_t send;          /* sendbuf: pointer or offset (flags say which) */
-    uint64_t recv;          /* recvbuf: pointer or offset */
-    uint64_t addend;        /* addend: pointer or offset, with SHM_BUF_ADD */
-    uint64_t addend_count;  /* addend row length, with SHM_BUF_ADD */
     int32_t root;           /* ... broadcast's and reduce's root (0 for the others) */
+    uint32_t reserved;
+    union {
+        struct {
+            uint64_t send;         /* sendbuf: pointer or offset (flags say which) */
+            uint64_t recv;         /* recvbuf: pointer or offset */
+            uint64_t addend;       /* addend: pointer or offset, with SHM_BUF_ADD */
+            uint64_t addend_count; /* addend row length, with SHM_BUF_ADD */
+        };
+        unsigned char data[SHM_INLINE_BYTES]; /* with SHM_BUF_INLINE: the message */
+    };
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
 _Static_assert(sizeof(struct shm_header) == 15 * SHM_CACHE_LINE, "header is fifteen lines");

@@ -49,25 +49,36 @@ static comm_status_t direct(struct comm *c, const struct coll_call *call)
 static comm_status_t staged(struct comm *c, const struct coll_call *call)
 {
     size_t esize = rt_dtype_size(call->dtype);
-    size_t chunk = (size_t)c->shm->slot_bytes / esize;
+    struct coll_pipe pp;
+    coll_pipe_begin(&pp, c, call->root, call->count, esize);
     bool root = c->rank == call->root;
-    for (size_t lo = 0; lo < call->count; lo += chunk) {
-        size_t len = (call->count - lo < chunk ? call->count - lo : chunk) * esize;
-        uint32_t slot = coll_next_stage_slot(c);
+    for (size_t k = 0; k < pp.rounds; k++) {
+        size_t lo = k * pp.chunk;
+        size_t len = (call->count - lo < pp.chunk ? call->count - lo : pp.chunk) * esize;
         const char *from = (const char *)call->send + lo * esize;
         char *to = (char *)call->recv + lo * esize;
+        comm_status_t st;
         if (root) {
-            memcpy(shm_slot(c->shm, c->rank, slot), from, len);
+            if (k >= pp.places) {
+                st = coll_pipe_wait(&pp, false, k + 1 - pp.places, "broadcast (staged path)");
+                if (st != COMM_OK)
+                    return st;
+            }
+            memcpy(coll_pipe_place(&pp, c->rank, k), from, len);
+            shm_progress_publish(c);
+            /* The own copy while the peers take theirs. */
             if (to != from)
                 memcpy(to, from, len);
+        } else {
+            st = coll_pipe_wait(&pp, true, k + 1, "broadcast (staged path)");
+            if (st != COMM_OK)
+                return st;
+            memcpy(to, coll_pipe_place(&pp, call->root, k), len);
+            shm_progress_publish(c);
         }
-        comm_status_t st = coll_sync(c, "broadcast (staged path)");
-        if (st != COMM_OK)
-            return st;
-        if (!root)
-            memcpy(to, shm_slot(c->shm, call->root, slot), len);
     }
-    return COMM_OK;
+    return root ? coll_pipe_wait(&pp, false, pp.rounds, "broadcast (staged path, completion)")
+                : COMM_OK;
 }
 
 static comm_status_t cma(struct comm *c, const struct coll_call *call)

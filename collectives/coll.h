@@ -283,14 +283,44 @@ struct coll_host_algo {
 comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
                             const struct coll_host_algo *algo);
 
-/* Publishes this rank's progress and waits for every peer's: the end of a one-pass
- * path (peers read and write this rank's buffers until every rank is done) and of a
- * staged round. */
 /* Reduces count elements of the n sources (rank order) into dst, in call's dtype and op
  * (AVG divides by n); offset is dst's element index in the tensor, nt streams the stores. */
 void coll_reduce_block(const struct coll_call *call, void *dst, const void *const *src, int n,
                        size_t count, size_t offset, bool nt);
+
+/* Publishes this rank's progress and waits for every peer's: the end of a one-pass
+ * path (peers read and write this rank's buffers until every rank is done) and of a
+ * staged round. */
 comm_status_t coll_sync(struct comm *c, const char *what);
+
+/*
+ * The staged pipeline of the rooted collectives (broadcast: the root produces, the
+ * others consume; reduce: the others produce, the root consumes).  A producer's two
+ * staging slots are one ring of places of chunk elements; in round k every producer
+ * fills place k % places and every consumer uses round k's places, so producers fill
+ * ahead while consumers drain.  Every rank publishes one progress step per round, so
+ * that the ranks' step counts stay equal: a consumer waits for every producer's step
+ * k + 1 before round k, a producer for every consumer's step k + 1 - places before it
+ * overwrites a place, and a producer returns only when every consumer has drained
+ * the ring (the next call may write any place).
+ */
+struct coll_pipe {
+    struct comm *c;
+    int root;
+    size_t chunk;       /* elements per round */
+    size_t place_bytes; /* a place: chunk elements, whole cache lines */
+    size_t per_slot;    /* places in one slot */
+    size_t places;      /* places in the ring (both slots) */
+    size_t rounds;
+    uint64_t base; /* this rank's progress steps before round 0 (every rank's alike) */
+};
+
+void coll_pipe_begin(struct coll_pipe *pp, struct comm *c, int root, size_t count, size_t esize);
+/* Rank p's place for round k. */
+void *coll_pipe_place(const struct coll_pipe *pp, int p, size_t k);
+/* Waits until the root (root_side) or every other rank has published step base + steps. */
+comm_status_t coll_pipe_wait(const struct coll_pipe *pp, bool root_side, uint64_t steps,
+                             const char *what);
 
 /* Elements in each of regions equal parts of a staging slot (64-byte multiples, so
  * regions keep to their own cache lines), for the staged paths that cut slots so. */

@@ -64,8 +64,8 @@ void coll_arrive(struct comm *c, const struct shm_arrival *mine)
         a->addend_count = mine->addend_count;
     }
     atomic_store_explicit(&a->status, COMM_OK, memory_order_relaxed);
-    atomic_store_explicit(&a->seq, c->seq, memory_order_release);
-    shm_ring(c->shm);
+    atomic_exchange(&a->seq, c->seq);
+    shm_ring_after_rmw(c->shm);
     shm_note_cpu(c);
 }
 

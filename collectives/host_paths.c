@@ -106,6 +106,37 @@ comm_status_t coll_sync(struct comm *c, const char *what)
     return shm_progress_wait_all(c, what);
 }
 
+/* A round's chunk: 128 KiB keeps a producer's place and a consumer's reads of it in
+ * the caches while the ring holds 16 of them (1 MiB slots). */
+#define PIPE_CHUNK_BYTES (128u << 10)
+
+void coll_pipe_begin(struct coll_pipe *pp, struct comm *c, int root, size_t count, size_t esize)
+{
+    size_t slot = (size_t)c->shm->slot_bytes;
+    size_t want = slot < PIPE_CHUNK_BYTES ? slot : PIPE_CHUNK_BYTES;
+    pp->c = c;
+    pp->root = root;
+    pp->chunk = want / 64 * 64 / esize;
+    pp->place_bytes = (pp->chunk * esize + 63) / 64 * 64;
+    pp->per_slot = slot / pp->place_bytes;
+    pp->places = pp->per_slot * SHM_SLOTS;
+    pp->rounds = (count + pp->chunk - 1) / pp->chunk;
+    pp->base = c->shm->steps;
+}
+
+void *coll_pipe_place(const struct coll_pipe *pp, int p, size_t k)
+{
+    size_t place = k % pp->places;
+    return (char *)shm_slot(pp->c->shm, p, (uint32_t)(place / pp->per_slot)) +
+           place % pp->per_slot * pp->place_bytes;
+}
+
+comm_status_t coll_pipe_wait(const struct coll_pipe *pp, bool root_side, uint64_t steps,
+                             const char *what)
+{
+    return shm_progress_wait_side(pp->c, pp->root, root_side, pp->base + steps, what);
+}
+
 static comm_status_t run_flag(struct comm *c, const struct coll_call *call,
                               const struct coll_host_algo *algo)
 {

@@ -67,26 +67,35 @@ static comm_status_t direct(struct comm *c, const struct coll_call *call)
 static comm_status_t staged(struct comm *c, const struct coll_call *call)
 {
     size_t esize = rt_dtype_size(call->dtype);
-    size_t chunk = (size_t)c->shm->slot_bytes / esize;
+    struct coll_pipe pp;
+    coll_pipe_begin(&pp, c, call->root, call->count, esize);
     bool root = c->rank == call->root;
-    for (size_t lo = 0; lo < call->count; lo += chunk) {
-        size_t len = call->count - lo < chunk ? call->count - lo : chunk;
-        uint32_t slot = coll_next_stage_slot(c);
+    for (size_t k = 0; k < pp.rounds; k++) {
+        size_t lo = k * pp.chunk;
+        size_t len = call->count - lo < pp.chunk ? call->count - lo : pp.chunk;
         const char *mine = (const char *)call->send + lo * esize;
-        if (!root)
-            memcpy(shm_slot(c->shm, c->rank, slot), mine, len * esize);
-        comm_status_t st = coll_sync(c, "reduce (staged path)");
-        if (st != COMM_OK)
-            return st;
+        comm_status_t st;
         if (root) {
+            st = coll_pipe_wait(&pp, false, k + 1, "reduce (staged path)");
+            if (st != COMM_OK)
+                return st;
             const void *src[RT_MAX_RANKS];
             for (int p = 0; p < c->nranks; p++)
-                src[p] = p == c->rank ? mine : shm_slot(c->shm, p, slot);
+                src[p] = p == c->rank ? mine : coll_pipe_place(&pp, p, k);
             coll_reduce_block(call, (char *)call->recv + lo * esize, src, c->nranks, len, lo,
                               false);
+        } else {
+            if (k >= pp.places) {
+                st = coll_pipe_wait(&pp, true, k + 1 - pp.places, "reduce (staged path)");
+                if (st != COMM_OK)
+                    return st;
+            }
+            memcpy(coll_pipe_place(&pp, c->rank, k), mine, len * esize);
         }
+        shm_progress_publish(c);
     }
-    return COMM_OK;
+    return root ? COMM_OK
+                : coll_pipe_wait(&pp, true, pp.rounds, "reduce (staged path, completion)");
 }
 
 static comm_status_t cma(struct comm *c, const struct coll_call *call)

@@ -192,6 +192,10 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
 
 /* After publishing a word peers may sleep on: wake them if any sleeps. */
 void shm_ring(struct shm_comm *s);
+/* The same after a seq_cst read-modify-write of the word published (which orders it
+ * before the load of the sleeper count as the fence would: one locked instruction
+ * fewer per publication). */
+void shm_ring_after_rmw(struct shm_comm *s);
 /* Wakes every sleeper unconditionally (abort, teardown). */
 void shm_ring_all(struct shm_comm *s);
 
@@ -202,6 +206,9 @@ void shm_note_cpu(struct comm *c);
 void shm_progress_publish(struct comm *c);
 /* Waits until every peer's progress reached c->shm->steps. */
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what);
+/* Waits until rank root's progress (only_root), or every other rank's, reached target. */
+comm_status_t shm_progress_wait_side(struct comm *c, int root, bool only_root, uint64_t target,
+                                     const char *what);
 
 /* Which peers shm_dead_peer looks at. */
 enum shm_peers {

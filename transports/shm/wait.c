@@ -46,6 +46,12 @@ void shm_ring(struct shm_comm *s)
         shm_ring_all(s);
 }
 
+void shm_ring_after_rmw(struct shm_comm *s)
+{
+    if (atomic_load(&s->hdr->sleepers) != 0)
+        shm_ring_all(s);
+}
+
 void shm_ring_all(struct shm_comm *s)
 {
     atomic_fetch_add(&s->hdr->bell, 1);
@@ -323,14 +329,23 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
 
 struct progress_arg {
     uint64_t target;
+    int root;       /* with side: which ranks count */
+    bool only_root; /* with side: root alone, else every rank but root */
+    bool side;      /* false: every rank */
 };
+
+static bool progress_counts(const struct progress_arg *a, int p)
+{
+    return !a->side || (p == a->root) == a->only_root;
+}
 
 static int progress_ready(struct comm *c, void *arg)
 {
     const struct progress_arg *a = arg;
     struct shm_comm *s = c->shm;
     for (int p = 0; p < c->nranks; p++) {
-        if (atomic_load_explicit(&s->ranks[p].progress, memory_order_acquire) < a->target)
+        if (progress_counts(a, p) &&
+            atomic_load_explicit(&s->ranks[p].progress, memory_order_acquire) < a->target)
             return 0;
     }
     return 1;
@@ -339,18 +354,26 @@ static int progress_ready(struct comm *c, void *arg)
 static bool progress_behind(struct comm *c, void *arg, int p)
 {
     const struct progress_arg *a = arg;
-    return atomic_load_explicit(&c->shm->ranks[p].progress, memory_order_acquire) < a->target;
+    return progress_counts(a, p) &&
+           atomic_load_explicit(&c->shm->ranks[p].progress, memory_order_acquire) < a->target;
 }
 
 void shm_progress_publish(struct comm *c)
 {
     c->shm->steps++;
-    atomic_store_explicit(&c->shm->ranks[c->rank].progress, c->shm->steps, memory_order_release);
-    shm_ring(c->shm);
+    atomic_exchange(&c->shm->ranks[c->rank].progress, c->shm->steps);
+    shm_ring_after_rmw(c->shm);
 }
 
 comm_status_t shm_progress_wait_all(struct comm *c, const char *what)
 {
     struct progress_arg a = {.target = c->shm->steps};
+    return shm_wait_for(c, progress_ready, progress_behind, &a, what, "reach this step");
+}
+
+comm_status_t shm_progress_wait_side(struct comm *c, int root, bool only_root, uint64_t target,
+                                     const char *what)
+{
+    struct progress_arg a = {.target = target, .root = root, .only_root = only_root, .side = true};
     return shm_wait_for(c, progress_ready, progress_behind, &a, what, "reach this step");
 }

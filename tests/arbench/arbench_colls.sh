@@ -67,6 +67,8 @@ threads)
         run "$c" -n 3 --coll "$c" $small --csv "$dir/$c.csv"
         rows "$dir/$c.csv" 5 "$c"
         grep -q "^# ceiling: memcpy" "$dir/out" || { echo "$c: no ceiling line"; bad=1; }
+        grep -Eq "^# floor: [0-9]+\.[0-9]+ us per round" "$dir/out" ||
+            { echo "$c: no floor line"; bad=1; }
         [ "$c" = alltoall ] && continue
         # shellcheck disable=SC2086
         run "$c in place" -n 3 --coll "$c" --inplace $small --csv "$dir/$c-ip.csv"
@@ -86,6 +88,7 @@ d = json.load(open(sys.argv[1]))
 colls = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"]
 assert d["coll"] == "all", d["coll"]
 assert d["ceiling_gbs"] > 0, d["ceiling_gbs"]
+assert d["floor_us"] > 0 and d["floor_us"] < 1e5, d["floor_us"]
 seen = [r["coll"] for r in d["rows"]]
 assert sorted(set(seen)) == sorted(colls), seen
 for r in d["rows"]:

@@ -97,8 +97,11 @@ static const char usage[] =
     "once; S = size, n = ranks, in place in brackets):\n"
     "  allreduce 2nS   broadcast (n+1)S [nS]   reduce (n+1)S\n"
     "  allgather (n+1)S [nS]   reduce_scatter (n+1)S   alltoall 2nS\n"
-    "Sizes that fit in the caches can pass 1.  Exit status: 0 ok, 1 a call failed or\n"
-    "#wrong > 0, 2 usage.\n";
+    "Sizes that fit in the caches can pass 1.\n"
+    "Floor (threads pinned as the ranks): rounds in which every rank publishes the\n"
+    "round number on its own cache line and waits for all others'; us per round, median\n"
+    "of 41 batches: the least a call every rank must enter and agree on can take.\n"
+    "Exit status: 0 ok, 1 a call failed or #wrong > 0, 2 usage.\n";
 
 /* The library under test, and the stream its calls are ordered on (NULL on the host). */
 struct arcomm_ctx {
@@ -335,6 +338,13 @@ struct thr_shared {
     unsigned char nccl_id[128];
     size_t ceiling_bytes; /* the ceiling pass: its buffer size, and what it measured */
     double ceiling_gbs;
+    double floor_us; /* and the exchange floor (floor_pass) */
+    struct floor_line *lines;
+};
+
+/* One rank's word of the floor pass, on a cache line of its own. */
+struct floor_line {
+    _Alignas(64) _Atomic uint64_t round;
 };
 
 struct thr_rank {
@@ -538,6 +548,64 @@ static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t n
     return BENCH_EXIT_OK;
 }
 
+/*
+ * The exchange floor: rounds in which every rank's thread (pinned as in a sweep)
+ * publishes the round number on its own cache line and waits for every other rank's.
+ * No call that every rank must enter and agree on before any returns can take less
+ * than one such round; arbench prints it beside the ceiling.  Batches of about 0.2 ms
+ * (short, so that a batch in which another process took a core is an outlier), the
+ * median of 41, in microseconds per round.  Threads that outnumber the cores yield.
+ */
+static void floor_rounds(struct floor_line *lines, const struct bench_rank *r, uint64_t *round,
+                         long k, bool yield)
+{
+    for (long i = 0; i < k; i++) {
+        ++*round;
+        atomic_store_explicit(&lines[r->rank].round, *round, memory_order_release);
+        for (int p = 0; p < r->nranks; p++)
+            while (atomic_load_explicit(&lines[p].round, memory_order_acquire) < *round) {
+                if (yield)
+                    sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+                else
+                    __builtin_ia32_pause(); /* as arcomm's own waits spin */
+#endif
+            }
+    }
+}
+
+static int floor_pass(struct thr_rank *t, const struct bench_rank *r, double *us)
+{
+    enum { BATCHES = 41 };
+    struct floor_line *lines = t->sh->lines;
+    bool yield = t->sh->ncpus > 0 && r->nranks > t->sh->ncpus;
+    uint64_t round = 0;
+    double per[BATCHES];
+    long k = 1;
+    for (int b = -1; b < BATCHES; b++) {
+        for (;;) {
+            double dt = 0.0;
+            if (r->sync->reduce(r->sync->ctx, &dt, 1, BENCH_MAX_F64))
+                return -1;
+            double t0 = bench_now();
+            floor_rounds(lines, r, &round, k, yield);
+            dt = bench_now() - t0;
+            if (r->sync->reduce(r->sync->ctx, &dt, 1, BENCH_MAX_F64))
+                return -1;
+            /* b == -1 sizes the batches: every rank doubles k alike (dt is the max). */
+            if (b >= 0) {
+                per[b] = dt / (double)k * 1e6;
+                break;
+            }
+            if (dt >= 2e-4 || k >= (1L << 20))
+                break;
+            k *= 2;
+        }
+    }
+    *us = bench_median(per, BATCHES);
+    return 0;
+}
+
 /* The ceiling pass: the ranks' threads, pinned as in a sweep, copying at once. */
 static void *thr_ceiling(void *arg)
 {
@@ -549,20 +617,24 @@ static void *thr_ceiling(void *arg)
     struct bench_rank r = {
         .rank = t->rank, .nranks = sh->opts->nranks, .opts = sh->opts, .sync = &sync};
     double gbs = 0.0;
-    if (bench_ceiling(&r, sh->ceiling_bytes, &gbs))
+    double us = 0.0;
+    if (bench_ceiling(&r, sh->ceiling_bytes, &gbs) || floor_pass(t, &r, &us))
         thr_fail(sh, BENCH_EXIT_FAIL);
-    if (t->rank == 0)
+    if (t->rank == 0) {
         sh->ceiling_gbs = gbs;
+        sh->floor_us = us;
+    }
     return NULL;
 }
 
-static int measure_ceiling(const struct bench_opts *o, size_t bytes, double *gbs)
+static int measure_ceiling(const struct bench_opts *o, size_t bytes, double *gbs, double *floor_us)
 {
     struct thr_shared sh = {.opts = o, .ceiling_bytes = bytes};
     struct thr_rank *ranks = calloc((size_t)o->nranks, sizeof(*ranks));
     pthread_t *tids = calloc((size_t)o->nranks, sizeof(*tids));
     sh.ptrs = calloc((size_t)o->nranks, sizeof(*sh.ptrs));
-    if (!ranks || !tids || !sh.ptrs) {
+    sh.lines = aligned_alloc(64, (size_t)o->nranks * sizeof(*sh.lines));
+    if (!ranks || !tids || !sh.ptrs || !sh.lines) {
         fprintf(stderr, "arbench: out of memory\n");
         return BENCH_EXIT_FAIL;
     }
@@ -581,6 +653,8 @@ static int measure_ceiling(const struct bench_opts *o, size_t bytes, double *gbs
         pthread_join(tids[i], NULL);
     pthread_barrier_destroy(&sh.bar);
     *gbs = sh.ceiling_gbs;
+    *floor_us = sh.floor_us;
+    free(sh.lines);
     free(sh.ptrs);
     free(tids);
     free(ranks);
@@ -766,6 +840,7 @@ static int run_sweeps(const struct bench_opts *o, struct bench_report *all, bool
     rep->peer_name = all->peer_name;
     rep->meta = all->meta;
     rep->ceiling_gbs = all->ceiling_gbs;
+    rep->floor_us = all->floor_us;
     rep->ceiling_bytes = all->ceiling_bytes;
     /* One round, no peer, thread ranks: rows are printed as each size finishes. */
     bool live = o->rounds == 1 && !rep->peer_name && !o->procs;
@@ -855,7 +930,7 @@ static int run_all(const struct bench_opts *o, int argc, char **argv)
                 top = sizes[n - 1];
         }
         all->ceiling_bytes = top < 64 ? 64 : top;
-        if ((rc = measure_ceiling(o, top, &all->ceiling_gbs)))
+        if ((rc = measure_ceiling(o, top, &all->ceiling_gbs, &all->floor_us)))
             goto out;
     }
     if (o->coll == BENCH_COLL_ALL && o->inplace)

@@ -134,6 +134,13 @@ void bench_print_ceiling(FILE *f, const struct bench_report *rep)
         fprintf(f, "# ceiling: not measured (%s)\n",
                 rep->opts->device != COMM_DEVICE_HOST ? "device buffers"
                                                       : "a child sweep: its launcher measures it");
+    if (rep->floor_us > 0)
+        fprintf(f,
+                "# floor: %.3f us per round (%d threads %s as the ranks, each publishing a "
+                "round number on its own cache line and waiting for all the others': the "
+                "least a call every rank must enter and agree on can take; median of 41 "
+                "batches)\n",
+                rep->floor_us, rep->opts->nranks, rep->opts->no_bind ? "unbound" : "pinned");
 }
 
 void bench_print_header(FILE *f, const struct bench_report *rep)
@@ -375,7 +382,8 @@ static void json_result(FILE *f, const struct bench_report *rep, const struct be
  *   "arcomm_version", "transport", "mode", "nranks", "device", "dtype", "op", "inplace",
  *   "check", "rounds", "time_stat", "busbw_def", "peer": null | "mpi" | "nccl",
  *   "ratio_def", "coll": "allreduce" | ... | "all", "size_def", "root",
- *   "ceiling_gbs": number | null, "ceiling_bytes", "ceiling_def", "traffic_def",
+ *   "ceiling_gbs": number | null, "floor_us": number | null, "floor_def", "ceiling_bytes",
+ *   "ceiling_def", "traffic_def",
  *   "rows": [ { "size", "count", "coll", "op", "arcomm": {iters, time_us, p90_us,
  *   algbw_gbs, busbw_gbs, wrong (null without --check), ceiling_frac (null without a
  *   ceiling)}, "peer": {...} | null, "ratio": number | null } ] }
@@ -421,6 +429,13 @@ int bench_write_json(const char *path, const struct bench_report *rep)
         fprintf(f, "  \"ceiling_gbs\": %.6f,\n", rep->ceiling_gbs);
     else
         fprintf(f, "  \"ceiling_gbs\": null,\n");
+    if (rep->floor_us > 0)
+        fprintf(f, "  \"floor_us\": %.6f,\n", rep->floor_us);
+    else
+        fprintf(f, "  \"floor_us\": null,\n");
+    fprintf(f, "  \"floor_def\": \"threads pinned as the ranks: every one publishes a round "
+               "number on its own cache line and waits for all the others'; microseconds per "
+               "round, median of 41 batches\",\n");
     fprintf(f,
             "  \"ceiling_bytes\": %zu,\n  \"ceiling_def\": \"memcpy with one thread per rank, "
             "all at once, each its own buffers; read + write bytes / time, summed over ranks; "

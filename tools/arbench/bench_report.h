@@ -57,6 +57,7 @@ struct bench_report {
     const char *peer_name; /* NULL: no comparison */
     double ceiling_gbs;    /* the memcpy ceiling (bench_ceiling), 0: not measured */
     size_t ceiling_bytes;  /* its buffer size per rank */
+    double floor_us;       /* the exchange floor (arbench's threads), 0: not measured */
     struct bench_row rows[BENCH_MAX_ROWS];
     size_t nrows;
 };

@@ -16,17 +16,19 @@ comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, 
     bool inline_msg = !narrow && call->addend == NULL && coll_flag_inline(call->count * esize);
     uint32_t slot = inline_msg ? COLL_SLOT_INLINE : call->count ? coll_next_stage_slot(c) : 0;
 
+    struct shm_arrival arrival = coll_arrival_of(call, SHM_PATH_FLAG);
+    arrival.flags = (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u) |
+                    (inline_msg ? SHM_BUF_INLINE : 0u);
+    if (call->addend)
+        arrival.addend_count = call->addend_count;
     if (call->count) {
-        void *mine = coll_flag_data(c, c->rank, slot);
+        /* An inline message is staged here and written to the line with the word. */
+        void *mine = inline_msg ? arrival.data : coll_flag_data(c, c->rank, slot);
         if (narrow)
             coll_f32_to_bf16(mine, call->send, call->count);
         else
             memcpy(mine, call->send, call->count * esize);
     }
-    struct shm_arrival arrival = coll_arrival_of(call, SHM_PATH_FLAG);
-    arrival.flags = (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u) |
-                    (inline_msg ? SHM_BUF_INLINE : 0u);
-    arrival.addend_count = call->addend ? call->addend_count : 0;
     coll_arrive(c, &arrival);
     comm_status_t st = coll_wait_arrivals(c, "allreduce (flag path)");
     if (st != COMM_OK || call->count == 0)

@@ -56,8 +56,12 @@ void coll_arrive(struct comm *c, const struct shm_arrival *mine)
     a->coll = mine->coll;
     a->root = mine->root;
     a->flags = mine->flags;
-    /* An inline message is already in the place of the buffer fields. */
-    if (!(mine->flags & SHM_BUF_INLINE)) {
+    /* An inline message takes the place of the buffer fields; written last before the
+     * word, so that the line is written in one burst (a waiter polling it in between
+     * would take it away from this core and back). */
+    if (mine->flags & SHM_BUF_INLINE) {
+        memcpy(a->data, mine->data, SHM_INLINE_BYTES);
+    } else {
         a->send = mine->send;
         a->recv = mine->recv;
         a->addend = mine->addend;

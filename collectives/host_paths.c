@@ -144,10 +144,11 @@ static comm_status_t run_flag(struct comm *c, const struct coll_call *call,
         coll_host_flag_bytes(call->kind, call->count * rt_dtype_size(call->dtype), c->nranks);
     bool inline_msg = coll_flag_inline(staged);
     uint32_t slot = inline_msg ? COLL_SLOT_INLINE : call->count ? coll_next_stage_slot(c) : 0;
-    if (call->count)
-        algo->flag_stage(c, call, coll_flag_data(c, c->rank, slot));
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_FLAG);
     mine.flags = inline_msg ? SHM_BUF_INLINE : 0u;
+    /* An inline message is staged here and written to the line with the word. */
+    if (call->count)
+        algo->flag_stage(c, call, inline_msg ? mine.data : coll_flag_data(c, c->rank, slot));
     coll_arrive(c, &mine);
     comm_status_t st = coll_wait_arrivals(c, algo->flag_what);
     if (st != COMM_OK || call->count == 0)

@@ -10,12 +10,12 @@
  * and then streaming never starts where it would pay.
  *
  * The measurement: the reduction kernel the collectives use (f32 sum of two sources
- * into one destination, with and without nt_store) over footprints of 2, 4, 8, 16 MiB
- * in one scratch mapping; per
- * footprint a warm-up pass, then two cached and two streaming passes alternated, the
- * best of each kept.  Where streaming never wins up to 16 MiB, the process has at least that much cache and
- * the threshold is capped (coll_nt_auto_threshold), not measured further: faulting in
- * fresh pages for 64 MiB would cost 30 ms on a VM.
+ * into one destination, with and without nt_store) over footprints of 2, 4, 8 and
+ * 16 MiB in one scratch mapping; per footprint a warm-up pass, then two cached and two
+ * streaming passes alternated, the best of each kept.  Where streaming never wins up
+ * to 16 MiB, the process has at least that much cache and the threshold is capped
+ * (coll_nt_auto_threshold), not measured further: faulting in fresh pages for 64 MiB
+ * would cost 30 ms on a VM.
  */
 #include "nt_calibrate.h"
 #include "reduce.h"
@@ -96,8 +96,8 @@ static void calibrate(void)
     /* Three arrays (a, b, dst) of a third of the largest footprint each. */
     size_t third = (COLL_NT_LADDER_MAX / 3) & ~(size_t)4095;
     size_t len = 3 * third;
-    unsigned char *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                              -1, 0);
+    unsigned char *map =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) {
         cal->outcome = COLL_NT_FAILED;
         cal->why = "no memory for the scratch buffers";

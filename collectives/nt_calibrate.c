@@ -45,9 +45,8 @@ size_t coll_nt_pick(const struct coll_nt_sample *samples, int n)
         double rate = cached_rate(&samples[i]);
         peak = rate > peak ? rate : peak;
         bool spilled = rate < COLL_NT_SPILLED * peak;
-        if (!spilled || !coll_nt_stream_wins(&samples[i]))
-            continue;
-        if (i + 1 == n || coll_nt_stream_wins(&samples[i + 1]))
+        bool confirmed = i + 1 == n || coll_nt_stream_wins(&samples[i + 1]);
+        if (spilled && coll_nt_stream_wins(&samples[i]) && confirmed)
             return samples[i].footprint;
     }
     return 0;

@@ -55,18 +55,22 @@ struct coll_nt_calibration {
  * noise between two passes is a few percent. */
 #define COLL_NT_WIN_MARGIN 0.10
 
-/* A rung has spilled out of the cache when its cached passes run below this fraction of
- * the fastest cached rate of the rungs up to it.  Alone, a streaming win is no proof:
- * on the development VM one thread's streaming passes run as fast as its cached ones
- * while everything fits, and a 10% "win" at 8 MiB came and went between runs, while
- * two thread ranks lose 3x streaming at that footprint (docs/perf-nt-notes.md). */
-#define COLL_NT_SPILLED 0.6
+/*
+ * A rung has spilled out of the cache when its cached passes run below this fraction of
+ * the fastest cached rate of the rungs up to it: memory-bound (on the development VM one
+ * thread runs 90-115 GB/s in cache, 23-38 GB/s from memory).  Alone, a streaming win is
+ * no proof: there one thread's streaming passes run as fast as its cached ones while
+ * everything fits, and under load a 10-25% "win" at 8 or 16 MiB, cached at 0.5-0.8 of
+ * its peak, came and went between runs, while two thread ranks lose 2.5-3x streaming
+ * at 16 MiB (docs/perf-nt-notes.md).
+ */
+#define COLL_NT_SPILLED 0.4
 
 /*
  * The rule: the smallest footprint that has spilled out of the cache (COLL_NT_SPILLED)
- * where streaming stores win (by COLL_NT_WIN_MARGIN) and win again at the next footprint
- * measured (one lucky pass is not a crossover); a win at the last rung counts alone.
- * Returns 0 when there is no such footprint.  samples in ascending footprint order.
+ * where streaming stores win (by COLL_NT_WIN_MARGIN) and, unless it is the last rung,
+ * win again at the next footprint (one lucky pass is not a crossover).  Returns 0 when
+ * there is no such footprint.  samples in ascending footprint order.
  */
 size_t coll_nt_pick(const struct coll_nt_sample *samples, int n);
 

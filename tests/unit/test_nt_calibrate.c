@@ -29,14 +29,19 @@ static struct coll_nt_sample rung(size_t mib, double cached_gbps, double stream_
 static void pick_crossover(void **st)
 {
     (void)st;
-    /* In cache up to 4 MiB, then spilled, streaming ahead from 8 MiB on. */
-    struct coll_nt_sample s[] = {rung(2, 100, 60), rung(4, 95, 60), rung(8, 40, 60),
+    /* In cache up to 4 MiB, then memory-bound, streaming ahead from 8 MiB on. */
+    struct coll_nt_sample s[] = {rung(2, 100, 60), rung(4, 95, 60), rung(8, 35, 60),
                                  rung(16, 30, 55)};
     assert_int_equal(coll_nt_pick(s, 4), 8 * MIB);
-    /* Streaming wins at the last rung only: that rung, there is no next one to ask. */
-    struct coll_nt_sample last[] = {rung(2, 100, 60), rung(4, 95, 60), rung(8, 90, 60),
-                                    rung(16, 40, 60)};
-    assert_int_equal(coll_nt_pick(last, 4), 16 * MIB);
+    /* Memory-bound from 4 MiB on: the smallest rung, confirmed by the next. */
+    struct coll_nt_sample small[] = {rung(2, 100, 60), rung(4, 35, 50), rung(8, 33, 50),
+                                     rung(16, 30, 50)};
+    assert_int_equal(coll_nt_pick(small, 4), 4 * MIB);
+    /* The development VM with a 48 MiB copy loop on the other core: memory-bound at the
+     * last rung only, streaming ahead there: that rung, no next one to ask. */
+    struct coll_nt_sample thrashed[] = {rung(2, 86, 71), rung(4, 69, 72), rung(8, 55, 73),
+                                        rung(16, 27, 31)};
+    assert_int_equal(coll_nt_pick(thrashed, 4), 16 * MIB);
 }
 
 static void pick_needs_spill_and_confirmation(void **st)
@@ -47,12 +52,17 @@ static void pick_needs_spill_and_confirmation(void **st)
     struct coll_nt_sample vm[] = {rung(2, 94, 94), rung(4, 87, 93), rung(8, 83, 94),
                                   rung(16, 81, 92)};
     assert_int_equal(coll_nt_pick(vm, 4), 0);
-    /* Spilled at 8 MiB and streaming ahead there, but not at 16 MiB: one lucky rung. */
-    struct coll_nt_sample lucky[] = {rung(2, 100, 60), rung(4, 95, 60), rung(8, 40, 60),
-                                     rung(16, 35, 36)};
+    /* The same VM under load: cached down to 0.53 of its peak at 16 MiB, streaming 25%
+     * ahead there; not memory-bound: no crossover. */
+    struct coll_nt_sample loaded[] = {rung(2, 99, 95), rung(4, 88, 91), rung(8, 78, 93),
+                                      rung(16, 52, 67)};
+    assert_int_equal(coll_nt_pick(loaded, 4), 0);
+    /* Memory-bound at 8 MiB and streaming ahead there, but not at 16 MiB: one lucky rung. */
+    struct coll_nt_sample lucky[] = {rung(2, 100, 60), rung(4, 95, 60), rung(8, 35, 60),
+                                     rung(16, 33, 34)};
     assert_int_equal(coll_nt_pick(lucky, 4), 0);
     /* Ahead by less than the margin: a tie, no crossover. */
-    struct coll_nt_sample tie[] = {rung(2, 100, 60), rung(4, 40, 42), rung(8, 35, 37),
+    struct coll_nt_sample tie[] = {rung(2, 100, 60), rung(4, 35, 37), rung(8, 33, 35),
                                    rung(16, 30, 32)};
     assert_int_equal(coll_nt_pick(tie, 4), 0);
     assert_int_equal(coll_nt_pick(tie, 0), 0);

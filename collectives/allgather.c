@@ -13,6 +13,7 @@
  *            one copy per byte), then waits until every rank is done
  */
 #include "coll.h"
+#include "reduce.h"
 
 #include <string.h>
 
@@ -47,13 +48,16 @@ static comm_status_t direct(struct comm *c, const struct coll_call *call)
         if (out[p] == NULL)
             return COMM_ERR_PEER;
     }
-    /* Starting at the next rank spreads the writers over the outputs. */
+    /* Starting at the next rank spreads the writers over the outputs.  Chunk by chunk
+     * to every output, so that the input is read from memory once; streaming once all
+     * inputs and outputs (n + 1 blocks of every rank) pass the threshold. */
+    void *to[RT_MAX_RANKS];
     for (int i = 0; i < n; i++) {
         int p = (c->rank + 1 + i) % n;
-        char *to = out[p] + (size_t)c->rank * bytes;
-        if (to != call->send)
-            memcpy(to, call->send, bytes);
+        to[i] = out[p] + (size_t)c->rank * bytes;
     }
+    coll_copy_fanout(to, n, call->send, bytes,
+                     coll_host_streams_footprint(&c->knobs, (size_t)(n + 1) * n * bytes));
     return coll_sync(c, "allgather (one-pass path, completion)");
 }
 

@@ -7,6 +7,7 @@
  * peers check it), the bulk handshake's published buffer kinds decide the rest.
  */
 #include "coll.h"
+#include "nt_calibrate.h"
 #include "reduce.h"
 
 #include <unistd.h>
@@ -39,10 +40,10 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
         k->bf16_threshold = RT_SIZE_OFF;
     if (k->nt_threshold == RT_SIZE_AUTO) {
         /* Streaming stores pay once a call's inputs and outputs, all ranks' together,
-         * no longer fit the last-level cache: the outputs would only evict the inputs. */
-        const struct rt_topo_summary *t = topo;
-        size_t llc = t->l3_bytes ? t->l3_bytes : t->l2_bytes ? t->l2_bytes : 8u << 20;
-        k->nt_threshold = llc;
+         * no longer fit the cache this process gets: the outputs would only evict the
+         * inputs.  The point is measured once per process (nt_calibrate.c), capped by
+         * the last-level cache hwloc reports. */
+        k->nt_threshold = coll_nt_auto_threshold(topo, coll_nt_calibration(), NULL);
     }
 }
 

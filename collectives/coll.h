@@ -72,11 +72,17 @@ static inline bool coll_host_flag_path(const struct rt_knobs *k, size_t bytes)
     return k->flag_threshold != RT_SIZE_OFF && bytes <= k->flag_threshold;
 }
 
-/* Does a one-pass bulk call of bytes per rank stream its stores (all nranks' inputs and
- * outputs together reach ARCOMM_NT_THRESHOLD)? */
+/* Does a one-pass bulk call whose inputs and outputs, all ranks' together, come to
+ * footprint bytes stream its stores (footprint reaches ARCOMM_NT_THRESHOLD)? */
+static inline bool coll_host_streams_footprint(const struct rt_knobs *k, size_t footprint)
+{
+    return k->nt_threshold != RT_SIZE_OFF && footprint >= k->nt_threshold;
+}
+
+/* The same for a call of bytes per rank in and out (allreduce: 2 x nranks x bytes). */
 static inline bool coll_host_streams(const struct rt_knobs *k, int nranks, size_t bytes)
 {
-    return k->nt_threshold != RT_SIZE_OFF && 2 * (size_t)nranks * bytes >= k->nt_threshold;
+    return coll_host_streams_footprint(k, 2 * (size_t)nranks * bytes);
 }
 
 /* Which host path a message of bytes (of dtype) takes: "flag" or "bulk". */

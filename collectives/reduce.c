@@ -255,3 +255,17 @@ void coll_reduce(const struct coll_reduce_args *args)
     if (args->nt_store && ops->fence)
         ops->fence();
 }
+
+void coll_copy_fanout(void *const *dst, int ndst, const void *src, size_t bytes, bool nt)
+{
+    const struct coll_reduce_ops *ops = coll_reduce_ops_current();
+    const unsigned char *s = src;
+    for (size_t lo = 0; lo < bytes; lo += COLL_COPY_CHUNK_BYTES) {
+        size_t len = bytes - lo < COLL_COPY_CHUNK_BYTES ? bytes - lo : COLL_COPY_CHUNK_BYTES;
+        for (int j = 0; j < ndst; j++)
+            if (dst[j] != src)
+                ops->copy((unsigned char *)dst[j] + lo, s + lo, len, nt);
+    }
+    if (nt && ops->fence)
+        ops->fence();
+}

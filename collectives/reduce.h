@@ -96,6 +96,15 @@ struct coll_reduce_args {
 void coll_reduce(const struct coll_reduce_args *args);
 
 /*
+ * Copies bytes from src to each of ndst destinations (a destination equal to src is
+ * skipped), chunk by chunk (COLL_COPY_CHUNK_BYTES), so that src is read from memory
+ * once and the later copies of a chunk read it from cache.  With nt, streaming stores,
+ * fenced before the return.  Bit-exact: a byte copy.
+ */
+void coll_copy_fanout(void *const *dst, int ndst, const void *src, size_t bytes, bool nt);
+#define COLL_COPY_CHUNK_BYTES ((size_t)64 << 10)
+
+/*
  * Narrows count f32 values to bf16 (round to nearest even, NaN kept NaN, quiet):
  * the wire format of BF16 narrowing.
  */

@@ -17,7 +17,7 @@ import sys
 
 TOP_KEYS = ['schema', 'arcomm_version', 'build', 'nranks', 'host', 'topology',
             'pci_accelerators', 'cuda', 'hexagon', 'transports', 'transport_pick', 'paths',
-            'collective_paths', 'config', 'unknown_environment']
+            'collective_paths', 'streaming_stores', 'config', 'unknown_environment']
 # The collectives of collective_paths, in their order for each size.
 COLLECTIVES = ['broadcast', 'reduce', 'allgather', 'reduce_scatter', 'alltoall']
 # Those whose flag path stages nranks blocks of the size (their whole sendbuf).
@@ -89,6 +89,30 @@ def run(arinfo, args, extra=None):
     return json.loads(p.stdout.decode('utf-8')), p.stderr.decode('utf-8', 'replace')
 
 
+def check_streaming(d, knob):
+    """streaming_stores: the knob's resolved value and where it came from."""
+    ss = d['streaming_stores']
+    assert set(ss) == {'threshold', 'threshold_bytes', 'source', 'origin', 'calibration'}, ss
+    assert ss['threshold'] == knob['effective'], (ss, knob)
+    assert ss['threshold_bytes'] == size_of(ss['threshold']), ss
+    assert ss['source'] == ('auto' if knob['value'] == 'auto' else 'set'), (ss, knob)
+    cal = ss['calibration']
+    if ss['source'] == 'set':
+        assert ss['origin'] is None and cal is None, ss
+        return
+    assert ss['origin'], ss
+    assert set(cal) == {'outcome', 'crossover_bytes', 'why', 'wall_ms', 'ladder'}, cal
+    assert cal['outcome'] in ('measured', 'no_crossover', 'failed', 'skipped'), cal
+    assert (cal['crossover_bytes'] is not None) == (cal['outcome'] == 'measured'), cal
+    assert (cal['why'] is not None) == (cal['outcome'] == 'failed'), cal
+    ran = cal['outcome'] in ('measured', 'no_crossover')
+    assert (cal['wall_ms'] is not None) == ran and len(cal['ladder']) == (4 if ran else 0), cal
+    for r in cal['ladder']:
+        assert set(r) == {'footprint_bytes', 'cached_gbps', 'streaming_gbps'}, r
+    if cal['outcome'] == 'measured':
+        assert ss['threshold_bytes'] <= cal['crossover_bytes'], ss
+
+
 def walk(node):
     yield node
     for key in ('memory_children', 'children'):
@@ -147,6 +171,7 @@ def check_full(d, this_system):
     assert kinds == sorted(kinds, key=lambda k: k == 'bulk'), kinds
     cfg = {c['name']: c for c in d['config']}
     check_collective_paths(d, size_of(cfg['ARCOMM_FLAG_THRESHOLD']['effective']))
+    check_streaming(d, cfg['ARCOMM_NT_THRESHOLD'])
     for c in d['config']:
         assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'table',
                           'used_by', 'doc'}
@@ -162,8 +187,9 @@ def check_full(d, this_system):
 
 def main():
     arinfo, xml = sys.argv[1], sys.argv[2]
+    # ARINFO_NO_CALIBRATION: the streaming-store threshold from the XML's caches alone.
     extra = {b'ARCOMM_TIMEOUT_MS': b'4321', b'ARCOMM_LOG_FILE': LOG_FILE,
-             b'ARCOMM_BOGUS_KNOB': b'1', b'ARCOMM_RANK': b'0'}
+             b'ARCOMM_BOGUS_KNOB': b'1', b'ARCOMM_RANK': b'0', b'ARINFO_NO_CALIBRATION': b'1'}
     d, err = run(arinfo, ['--topology', xml], extra)
     check_full(d, this_system=False)
     assert d['host'] == {'name': 'golden-host', 'os': 'Linux', 'os_release': '6.1.0-golden',
@@ -191,6 +217,7 @@ def main():
     assert cfg['ARCOMM_FLAG_THRESHOLD']['effective'] not in ('auto', '')
     # The streaming-store threshold follows the XML's 16 MiB L3, not this machine's.
     assert cfg['ARCOMM_NT_THRESHOLD']['effective'] == '16M', cfg['ARCOMM_NT_THRESHOLD']
+    assert d['streaming_stores']['calibration']['outcome'] == 'skipped', d['streaming_stores']
     assert sum(c['source'] == 'environment' for c in d['config']) == 2
     assert d['unknown_environment'] == ['ARCOMM_BOGUS_KNOB'], d['unknown_environment']
     assert 'ARCOMM_BOGUS_KNOB' in err and 'ARCOMM_RANK' not in err, err
@@ -199,12 +226,18 @@ def main():
     d, _ = run(arinfo, [])
     check_full(d, this_system=True)
 
+    # A threshold set wins over the calibration, which then does not run.
+    d, _ = run(arinfo, ['--only', 'config,paths'], {b'ARCOMM_NT_THRESHOLD': b'24M'})
+    assert d['streaming_stores'] == {'threshold': '24M', 'threshold_bytes': 24 << 20,
+                                     'source': 'set', 'origin': None,
+                                     'calibration': None}, d['streaming_stores']
+
     # --no-host and --only narrow the document; the header keys stay.
     d, _ = run(arinfo, ['--topology', xml, '--no-host'])
     assert 'host' not in d and 'config' in d
     d, _ = run(arinfo, ['--topology', xml, '--only', 'pci,paths', '--sizes', '1G', '-n', '4'])
     assert list(d) == ['schema', 'arcomm_version', 'build', 'nranks', 'pci_accelerators',
-                       'paths', 'collective_paths'], list(d)
+                       'paths', 'collective_paths', 'streaming_stores'], list(d)
     assert d['nranks'] == 4 and [p['bytes'] for p in d['paths']] == [1 << 30]
     check_collective_paths(d)
 

@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "coll.h"
 #include "comm_internal.h"
+#include "nt_calibrate.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -346,6 +347,93 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
         json_array_end(js);
 }
 
+static const char *const nt_outcome_names[] = {
+    [COLL_NT_MEASURED] = "measured",
+    [COLL_NT_NO_CROSSOVER] = "no_crossover",
+    [COLL_NT_FAILED] = "failed",
+    [COLL_NT_SKIPPED] = "skipped",
+};
+
+/* GB/s of one calibration pass (bytes read and written over its time). */
+static double nt_gbps(size_t footprint, double ns)
+{
+    return ns > 0 ? (double)footprint / ns : 0;
+}
+
+/*
+ * ARCOMM_NT_THRESHOLD and where its value comes from: set in the environment, or
+ * "auto", then the calibration's result or the last-level cache, and why (text: one
+ * line, and the ladder the calibration measured; JSON: streaming_stores).
+ */
+static void print_streaming(struct arinfo *ai)
+{
+    const struct rt_knobs *k = &ai->resolved;
+    struct json *js = &ai->js;
+    char nt[32], step[32];
+    fmt_threshold(k->nt_threshold, nt, sizeof(nt));
+    bool automatic = ai->knobs.nt_threshold == RT_SIZE_AUTO;
+    const struct coll_nt_calibration *cal = automatic ? coll_nt_calibration() : NULL;
+    const char *origin = NULL;
+    if (cal)
+        (void)coll_nt_auto_threshold(rt_topo_summary(), cal, &origin);
+    bool ran = cal && (cal->outcome == COLL_NT_MEASURED || cal->outcome == COLL_NT_NO_CROSSOVER);
+    if (ai->json) {
+        json_object_begin(js, "streaming_stores");
+        json_string(js, "threshold", nt);
+        if (k->nt_threshold == RT_SIZE_OFF)
+            json_null(js, "threshold_bytes");
+        else
+            json_uint(js, "threshold_bytes", k->nt_threshold);
+        json_string(js, "source", automatic ? "auto" : "set");
+        json_string(js, "origin", origin);
+        if (cal) {
+            json_object_begin(js, "calibration");
+            json_string(js, "outcome", nt_outcome_names[cal->outcome]);
+            if (cal->outcome == COLL_NT_MEASURED)
+                json_uint(js, "crossover_bytes", cal->crossover);
+            else
+                json_null(js, "crossover_bytes");
+            json_string(js, "why", cal->why);
+            if (ran)
+                json_double(js, "wall_ms", cal->wall_ms, 2);
+            else
+                json_null(js, "wall_ms");
+            json_array_begin(js, "ladder");
+            for (int i = 0; i < cal->nsamples; i++) {
+                const struct coll_nt_sample *s = &cal->samples[i];
+                json_object_begin(js, NULL);
+                json_uint(js, "footprint_bytes", s->footprint);
+                json_double(js, "cached_gbps", nt_gbps(s->footprint, s->cached_ns), 2);
+                json_double(js, "streaming_gbps", nt_gbps(s->footprint, s->stream_ns), 2);
+                json_object_end(js);
+            }
+            json_array_end(js);
+            json_object_end(js);
+        } else {
+            json_null(js, "calibration");
+        }
+        json_object_end(js);
+        return;
+    }
+    if (automatic)
+        fprintf(ai->out, "  streaming-store threshold: auto: %s (%s)\n", nt, origin);
+    else
+        fprintf(ai->out, "  streaming-store threshold: set: %s\n", nt);
+    if (cal && cal->outcome == COLL_NT_FAILED)
+        fprintf(ai->out, "  calibration failed: %s\n", cal->why);
+    if (!ran)
+        return;
+    fprintf(ai->out,
+            "  calibration (%.1f ms; GB/s cached / streaming per footprint):", cal->wall_ms);
+    for (int i = 0; i < cal->nsamples; i++) {
+        const struct coll_nt_sample *s = &cal->samples[i];
+        arinfo_fmt_size(s->footprint, step, sizeof(step));
+        fprintf(ai->out, " %s %.1f/%.1f", step, nt_gbps(s->footprint, s->cached_ns),
+                nt_gbps(s->footprint, s->stream_ns));
+    }
+    fputc('\n', ai->out);
+}
+
 void print_paths(struct arinfo *ai)
 {
     const struct rt_knobs *k = &ai->resolved;
@@ -369,6 +457,7 @@ void print_paths(struct arinfo *ai)
                 "bf16 from %s; one-pass calls moving %s or more (all ranks' inputs and outputs) "
                 "use streaming stores\n",
                 flag, flag_threads, bf16, nt);
+        print_streaming(ai);
         fprintf(ai->out, "  %-10s %-12s %-38s %s\n", "SIZE", "F32 AS BF16", "PROCESS RANKS",
                 "THREAD RANKS");
     }
@@ -410,6 +499,8 @@ void print_paths(struct arinfo *ai)
     if (ai->json)
         json_array_end(js);
     print_collective_paths(ai, &threads);
+    if (ai->json)
+        print_streaming(ai);
 }
 
 /* The value as loaded, and as the library will use it (the first backend that reads the

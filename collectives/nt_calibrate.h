@@ -17,14 +17,16 @@
 /* The footprints the calibration tries (all inputs and outputs of one reduction, the
  * measure ARCOMM_NT_THRESHOLD is compared with): 2 MiB doubling up to 16 MiB.  Fresh
  * pages cost the most (2.4 GB/s to fault in on the development VM, see
- * docs/perf-nt-notes.md), so the ladder stops at 16 MiB: about 10 ms once per process. */
+ * docs/PERFORMANCE.md, "the streaming-store threshold from a measurement"), so the ladder stops at
+ * 16 MiB: about 10 ms once per process. */
 #define COLL_NT_LADDER_MIN ((size_t)2 << 20)
 #define COLL_NT_LADDER_MAX ((size_t)16 << 20)
 #define COLL_NT_LADDER_LEN 4
 
 /* The threshold when streaming did not win up to the ladder's top (and the last-level
  * cache is larger): the process gets at least that much cache, and beyond this the
- * one-pass calls measured on the development VM stream faster (docs/perf-nt-notes.md). */
+ * one-pass calls measured on the development VM stream faster (docs/PERFORMANCE.md, "the
+ * streaming-store threshold from a measurement"). */
 #define COLL_NT_UNCROSSED_CAP ((size_t)64 << 20)
 
 /* One rung of the ladder: the best time of a cached-store and of a streaming-store pass. */
@@ -62,7 +64,7 @@ struct coll_nt_calibration {
  * no proof: there one thread's streaming passes run as fast as its cached ones while
  * everything fits, and under load a 10-25% "win" at 8 or 16 MiB, cached at 0.5-0.8 of
  * its peak, came and went between runs, while two thread ranks lose 2.5-3x streaming
- * at 16 MiB (docs/perf-nt-notes.md).
+ * at 16 MiB (docs/PERFORMANCE.md, "the streaming-store threshold from a measurement").
  */
 #define COLL_NT_SPILLED 0.4
 

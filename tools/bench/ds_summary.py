@@ -1,0 +1,92 @@
+# SPDX-License-Identifier: MIT
+"""Summarise tools/bench/ds-compare.sh's runs: DeepSpeed against arcomm per size.
+
+Reads DIR/ds-{inplace,outplace}-R.json (tools/bench/ds_allreduce.py --json) and
+DIR/ar-{inplace,outplace}-R.json (arbench --json), R = 1, 2, ...  Prints one
+markdown table per mode: per size the median over rounds of each side's median
+time (each round's median is per call the slowest rank, median over calls), the
+range over rounds, and ratio = DeepSpeed time / arcomm time (medians over
+rounds), with the range of the per-round ratios (round r against round r).
+Rows under TARGET (default 1.3) are marked.  Plain python3, no packages.
+"""
+
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def load(path, side):
+    with open(path) as f:
+        doc = json.load(f)
+    out = {}
+    for row in doc["rows"]:
+        if side == "ds":
+            out[row["size"]] = (row["time_us"], row["wrong"])
+        else:
+            a = row["arcomm"]
+            out[row["size"]] = (a["time_us"], a["wrong"])
+    return out
+
+
+def human(size):
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= div and size % div == 0:
+            return f"{size // div} {unit}"
+    return f"{size} B"
+
+
+def fmt(us):
+    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
+
+
+def table(outdir, mode, target):
+    ds_files = sorted(glob.glob(os.path.join(outdir, f"ds-{mode}-*.json")))
+    rounds = []
+    for dsf in ds_files:
+        r = dsf.rsplit("-", 1)[1].split(".")[0]
+        arf = os.path.join(outdir, f"ar-{mode}-{r}.json")
+        if os.path.exists(arf):
+            rounds.append((load(dsf, "ds"), load(arf, "ar")))
+    if not rounds:
+        return []
+    sizes = sorted(set.intersection(*(set(d) & set(a) for d, a in rounds)))
+    title = "in place" if mode == "inplace" else "out of place"
+    lines = [f"{title}, {len(rounds)} rounds (µs: median over rounds [min-max]; ratio = DeepSpeed / arcomm)",
+             "",
+             "| size | DeepSpeed µs | arcomm µs | ratio | per-round ratios | #wrong |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    below = []
+    for s in sizes:
+        ds = [d[s][0] for d, _ in rounds]
+        ar = [a[s][0] for _, a in rounds]
+        wrong = sum((d[s][1] or 0) + (a[s][1] or 0) for d, a in rounds)
+        dm, am = statistics.median(ds), statistics.median(ar)
+        ratio = dm / am
+        per = [x / y for x, y in zip(ds, ar)]
+        mark = " **below**" if ratio < target else ""
+        if ratio < target:
+            below.append(f"{human(s)} {ratio:.2f}x")
+        lines.append(f"| {human(s)} | {fmt(dm)} [{fmt(min(ds))}-{fmt(max(ds))}] "
+                     f"| {fmt(am)} [{fmt(min(ar))}-{fmt(max(ar))}] | {ratio:.2f}x{mark} "
+                     f"| {min(per):.2f}-{max(per):.2f} | {wrong} |")
+    lines.append("")
+    lines.append(f"below {target}x: " + (", ".join(below) if below else "none"))
+    lines.append("")
+    return lines
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.stderr.write("usage: ds_summary.py DIR [TARGET]\n")
+        return 2
+    outdir = sys.argv[1]
+    target = float(sys.argv[2]) if len(sys.argv) > 2 else 1.3
+    for mode in ("inplace", "outplace"):
+        print("\n".join(table(outdir, mode, target)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

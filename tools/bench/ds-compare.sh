@@ -6,9 +6,11 @@
 # (default 3) with the two interleaved (DeepSpeed, arcomm, DeepSpeed, arcomm ...; the
 # order flips every other round).  Each run's output and JSON go to OUT (default
 # build/ds-compare); at the end tools/bench/ds_summary.py prints the tables
-# (ratio = DeepSpeed time / arcomm time).  Before every run, `uptime` and the CPU
-# idle share over one second (vmstat) go to OUT/load.txt: a second load on the
-# cores skews either side (the load average counts this script's own 2 ranks too).
+# (ratio = DeepSpeed time / arcomm time).  For every run, OUT/load.txt gets `uptime`
+# and the CPU idle share over one second (vmstat) just before it, and after it the
+# CPU time that other processes took while it ran (all busy time in /proc/stat less
+# the run's own user + sys time), as a share of the cores: a second load on the
+# cores skews either side (the load average counts this script's own ranks too).
 #
 # DS_VENV=DIR names a Python venv with torch and DeepSpeed (required).  The one
 # measured in docs/perf-deepspeed-notes.md (Python 3.11.7, Debian 12, x86-64):
@@ -54,12 +56,33 @@ mkdir -p "$out"
 snap() { # the load just before a run
     { uptime; vmstat 1 2 | awk 'END { print "  cpu idle over 1 s before the run: " $15 "%" }'; } >>"$out/load.txt"
 }
+busy() { # busy jiffies of all cpus so far: not niced (user system irq softirq steal), niced
+    awk '/^cpu / { print $2 + $4 + $7 + $8 + $9, $3; exit }' /proc/stat
+}
+timed() { # command...: run it, then log the share of the cores others took meanwhile
+    local b0 b1 tf
+    tf=$(mktemp)
+    b0=$(busy)
+    local rc=0
+    /usr/bin/time -f '%e %U %S' -o "$tf" "$@" || rc=$?
+    b1=$(busy)
+    # nice does not shield the run from niced work in another session when the
+    # kernel groups tasks by session (sched_autogroup), so both count as others
+    awk -v b0="$b0" -v b1="$b1" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" '{
+        split(b0, x, " "); split(b1, y, " ")
+        other = (y[1] - x[1]) / hz - $2 - $3; if (other < 0) other = 0
+        niced = (y[2] - x[2]) / hz
+        printf "  wall %.1f s, own cpu %.1f s, others %.1f s + niced %.1f s (%.0f%% of %d cores)\n",
+            $1, $2 + $3, other, niced, 100 * (other + niced) / ($1 * n), n }' "$tf" >>"$out/load.txt"
+    rm -f "$tf"
+    return "$rc"
+}
 ds() { # mode round
     local flag=()
     [[ $1 == outplace ]] && flag=(--outplace)
     echo "== round $2: DeepSpeed $1" | tee -a "$out/load.txt"
     snap
-    "$py" tools/bench/ds_allreduce.py -n 2 -b 4 -e 64M -f 4 "${flag[@]}" \
+    timed "$py" tools/bench/ds_allreduce.py -n 2 -b 4 -e 64M -f 4 "${flag[@]}" \
         --json "$out/ds-$1-$2.json" >"$out/ds-$1-$2.txt" 2>&1 ||
         { cat "$out/ds-$1-$2.txt"; return 1; }
     grep -v '^W[0-9]' "$out/ds-$1-$2.txt" | grep -v 'built successfully' || true
@@ -69,7 +92,7 @@ ar() { # mode round
     [[ $1 == inplace ]] && flag=(--inplace)
     echo "== round $2: arcomm $1" | tee -a "$out/load.txt"
     snap
-    "$arbench" -n 2 --procs -b 4 -e 64M -f 4 --check "${flag[@]}" \
+    timed "$arbench" -n 2 --procs -b 4 -e 64M -f 4 --check "${flag[@]}" \
         --json "$out/ar-$1-$2.json" | tee "$out/ar-$1-$2.txt"
 }
 

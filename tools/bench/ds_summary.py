@@ -7,14 +7,39 @@ markdown table per mode: per size the median over rounds of each side's median
 time (each round's median is per call the slowest rank, median over calls), the
 range over rounds, and ratio = DeepSpeed time / arcomm time (medians over
 rounds), with the range of the per-round ratios (round r against round r).
-Rows under TARGET (default 1.3) are marked.  Plain python3, no packages.
+Rows under TARGET (default 1.3) are marked.  With MAX_OTHERS (a percentage), only
+the rounds whose two runs both saw other processes take at most that share of the
+cores (DIR/load.txt) count.  Plain python3, no packages.
+
+usage: ds_summary.py DIR [TARGET [MAX_OTHERS]]
 """
 
 import glob
 import json
 import os
+import re
 import statistics
 import sys
+
+
+def others_share(outdir):
+    """{(side, mode, round): percent of the cores other processes took during the run}"""
+    shares = {}
+    key = None
+    try:
+        with open(os.path.join(outdir, "load.txt")) as f:
+            for line in f:
+                m = re.match(r"== round (\d+): (DeepSpeed|arcomm) (\w+)", line)
+                if m:
+                    key = ("ds" if m[2] == "DeepSpeed" else "ar", m[3], m[1])
+                    continue
+                m = re.search(r"\((\d+)% of \d+ cores\)", line)
+                if m and key:
+                    shares[key] = int(m[1])
+                    key = None
+    except FileNotFoundError:
+        pass
+    return shares
 
 
 def load(path, side):
@@ -41,19 +66,27 @@ def fmt(us):
     return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
 
 
-def table(outdir, mode, target):
+def table(outdir, mode, target, max_others=None):
     ds_files = sorted(glob.glob(os.path.join(outdir, f"ds-{mode}-*.json")))
+    shares = others_share(outdir)
     rounds = []
+    kept = []
     for dsf in ds_files:
         r = dsf.rsplit("-", 1)[1].split(".")[0]
         arf = os.path.join(outdir, f"ar-{mode}-{r}.json")
-        if os.path.exists(arf):
-            rounds.append((load(dsf, "ds"), load(arf, "ar")))
+        if not os.path.exists(arf):
+            continue
+        sd, sa = shares.get(("ds", mode, r)), shares.get(("ar", mode, r))
+        if max_others is not None and (sd is None or sa is None or max(sd, sa) > max_others):
+            continue
+        rounds.append((load(dsf, "ds"), load(arf, "ar")))
+        kept.append(f"{r} ({sd}%/{sa}%)" if sd is not None else r)
     if not rounds:
-        return []
+        return [f"{mode}: no rounds" + (f" with others <= {max_others}%" if max_others is not None else ""), ""]
     sizes = sorted(set.intersection(*(set(d) & set(a) for d, a in rounds)))
     title = "in place" if mode == "inplace" else "out of place"
     lines = [f"{title}, {len(rounds)} rounds (µs: median over rounds [min-max]; ratio = DeepSpeed / arcomm)",
+             "rounds (share of the cores others took, DeepSpeed run/arcomm run): " + ", ".join(kept),
              "",
              "| size | DeepSpeed µs | arcomm µs | ratio | per-round ratios | #wrong |",
              "| ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -83,8 +116,9 @@ def main():
         return 2
     outdir = sys.argv[1]
     target = float(sys.argv[2]) if len(sys.argv) > 2 else 1.3
+    max_others = float(sys.argv[3]) if len(sys.argv) > 3 else None
     for mode in ("inplace", "outplace"):
-        print("\n".join(table(outdir, mode, target)))
+        print("\n".join(table(outdir, mode, target, max_others)))
     return 0
 
 

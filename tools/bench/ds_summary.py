@@ -12,6 +12,10 @@ the rounds whose two runs both saw other processes take at most that share of th
 cores (DIR/load.txt) count.  Plain python3, no packages.
 
 usage: ds_summary.py DIR [TARGET [MAX_OTHERS]]
+       ds_summary.py --by-state DIR... : the runs of all DIRs pooled, unpaired, split
+           by the VM's state during each sweep, told by its smallest size's time: fast
+           when within 6% of the least over all runs of that side and mode, else slow
+           (a sweep that flips state midway is classed by its start)
 """
 
 import glob
@@ -110,7 +114,52 @@ def table(outdir, mode, target, max_others=None):
     return lines
 
 
+def by_state(dirs, target):
+    runs = {}  # (side, mode) -> [{size: (us, wrong)}]
+    for d in dirs:
+        for side in ("ds", "ar"):
+            for mode in ("inplace", "outplace"):
+                for f in sorted(glob.glob(os.path.join(d, f"{side}-{mode}-*.json"))):
+                    runs.setdefault((side, mode), []).append(load(f, side))
+    lines = []
+    for mode in ("inplace", "outplace"):
+        classed = {}
+        for side in ("ds", "ar"):
+            rs = runs.get((side, mode), [])
+            if not rs:
+                continue
+            small = min(rs[0])
+            least = min(r[small][0] for r in rs)
+            for r in rs:
+                state = "fast" if r[small][0] <= 1.06 * least else "slow"
+                classed.setdefault((side, state), []).append(r)
+        title = "in place" if mode == "inplace" else "out of place"
+        for state in ("fast", "slow"):
+            ds, ar = classed.get(("ds", state), []), classed.get(("ar", state), [])
+            if not ds or not ar:
+                lines += [f"{title}, {state} state: DeepSpeed {len(ds)} runs, arcomm {len(ar)} runs", ""]
+                continue
+            sizes = sorted(set.intersection(*(set(r) for r in ds + ar)))
+            lines += [f"{title}, {state} state: DeepSpeed {len(ds)} runs, arcomm {len(ar)} runs "
+                      "(µs: median over runs [min-max]; ratio = DeepSpeed / arcomm)", "",
+                      "| size | DeepSpeed µs | arcomm µs | ratio |", "| ---: | ---: | ---: | ---: |"]
+            below = []
+            for s_ in sizes:
+                dv, av = [r[s_][0] for r in ds], [r[s_][0] for r in ar]
+                ratio = statistics.median(dv) / statistics.median(av)
+                mark = " **below**" if ratio < target else ""
+                if ratio < target:
+                    below.append(f"{human(s_)} {ratio:.2f}x")
+                lines.append(f"| {human(s_)} | {fmt(statistics.median(dv))} [{fmt(min(dv))}-{fmt(max(dv))}] "
+                             f"| {fmt(statistics.median(av))} [{fmt(min(av))}-{fmt(max(av))}] | {ratio:.2f}x{mark} |")
+            lines += ["", f"below {target}x: " + (", ".join(below) if below else "none"), ""]
+    return lines
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--by-state":
+        print("\n".join(by_state(sys.argv[2:], 1.3)))
+        return 0
     if len(sys.argv) < 2:
         sys.stderr.write("usage: ds_summary.py DIR [TARGET]\n")
         return 2

@@ -11,7 +11,7 @@ Rows under TARGET (default 1.3) are marked.  With MAX_OTHERS (a percentage), onl
 the rounds whose two runs both saw other processes take at most that share of the
 cores (DIR/load.txt) count.  Plain python3, no packages.
 
-usage: ds_summary.py DIR [TARGET [MAX_OTHERS]]
+usage: ds_summary.py DIR... [TARGET [MAX_OTHERS]]   (the rounds of all DIRs together)
        ds_summary.py --by-state DIR... : the runs of all DIRs pooled, unpaired, split
            by the VM's state during each sweep, told by its smallest size's time: fast
            when within 6% of the least over all runs of that side and mode, else slow
@@ -70,11 +70,20 @@ def fmt(us):
     return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
 
 
-def table(outdir, mode, target, max_others=None):
-    ds_files = sorted(glob.glob(os.path.join(outdir, f"ds-{mode}-*.json")))
-    shares = others_share(outdir)
+def table(outdirs, mode, target, max_others=None):
     rounds = []
     kept = []
+    for outdir in outdirs:
+        for line in paired(outdir, mode, max_others):
+            rounds.append(line[0])
+            kept.append(line[1] if len(outdirs) == 1 else f"{os.path.basename(outdir.rstrip('/'))}:{line[1]}")
+    return render(rounds, kept, mode, target, max_others)
+
+
+def paired(outdir, mode, max_others):
+    ds_files = sorted(glob.glob(os.path.join(outdir, f"ds-{mode}-*.json")))
+    shares = others_share(outdir)
+    out = []
     for dsf in ds_files:
         r = dsf.rsplit("-", 1)[1].split(".")[0]
         arf = os.path.join(outdir, f"ar-{mode}-{r}.json")
@@ -83,8 +92,11 @@ def table(outdir, mode, target, max_others=None):
         sd, sa = shares.get(("ds", mode, r)), shares.get(("ar", mode, r))
         if max_others is not None and (sd is None or sa is None or max(sd, sa) > max_others):
             continue
-        rounds.append((load(dsf, "ds"), load(arf, "ar")))
-        kept.append(f"{r} ({sd}%/{sa}%)" if sd is not None else r)
+        out.append(((load(dsf, "ds"), load(arf, "ar")), f"{r} ({sd}%/{sa}%)" if sd is not None else r))
+    return out
+
+
+def render(rounds, kept, mode, target, max_others):
     if not rounds:
         return [f"{mode}: no rounds" + (f" with others <= {max_others}%" if max_others is not None else ""), ""]
     sizes = sorted(set.intersection(*(set(d) & set(a) for d, a in rounds)))
@@ -163,11 +175,12 @@ def main():
     if len(sys.argv) < 2:
         sys.stderr.write("usage: ds_summary.py DIR [TARGET]\n")
         return 2
-    outdir = sys.argv[1]
-    target = float(sys.argv[2]) if len(sys.argv) > 2 else 1.3
-    max_others = float(sys.argv[3]) if len(sys.argv) > 3 else None
+    dirs = [a for a in sys.argv[1:] if os.path.isdir(a)]
+    nums = [float(a) for a in sys.argv[1:] if not os.path.isdir(a)]
+    target = nums[0] if nums else 1.3
+    max_others = nums[1] if len(nums) > 1 else None
     for mode in ("inplace", "outplace"):
-        print("\n".join(table(outdir, mode, target, max_others)))
+        print("\n".join(table(dirs, mode, target, max_others)))
     return 0
 
 

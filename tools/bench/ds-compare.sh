@@ -6,7 +6,9 @@
 # (default 3) with the two interleaved (DeepSpeed, arcomm, DeepSpeed, arcomm ...; the
 # order flips every other round).  Each run's output and JSON go to OUT (default
 # build/ds-compare); at the end tools/bench/ds_summary.py prints the tables
-# (ratio = DeepSpeed time / arcomm time).  For every run, OUT/load.txt gets `uptime`
+# (ratio = DeepSpeed time / arcomm time), over all rounds and split by the VM's fast
+# and slow states (ds_summary.py says how it tells them apart); it also takes
+# several OUT folders, to pool the rounds of several sittings.  For every run, OUT/load.txt gets `uptime`
 # and the CPU idle share over one second (vmstat) just before it, and after it the
 # CPU time that other processes took while it ran (all busy time in /proc/stat less
 # the run's own user + sys time), as a share of the cores: a second load on the
@@ -110,4 +112,11 @@ done
 snap
 
 echo
-python3 tools/bench/ds_summary.py "$out" | tee "$out/summary.md"
+{
+    echo "## All rounds, paired"
+    echo
+    python3 tools/bench/ds_summary.py "$out"
+    echo "## By the VM's state (runs pooled)"
+    echo
+    python3 tools/bench/ds_summary.py --by-state "$out"
+} | tee "$out/summary.md"

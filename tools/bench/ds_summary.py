@@ -13,9 +13,11 @@ cores (DIR/load.txt) count.  Plain python3, no packages.
 
 usage: ds_summary.py DIR... [TARGET [MAX_OTHERS]]   (the rounds of all DIRs together)
        ds_summary.py --by-state DIR... : the runs of all DIRs pooled, unpaired, split
-           by the VM's state during each sweep, told by its smallest size's time: fast
-           when within 6% of the least over all runs of that side and mode, else slow
-           (a sweep that flips state midway is classed by its start)
+           by the VM's state during each sweep, told by its time at 64 KiB (2-2.5x
+           apart in the two states on either side; the smallest size's where the
+           sweep lacks 64 KiB): the runs of one side and mode sorted by it, split at
+           the widest gap (a step of 3% at least), fast below and slow above (a sweep
+           that flips state midway is classed by where it was at 64 KiB)
 """
 
 import glob
@@ -126,6 +128,19 @@ def render(rounds, kept, mode, target, max_others):
     return lines
 
 
+STATE_SIZE = 64 << 10  # the size whose time tells the state: 2-2.5x apart in the two
+
+
+def split_point(ts):
+    """The value below the widest gap of the sorted times, when that gap is a step of
+    at least 3%; else the largest (all runs in one state)."""
+    best, cut = 0.0, ts[-1]
+    for lo, hi in zip(ts, ts[1:]):
+        if hi - lo > best and hi >= 1.03 * lo:
+            best, cut = hi - lo, lo
+    return cut
+
+
 def by_state(dirs, target):
     runs = {}  # (side, mode) -> [{size: (us, wrong)}]
     for d in dirs:
@@ -140,10 +155,10 @@ def by_state(dirs, target):
             rs = runs.get((side, mode), [])
             if not rs:
                 continue
-            small = min(rs[0])
-            least = min(r[small][0] for r in rs)
+            small = STATE_SIZE if all(STATE_SIZE in r for r in rs) else min(rs[0])
+            cut = split_point(sorted(r[small][0] for r in rs))
             for r in rs:
-                state = "fast" if r[small][0] <= 1.06 * least else "slow"
+                state = "fast" if r[small][0] <= cut else "slow"
                 classed.setdefault((side, state), []).append(r)
         title = "in place" if mode == "inplace" else "out of place"
         for state in ("fast", "slow"):

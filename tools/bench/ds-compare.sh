@@ -15,7 +15,7 @@
 # cores skews either side (the load average counts this script's own ranks too).
 #
 # DS_VENV=DIR names a Python venv with torch and DeepSpeed (required).  The one
-# measured in docs/perf-deepspeed-notes.md (Python 3.11.7, Debian 12, x86-64):
+# measured in docs/PERFORMANCE.md ("against DeepSpeed") (Python 3.11.7, Debian 12, x86-64):
 #   python3 -m venv /work/venv-ds
 #   /work/venv-ds/bin/pip install --upgrade pip
 #   /work/venv-ds/bin/pip install torch==2.15.0 numpy ninja py-cpuinfo psutil packaging wheel

@@ -107,6 +107,14 @@ procs)
     # shellcheck disable=SC2086
     run "procs" --procs -n 2 --coll all $small --csv "$dir/procs.csv"
     rows "$dir/procs.csv" 30
+    # Buffers from comm_mem_alloc: the one-pass paths between processes, checked.
+    # shellcheck disable=SC2086
+    run "procs, segment buffers" --procs -n 2 --coll all --mem-alloc $small \
+        --json "$dir/seg.json" --csv "$dir/seg.csv"
+    rows "$dir/seg.csv" 30
+    grep -q "buffers: comm_mem_alloc" "$dir/out" || { echo "--mem-alloc: not in the header"; bad=1; }
+    grep -q '"buffers": "comm_mem_alloc"' "$dir/seg.json" ||
+        { echo "--mem-alloc: not in the JSON"; bad=1; }
     ;;
 mpi)
     if ! command -v mpirun >/dev/null 2>&1 || [ ! -x "$bindir/arbench-mpi" ]; then

@@ -72,6 +72,9 @@ static const char usage[] =
     "  --iters N          timed calls per size (default: ~0.2 s worth, 20..10000)\n"
     "  --warmup N         untimed calls first (default 10% of iters, at least 5)\n"
     "  --rounds R         run the sweeps R times, report the median (default 1)\n"
+    "  --mem-alloc        the buffers under test from comm_mem_alloc (host): process ranks\n"
+    "                     reach each other's and take the one-pass paths\n"
+    "                     (ARCOMM_MEM_POOL_BYTES is set to fit the largest size unless set)\n"
     "  --no-bind          let ranks float; by default each rank gets its own core,\n"
     "                     round robin (threads here, arrun --bind core, mpirun's\n"
     "                     default binding): unbound ranks may share a core and wait\n"
@@ -207,6 +210,31 @@ static int open_device(comm_device_t kind, int ordinal, struct bench_device *out
     fprintf(stderr, "arbench: device %s: this arbench has no buffer backend for it\n",
             bench_device_name(kind));
     return BENCH_EXIT_USAGE;
+}
+
+/* --mem-alloc: the buffers under test come from the communicator's segment, where
+ * process ranks reach each other's (the one-pass paths). */
+static int seg_alloc(void *ctx, size_t bytes, void **ptr)
+{
+    comm_t *comm = ctx;
+    comm_status_t st = comm_mem_alloc(comm, bytes ? bytes : 64, ptr);
+    if (st != COMM_OK) {
+        fprintf(stderr, "arbench: --mem-alloc: %s\n", comm_last_error(comm));
+        return -1;
+    }
+    return 0;
+}
+
+static void seg_free(void *ctx, void *ptr)
+{
+    comm_mem_free(ctx, ptr);
+}
+
+static void use_segment(struct bench_device *dev, comm_t *comm)
+{
+    dev->alloc = seg_alloc;
+    dev->free = seg_free;
+    dev->ctx = comm;
 }
 
 /* What main refuses before any rank starts, so that each mistake is said once. */
@@ -460,6 +488,8 @@ static void *thr_main(void *arg)
         if (st != COMM_OK)
             thr_fail(sh, init_failed(st));
         actx.comm = comm;
+        if (o->mem_alloc)
+            use_segment(&dev, comm);
     }
     struct bench_sync sync = {.reduce = thr_reduce, .same_bytes = thr_same_bytes, .ctx = t};
     struct bench_rank r = {.rank = t->rank,
@@ -741,6 +771,8 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     }
     struct bench_report *rep = calloc(1, sizeof(*rep));
     size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&opts, sizes, BENCH_MAX_SIZES);
+    if (opts.mem_alloc)
+        use_segment(&dev, tested);
     struct arcomm_ctx actx = {.comm = tested, .stream = device_stream(&dev)};
     struct bench_coll coll = arcomm_coll(&actx);
     struct bench_sync sync = {.reduce = bench_comm_reduce, .same_bytes = NULL, .ctx = comm};
@@ -975,6 +1007,18 @@ int main(int argc, char **argv)
     }
     if ((rc = check_device(o.device)))
         return rc;
+    if (o.mem_alloc && o.device != COMM_DEVICE_HOST) {
+        fprintf(stderr, "arbench: --mem-alloc: comm_mem_alloc gives host buffers; leave out "
+                        "--device or use --device host\n");
+        return BENCH_EXIT_USAGE;
+    }
+    if (o.mem_alloc && getenv("ARCOMM_MEM_POOL_BYTES") == NULL) {
+        /* Room for the largest row's send and receive buffers (and the check's), every
+         * rank alike; the children of --procs inherit it. */
+        char pool[32];
+        snprintf(pool, sizeof(pool), "%zu", 4 * o.max_bytes + ((size_t)16 << 20));
+        setenv("ARCOMM_MEM_POOL_BYTES", pool, 1);
+    }
     struct arcomm_ctx none = {0};
     struct bench_coll have = arcomm_coll(&none);
     for (int c = 0; c < BENCH_NCOLLS; c++) {

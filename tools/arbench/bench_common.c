@@ -185,6 +185,7 @@ enum {
     OPT_ROUNDS,
     OPT_CSV_STDOUT,
     OPT_NO_BIND,
+    OPT_MEM_ALLOC,
     OPT_VERSION,
     OPT_COLL,
 };
@@ -209,6 +210,7 @@ static const struct option long_opts[] = {
     {"rounds", required_argument, NULL, OPT_ROUNDS},
     {"csv-stdout", no_argument, NULL, OPT_CSV_STDOUT},
     {"no-bind", no_argument, NULL, OPT_NO_BIND},
+    {"mem-alloc", no_argument, NULL, OPT_MEM_ALLOC},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {"coll", required_argument, NULL, OPT_COLL},
@@ -309,6 +311,9 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
         case OPT_NO_BIND:
             o->no_bind = true;
             break;
+        case OPT_MEM_ALLOC:
+            o->mem_alloc = true;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 1;
@@ -370,6 +375,8 @@ int bench_sweep_args(const struct bench_opts *o, char **argv, char *buf, size_t 
         ADD("--inplace");
     if (o->check)
         ADD("--check");
+    if (o->mem_alloc)
+        ADD("--mem-alloc");
     if (o->iters > 0) {
         ADD("--iters");
         ADD("%d", o->iters);

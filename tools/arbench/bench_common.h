@@ -60,6 +60,7 @@ struct bench_opts {
     const char *plot_path; /* --plot */
     bool csv_stdout;       /* --csv-stdout: machine output for a parent arbench */
     bool no_bind;          /* --no-bind: ranks float (default: one core each) */
+    bool mem_alloc;        /* --mem-alloc: buffers from comm_mem_alloc (host) */
 };
 
 /* What one size measured; identical on every rank once bench_run_size returns. */

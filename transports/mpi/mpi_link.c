@@ -60,6 +60,7 @@ comm_status_t mpi_link_error(struct comm *c, int err, const char *call)
 comm_status_t mpi_link_wait(struct comm *c, MPI_Request *reqs, int n, uint64_t deadline,
                             bool abortable, const char *what)
 {
+    uint64_t start = 0, now = 0;
     for (unsigned polls = 0;; polls++) {
         int done = 0;
         int err = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
@@ -74,7 +75,12 @@ comm_status_t mpi_link_wait(struct comm *c, MPI_Request *reqs, int n, uint64_t d
             return COMM_ERR_ABORTED;
         }
         /* A clock reading costs more than a poll: read it every 64 polls. */
-        if ((polls & 63) == 63 && rt_passed(deadline, rt_now_ns())) {
+        if ((polls & 63) != 63)
+            continue;
+        now = rt_now_ns();
+        if (start == 0)
+            start = now;
+        if (rt_passed(deadline, now)) {
             rt_error(c, COMM_ERR_TIMEOUT,
                      "rank %d: timed out after %ld ms in %s (call %u): a rank of another host "
                      "did not arrive (it may not have made this call, or it is stuck or dead); "
@@ -83,13 +89,14 @@ comm_status_t mpi_link_wait(struct comm *c, MPI_Request *reqs, int n, uint64_t d
                      c->rank, c->timeout_ms, what, c->seq);
             return COMM_ERR_TIMEOUT;
         }
-        /* Oversubscribed hosts (more ranks than cores) need the peers to run. */
-        if (polls >= 256) {
-            struct timespec ts = {0, polls >= 4096 ? 50000 : 0};
-            if (ts.tv_nsec)
-                nanosleep(&ts, NULL);
-            else
-                sched_yield();
+        /* MPI's nonblocking collectives progress only inside MPI calls: keep polling,
+         * yielding the core (oversubscribed hosts need the peers to run), and sleep
+         * only once a wait has lasted long enough to be a late peer, not a transfer. */
+        if (now - start > 20000000ull) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        } else {
+            sched_yield();
         }
     }
 }

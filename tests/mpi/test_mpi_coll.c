@@ -214,9 +214,10 @@ int main(int argc, char **argv)
         fail("barrier", COMM_U8, COMM_SUM, 0, comm_last_error(g_comm));
 
     /* About a million elements: the large paths and the segmented MPI steps. */
-    t_allreduce(COMM_F32, COMM_SUM, BIG, seed++, false);
-    t_allreduce(COMM_BF16, COMM_SUM, BIG, seed++, false);
-    t_allreduce(COMM_I32, COMM_MAX, BIG, seed++, true);
+    static const comm_dtype_t big_types[] = {COMM_F32, COMM_F64, COMM_I32, COMM_BF16};
+    for (size_t d = 0; d < sizeof(big_types) / sizeof(big_types[0]); d++)
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+            t_allreduce(big_types[d], ops[o], BIG, seed++, d == 2);
     t_reduce(COMM_F64, COMM_SUM, BIG, seed++);
     t_reduce_scatter(COMM_F32, COMM_PROD, BIG / (size_t)g_size, seed++);
     t_broadcast(COMM_F64, BIG, seed++);

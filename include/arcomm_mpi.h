@@ -17,7 +17,7 @@ extern "C" {
  * Collective over mpi_comm: an arcomm communicator over all its ranks, on any number of
  * hosts.  cfg may be NULL; its nranks, rank and id are ignored (taken from mpi_comm).
  * Ranks keep their MPI rank.  Every collective of arcomm works on it (host buffers;
- * comm_allreduce_add, comm_split and comm_dup return COMM_ERR_UNSUPPORTED).
+ * comm_allreduce_add too; comm_split and comm_dup return COMM_ERR_UNSUPPORTED).
  *
  * The ranks of one host (MPI_COMM_TYPE_SHARED, or every ARCOMM_MPI_RANKS_PER_HOST
  * consecutive ranks when that knob is set) form an intra-host arcomm communicator;

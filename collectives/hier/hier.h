@@ -85,5 +85,8 @@ comm_status_t hier_barrier(struct comm *c);
 comm_dtype_t hier_work_dtype(comm_dtype_t dtype);
 void hier_widen(const void *src, comm_dtype_t dtype, void *dst, size_t n);
 void hier_narrow(const void *src, comm_dtype_t dtype, void *dst, size_t n, int divisor);
+/* work[i] += addend[i % addend_count] for n elements of the work dtype of dtype, the
+ * addend in dtype (f16, bf16 widened; integers wrap). */
+void hier_add(void *work, comm_dtype_t dtype, const void *addend, size_t addend_count, size_t n);
 
 #endif /* ARCOMM_HIER_H */

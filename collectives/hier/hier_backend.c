@@ -17,13 +17,15 @@ enum {
     D_DTYPE,
     D_OP,
     D_ROOT,
+    D_ADDEND, /* comm_allreduce_add's addend_count, 0 for every other call */
     D_FIELDS, /* each field travels as v and as -v: MAX of both says min and max */
     D_NEG_STATUS = 2 * D_FIELDS,
     D_FAILED_RANK,
     D_LEN,
 };
 
-static const char *const field_name[D_FIELDS] = {"collective", "count", "dtype", "op", "root"};
+static const char *const field_name[D_FIELDS] = {"collective", "count", "dtype",
+                                                 "op",         "root",  "addend_count"};
 
 const char *hier_kind_name(enum coll_kind kind)
 {
@@ -64,8 +66,9 @@ static comm_status_t exchange(struct comm *c, const int64_t *fields, comm_status
 
 comm_status_t hier_begin(struct comm *c, const struct coll_call *call, uint64_t deadline)
 {
-    int64_t fields[D_FIELDS] = {call->kind, (int64_t)call->count, call->dtype, call->op,
-                                call->root};
+    int64_t fields[D_FIELDS] = {
+        call->kind, (int64_t)call->count, call->dtype,
+        call->op,   call->root,           call->addend != NULL ? (int64_t)call->addend_count : 0};
     if (!coll_kind_reduces(call->kind))
         fields[D_OP] = 0;
     int64_t out[D_LEN];
@@ -234,7 +237,7 @@ const struct backend_ops hier_backend = {
     .resolve_knobs = NULL,
     .validate = hier_validate,
     .allreduce = hier_allreduce,
-    .allreduce_add = NULL,
+    .allreduce_add = hier_allreduce,
     .barrier = hier_barrier,
     .broadcast = hier_broadcast,
     .reduce = hier_reduce,

@@ -74,3 +74,57 @@ void hier_narrow(const void *src, comm_dtype_t dtype, void *dst, size_t n, int d
         memcpy(dst, src, n * rt_dtype_size(dtype));
     }
 }
+
+/* One addend element of dtype, widened to f32 (f16, bf16). */
+static float half_at(const void *addend, comm_dtype_t dtype, size_t i)
+{
+    if (dtype == COMM_BF16)
+        return bf16_to_f32(((const uint16_t *)addend)[i]);
+    return (float)((const _Float16 *)addend)[i];
+}
+
+#define HIER_ADD_INT(T)                                                                            \
+    do {                                                                                           \
+        T *w = work;                                                                               \
+        const T *a = addend;                                                                       \
+        for (size_t i = 0; i < n; i++)                                                             \
+            w[i] = (T)(w[i] + a[i % addend_count]);                                                \
+    } while (0)
+
+void hier_add(void *work, comm_dtype_t dtype, const void *addend, size_t addend_count, size_t n)
+{
+    switch (dtype) {
+    case COMM_F16:
+    case COMM_BF16: {
+        float *w = work;
+        for (size_t i = 0; i < n; i++)
+            w[i] += half_at(addend, dtype, i % addend_count);
+        break;
+    }
+    case COMM_F32: {
+        float *w = work;
+        const float *a = addend;
+        for (size_t i = 0; i < n; i++)
+            w[i] += a[i % addend_count];
+        break;
+    }
+    case COMM_F64: {
+        double *w = work;
+        const double *a = addend;
+        for (size_t i = 0; i < n; i++)
+            w[i] += a[i % addend_count];
+        break;
+    }
+    case COMM_I8:
+    case COMM_U8:
+        HIER_ADD_INT(uint8_t); /* wrapping: the same bits for signed and unsigned */
+        break;
+    case COMM_I32:
+    case COMM_U32:
+        HIER_ADD_INT(uint32_t);
+        break;
+    default: /* I64, U64 */
+        HIER_ADD_INT(uint64_t);
+        break;
+    }
+}

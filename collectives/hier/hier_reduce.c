@@ -7,7 +7,9 @@
  * network at once), allgather within the host.  The order of every sum is fixed by the
  * host layout: the host's ranks in rank order, then the hosts as MPI combines them,
  * the same on every rank.  f16 and bf16 reduce in f32 and round once at the end.
- * comm_reduce and comm_reduce_scatter are this allreduce with a part of the result kept
+ * comm_allreduce_add is this allreduce with the rank's addend added to the sum in the
+ * work dtype before the one rounding.  comm_reduce and comm_reduce_scatter are this
+ * allreduce with a part of the result kept
  * (simple, and the same bits as allreduce; their traffic is allreduce's).
  */
 #include "hier_inter.h"
@@ -108,9 +110,12 @@ comm_status_t hier_allreduce(struct comm *c, const struct coll_call *call)
         return st;
     void *work;
     st = reduce_all(c, call->send, call->count, call->dtype, call->op, deadline, &work);
-    if (st == COMM_OK)
-        hier_narrow(work, call->dtype, call->recv, call->count, divisor(c, call->op));
-    return st;
+    if (st != COMM_OK)
+        return st;
+    if (call->addend != NULL)
+        hier_add(work, call->dtype, call->addend, call->addend_count, call->count);
+    hier_narrow(work, call->dtype, call->recv, call->count, divisor(c, call->op));
+    return COMM_OK;
 }
 
 comm_status_t hier_reduce(struct comm *c, const struct coll_call *call)

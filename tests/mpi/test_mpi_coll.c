@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Every collective of a communicator made by comm_init_mpi, started by mpirun: f32, f64,
+ * Every collective of a communicator made by comm_init_mpi (comm_allreduce_add too),
+ * started by mpirun: f32, f64,
  * i32, bf16, f16 and u8 (reductions: sum, max, prod; min and avg once), counts 0, 1, a
  * prime and about a million, random inputs, float64 references, every output element
  * checked, outputs poisoned first, and reductions, broadcasts and allgathers compared
@@ -81,6 +82,30 @@ static void t_allreduce(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed, 
     same_bits("allreduce", recv, n * es, dt, op, n);
     if (!in_place)
         free(recv);
+    free(send);
+}
+
+/* A sum plus this rank's own addend: a residual (ac == n) or a bias row (ac divides n). */
+static void t_allreduce_add(comm_dtype_t dt, size_t n, size_t ac, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt);
+    void *send = poisoned(n * es), *recv = poisoned(n * es), *add = poisoned(ac * es);
+    mc_fill(send, n, seed, g_rank, dt, COMM_SUM, 0);
+    mc_fill(add, ac, seed + 1000003, g_rank, dt, COMM_SUM, 0);
+    comm_status_t st = comm_allreduce_add(g_comm, send, recv, add, ac, n, dt, NULL);
+    for (size_t i = 0; st == COMM_OK && i < n; i++) {
+        double sumabs, ref = mc_reduce_ref(seed, g_size, i, dt, COMM_SUM, &sumabs);
+        double a = mc_load(add, i % ac, dt), got = mc_load(recv, i, dt);
+        if (!mc_close(got, ref + a, sumabs + (a < 0 ? -a : a), dt, COMM_SUM)) {
+            char why[128];
+            snprintf(why, sizeof(why), "element %zu is %.9g, expected %.9g", i, got, ref + a);
+            fail("allreduce_add", dt, COMM_SUM, n, why);
+            break;
+        }
+    }
+    call_ok(st, "allreduce_add", dt, COMM_SUM, n);
+    free(add);
+    free(recv);
     free(send);
 }
 
@@ -204,6 +229,13 @@ int main(int argc, char **argv)
     t_allreduce(COMM_BF16, COMM_AVG, 97, seed++, false);
     t_allreduce(COMM_I32, COMM_MIN, 97, seed++, false);
     t_allreduce(COMM_F64, COMM_SUM, 97, seed++, true);
+    static const comm_dtype_t add_types[] = {COMM_F32, COMM_BF16, COMM_F64, COMM_I32};
+    for (size_t d = 0; d < sizeof(add_types) / sizeof(add_types[0]); d++) {
+        t_allreduce_add(add_types[d], 97, 97, seed++);
+        t_allreduce_add(add_types[d], 96, 8, seed++);
+        t_allreduce_add(add_types[d], 0, 1, seed++);
+    }
+    t_allreduce_add(COMM_F32, BIG - 1, 4, seed++);
     for (size_t d = 0; d < sizeof(red_types) / sizeof(red_types[0]); d++)
         for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
             t_broadcast(red_types[d], counts[k], seed++);

@@ -81,6 +81,9 @@ static void t_mismatch(int what)
     } else if (what == 2) {
         name = "mismatch (root of broadcast)";
         st = comm_broadcast(c, send, recv, N, COMM_F32, odd ? 0 : g_size - 1, NULL);
+    } else if (what == 3) {
+        name = "mismatch (addend_count of allreduce_add)";
+        st = comm_allreduce_add(c, send, recv, send, odd ? 1 : N, N, COMM_F32, NULL);
     } else {
         name = "mismatch (collective)";
         st = odd ? comm_allgather(c, send, recv, N, COMM_F32, NULL)
@@ -181,7 +184,7 @@ int main(int argc, char **argv)
     char before[256][96];
     int nbefore = mc_shm_list(before, 256);
 
-    for (int what = 0; what < 4; what++) {
+    for (int what = 0; what < 5; what++) {
         t_mismatch(what);
         MPI_Barrier(MPI_COMM_WORLD);
     }

@@ -5,6 +5,7 @@
  */
 #include "comm_internal.h"
 #include "id.h"
+#include "rt_hooks.h"
 #include "shm/shm.h"
 
 #include <errno.h>
@@ -80,7 +81,7 @@ static bool config_identifiable(const comm_config_t *cfg)
  */
 static void init_failure_publish(const comm_config_t *cfg, long timeout_ms, comm_status_t status)
 {
-    if (!config_identifiable(cfg))
+    if (cfg == NULL || !config_identifiable(cfg))
         return;
     if (timeout_ms == 0)
         timeout_ms = 120000;
@@ -153,7 +154,13 @@ static comm_status_t check_config(const comm_config_t *cfg, char *why, size_t le
     return COMM_OK;
 }
 
-ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
+/*
+ * comm_init's work.  forced: the backend a library layered on this one (libarcomm_mpi)
+ * made ready, with its state in xport (no pick, no segment); its failures are not
+ * published through the segment, since the caller agrees on them with its peers.
+ */
+static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg,
+                               const struct backend_ops *forced, void *xport)
 {
     char why[RT_ERRMSG_BYTES];
     rt_init_error_clear();
@@ -165,14 +172,17 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
     comm_status_t status = check_config(cfg, why, sizeof(why));
     if (status != COMM_OK) {
         rt_init_error(NULL, status, "comm_init: %s", why);
-        init_failure_publish(cfg, 0, status);
+        if (forced == NULL)
+            init_failure_publish(cfg, 0, status);
         return status;
     }
+    /* A forced backend's peers learn of a failure from its caller, not the segment. */
+    const comm_config_t *pub = forced == NULL ? cfg : NULL;
 
     struct comm *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         rt_init_error(NULL, COMM_ERR_NOMEM, "comm_init: rank %d: out of memory", cfg->rank);
-        init_failure_publish(cfg, cfg->timeout_ms, COMM_ERR_NOMEM);
+        init_failure_publish(pub, cfg->timeout_ms, COMM_ERR_NOMEM);
         return COMM_ERR_NOMEM;
     }
     c->rank = cfg->rank;
@@ -186,7 +196,7 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
         status = rt_knobs_check(&c->knobs, c->nranks, why, sizeof(why));
     if (status != COMM_OK) {
         rt_init_error(NULL, status, "comm_init: rank %d: %s", c->rank, why);
-        init_failure_publish(cfg, cfg->timeout_ms, status);
+        init_failure_publish(pub, cfg->timeout_ms, status);
         goto err_free;
     }
     if (cfg->timeout_ms != 0) {
@@ -210,18 +220,20 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
                           "a file, or unset it to log to stderr",
                           c->rank, path, logwhy);
             status = COMM_ERR_INVALID;
-            init_failure_publish(cfg, c->timeout_ms, status);
+            init_failure_publish(pub, c->timeout_ms, status);
             goto err_free;
         }
         c->log_owned = true;
     }
 
     struct transport_probe probe = {.nranks = c->nranks, .device = c->device};
-    c->ops = rt_backend_pick(&probe, c->knobs.transport, why, sizeof(why));
+    c->ops =
+        forced != NULL ? forced : rt_backend_pick(&probe, c->knobs.transport, why, sizeof(why));
+    c->xport = xport;
     if (c->ops == NULL) {
         status = c->knobs.transport[0] ? COMM_ERR_INVALID : COMM_ERR_UNSUPPORTED;
         rt_init_error(&c->knobs, status, "comm_init: rank %d: %s", c->rank, why);
-        init_failure_publish(cfg, c->timeout_ms, status);
+        init_failure_publish(pub, c->timeout_ms, status);
         goto err_log;
     }
 
@@ -237,7 +249,7 @@ ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
         /* A transport that failed before it reached the segment (a CUDA device it
          * cannot use, a Hexagon knob out of range) has told nobody yet. */
         if (!atomic_load(&c->published))
-            init_failure_publish(cfg, c->timeout_ms, status);
+            init_failure_publish(pub, c->timeout_ms, status);
         goto err_log;
     }
     if (c->ops->resolve_knobs != NULL)
@@ -255,6 +267,26 @@ err_log:
 err_free:
     free(c);
     return status;
+}
+
+ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
+{
+    return init_with(comm, cfg, NULL, NULL);
+}
+
+ARCOMM_HOOK comm_status_t rt_hook_init_backend(comm_t **comm, const comm_config_t *cfg,
+                                               const struct backend_ops *ops, void *xport)
+{
+    if (ops == NULL) {
+        rt_init_error(NULL, COMM_ERR_INVALID, "rt_hook_init_backend: ops is NULL");
+        return COMM_ERR_INVALID;
+    }
+    return init_with(comm, cfg, ops, xport);
+}
+
+ARCOMM_HOOK void rt_hook_init_error(const char *msg)
+{
+    rt_init_error_quiet("%s", msg);
 }
 
 /* Parses a non-negative decimal integer environment variable. */

@@ -210,6 +210,16 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
     comm_status_t st = rt_call_usable(c, fn);
     if (st != COMM_OK)
         return st;
+    if (c->shm == NULL) {
+        /* A communicator without a segment (comm_init_mpi's, over several hosts) has no
+         * arrival words for the handshakes; every rank of it answers alike. */
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: %s: the %s communicator has no shared segment to split through: "
+                 "split its MPI communicator (MPI_Comm_split) and call comm_init_mpi on the "
+                 "result; this communicator stays usable",
+                 c->rank, fn, c->ops->name);
+        return COMM_ERR_UNSUPPORTED;
+    }
     if (newcomm == NULL) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank %d: %s: newcomm is NULL; pass the address of a comm_t * to receive the "

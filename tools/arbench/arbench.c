@@ -17,6 +17,7 @@
  */
 #include "bench_common.h"
 #include "bench_launch.h"
+#include "bench_multihost.h"
 #include "bench_report.h"
 
 #include <errno.h>
@@ -45,7 +46,7 @@ static const char usage[] =
     "usage: arbench [--coll COLL] [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR]\n"
     "               [-d DTYPE] [-o OP] [--inplace] [--check] [--iters N] [--warmup N]\n"
     "               [--rounds R] [--no-bind] [--device host|cuda] [--compare mpi|nccl]\n"
-    "               [--csv FILE] [--json FILE] [--plot FILE.png]\n"
+    "               [--csv FILE] [--json FILE] [--plot FILE.png] [--mpi]\n"
     "Times arcomm's collectives over a sweep of sizes, like nccl-tests' *_perf.\n"
     "  --coll COLL        allreduce (default) broadcast reduce allgather reduce_scatter\n"
     "                     alltoall, or all: each in turn, one table each (alltoall is left\n"
@@ -53,6 +54,9 @@ static const char usage[] =
     "  -n, --nranks N     ranks (default 2): threads of this process, or with --procs\n"
     "                     processes started through arrun\n"
     "  --procs            process ranks (arbench re-launches itself as arrun -n N arbench)\n"
+    "  --mpi              started by mpirun (mpirun -np N arbench --mpi ...): one rank a\n"
+    "                     process, over comm_init_mpi (several hosts); with --compare mpi\n"
+    "                     the same processes time MPI's collectives too (builds with MPI)\n"
     "  -b, -e SIZE        first and last size in bytes (default 4 and 64M; K, M, G\n"
     "                     suffixes are powers of 1024), as nccl-tests counts it: allreduce,\n"
     "                     broadcast, reduce count*esize per rank; allgather the receive\n"
@@ -183,6 +187,17 @@ static struct bench_coll arcomm_coll(struct arcomm_ctx *x)
         .ctx = x,
     };
 }
+
+#if ARBENCH_HAVE_MPI
+/* arbench --mpi: the collectives over a communicator of comm_init_mpi (host buffers). */
+static struct arcomm_ctx mpi_actx;
+static struct bench_coll coll_of_comm(comm_t *comm)
+{
+    mpi_actx.comm = comm;
+    mpi_actx.stream = NULL;
+    return arcomm_coll(&mpi_actx);
+}
+#endif
 
 /*
  * The buffer backend of one rank: host memory, or (CUDA builds) the device memory of the
@@ -1004,6 +1019,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "arbench: -n %d: a communicator has at most %d ranks (COMM_MAX_RANKS)\n",
                 o.nranks, COMM_MAX_RANKS);
         return BENCH_EXIT_USAGE;
+    }
+    if (o.mpi) {
+#if ARBENCH_HAVE_MPI
+        return bench_mpi_main(&o, argc, argv, coll_of_comm);
+#else
+        fprintf(stderr, "arbench: --mpi needs a build with MPI (libarcomm_mpi)\n");
+        return BENCH_EXIT_USAGE;
+#endif
     }
     if ((rc = check_device(o.device)))
         return rc;

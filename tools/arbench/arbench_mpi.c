@@ -19,6 +19,7 @@
  */
 #include "bench_common.h"
 #include "bench_report.h"
+#include "mpi_peer.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -39,144 +40,6 @@ static const char usage[] =
     "arbench's sweep of one collective through Open MPI (see arbench -h): --coll\n"
     "allreduce (default) broadcast reduce allgather reduce_scatter alltoall.\n"
     "  --csv-stdout   only the CSV of the sweep on stdout (what arbench reads)\n";
-
-/* The user op of f16/bf16: the dtype and op it serves are set before each sweep. */
-static comm_dtype_t half_dtype;
-static comm_op_t half_op;
-
-static void half_op_fn(void *in, void *inout, int *len, MPI_Datatype *type)
-{
-    (void)type;
-    bench_half_reduce(inout, in, (size_t)*len, half_dtype, half_op);
-}
-
-struct mpi_ctx {
-    MPI_Datatype type;
-    MPI_Op op;
-    int rank;
-    size_t esize;
-};
-
-static int mpi_failed(int err, const char *what, size_t count)
-{
-    if (err == MPI_SUCCESS)
-        return 0;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(err, msg, &len);
-    fprintf(stderr, "arbench-mpi: %s(count %zu) failed: %s\n", what, count, msg);
-    return -1;
-}
-
-/* MPI counts are int; arbench's sizes stay far below, but say so rather than wrap. */
-static int too_big(size_t count, size_t per)
-{
-    if (count <= (size_t)INT_MAX / (per ? per : 1))
-        return 0;
-    fprintf(stderr, "arbench-mpi: count %zu is beyond MPI's int counts\n", count);
-    return -1;
-}
-
-/* In place is MPI_IN_PLACE, as an MPI application would call it. */
-static int coll_allreduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                          comm_op_t op)
-{
-    struct mpi_ctx *m = ctx;
-    (void)dtype;
-    (void)op;
-    if (too_big(count, 1))
-        return -1;
-    return mpi_failed(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, m->type,
-                                    m->op, MPI_COMM_WORLD),
-                      "MPI_Allreduce", count);
-}
-
-static int coll_broadcast(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                          int root)
-{
-    struct mpi_ctx *m = ctx;
-    (void)dtype;
-    if (too_big(count, 1))
-        return -1;
-    if (m->rank == root && send != recv)
-        memcpy(recv, send, count * m->esize);
-    return mpi_failed(MPI_Bcast(recv, (int)count, m->type, root, MPI_COMM_WORLD), "MPI_Bcast",
-                      count);
-}
-
-static int coll_reduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                       comm_op_t op, int root)
-{
-    struct mpi_ctx *m = ctx;
-    (void)dtype;
-    (void)op;
-    if (too_big(count, 1))
-        return -1;
-    const void *s = m->rank == root && send == recv ? MPI_IN_PLACE : send;
-    return mpi_failed(MPI_Reduce(s, recv, (int)count, m->type, m->op, root, MPI_COMM_WORLD),
-                      "MPI_Reduce", count);
-}
-
-static int coll_allgather(void *ctx, const void *send, void *recv, size_t sendcount,
-                          comm_dtype_t dtype)
-{
-    struct mpi_ctx *m = ctx;
-    (void)dtype;
-    int size;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (too_big(sendcount, (size_t)size))
-        return -1;
-    /* arcomm's in-place form: sendbuf is this rank's block of recvbuf. */
-    const void *s =
-        (const char *)send == (const char *)recv + (size_t)m->rank * sendcount * m->esize
-            ? MPI_IN_PLACE
-            : send;
-    return mpi_failed(
-        MPI_Allgather(s, (int)sendcount, m->type, recv, (int)sendcount, m->type, MPI_COMM_WORLD),
-        "MPI_Allgather", sendcount);
-}
-
-static int coll_reduce_scatter(void *ctx, const void *send, void *recv, size_t recvcount,
-                               comm_dtype_t dtype, comm_op_t op)
-{
-    struct mpi_ctx *m = ctx;
-    (void)dtype;
-    (void)op;
-    int size;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (too_big(recvcount, (size_t)size))
-        return -1;
-    /* arcomm's in-place form (recvbuf is block rank of sendbuf) is MPI's MPI_IN_PLACE on
-     * the whole buffer, whose result lands at its start (bench_rank.rs_inplace_at_start). */
-    if ((const char *)recv == (const char *)send + (size_t)m->rank * recvcount * m->esize)
-        return mpi_failed(MPI_Reduce_scatter_block(MPI_IN_PLACE, (void *)send, (int)recvcount,
-                                                   m->type, m->op, MPI_COMM_WORLD),
-                          "MPI_Reduce_scatter_block", recvcount);
-    return mpi_failed(
-        MPI_Reduce_scatter_block(send, recv, (int)recvcount, m->type, m->op, MPI_COMM_WORLD),
-        "MPI_Reduce_scatter_block", recvcount);
-}
-
-static int coll_alltoall(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype)
-{
-    struct mpi_ctx *m = ctx;
-    (void)dtype;
-    int size;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (too_big(count, (size_t)size))
-        return -1;
-    return mpi_failed(
-        MPI_Alltoall(send, (int)count, m->type, recv, (int)count, m->type, MPI_COMM_WORLD),
-        "MPI_Alltoall", count);
-}
-
-static int sync_mpi(void *ctx, void *vals, size_t n, enum bench_red red)
-{
-    (void)ctx;
-    MPI_Datatype t = red == BENCH_MAX_F64 ? MPI_DOUBLE : MPI_INT64_T;
-    MPI_Op op = red == BENCH_SUM_I64 ? MPI_SUM : red == BENCH_MIN_I64 ? MPI_MIN : MPI_MAX;
-    return MPI_Allreduce(MPI_IN_PLACE, vals, (int)n, t, op, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
-}
 
 int main(int argc, char **argv)
 {
@@ -221,24 +84,9 @@ int main(int argc, char **argv)
     o.nranks = size;
     o.device = COMM_DEVICE_HOST;
 
-    static const MPI_Datatype types[] = {
-        [COMM_F32] = MPI_FLOAT,    [COMM_F16] = MPI_UINT16_T, [COMM_BF16] = MPI_UINT16_T,
-        [COMM_F64] = MPI_DOUBLE,   [COMM_I32] = MPI_INT32_T,  [COMM_I64] = MPI_INT64_T,
-        [COMM_I8] = MPI_INT8_T,    [COMM_U8] = MPI_UINT8_T,   [COMM_U32] = MPI_UINT32_T,
-        [COMM_U64] = MPI_UINT64_T,
-    };
-    struct mpi_ctx m = {.type = types[o.dtype], .rank = rank, .esize = bench_dtype_size(o.dtype)};
+    struct mpi_peer m;
+    mpi_peer_init(&m, o.dtype, o.op, rank);
     bool half = o.dtype == COMM_F16 || o.dtype == COMM_BF16;
-    if (half) {
-        half_dtype = o.dtype;
-        half_op = o.op;
-        MPI_Op_create(half_op_fn, 1, &m.op);
-    } else {
-        m.op = o.op == COMM_SUM    ? MPI_SUM
-               : o.op == COMM_PROD ? MPI_PROD
-               : o.op == COMM_MAX  ? MPI_MAX
-                                   : MPI_MIN;
-    }
 
     struct bench_report *rep = calloc(1, sizeof(*rep));
     if (!rep) {
@@ -246,14 +94,8 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, BENCH_EXIT_FAIL);
     }
     size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&o, sizes, BENCH_MAX_SIZES);
-    struct bench_coll coll = {.allreduce = coll_allreduce,
-                              .broadcast = coll_broadcast,
-                              .reduce = coll_reduce,
-                              .allgather = coll_allgather,
-                              .reduce_scatter = coll_reduce_scatter,
-                              .alltoall = coll_alltoall,
-                              .ctx = &m};
-    struct bench_sync sync = {.reduce = sync_mpi, .same_bytes = NULL, .ctx = NULL};
+    struct bench_coll coll = mpi_peer_coll(&m);
+    struct bench_sync sync = mpi_peer_sync();
     struct bench_rank r = {.rank = rank,
                            .nranks = size,
                            .opts = &o,
@@ -303,8 +145,7 @@ int main(int argc, char **argv)
             (o.plot_path && bench_plot(o.plot_path, rep)))
             rc = BENCH_EXIT_FAIL;
     }
-    if (half)
-        MPI_Op_free(&m.op);
+    mpi_peer_fini(&m);
     free(rep);
     MPI_Finalize();
     return rc;

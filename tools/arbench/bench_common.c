@@ -188,6 +188,7 @@ enum {
     OPT_MEM_ALLOC,
     OPT_VERSION,
     OPT_COLL,
+    OPT_MPI,
 };
 
 static const struct option long_opts[] = {
@@ -214,6 +215,7 @@ static const struct option long_opts[] = {
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {"coll", required_argument, NULL, OPT_COLL},
+    {"mpi", no_argument, NULL, OPT_MPI},
     {NULL, 0, NULL, 0},
 };
 
@@ -238,6 +240,9 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
             break;
         case OPT_PROCS:
             o->procs = true;
+            break;
+        case OPT_MPI:
+            o->mpi = true;
             break;
         case 'b':
             if (bench_parse_size(optarg, &o->min_bytes))

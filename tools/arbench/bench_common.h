@@ -43,6 +43,7 @@ struct bench_opts {
     int nranks;                /* -n: ranks (threads, or processes with --procs) */
     enum bench_coll_kind coll; /* --coll (default allreduce) */
     bool procs;                /* --procs: process ranks under arrun */
+    bool mpi;                  /* --mpi: process ranks started by mpirun, comm_init_mpi */
     size_t min_bytes;          /* -b: first size (bench_coll_bytes: nccl-tests' size) */
     size_t max_bytes;          /* -e: last size */
     double factor;             /* -f: each size is the previous one times this */

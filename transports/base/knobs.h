@@ -79,7 +79,9 @@ enum rt_knob_source {
     X(YIELD_NS, RT_KNOB_INT, "1000000", yield_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                 \
       "after spinning, sched_yield for this long before sleeping on a futex")                      \
     X(NUMA, RT_KNOB_BOOL, "1", numa, 0, 0, 0,                                                      \
-      "bind each rank's staging memory to the NUMA node of the rank that writes it")
+      "bind each rank's staging memory to the NUMA node of the rank that writes it")               \
+    X(MPI_RANKS_PER_HOST, RT_KNOB_INT, "0", mpi_ranks_per_host, 0, RT_KNOB_NOMAX, 0,               \
+      "comm_init_mpi: every N consecutive ranks form one host (0 = MPI's shared-memory split)")
 
 /* The shm segment's and the host paths' knobs (the host backend's; the Hexagon backend's
  * segment reads the slot and the arena too).  The slot's lower bound depends on nranks:
@@ -163,6 +165,7 @@ struct rt_knobs {
     long spin_ns;                    /* busy-poll this long before yielding */
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */
+    long mpi_ranks_per_host;         /* comm_init_mpi: ranks per host, 0 = MPI's split */
     /* RT_KNOBS_CUDA, as set (collectives/cuda/backend.c resolves them into its own
      * struct cuda_knobs). */
     struct rt_knobs_cuda {

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The hierarchical backend: a communicator over the ranks of several hosts, made by
+ * comm_init_mpi.  It wraps an intra-host arcomm communicator (the ranks of this host,
+ * over the usual transports) and the MPI communicators of the inter-host steps
+ * (transports/mpi).  Every call starts with one descriptor exchange over all ranks
+ * (what each rank calls, and its status), so that a disagreement is COMM_ERR_MISMATCH
+ * on every rank before any output is written and a rank that failed before the call
+ * reaches everyone; every inter-host step after it carries each rank's status too.
+ * docs/multihost.md has the algorithms and their cost.
+ */
+#ifndef ARCOMM_HIER_H
+#define ARCOMM_HIER_H
+
+#include "backend.h"
+#include "mpi/mpi_link.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* At or above this many bytes (of the widened dtype) an allreduce takes the
+ * reduce-scatter / per-slice allreduce / allgather scheme, where hosts are equal. */
+#define HIER_LARGE_BYTES (64u * 1024u)
+/* The inter-host steps move data in segments of this many bytes (256 KiB beat 1 and
+ * 4 MiB for 1 MiB allreduces here, docs/multihost.md), up to
+ * HIER_SEGS_IN_FLIGHT of them at once (every one a nonblocking MPI call). */
+#define HIER_SEG_BYTES      (1u << 18)
+#define HIER_SEGS_IN_FLIGHT 4
+
+struct hier_comm {
+    struct backend_ops ops; /* hier_backend, named after both levels */
+    char name[32];          /* "shm+mpi" */
+    comm_t *intra;          /* the ranks of this host */
+    struct mpi_link link;
+    int local, nlocal; /* this rank's index on its host, the host's rank count */
+    int host, nhosts;  /* this rank's host (its leader's rank among the leaders) */
+    bool equal;        /* every host has nlocal ranks */
+    /* Per rank of the communicator: its host, local index, rank in its slice. */
+    int *host_of, *local_of, *slice_rank_of;
+    int *host_size, *host_off; /* per host: ranks, first index in host-grouped order */
+    uint32_t desc_seq;         /* the call whose descriptor went out last */
+    bool desc_sent;            /* desc_seq is meaningful */
+    void *scratch[2];          /* grown on demand, freed by teardown */
+    size_t scratch_bytes[2];
+};
+
+static inline struct hier_comm *hier_of(struct comm *c)
+{
+    return (struct hier_comm *)c->xport;
+}
+
+/* The backend (hier_backend.c): comm_init_mpi fills a hier_comm and hands this table,
+ * renamed, to libarcomm. */
+extern const struct backend_ops hier_backend;
+
+/*
+ * The descriptor exchange at the start of call c->seq over every rank: status OK and
+ * call's (collective, count, dtype, op, root).  COMM_ERR_MISMATCH on every rank when
+ * they differ, COMM_ERR_PEER when a rank came with a failure.
+ */
+comm_status_t hier_begin(struct comm *c, const struct coll_call *call, uint64_t deadline);
+
+/* "allreduce", "broadcast", ... for messages (libarcomm's table is its own). */
+const char *hier_kind_name(enum coll_kind kind);
+
+/* Breaks the intra-host communicator (its ranks, blocked or not, return COMM_ERR_PEER):
+ * how a failure this rank learned in MPI reaches the rest of its host. */
+void hier_break_intra(struct hier_comm *h, const char *msg, bool in_call);
+
+/* Scratch buffer i of at least bytes (NULL and an error on c when out of memory). */
+void *hier_scratch(struct comm *c, int i, size_t bytes);
+
+/* The collectives (hier_reduce.c, hier_move.c). */
+comm_status_t hier_allreduce(struct comm *c, const struct coll_call *call);
+comm_status_t hier_reduce(struct comm *c, const struct coll_call *call);
+comm_status_t hier_reduce_scatter(struct comm *c, const struct coll_call *call);
+comm_status_t hier_broadcast(struct comm *c, const struct coll_call *call);
+comm_status_t hier_allgather(struct comm *c, const struct coll_call *call);
+comm_status_t hier_alltoall(struct comm *c, const struct coll_call *call);
+comm_status_t hier_barrier(struct comm *c);
+
+/* hier_convert.c: the dtype reductions run in (f16, bf16: f32; the others: themselves),
+ * and the conversions into and out of it.  hier_widen: n elements of dtype at src
+ * into wd at dst.  hier_narrow: back, dividing by divisor first when it is > 1 (AVG). */
+comm_dtype_t hier_work_dtype(comm_dtype_t dtype);
+void hier_widen(const void *src, comm_dtype_t dtype, void *dst, size_t n);
+void hier_narrow(const void *src, comm_dtype_t dtype, void *dst, size_t n, int divisor);
+/* work[i] += addend[i % addend_count] for n elements of the work dtype of dtype, the
+ * addend in dtype (f16, bf16 widened; integers wrap). */
+void hier_add(void *work, comm_dtype_t dtype, const void *addend, size_t addend_count, size_t n);
+
+#endif /* ARCOMM_HIER_H */

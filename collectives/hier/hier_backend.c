@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The hierarchical backend's table and what every call shares: the descriptor
+ * exchange, how a failure reaches the other ranks, scratch memory, teardown.
+ */
+#include "hier.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The descriptor: what each rank calls, and its status (one MPI_Iallreduce, MAX). */
+enum {
+    D_KIND,
+    D_COUNT,
+    D_DTYPE,
+    D_OP,
+    D_ROOT,
+    D_ADDEND, /* comm_allreduce_add's addend_count, 0 for every other call */
+    D_FIELDS, /* each field travels as v and as -v: MAX of both says min and max */
+    D_NEG_STATUS = 2 * D_FIELDS,
+    D_FAILED_RANK,
+    D_LEN,
+};
+
+static const char *const field_name[D_FIELDS] = {"collective", "count", "dtype",
+                                                 "op",         "root",  "addend_count"};
+
+const char *hier_kind_name(enum coll_kind kind)
+{
+    static const char *const names[COLL_KIND_END] = {
+        [COLL_ALLREDUCE] = "allreduce",
+        [COLL_BROADCAST] = "broadcast",
+        [COLL_REDUCE] = "reduce",
+        [COLL_ALLGATHER] = "allgather",
+        [COLL_REDUCE_SCATTER] = "reduce_scatter",
+        [COLL_ALLTOALL] = "alltoall",
+        [COLL_BARRIER] = "barrier",
+        [COLL_SPLIT] = "split",
+    };
+    return kind >= COLL_ALLREDUCE && kind < COLL_KIND_END ? names[kind] : "?";
+}
+
+/* The exchange itself: every rank of the communicator, bounded by deadline. */
+static comm_status_t exchange(struct comm *c, const int64_t *fields, comm_status_t mine,
+                              uint64_t deadline, int64_t *out)
+{
+    struct hier_comm *h = hier_of(c);
+    int64_t in[D_LEN];
+    for (int i = 0; i < D_FIELDS; i++) {
+        in[i] = fields[i];
+        in[D_FIELDS + i] = -fields[i];
+    }
+    in[D_NEG_STATUS] = -(int64_t)mine;
+    in[D_FAILED_RANK] = mine == COMM_OK ? -1 : c->rank;
+    h->desc_seq = c->seq;
+    h->desc_sent = true;
+    MPI_Request req;
+    int err = MPI_Iallreduce(in, out, D_LEN, MPI_INT64_T, MPI_MAX, h->link.world, &req);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(c, err, "MPI_Iallreduce (call descriptor)");
+    /* A failing rank still completes it (past an abort too): the peers need its part. */
+    return mpi_link_wait(c, &req, 1, deadline, mine == COMM_OK, "the call descriptor exchange");
+}
+
+comm_status_t hier_begin(struct comm *c, const struct coll_call *call, uint64_t deadline)
+{
+    int64_t fields[D_FIELDS] = {
+        call->kind, (int64_t)call->count, call->dtype,
+        call->op,   call->root,           call->addend != NULL ? (int64_t)call->addend_count : 0};
+    if (!coll_kind_reduces(call->kind))
+        fields[D_OP] = 0;
+    int64_t out[D_LEN];
+    comm_status_t st = exchange(c, fields, COMM_OK, deadline, out);
+    if (st != COMM_OK)
+        return st;
+    if (out[D_NEG_STATUS] != 0) {
+        comm_status_t theirs = (comm_status_t)(-out[D_NEG_STATUS]);
+        rt_error(c, COMM_ERR_PEER,
+                 "rank %d: rank %lld failed before call %u (%s); see that rank's "
+                 "comm_last_error",
+                 c->rank, (long long)out[D_FAILED_RANK], c->seq, comm_status_string(theirs));
+        return COMM_ERR_PEER;
+    }
+    for (int i = 0; i < D_FIELDS; i++) {
+        int64_t hi = out[i], lo = -out[D_FIELDS + i];
+        if (hi == lo)
+            continue;
+        rt_error(c, COMM_ERR_MISMATCH,
+                 "rank %d: ranks disagree on the %s of call %u (this rank: %s with %s %lld; "
+                 "others pass %s from %lld to %lld): every rank must make the same calls with "
+                 "the same count, dtype, op and root",
+                 c->rank, field_name[i], c->seq, hier_kind_name(call->kind), field_name[i],
+                 (long long)fields[i], field_name[i], (long long)lo, (long long)hi);
+        return COMM_ERR_MISMATCH;
+    }
+    return COMM_OK;
+}
+
+void hier_break_intra(struct hier_comm *h, const char *msg, bool in_call)
+{
+    struct comm *in = h->intra;
+    if (in == NULL)
+        return;
+    atomic_store(&in->aborted, 1);
+    in->ops->publish_failure(in, COMM_ERR_PEER, msg, in_call);
+    in->ops->wake(in);
+}
+
+void *hier_scratch(struct comm *c, int i, size_t bytes)
+{
+    struct hier_comm *h = hier_of(c);
+    if (bytes <= h->scratch_bytes[i])
+        return h->scratch[i];
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes) != 0) {
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %zu bytes of scratch", c->rank,
+                 bytes);
+        return NULL;
+    }
+    free(h->scratch[i]);
+    h->scratch[i] = p;
+    h->scratch_bytes[i] = bytes;
+    return p;
+}
+
+/*
+ * A failure of this rank (rt_break, in the calling thread): when it came before this
+ * call's descriptor went out (a bad argument, an abort seen at entry), the descriptor
+ * goes out now with the failure, so the peers of every host return COMM_ERR_PEER at
+ * once; the ranks of this host learn it through the intra-host communicator.  From
+ * comm_abort (in_call false): atomics only, and wake breaks the intra communicator.
+ * comm_destroy of a healthy communicator publishes too: the peers are not in a call
+ * with this rank then, and nothing is sent.
+ */
+static void hier_publish_failure(struct comm *c, comm_status_t status, const char *msg,
+                                 bool in_call)
+{
+    struct hier_comm *h = hier_of(c);
+    if (!in_call || atomic_load(&c->broken) == 0)
+        return;
+    if (!h->desc_sent || h->desc_seq != c->seq) {
+        int64_t fields[D_FIELDS] = {0}, out[D_LEN];
+        exchange(c, fields, status, rt_comm_deadline(c), out);
+    }
+    hier_break_intra(h, msg, true);
+}
+
+static void hier_wake(struct comm *c)
+{
+    struct hier_comm *h = hier_of(c);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "rank %d called comm_abort", c->rank);
+    hier_break_intra(h, msg, false);
+}
+
+static comm_status_t hier_setup(struct comm *c)
+{
+    /* comm_init_mpi made everything already (it needs MPI to agree on each step). */
+    c->shm = NULL;
+    return COMM_OK;
+}
+
+static void hier_teardown(struct comm *c)
+{
+    struct hier_comm *h = hier_of(c);
+    if (h == NULL)
+        return;
+    comm_destroy(h->intra);
+    mpi_link_free(&h->link);
+    free(h->host_of);
+    free(h->local_of);
+    free(h->slice_rank_of);
+    free(h->host_size);
+    free(h->host_off);
+    free(h->scratch[0]);
+    free(h->scratch[1]);
+    free(h);
+    c->xport = NULL;
+}
+
+static comm_status_t hier_validate(struct comm *c, const struct coll_call *call, const char *fn)
+{
+    if (call->stream != NULL) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: stream must be NULL on a host communicator (it is %p)", c->rank, fn,
+                 call->stream);
+        return COMM_ERR_INVALID;
+    }
+    /* MPI counts bytes in an int: every rank's blocks of one call together must fit. */
+    size_t es = rt_dtype_size(call->dtype);
+    bool blocks = call->kind == COLL_ALLGATHER || call->kind == COLL_ALLTOALL;
+    if (blocks && es != 0 && call->count > (size_t)INT_MAX / es / (size_t)c->nranks) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: %s: count %zu of %s over %d ranks is over 2 GiB in one call, more "
+                 "than MPI counts in an int: split the call; this communicator stays usable",
+                 c->rank, fn, call->count, rt_dtype_name(call->dtype), c->nranks);
+        return COMM_ERR_UNSUPPORTED;
+    }
+    return COMM_OK;
+}
+
+static comm_status_t hier_mem_alloc(struct comm *c, size_t bytes, void **ptr)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes) != 0) {
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: comm_mem_alloc: out of memory for %zu bytes", c->rank,
+                 bytes);
+        return COMM_ERR_NOMEM;
+    }
+    *ptr = p;
+    return COMM_OK;
+}
+
+static comm_status_t hier_mem_free(struct comm *c, void *ptr)
+{
+    (void)c;
+    free(ptr);
+    return COMM_OK;
+}
+
+static bool hier_probe(const struct transport_probe *p, char *why, size_t len)
+{
+    (void)p;
+    snprintf(why, len, "made by comm_init_mpi only (libarcomm_mpi)");
+    return false;
+}
+
+const struct backend_ops hier_backend = {
+    .name = "mpi",
+    .device = COMM_DEVICE_HOST,
+    .knobs = NULL, /* its knobs are the intra-host communicator's and comm_init_mpi's */
+    .probe = hier_probe,
+    .setup = hier_setup,
+    .teardown = hier_teardown,
+    .resolve_knobs = NULL,
+    .validate = hier_validate,
+    .allreduce = hier_allreduce,
+    .allreduce_add = hier_allreduce,
+    .barrier = hier_barrier,
+    .broadcast = hier_broadcast,
+    .reduce = hier_reduce,
+    .allgather = hier_allgather,
+    .reduce_scatter = hier_reduce_scatter,
+    .alltoall = hier_alltoall,
+    .publish_failure = hier_publish_failure,
+    .wake = hier_wake,
+    .mem_alloc = hier_mem_alloc,
+    .mem_free = hier_mem_free,
+};

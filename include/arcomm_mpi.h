@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * arcomm over several hosts, on MPI: link with -larcomm_mpi (pkg-config arcomm-mpi).
+ * See README.md ("Several hosts (MPI)") and docs/multihost.md.
+ */
+#ifndef ARCOMM_MPI_H
+#define ARCOMM_MPI_H
+
+#include <arcomm.h>
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Collective over mpi_comm: an arcomm communicator over all its ranks, on any number of
+ * hosts.  cfg may be NULL; its nranks, rank and id are ignored (taken from mpi_comm).
+ * Ranks keep their MPI rank.  Every collective of arcomm works on it (host buffers;
+ * comm_allreduce_add too; comm_split and comm_dup return COMM_ERR_UNSUPPORTED).
+ *
+ * The ranks of one host (MPI_COMM_TYPE_SHARED, or every ARCOMM_MPI_RANKS_PER_HOST
+ * consecutive ranks when that knob is set) form an intra-host arcomm communicator;
+ * the steps between hosts are nonblocking MPI calls on communicators of its own,
+ * bounded by the timeout (cfg->timeout_ms, else ARCOMM_TIMEOUT_MS) and comm_abort.
+ * comm_transport_name says both levels ("shm+mpi").  MPI must be initialised; call
+ * comm_destroy before MPI_Finalize.  *comm is written only on success, and every rank
+ * returns the same status (COMM_ERR_PEER on the ranks whose own part went well).
+ */
+comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const comm_config_t *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ARCOMM_MPI_H */

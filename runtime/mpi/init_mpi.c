@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * comm_init_mpi: an arcomm communicator over every rank of an MPI communicator, on any
+ * number of hosts.  The ranks of each host form an intra-host arcomm communicator (its
+ * id made by the host's leader and broadcast over the host's MPI communicator); the
+ * inter-host steps run on MPI communicators of its own; the hierarchical backend
+ * (collectives/hier) serves the calls.  Every rank ends with the same status: the
+ * outcome is agreed over MPI, nonblocking and bounded by the timeout, at the start
+ * (the arguments) and at the end (every part of the setup).
+ */
+#include "arcomm_mpi.h"
+#include "rt_hooks.h"
+#include "hier/hier.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* MPI's status of the whole job: every rank's mine, MAX over mc, bounded. */
+static comm_status_t agree(struct comm *tc, MPI_Comm mc, comm_status_t mine, uint64_t deadline,
+                           const char *what)
+{
+    struct mpi_status_word in, out;
+    MPI_Request req;
+    int err = mpi_link_status_start(mc, tc->rank, mine, &in, &out, &req);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Iallreduce");
+    comm_status_t st = mpi_link_wait(tc, &req, 1, deadline, false, what);
+    if (st != COMM_OK)
+        return mine != COMM_OK ? mine : st;
+    return mpi_link_status_check(tc, mine, &out, what);
+}
+
+/* This rank's own arguments and knobs. */
+static comm_status_t check_args(struct comm *tc, comm_t **comm, const comm_config_t *cfg)
+{
+    if (comm == NULL) {
+        rt_error(tc, COMM_ERR_INVALID, "comm_init_mpi: rank %d: comm is NULL", tc->rank);
+        return COMM_ERR_INVALID;
+    }
+    if (cfg != NULL && cfg->size < sizeof(comm_config_t)) {
+        rt_error(tc, COMM_ERR_INVALID,
+                 "comm_init_mpi: rank %d: cfg->size is %zu: fill the config with "
+                 "comm_config_init first",
+                 tc->rank, cfg->size);
+        return COMM_ERR_INVALID;
+    }
+    if (cfg != NULL && cfg->device != COMM_DEVICE_HOST) {
+        rt_error(tc, COMM_ERR_UNSUPPORTED,
+                 "comm_init_mpi: rank %d: device %d: only host buffers (COMM_DEVICE_HOST) go "
+                 "between hosts in this build; stage device data through host memory",
+                 tc->rank, (int)cfg->device);
+        return COMM_ERR_UNSUPPORTED;
+    }
+    if (tc->nranks > RT_MAX_RANKS) {
+        rt_error(tc, COMM_ERR_INVALID,
+                 "comm_init_mpi: rank %d: the MPI communicator has %d ranks, more than "
+                 "COMM_MAX_RANKS (%d)",
+                 tc->rank, tc->nranks, RT_MAX_RANKS);
+        return COMM_ERR_INVALID;
+    }
+    return COMM_OK;
+}
+
+/* What the leader of a host tells its ranks. */
+struct host_hello {
+    comm_id_t id;   /* of the intra-host communicator */
+    int32_t leader; /* the leader's rank */
+    int32_t status; /* how making the id went */
+};
+
+/* The MPI communicators: a duplicate, the host's, the slice of this local index. */
+static comm_status_t make_comms(struct comm *tc, MPI_Comm user, struct hier_comm *h,
+                                uint64_t deadline)
+{
+    MPI_Request req;
+    int err = MPI_Comm_idup(user, &h->link.world, &req);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Comm_idup");
+    comm_status_t st = mpi_link_wait(tc, &req, 1, deadline, false, "comm_init_mpi (MPI_Comm_idup)");
+    if (st != COMM_OK)
+        return st;
+    MPI_Comm_set_errhandler(h->link.world, MPI_ERRORS_RETURN);
+    long per = tc->knobs.mpi_ranks_per_host;
+    if (per > 0)
+        err = MPI_Comm_split(h->link.world, tc->rank / (int)per, tc->rank, &h->link.host);
+    else
+        err = MPI_Comm_split_type(h->link.world, MPI_COMM_TYPE_SHARED, tc->rank, MPI_INFO_NULL,
+                                  &h->link.host);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, per > 0 ? "MPI_Comm_split (hosts)" : "MPI_Comm_split_type");
+    MPI_Comm_rank(h->link.host, &h->local);
+    MPI_Comm_size(h->link.host, &h->nlocal);
+    err = MPI_Comm_split(h->link.world, h->local, tc->rank, &h->link.slice);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Comm_split (slices)");
+    MPI_Comm_set_errhandler(h->link.host, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(h->link.slice, MPI_ERRORS_RETURN);
+    return COMM_OK;
+}
+
+/* Every rank's place: host, local index, slice rank; the hosts' sizes and offsets. */
+static comm_status_t map_ranks(struct comm *tc, struct hier_comm *h, int leader, uint64_t deadline)
+{
+    int n = tc->nranks, slice_rank;
+    MPI_Comm_rank(h->link.slice, &slice_rank);
+    int32_t mine[4] = {h->local, h->nlocal, slice_rank, leader};
+    int32_t *all = calloc((size_t)n * 4, sizeof(*all));
+    h->host_of = calloc((size_t)n, sizeof(int));
+    h->local_of = calloc((size_t)n, sizeof(int));
+    h->slice_rank_of = calloc((size_t)n, sizeof(int));
+    h->host_size = calloc((size_t)n, sizeof(int));
+    h->host_off = calloc((size_t)n, sizeof(int));
+    if (!all || !h->host_of || !h->local_of || !h->slice_rank_of || !h->host_size || !h->host_off) {
+        free(all);
+        rt_error(tc, COMM_ERR_NOMEM, "comm_init_mpi: rank %d: out of memory", tc->rank);
+        return COMM_ERR_NOMEM;
+    }
+    MPI_Request req;
+    int err = MPI_Iallgather(mine, 4, MPI_INT32_T, all, 4, MPI_INT32_T, h->link.world, &req);
+    if (err != MPI_SUCCESS) {
+        free(all);
+        return mpi_link_error(tc, err, "MPI_Iallgather");
+    }
+    comm_status_t st =
+        mpi_link_wait(tc, &req, 1, deadline, false, "comm_init_mpi (the ranks' places)");
+    if (st != COMM_OK) {
+        free(all); /* not reached by MPI any more: the wait gave up on it */
+        return st;
+    }
+    h->nhosts = 0;
+    h->equal = true;
+    for (int w = 0; w < n; w++) {
+        h->local_of[w] = all[4 * w];
+        h->slice_rank_of[w] = all[4 * w + 2];
+        h->host_of[w] = all[4 * all[4 * w + 3] + 2]; /* its leader's rank among the leaders */
+        h->nhosts += all[4 * w] == 0;
+        h->equal = h->equal && all[4 * w + 1] == h->nlocal;
+    }
+    for (int w = 0; w < n; w++)
+        h->host_size[h->host_of[w]]++;
+    for (int k = 1; k < h->nhosts; k++)
+        h->host_off[k] = h->host_off[k - 1] + h->host_size[k - 1];
+    h->host = h->host_of[tc->rank];
+    free(all);
+    return COMM_OK;
+}
+
+/* The intra-host communicator, its id from the host's leader. */
+static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm_config_t *cfg,
+                                int *leader)
+{
+    struct host_hello hello;
+    memset(&hello, 0, sizeof(hello));
+    hello.leader = tc->rank;
+    if (h->local == 0 && comm_id_new(&hello.id) != COMM_OK)
+        hello.status = COMM_ERR_SYSTEM;
+    int err = MPI_Bcast(&hello, (int)sizeof(hello), MPI_BYTE, 0, h->link.host);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Bcast (the host's id)");
+    *leader = hello.leader;
+    if (hello.status != COMM_OK) {
+        rt_error(tc, COMM_ERR_SYSTEM,
+                 "comm_init_mpi: rank %d: the leader of this host (rank %d) could not make an "
+                 "id: comm_id_new failed there",
+                 tc->rank, hello.leader);
+        return COMM_ERR_SYSTEM;
+    }
+    comm_config_t icfg;
+    comm_config_init(&icfg);
+    icfg.nranks = h->nlocal;
+    icfg.rank = h->local;
+    icfg.id = hello.id;
+    icfg.timeout_ms = tc->timeout_ms < 0 ? -1 : (int)tc->timeout_ms;
+    icfg.transport = cfg != NULL ? cfg->transport : NULL;
+    comm_status_t st = comm_init(&h->intra, &icfg);
+    if (st != COMM_OK)
+        snprintf(tc->errmsg, sizeof(tc->errmsg),
+                 "comm_init_mpi: rank %d: the communicator of this host's %d ranks: %s", tc->rank,
+                 h->nlocal, comm_last_error(NULL));
+    return st;
+}
+
+static void hier_free(struct hier_comm *h)
+{
+    comm_destroy(h->intra);
+    mpi_link_free(&h->link);
+    free(h->host_of);
+    free(h->local_of);
+    free(h->slice_rank_of);
+    free(h->host_size);
+    free(h->host_off);
+    free(h);
+}
+
+/* The communicator over every rank, with the hierarchical backend, id from rank 0. */
+static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **out,
+                               uint64_t deadline)
+{
+    comm_config_t hcfg;
+    comm_config_init(&hcfg);
+    hcfg.nranks = tc->nranks;
+    hcfg.rank = tc->rank;
+    hcfg.timeout_ms = tc->timeout_ms < 0 ? -1 : (int)tc->timeout_ms;
+    if (tc->rank == 0 && comm_id_new(&hcfg.id) != COMM_OK)
+        memset(&hcfg.id, 0, sizeof(hcfg.id)); /* comm_init refuses it below, on every rank */
+    MPI_Request req;
+    int err = MPI_Ibcast(&hcfg.id, (int)sizeof(hcfg.id), MPI_BYTE, 0, h->link.world, &req);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Ibcast (the id)");
+    comm_status_t st = mpi_link_wait(tc, &req, 1, deadline, false, "comm_init_mpi (the id)");
+    if (st != COMM_OK)
+        return st;
+    h->ops = hier_backend;
+    snprintf(h->name, sizeof(h->name), "%s+mpi", comm_transport_name(h->intra));
+    h->ops.name = h->name;
+    st = rt_hook_init_backend(out, &hcfg, &h->ops, h);
+    if (st != COMM_OK)
+        snprintf(tc->errmsg, sizeof(tc->errmsg), "comm_init_mpi: rank %d: %s", tc->rank,
+                 comm_last_error(NULL));
+    return st;
+}
+
+ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const comm_config_t *cfg)
+{
+    int inited = 0, finalized = 0, inter = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized) {
+        rt_hook_init_error(finalized ? "comm_init_mpi: MPI_Finalize was called already; make "
+                                       "communicators between MPI_Init and MPI_Finalize"
+                                     : "comm_init_mpi: MPI is not initialised: call MPI_Init "
+                                       "(or MPI_Init_thread) first");
+        return COMM_ERR_INVALID;
+    }
+    if (mpi_comm == MPI_COMM_NULL || MPI_Comm_test_inter(mpi_comm, &inter) != MPI_SUCCESS ||
+        inter) {
+        rt_hook_init_error("comm_init_mpi: mpi_comm is MPI_COMM_NULL or an inter-communicator: "
+                           "pass an intra-communicator such as MPI_COMM_WORLD");
+        return COMM_ERR_INVALID;
+    }
+    struct comm *tc = calloc(1, sizeof(*tc)); /* errors, knobs and timeout of the setup */
+    if (tc == NULL) {
+        rt_hook_init_error("comm_init_mpi: out of memory");
+        return COMM_ERR_NOMEM;
+    }
+    MPI_Comm_rank(mpi_comm, &tc->rank);
+    MPI_Comm_size(mpi_comm, &tc->nranks);
+    char why[RT_ERRMSG_BYTES];
+    comm_status_t mine = rt_knobs_load(&tc->knobs, why, sizeof(why));
+    if (mine != COMM_OK) {
+        tc->knobs.log_level = RT_LOG_ERROR;
+        rt_error(tc, mine, "comm_init_mpi: rank %d: %s", tc->rank, why);
+    }
+    tc->timeout_ms = cfg != NULL && cfg->size >= sizeof(*cfg) && cfg->timeout_ms != 0
+                         ? cfg->timeout_ms
+                         : tc->knobs.timeout_ms;
+    if (tc->timeout_ms < 0)
+        tc->timeout_ms = -1;
+    uint64_t deadline = rt_comm_deadline(tc);
+    if (mine == COMM_OK)
+        mine = check_args(tc, comm, cfg);
+    comm_status_t st = agree(tc, mpi_comm, mine, deadline, "comm_init_mpi (the ranks' arguments)");
+    if (st != COMM_OK)
+        goto out;
+
+    struct hier_comm *h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        rt_error(tc, COMM_ERR_NOMEM, "comm_init_mpi: rank %d: out of memory", tc->rank);
+        st = COMM_ERR_NOMEM; /* the peers wait for this rank until their timeout */
+        goto out;
+    }
+    h->link.world = h->link.host = h->link.slice = MPI_COMM_NULL;
+    int leader = 0;
+    comm_t *c = NULL;
+    st = make_comms(tc, mpi_comm, h, deadline);
+    if (st == COMM_OK)
+        st = make_intra(tc, h, cfg, &leader);
+    if (st == COMM_OK)
+        st = map_ranks(tc, h, leader, deadline);
+    if (st == COMM_OK)
+        st = make_comm(tc, h, &c, deadline);
+    if (h->link.world != MPI_COMM_NULL)
+        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (every host's setup)");
+    if (st != COMM_OK) {
+        if (c != NULL)
+            comm_destroy(c); /* its teardown frees h */
+        else
+            hier_free(h);
+        goto out;
+    }
+    rt_log(c, RT_LOG_INFO,
+           "rank %d: joined a communicator of %d ranks on %d hosts over %s (this host: %d ranks)",
+           c->rank, c->nranks, h->nhosts, h->name, h->nlocal);
+    *comm = c;
+out:
+    if (st != COMM_OK)
+        rt_hook_init_error(tc->errmsg);
+    free(tc);
+    return st;
+}

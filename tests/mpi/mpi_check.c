@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/* The MPI tests' inputs, references and checks (mpi_check.h). */
+#include "mpi_check.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+double mc_value(uint64_t seed, int rank, size_t i, comm_dtype_t dtype, comm_op_t op)
+{
+    uint64_t r = mix(seed * 0x100000001b3ull ^ mix((uint64_t)rank * 0x5851f42d4c957f2dull ^ i));
+    double u = (double)(r >> 11) / 9007199254740992.0; /* [0, 1) */
+    bool prod = op == COMM_PROD;
+    switch (dtype) {
+    case COMM_F32:
+        return (float)(prod ? 0.5 + u : 2 * u - 1);
+    case COMM_F64:
+        return prod ? 0.5 + u : 2 * u - 1;
+    case COMM_BF16:
+        return bf16_round((float)(prod ? 0.5 + u : 2 * u - 1));
+    case COMM_F16:
+        return (double)(_Float16)(prod ? 0.5 + u : 2 * u - 1);
+    case COMM_U8:
+        return prod ? 1 + (double)(r % 3) : (double)(r % 50);
+    default: /* signed integers */
+        return prod ? 1 + (double)(r % 3) : (double)(r % 201) - 100;
+    }
+}
+
+void mc_store(void *buf, size_t i, comm_dtype_t dtype, double v)
+{
+    switch (dtype) {
+    case COMM_F32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case COMM_F64:
+        ((double *)buf)[i] = v;
+        break;
+    case COMM_BF16: {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, sizeof(u));
+        ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
+        break;
+    }
+    case COMM_F16:
+        ((_Float16 *)buf)[i] = (_Float16)v;
+        break;
+    case COMM_I32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case COMM_I64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case COMM_U8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
+    default:
+        break;
+    }
+}
+
+double mc_load(const void *buf, size_t i, comm_dtype_t dtype)
+{
+    switch (dtype) {
+    case COMM_F32:
+        return ((const float *)buf)[i];
+    case COMM_F64:
+        return ((const double *)buf)[i];
+    case COMM_BF16: {
+        uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
+        float f;
+        memcpy(&f, &u, sizeof(f));
+        return f;
+    }
+    case COMM_F16:
+        return ((const _Float16 *)buf)[i];
+    case COMM_I32:
+        return ((const int32_t *)buf)[i];
+    case COMM_I64:
+        return (double)((const int64_t *)buf)[i];
+    case COMM_U8:
+        return ((const uint8_t *)buf)[i];
+    default:
+        return NAN;
+    }
+}
+
+void mc_fill(void *buf, size_t n, uint64_t seed, int rank, comm_dtype_t dtype, comm_op_t op,
+             size_t first)
+{
+    for (size_t i = 0; i < n; i++)
+        mc_store(buf, i, dtype, mc_value(seed, rank, first + i, dtype, op));
+}
+
+double mc_reduce_ref(uint64_t seed, int nranks, size_t i, comm_dtype_t dtype, comm_op_t op,
+                     double *sumabs)
+{
+    double acc = mc_value(seed, 0, i, dtype, op), abs_acc = fabs(acc);
+    for (int r = 1; r < nranks; r++) {
+        double v = mc_value(seed, r, i, dtype, op);
+        abs_acc += fabs(v);
+        if (op == COMM_MAX)
+            acc = v > acc ? v : acc;
+        else if (op == COMM_MIN)
+            acc = v < acc ? v : acc;
+        else if (op == COMM_PROD)
+            acc *= v;
+        else
+            acc += v;
+    }
+    if (op == COMM_AVG)
+        acc /= nranks;
+    *sumabs = abs_acc;
+    return acc;
+}
+
+bool mc_close(double got, double ref, double sumabs, comm_dtype_t dtype, comm_op_t op)
+{
+    double rel;
+    switch (dtype) {
+    case COMM_F32:
+        rel = 1e-6;
+        break;
+    case COMM_F64:
+        rel = 1e-14;
+        break;
+    case COMM_BF16:
+        rel = 1.0 / 128;
+        break;
+    case COMM_F16:
+        rel = 1.0 / 1024;
+        break;
+    default:
+        return got == ref;
+    }
+    if (op == COMM_MAX || op == COMM_MIN)
+        return got == ref;
+    return fabs(got - ref) <= rel * (fabs(ref) + sumabs) + 1e-30;
+}
+
+uint64_t mc_hash(const void *buf, size_t bytes)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ ((const uint8_t *)buf)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+bool mc_same_everywhere(uint64_t h)
+{
+    uint64_t lo, hi;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+const char *mc_dtype_name(comm_dtype_t dtype)
+{
+    static const char *const names[] = {"f32", "f16", "bf16", "f64", "i32",
+                                        "i64", "i8",  "u8",   "u32", "u64"};
+    return (unsigned)dtype < sizeof(names) / sizeof(names[0]) ? names[dtype] : "?";
+}
+
+int mc_shm_list(char names[][96], int max)
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    if (d == NULL)
+        return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL && n < max;)
+        if (strncmp(e->d_name, "arcomm-", 7) == 0)
+            snprintf(names[n++], 96, "%.95s", e->d_name);
+    closedir(d);
+    return n;
+}
+
+int mc_shm_left(char before[][96], int nbefore)
+{
+    static char now[256][96];
+    int left = 0;
+    for (int tries = 0; tries < 2; tries++) {
+        int n = mc_shm_list(now, 256);
+        left = 0;
+        for (int i = 0; i < n; i++) {
+            bool old = false;
+            for (int j = 0; j < nbefore && !old; j++)
+                old = strcmp(now[i], before[j]) == 0;
+            left += !old;
+        }
+        if (left == 0)
+            break;
+        usleep(500000); /* another test's communicator may be joining right now */
+    }
+    return left;
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the MPI tests share: every rank's inputs made from (case, rank, index) alone,
+ * so any rank can compute the float64 reference of a collective without
+ * communicating; checks that report the first wrong element; /dev/shm bookkeeping.
+ */
+#ifndef ARCOMM_TEST_MPI_CHECK_H
+#define ARCOMM_TEST_MPI_CHECK_H
+
+#include <arcomm.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Rank r's element i of case seed, as a double that dtype holds exactly (op shapes the
+ * range: PROD stays near 1, integers stay small enough not to overflow). */
+double mc_value(uint64_t seed, int rank, size_t i, comm_dtype_t dtype, comm_op_t op);
+/* Stores v (exactly representable) as element i of buf. */
+void mc_store(void *buf, size_t i, comm_dtype_t dtype, double v);
+double mc_load(const void *buf, size_t i, comm_dtype_t dtype);
+/* Fills n elements of rank's input of case seed. */
+void mc_fill(void *buf, size_t n, uint64_t seed, int rank, comm_dtype_t dtype, comm_op_t op,
+             size_t first);
+/* The reduction over nranks of element i (first + i of each rank's input). */
+double mc_reduce_ref(uint64_t seed, int nranks, size_t i, comm_dtype_t dtype, comm_op_t op,
+                     double *sumabs);
+/* Does got match the reference within dtype's rounding? */
+bool mc_close(double got, double ref, double sumabs, comm_dtype_t dtype, comm_op_t op);
+/* FNV-1a of bytes: every rank's result compared bit for bit through MPI. */
+uint64_t mc_hash(const void *buf, size_t bytes);
+/* Do all ranks of MPI_COMM_WORLD hold the same hash? */
+bool mc_same_everywhere(uint64_t h);
+const char *mc_dtype_name(comm_dtype_t dtype);
+
+/* The /dev/shm/arcomm-* entries now (count, names into names[max]). */
+int mc_shm_list(char names[][96], int max);
+/* Entries not in before that stay for half a second: what the test left behind. */
+int mc_shm_left(char before[][96], int nbefore);
+
+#endif /* ARCOMM_TEST_MPI_CHECK_H */

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Every collective of a communicator made by comm_init_mpi (comm_allreduce_add too),
+ * started by mpirun: f32, f64,
+ * i32, bf16, f16 and u8 (reductions: sum, max, prod; min and avg once), counts 0, 1, a
+ * prime and about a million, random inputs, float64 references, every output element
+ * checked, outputs poisoned first, and reductions, broadcasts and allgathers compared
+ * bit for bit over every rank.  Run under ARCOMM_MPI_RANKS_PER_HOST=1, 2 and unset to
+ * see one host, one rank a host, and two ranks a host.  Exits non-zero on any failure.
+ */
+#include "mpi_check.h"
+
+#include <arcomm_mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_rank, g_size, g_failed;
+static comm_t *g_comm;
+
+#define BIG 1048573 /* a prime near a million */
+
+static void fail(const char *what, comm_dtype_t dtype, comm_op_t op, size_t count, const char *why)
+{
+    if (g_failed++ < 20)
+        fprintf(stderr, "rank %d: %s %s op %d count %zu: %s\n", g_rank, what, mc_dtype_name(dtype),
+                (int)op, count, why);
+}
+
+static void *poisoned(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (p == NULL) {
+        fprintf(stderr, "rank %d: out of memory\n", g_rank);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    memset(p, 0xa5, bytes);
+    return p;
+}
+
+static bool call_ok(comm_status_t st, const char *what, comm_dtype_t dtype, comm_op_t op,
+                    size_t count)
+{
+    if (st == COMM_OK)
+        return true;
+    char why[600];
+    snprintf(why, sizeof(why), "%s: %s", comm_status_string(st), comm_last_error(g_comm));
+    fail(what, dtype, op, count, why);
+    return false;
+}
+
+/* Elements [0, n) of out against the reduction of index first + i of every rank. */
+static void check_reduced(const char *what, const void *out, size_t n, size_t first, uint64_t seed,
+                          comm_dtype_t dtype, comm_op_t op)
+{
+    for (size_t i = 0; i < n; i++) {
+        double sumabs, ref = mc_reduce_ref(seed, g_size, first + i, dtype, op, &sumabs);
+        double got = mc_load(out, i, dtype);
+        if (!mc_close(got, ref, sumabs, dtype, op)) {
+            char why[128];
+            snprintf(why, sizeof(why), "element %zu is %.9g, expected %.9g", i, got, ref);
+            fail(what, dtype, op, n, why);
+            return;
+        }
+    }
+}
+
+static void same_bits(const char *what, const void *out, size_t bytes, comm_dtype_t dtype,
+                      comm_op_t op, size_t count)
+{
+    if (!mc_same_everywhere(mc_hash(out, bytes)))
+        fail(what, dtype, op, count, "ranks hold different bits");
+}
+
+static void t_allreduce(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed, bool in_place)
+{
+    size_t es = comm_dtype_size(dt);
+    void *send = poisoned(n * es), *recv = in_place ? send : poisoned(n * es);
+    mc_fill(send, n, seed, g_rank, dt, op, 0);
+    if (call_ok(comm_allreduce(g_comm, send, recv, n, dt, op, NULL), "allreduce", dt, op, n))
+        check_reduced("allreduce", recv, n, 0, seed, dt, op);
+    same_bits("allreduce", recv, n * es, dt, op, n);
+    if (!in_place)
+        free(recv);
+    free(send);
+}
+
+/* A sum plus this rank's own addend: a residual (ac == n) or a bias row (ac divides n). */
+static void t_allreduce_add(comm_dtype_t dt, size_t n, size_t ac, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt);
+    void *send = poisoned(n * es), *recv = poisoned(n * es), *add = poisoned(ac * es);
+    mc_fill(send, n, seed, g_rank, dt, COMM_SUM, 0);
+    mc_fill(add, ac, seed + 1000003, g_rank, dt, COMM_SUM, 0);
+    comm_status_t st = comm_allreduce_add(g_comm, send, recv, add, ac, n, dt, NULL);
+    for (size_t i = 0; st == COMM_OK && i < n; i++) {
+        double sumabs, ref = mc_reduce_ref(seed, g_size, i, dt, COMM_SUM, &sumabs);
+        double a = mc_load(add, i % ac, dt), got = mc_load(recv, i, dt);
+        if (!mc_close(got, ref + a, sumabs + (a < 0 ? -a : a), dt, COMM_SUM)) {
+            char why[128];
+            snprintf(why, sizeof(why), "element %zu is %.9g, expected %.9g", i, got, ref + a);
+            fail("allreduce_add", dt, COMM_SUM, n, why);
+            break;
+        }
+    }
+    call_ok(st, "allreduce_add", dt, COMM_SUM, n);
+    free(add);
+    free(recv);
+    free(send);
+}
+
+static void t_reduce(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt);
+    int root = (int)(seed % (uint64_t)g_size);
+    void *send = poisoned(n * es), *recv = g_rank == root ? poisoned(n * es) : NULL;
+    mc_fill(send, n, seed, g_rank, dt, op, 0);
+    if (call_ok(comm_reduce(g_comm, send, recv, n, dt, op, root, NULL), "reduce", dt, op, n) &&
+        recv != NULL)
+        check_reduced("reduce", recv, n, 0, seed, dt, op);
+    free(recv);
+    free(send);
+}
+
+static void t_reduce_scatter(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt), all = n * (size_t)g_size;
+    void *send = poisoned(all * es), *recv = poisoned(n * es);
+    mc_fill(send, all, seed, g_rank, dt, op, 0);
+    if (call_ok(comm_reduce_scatter(g_comm, send, recv, n, dt, op, NULL), "reduce_scatter", dt, op,
+                n))
+        check_reduced("reduce_scatter", recv, n, (size_t)g_rank * n, seed, dt, op);
+    free(recv);
+    free(send);
+}
+
+/* Rank r's expected block: its input of case seed from element first. */
+static bool block_is(const void *got, size_t n, uint64_t seed, int r, comm_dtype_t dt, size_t first)
+{
+    size_t es = comm_dtype_size(dt);
+    void *want = poisoned(n * es);
+    mc_fill(want, n, seed, r, dt, COMM_SUM, first);
+    bool ok = memcmp(got, want, n * es) == 0;
+    free(want);
+    return ok;
+}
+
+static void t_broadcast(comm_dtype_t dt, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt);
+    int root = (int)(seed % (uint64_t)g_size);
+    void *send = NULL, *recv = poisoned(n * es);
+    if (g_rank == root) {
+        send = poisoned(n * es);
+        mc_fill(send, n, seed, root, dt, COMM_SUM, 0);
+    }
+    if (call_ok(comm_broadcast(g_comm, send, recv, n, dt, root, NULL), "broadcast", dt, COMM_SUM,
+                n) &&
+        !block_is(recv, n, seed, root, dt, 0))
+        fail("broadcast", dt, COMM_SUM, n, "wrong data");
+    same_bits("broadcast", recv, n * es, dt, COMM_SUM, n);
+    free(recv);
+    free(send);
+}
+
+static void t_allgather(comm_dtype_t dt, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt);
+    void *send = poisoned(n * es), *recv = poisoned((size_t)g_size * n * es);
+    mc_fill(send, n, seed, g_rank, dt, COMM_SUM, 0);
+    if (call_ok(comm_allgather(g_comm, send, recv, n, dt, NULL), "allgather", dt, COMM_SUM, n))
+        for (int r = 0; r < g_size; r++)
+            if (!block_is((char *)recv + (size_t)r * n * es, n, seed, r, dt, 0)) {
+                fail("allgather", dt, COMM_SUM, n, "a rank's block is wrong");
+                break;
+            }
+    same_bits("allgather", recv, (size_t)g_size * n * es, dt, COMM_SUM, n);
+    free(recv);
+    free(send);
+}
+
+static void t_alltoall(comm_dtype_t dt, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt), all = (size_t)g_size * n;
+    void *send = poisoned(all * es), *recv = poisoned(all * es);
+    mc_fill(send, all, seed, g_rank, dt, COMM_SUM, 0);
+    if (call_ok(comm_alltoall(g_comm, send, recv, n, dt, NULL), "alltoall", dt, COMM_SUM, n))
+        for (int r = 0; r < g_size; r++)
+            if (!block_is((char *)recv + (size_t)r * n * es, n, seed, r, dt, (size_t)g_rank * n)) {
+                fail("alltoall", dt, COMM_SUM, n, "a rank's block is wrong");
+                break;
+            }
+    free(recv);
+    free(send);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    char before[256][96];
+    int nbefore = mc_shm_list(before, 256);
+
+    comm_status_t st = comm_init_mpi(&g_comm, MPI_COMM_WORLD, NULL);
+    if (st != COMM_OK) {
+        fprintf(stderr, "rank %d: comm_init_mpi: %s: %s\n", g_rank, comm_status_string(st),
+                comm_last_error(NULL));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (comm_rank(g_comm) != g_rank || comm_size(g_comm) != g_size ||
+        strstr(comm_transport_name(g_comm), "+mpi") == NULL)
+        fail("identity", COMM_F32, COMM_SUM, 0, comm_transport_name(g_comm));
+
+    static const comm_dtype_t red_types[] = {COMM_F32,  COMM_F64, COMM_I32,
+                                             COMM_BF16, COMM_F16, COMM_U8};
+    static const comm_op_t ops[] = {COMM_SUM, COMM_MAX, COMM_PROD};
+    static const size_t counts[] = {0, 1, 97};
+    uint64_t seed = 1;
+    for (size_t d = 0; d < sizeof(red_types) / sizeof(red_types[0]); d++)
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                t_allreduce(red_types[d], ops[o], counts[k], seed++, false);
+                t_reduce(red_types[d], ops[o], counts[k], seed++);
+                t_reduce_scatter(red_types[d], ops[o], counts[k], seed++);
+            }
+    t_allreduce(COMM_F32, COMM_AVG, 97, seed++, false);
+    t_allreduce(COMM_BF16, COMM_AVG, 97, seed++, false);
+    t_allreduce(COMM_I32, COMM_MIN, 97, seed++, false);
+    t_allreduce(COMM_F64, COMM_SUM, 97, seed++, true);
+    static const comm_dtype_t add_types[] = {COMM_F32, COMM_BF16, COMM_F64, COMM_I32};
+    for (size_t d = 0; d < sizeof(add_types) / sizeof(add_types[0]); d++) {
+        t_allreduce_add(add_types[d], 97, 97, seed++);
+        t_allreduce_add(add_types[d], 96, 8, seed++);
+        t_allreduce_add(add_types[d], 0, 1, seed++);
+    }
+    t_allreduce_add(COMM_F32, BIG - 1, 4, seed++);
+    for (size_t d = 0; d < sizeof(red_types) / sizeof(red_types[0]); d++)
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            t_broadcast(red_types[d], counts[k], seed++);
+            t_allgather(red_types[d], counts[k], seed++);
+            t_alltoall(red_types[d], counts[k], seed++);
+        }
+    if (comm_barrier(g_comm) != COMM_OK)
+        fail("barrier", COMM_U8, COMM_SUM, 0, comm_last_error(g_comm));
+
+    /* About a million elements: the large paths and the segmented MPI steps. */
+    static const comm_dtype_t big_types[] = {COMM_F32, COMM_F64, COMM_I32, COMM_BF16};
+    for (size_t d = 0; d < sizeof(big_types) / sizeof(big_types[0]); d++)
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+            t_allreduce(big_types[d], ops[o], BIG, seed++, d == 2);
+    t_reduce(COMM_F64, COMM_SUM, BIG, seed++);
+    t_reduce_scatter(COMM_F32, COMM_PROD, BIG / (size_t)g_size, seed++);
+    t_broadcast(COMM_F64, BIG, seed++);
+    t_allgather(COMM_I32, BIG / (size_t)g_size, seed++);
+    t_alltoall(COMM_F32, BIG / (size_t)g_size, seed++);
+
+    if (comm_destroy(g_comm) != COMM_OK)
+        fail("comm_destroy", COMM_F32, COMM_SUM, 0, comm_last_error(NULL));
+    int any = 0;
+    MPI_Allreduce(&g_failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        int left = mc_shm_left(before, nbefore);
+        if (left != 0) {
+            fprintf(stderr, "rank 0: %d /dev/shm/arcomm-* entries left behind\n", left);
+            any++;
+        }
+        printf("%s: %d ranks, %d failures\n", any ? "FAIL" : "ok", g_size, any);
+    }
+    MPI_Bcast(&any, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? 1 : 0;
+}

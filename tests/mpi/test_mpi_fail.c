@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Failures of a communicator made by comm_init_mpi, started by mpirun: ranks that
+ * disagree (COMM_ERR_MISMATCH on every rank, outputs untouched), a bad argument on one
+ * rank (INVALID there, PEER elsewhere), a rank that never calls (every other rank
+ * TIMEOUT or PEER within the timeout), comm_abort before a call and during one, and
+ * comm_destroy then MPI_Finalize with nothing left in /dev/shm.  A fresh communicator
+ * for each case: a failure breaks it on every rank.
+ */
+#include "mpi_check.h"
+
+#include <arcomm_mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TIMEOUT_MS 1500
+#define N          4099
+
+static int g_rank, g_size, g_failed;
+
+static void fail(const char *test, const char *fmt, comm_status_t st, const char *detail)
+{
+    if (g_failed++ < 20)
+        fprintf(stderr, "rank %d: %s: %s (got %s: %s)\n", g_rank, test, fmt, comm_status_string(st),
+                detail);
+}
+
+static comm_t *fresh(void)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.timeout_ms = TIMEOUT_MS;
+    comm_t *c = NULL;
+    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    if (st != COMM_OK) {
+        fprintf(stderr, "rank %d: comm_init_mpi: %s\n", g_rank, comm_last_error(NULL));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return c;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static bool untouched(const float *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &buf[i], sizeof(u));
+        if (u != 0xa5a5a5a5u)
+            return false;
+    }
+    return true;
+}
+
+/* The last rank passes another count (or dtype, or root): MISMATCH everywhere. */
+static void t_mismatch(int what)
+{
+    comm_t *c = fresh();
+    float *send = malloc(N * 4 + 4), *recv = malloc(((size_t)g_size * N + 1) * 4);
+    for (int i = 0; i <= N; i++)
+        send[i] = (float)i;
+    memset(recv, 0xa5, ((size_t)g_size * N + 1) * 4);
+    bool odd = g_rank == g_size - 1;
+    comm_status_t st;
+    const char *name;
+    if (what == 0) {
+        name = "mismatch (count of allreduce)";
+        st = comm_allreduce(c, send, recv, odd ? N + 1 : N, COMM_F32, COMM_SUM, NULL);
+    } else if (what == 1) {
+        name = "mismatch (dtype of reduce)";
+        st = comm_reduce(c, send, recv, N, odd ? COMM_I32 : COMM_F32, COMM_MAX, 0, NULL);
+    } else if (what == 2) {
+        name = "mismatch (root of broadcast)";
+        st = comm_broadcast(c, send, recv, N, COMM_F32, odd ? 0 : g_size - 1, NULL);
+    } else if (what == 3) {
+        name = "mismatch (addend_count of allreduce_add)";
+        st = comm_allreduce_add(c, send, recv, send, odd ? 1 : N, N, COMM_F32, NULL);
+    } else {
+        name = "mismatch (collective)";
+        st = odd ? comm_allgather(c, send, recv, N, COMM_F32, NULL)
+                 : comm_allreduce(c, send, recv, N, COMM_F32, COMM_SUM, NULL);
+    }
+    if (st != COMM_ERR_MISMATCH)
+        fail(name, "expected COMM_ERR_MISMATCH", st, comm_last_error(c));
+    if (!untouched(recv, (size_t)g_size * N + 1))
+        fail(name, "recvbuf was written", st, "");
+    /* The communicator is broken now, at once, on every rank. */
+    st = comm_barrier(c);
+    if (st == COMM_OK)
+        fail(name, "a broken communicator answered OK", st, "");
+    comm_destroy(c);
+    free(send);
+    free(recv);
+}
+
+/* Rank 1 passes a NULL recvbuf: INVALID there, PEER on every other rank. */
+static void t_invalid(void)
+{
+    comm_t *c = fresh();
+    float send[8] = {1, 2, 3, 4, 5, 6, 7, 8}, recv[8];
+    comm_status_t st =
+        comm_allreduce(c, send, g_rank == 1 ? NULL : recv, 8, COMM_F32, COMM_SUM, NULL);
+    comm_status_t want = g_rank == 1 ? COMM_ERR_INVALID : COMM_ERR_PEER;
+    if (st != want)
+        fail("invalid argument", g_rank == 1 ? "expected INVALID" : "expected PEER", st,
+             comm_last_error(c));
+    comm_destroy(c);
+}
+
+/* The last rank never calls: the others time out (or see a peer's timeout) in time. */
+static void t_absent(void)
+{
+    comm_t *c = fresh();
+    float send[N], recv[N];
+    for (int i = 0; i < N; i++)
+        send[i] = 1;
+    if (g_rank != g_size - 1) {
+        double t0 = now_ms();
+        comm_status_t st = comm_allreduce(c, send, recv, N, COMM_F32, COMM_SUM, NULL);
+        double ms = now_ms() - t0;
+        if (st != COMM_ERR_TIMEOUT && st != COMM_ERR_PEER)
+            fail("absent rank", "expected TIMEOUT or PEER", st, comm_last_error(c));
+        if (ms > 3.0 * TIMEOUT_MS)
+            fail("absent rank", "took far longer than the timeout", st, "");
+    }
+    comm_destroy(c);
+}
+
+/* Rank 0 aborts before a call: ABORTED there, PEER everywhere else. */
+static void t_abort_before(void)
+{
+    comm_t *c = fresh();
+    float send[8] = {1}, recv[8];
+    if (g_rank == 0 && comm_abort(c) != COMM_OK)
+        fail("abort", "comm_abort failed", COMM_OK, comm_last_error(NULL));
+    comm_status_t st = comm_allreduce(c, send, recv, 8, COMM_F32, COMM_SUM, NULL);
+    comm_status_t want = g_rank == 0 ? COMM_ERR_ABORTED : COMM_ERR_PEER;
+    if (st != want)
+        fail("abort before a call", "wrong status", st, comm_last_error(c));
+    comm_destroy(c);
+}
+
+static void *abort_later(void *arg)
+{
+    usleep(300000);
+    comm_abort(arg);
+    return NULL;
+}
+
+/* Rank 0 blocks in a call nobody else makes; another thread aborts it. */
+static void t_abort_during(void)
+{
+    comm_t *c = fresh();
+    if (g_rank == 0) {
+        float send[8] = {1}, recv[8];
+        pthread_t t;
+        pthread_create(&t, NULL, abort_later, c);
+        double t0 = now_ms();
+        comm_status_t st = comm_allreduce(c, send, recv, 8, COMM_F32, COMM_SUM, NULL);
+        if (st != COMM_ERR_ABORTED)
+            fail("abort during a call", "expected ABORTED", st, comm_last_error(c));
+        if (now_ms() - t0 > TIMEOUT_MS)
+            fail("abort during a call", "the call did not end at the abort", st, "");
+        pthread_join(t, NULL);
+    }
+    comm_destroy(c);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    char before[256][96];
+    int nbefore = mc_shm_list(before, 256);
+
+    for (int what = 0; what < 5; what++) {
+        t_mismatch(what);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    t_invalid();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_absent();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_abort_before();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_abort_during();
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* After all that, a healthy communicator still works. */
+    comm_t *c = fresh();
+    float x[3] = {1, 2, 3}, y[3];
+    comm_status_t st = comm_allreduce(c, x, y, 3, COMM_F32, COMM_SUM, NULL);
+    if (st != COMM_OK || y[2] != 3.0f * (float)g_size)
+        fail("after the failures", "allreduce went wrong", st, comm_last_error(c));
+    comm_destroy(c);
+
+    int any = 0;
+    MPI_Allreduce(&g_failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        int left = mc_shm_left(before, nbefore);
+        if (left != 0) {
+            fprintf(stderr, "rank 0: %d /dev/shm/arcomm-* entries left behind\n", left);
+            any++;
+        }
+        printf("%s: %d ranks, %d failures\n", any ? "FAIL" : "ok", g_size, any);
+    }
+    MPI_Bcast(&any, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? 1 : 0;
+}

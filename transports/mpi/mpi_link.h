@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The inter-host steps of a communicator made by comm_init_mpi: MPI communicators of
+ * its own, nonblocking MPI calls, and one wait that polls them against the
+ * communicator's deadline and comm_abort, so that no rank waits forever in MPI.
+ * Built into libarcomm_mpi only (libarcomm does not depend on MPI).
+ */
+#ifndef ARCOMM_MPI_LINK_H
+#define ARCOMM_MPI_LINK_H
+
+#include "comm_base.h"
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The MPI communicators of one arcomm communicator (each freed by mpi_link_free). */
+struct mpi_link {
+    MPI_Comm world; /* a duplicate of the user's communicator: every rank, same ranks */
+    MPI_Comm host;  /* the ranks of this rank's host (shared split or ranks-per-host) */
+    MPI_Comm slice; /* the ranks with this rank's local index, one per host; slice 0 is
+                     * the hosts' leaders */
+};
+
+/* The most requests one step keeps in flight (pipelined segments and the status). */
+#define MPI_LINK_MAX_REQS 9
+
+/*
+ * What every inter-host step carries beside its data: this rank's status, so that a
+ * failure on one host reaches every rank of the step.  MAX over the step's ranks of
+ * {-status, failing rank}: the worst status and a rank that had it.
+ */
+struct mpi_status_word {
+    int64_t neg_status; /* -status of this rank (0 = COMM_OK) */
+    int64_t rank;       /* this rank when it failed, else -1 */
+};
+
+/* The MPI datatype of a dtype (f16 and bf16 have none: MPI_DATATYPE_NULL) and the MPI
+ * op of an op (AVG: MPI_SUM, the caller divides). */
+MPI_Datatype mpi_link_dtype(comm_dtype_t dtype);
+MPI_Op mpi_link_op(comm_op_t op);
+
+/* "MPI_Iallreduce failed: <MPI's error string>" into c's error, status SYSTEM. */
+comm_status_t mpi_link_error(struct comm *c, int err, const char *call);
+
+/*
+ * Waits until every request of reqs (n of them) completes, polling with MPI_Testall,
+ * yielding between polls.  COMM_ERR_ABORTED when comm_abort was called on c (when
+ * abortable: a rank carrying its failure to the peers finishes the exchange),
+ * COMM_ERR_TIMEOUT past deadline (message names what and the peers in who), SYSTEM
+ * when MPI fails.  The requests left pending on an error are abandoned (a nonblocking
+ * collective cannot be cancelled; freeing the communicator later is still allowed).
+ */
+comm_status_t mpi_link_wait(struct comm *c, MPI_Request *reqs, int n, uint64_t deadline,
+                            bool abortable, const char *what);
+
+/* Starts the status exchange of a step on mc (after its data requests, in the same
+ * order on every rank). */
+int mpi_link_status_start(MPI_Comm mc, int rank, comm_status_t mine, struct mpi_status_word *in,
+                          struct mpi_status_word *out, MPI_Request *req);
+
+/*
+ * A step's outcome for this rank after its requests completed: st (this rank's own),
+ * else COMM_ERR_PEER with a message naming the rank that failed and how, when out says
+ * another rank failed; what names the step.
+ */
+comm_status_t mpi_link_status_check(struct comm *c, comm_status_t st,
+                                    const struct mpi_status_word *out, const char *what);
+
+/* Frees the communicators of l that exist (skipped once MPI is finalized). */
+void mpi_link_free(struct mpi_link *l);
+
+#endif /* ARCOMM_MPI_LINK_H */

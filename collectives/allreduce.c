@@ -24,10 +24,15 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
          * flag round trip from about 1 KiB on.  Process ranks: one copy in and n reads
          * beat the staged path's three copies and three synchronisations up to the
          * slot size for 2 ranks; the flag path's reads grow with n, the staged path's
-         * do not, so the crossover falls as 2 MiB / n.
+         * do not, so the crossover falls as 2 MiB / n.  But not above 512 KiB: with 2
+         * process ranks (slow state of the VM, 2026-12-01) a 1 MiB message took 111-151
+         * us on the flag path against 43 us (reduce's pipeline) and 112-124 us
+         * (allreduce's staged path), while at 512 KiB the flag path still won, 21-32 us
+         * against 26-61.
          */
         size_t n = nranks > 0 ? (size_t)nranks : 1;
-        k->flag_threshold = same_process ? 1024 : (2u << 20) / n;
+        size_t procs = (2u << 20) / n;
+        k->flag_threshold = same_process ? 1024 : procs < (512u << 10) ? procs : 512u << 10;
     }
     /* "off" stays RT_SIZE_OFF, as for every size knob (coll_host_flag_path reads it). */
     if (k->flag_threshold != RT_SIZE_OFF && k->flag_threshold > slot)

@@ -27,10 +27,31 @@
 #define HIER_SEG_BYTES      (1u << 18)
 #define HIER_SEGS_IN_FLIGHT 4
 
+/*
+ * What the algorithms call on the intra-host communicator: the public entry points,
+ * handed down by comm_init_mpi (runtime/mpi), so that the runtime validates and
+ * sequences the inner calls and this layer calls no entry point by name.
+ */
+struct hier_intra_ops {
+    comm_status_t (*broadcast)(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               comm_dtype_t dtype, int root, void *stream);
+    comm_status_t (*reduce)(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            comm_dtype_t dtype, comm_op_t op, int root, void *stream);
+    comm_status_t (*allgather)(comm_t *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                               comm_dtype_t dtype, void *stream);
+    comm_status_t (*reduce_scatter)(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                    size_t recvcount, comm_dtype_t dtype, comm_op_t op,
+                                    void *stream);
+    comm_status_t (*barrier)(comm_t *comm);
+    comm_status_t (*destroy)(comm_t *comm);
+    const char *(*last_error)(const comm_t *comm);
+};
+
 struct hier_comm {
-    struct backend_ops ops; /* hier_backend, named after both levels */
-    char name[32];          /* "shm+mpi" */
-    comm_t *intra;          /* the ranks of this host */
+    struct backend_ops ops;            /* hier_backend, named after both levels */
+    char name[32];                     /* "shm+mpi" */
+    comm_t *intra;                     /* the ranks of this host */
+    const struct hier_intra_ops *iops; /* its entry points */
     struct mpi_link link;
     int local, nlocal; /* this rank's index on its host, the host's rank count */
     int host, nhosts;  /* this rank's host (its leader's rank among the leaders) */

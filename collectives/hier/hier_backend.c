@@ -80,7 +80,7 @@ comm_status_t hier_begin(struct comm *c, const struct coll_call *call, uint64_t 
         rt_error(c, COMM_ERR_PEER,
                  "rank %d: rank %lld failed before call %u (%s); see that rank's "
                  "comm_last_error",
-                 c->rank, (long long)out[D_FAILED_RANK], c->seq, comm_status_string(theirs));
+                 c->rank, (long long)out[D_FAILED_RANK], c->seq, rt_status_string(theirs));
         return COMM_ERR_PEER;
     }
     for (int i = 0; i < D_FIELDS; i++) {
@@ -167,7 +167,8 @@ static void hier_teardown(struct comm *c)
     struct hier_comm *h = hier_of(c);
     if (h == NULL)
         return;
-    comm_destroy(h->intra);
+    if (h->intra != NULL)
+        h->iops->destroy(h->intra);
     mpi_link_free(&h->link);
     free(h->host_of);
     free(h->local_of);

@@ -15,7 +15,7 @@ comm_status_t hier_intra_failed(struct comm *c, comm_status_t st, const char *wh
     if (st == COMM_OK)
         return st;
     rt_error(c, st, "rank %d: %s on this host failed: %s", c->rank, what,
-             comm_last_error(hier_of(c)->intra));
+             hier_of(c)->iops->last_error(hier_of(c)->intra));
     return st;
 }
 

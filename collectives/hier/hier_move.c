@@ -28,8 +28,8 @@ comm_status_t hier_broadcast(struct comm *c, const struct coll_call *call)
     bool on_root_host = h->host == root_host, leader = h->local == 0;
     if (on_root_host) {
         const void *send = c->rank == call->root ? call->send : NULL;
-        st = comm_broadcast(h->intra, send, call->recv, call->count, call->dtype,
-                            h->local_of[call->root], NULL);
+        st = h->iops->broadcast(h->intra, send, call->recv, call->count, call->dtype,
+                                h->local_of[call->root], NULL);
         st = hier_intra_failed(c, st, "the broadcast within the root's host");
     }
     if (leader && h->nhosts > 1) {
@@ -48,11 +48,11 @@ comm_status_t hier_broadcast(struct comm *c, const struct coll_call *call)
         return st;
     if (on_root_host) {
         /* Has every host got it?  The leader breaks this host's communicator if not. */
-        st = comm_barrier(h->intra);
+        st = h->iops->barrier(h->intra);
         return hier_intra_failed(c, st, "the barrier after the broadcast");
     }
-    st = comm_broadcast(h->intra, leader ? call->recv : NULL, call->recv, call->count, call->dtype,
-                        0, NULL);
+    st = h->iops->broadcast(h->intra, leader ? call->recv : NULL, call->recv, call->count,
+                            call->dtype, 0, NULL);
     return hier_intra_failed(c, st, "the broadcast from the leader");
 }
 
@@ -72,7 +72,7 @@ static comm_status_t allgather_slices(struct comm *c, const struct coll_call *ca
                                       deadline, "the allgather among the hosts");
     if (st != COMM_OK)
         return st;
-    st = comm_allgather(h->intra, tmp, all, H * call->count, call->dtype, NULL);
+    st = h->iops->allgather(h->intra, tmp, all, H * call->count, call->dtype, NULL);
     if (st != COMM_OK)
         return hier_intra_failed(c, st, "the allgather within the host");
     /* all holds local index j's blocks of the hosts in slice order: j * H + slice rank. */
@@ -93,7 +93,8 @@ static comm_status_t allgather_leaders(struct comm *c, const struct coll_call *c
     void *all = hier_scratch(c, 0, (size_t)c->nranks * b);
     if (mine == NULL || all == NULL)
         return COMM_ERR_NOMEM;
-    comm_status_t st = comm_allgather(h->intra, call->send, mine, call->count, call->dtype, NULL);
+    comm_status_t st =
+        h->iops->allgather(h->intra, call->send, mine, call->count, call->dtype, NULL);
     st = hier_intra_failed(c, st, "the allgather within the host");
     if (h->local == 0 && h->nhosts > 1) {
         int counts[RT_MAX_RANKS], displs[RT_MAX_RANKS];
@@ -111,8 +112,8 @@ static comm_status_t allgather_leaders(struct comm *c, const struct coll_call *c
     }
     if (st != COMM_OK)
         return st;
-    st = comm_broadcast(h->intra, h->local == 0 ? all : NULL, all, (size_t)c->nranks * call->count,
-                        call->dtype, 0, NULL);
+    st = h->iops->broadcast(h->intra, h->local == 0 ? all : NULL, all,
+                            (size_t)c->nranks * call->count, call->dtype, 0, NULL);
     if (st != COMM_OK)
         return hier_intra_failed(c, st, "the broadcast from the leader");
     /* all is in host order: host_off of the rank's host, then its local index. */

@@ -22,7 +22,7 @@ static comm_status_t reduce_leaders(struct comm *c, void *work, size_t n, comm_d
 {
     struct hier_comm *h = hier_of(c);
     bool leader = h->local == 0;
-    comm_status_t st = comm_reduce(h->intra, work, leader ? work : NULL, n, wd, op, 0, NULL);
+    comm_status_t st = h->iops->reduce(h->intra, work, leader ? work : NULL, n, wd, op, 0, NULL);
     st = hier_intra_failed(c, st, "the reduce to the leader");
     if (leader && h->nhosts > 1) {
         struct hier_inter s = {
@@ -39,7 +39,7 @@ static comm_status_t reduce_leaders(struct comm *c, void *work, size_t n, comm_d
     }
     if (st != COMM_OK)
         return st;
-    st = comm_broadcast(h->intra, leader ? work : NULL, work, n, wd, 0, NULL);
+    st = h->iops->broadcast(h->intra, leader ? work : NULL, work, n, wd, 0, NULL);
     return hier_intra_failed(c, st, "the broadcast from the leader");
 }
 
@@ -54,7 +54,7 @@ static comm_status_t reduce_slices(struct comm *c, void *work, size_t n, comm_dt
     void *slice = hier_scratch(c, 1, per * es);
     if (slice == NULL)
         return COMM_ERR_NOMEM;
-    comm_status_t st = comm_reduce_scatter(h->intra, work, slice, per, wd, op, NULL);
+    comm_status_t st = h->iops->reduce_scatter(h->intra, work, slice, per, wd, op, NULL);
     st = hier_intra_failed(c, st, "the reduce-scatter");
     struct hier_inter s = {
         .kind = HIER_INTER_ALLREDUCE,
@@ -69,7 +69,7 @@ static comm_status_t reduce_slices(struct comm *c, void *work, size_t n, comm_dt
     st = hier_inter_segments(c, &s, st, deadline);
     if (st != COMM_OK)
         return st;
-    st = comm_allgather(h->intra, slice, work, per, wd, NULL);
+    st = h->iops->allgather(h->intra, slice, work, per, wd, NULL);
     return hier_intra_failed(c, st, "the allgather of the slices");
 }
 

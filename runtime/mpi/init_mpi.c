@@ -146,6 +146,17 @@ static comm_status_t map_ranks(struct comm *tc, struct hier_comm *h, int leader,
     return COMM_OK;
 }
 
+/* The entry points the hierarchical algorithms call on the intra-host communicator. */
+static const struct hier_intra_ops intra_ops = {
+    .broadcast = comm_broadcast,
+    .reduce = comm_reduce,
+    .allgather = comm_allgather,
+    .reduce_scatter = comm_reduce_scatter,
+    .barrier = comm_barrier,
+    .destroy = comm_destroy,
+    .last_error = comm_last_error,
+};
+
 /* The intra-host communicator, its id from the host's leader. */
 static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm_config_t *cfg,
                                 int *leader)
@@ -173,6 +184,7 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
     icfg.id = hello.id;
     icfg.timeout_ms = tc->timeout_ms < 0 ? -1 : (int)tc->timeout_ms;
     icfg.transport = cfg != NULL ? cfg->transport : NULL;
+    h->iops = &intra_ops;
     comm_status_t st = comm_init(&h->intra, &icfg);
     if (st != COMM_OK)
         snprintf(tc->errmsg, sizeof(tc->errmsg),

@@ -119,7 +119,7 @@ comm_status_t mpi_link_status_check(struct comm *c, comm_status_t st,
     comm_status_t theirs = (comm_status_t)(-out->neg_status);
     rt_error(c, COMM_ERR_PEER,
              "rank %d: rank %lld failed in %s of call %u (%s); see that rank's comm_last_error",
-             c->rank, (long long)out->rank, what, c->seq, comm_status_string(theirs));
+             c->rank, (long long)out->rank, what, c->seq, rt_status_string(theirs));
     return COMM_ERR_PEER;
 }
 

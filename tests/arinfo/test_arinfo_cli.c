@@ -337,8 +337,10 @@ static void check_collective_table(const char *out, int nranks, const struct rt_
         fail_msg("no \"%s\" in:\n%s", title, out);
     const char *p = strstr(out, "\n  SIZE       RANKS    BROADCAST       REDUCE          "
                                 "ALLGATHER       REDUCE_SCATTER  ALLTOALL\n");
-    if (p == NULL)
+    if (p == NULL) {
         fail_msg("no collective paths header in:\n%s", out);
+        return;
+    }
     p = strchr(p + 1, '\n') + 1;
     for (size_t i = 0; i < n; i++) {
         for (int t = 0; t < 2; t++) {

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The intercepted MPI calls.  Each looks up its communicator's state, decides whether
+ * arcomm serves this call (an intra-communicator arcomm joined, a valid call with a
+ * datatype and op of the table, an MPI_IN_PLACE form it knows) and otherwise hands the
+ * call to PMPI_* unchanged.  What MPI reports as an argument error (a bad root, a
+ * negative count, a NULL buffer) is handed on too, so that MPI's error class reaches the
+ * program.  The decision reads only what MPI has every rank pass alike (datatype, count,
+ * op, root, MPI_IN_PLACE), so that all ranks take the same side.
+ */
+#include "pmpi.h"
+
+#include <string.h>
+
+/* The entry points the program's calls resolve to (the build hides everything else). */
+#define PMPI_EXPORT __attribute__((visibility("default")))
+
+/* The bytes of n elements of dtype from p. */
+static inline char *at(const void *p, size_t n, comm_dtype_t dtype)
+{
+    return (char *)p + n * comm_dtype_size(dtype);
+}
+
+/* Counts a call handed to PMPI (pc NULL: nothing is counted when the library is off). */
+static inline void handed(struct pmpi_comm *pc, enum pmpi_call call)
+{
+    if (pc != NULL)
+        pc->handed[call]++;
+    else if (!pmpi_settings.off)
+        pmpi_count_stateless(call);
+}
+
+static inline int served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
+{
+    if (st != COMM_OK)
+        return pmpi_fail(pc, call, st);
+    pc->served[call]++;
+    return MPI_SUCCESS;
+}
+
+PMPI_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                  MPI_Op op, MPI_Comm comm)
+{
+    struct pmpi_comm *pc = pmpi_comm_get(comm);
+    comm_dtype_t dt;
+    comm_op_t cop;
+    if (pc == NULL || pc->arc == NULL || count < 0 || !pmpi_reduce_dtype(datatype, &dt) ||
+        !pmpi_op(op, &cop) || (count > 0 && (recvbuf == NULL || sendbuf == NULL))) {
+        handed(pc, PMPI_CALL_ALLREDUCE);
+        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    }
+    const void *src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    return served(pc, PMPI_CALL_ALLREDUCE,
+                  comm_allreduce(pc->arc, src, recvbuf, (size_t)count, dt, cop, NULL));
+}
+
+PMPI_EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               int root, MPI_Comm comm)
+{
+    struct pmpi_comm *pc = pmpi_comm_get(comm);
+    comm_dtype_t dt;
+    comm_op_t cop;
+    if (pc == NULL || pc->arc == NULL || count < 0 || root < 0 || root >= pc->size ||
+        !pmpi_reduce_dtype(datatype, &dt) || !pmpi_op(op, &cop) ||
+        /* MPI_IN_PLACE is the root's only; recvbuf is significant at the root only. */
+        (sendbuf == MPI_IN_PLACE && pc->rank != root) ||
+        (count > 0 && (sendbuf == NULL || (pc->rank == root && recvbuf == NULL)))) {
+        handed(pc, PMPI_CALL_REDUCE);
+        return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+    }
+    const void *src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    void *dst = pc->rank == root ? recvbuf : NULL;
+    return served(pc, PMPI_CALL_REDUCE,
+                  comm_reduce(pc->arc, src, dst, (size_t)count, dt, cop, root, NULL));
+}
+
+PMPI_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+    struct pmpi_comm *pc = pmpi_comm_get(comm);
+    comm_dtype_t dt;
+    size_t n;
+    if (pc == NULL || pc->arc == NULL || root < 0 || root >= pc->size ||
+        !pmpi_move_dtype(datatype, count, &dt, &n) || (n > 0 && buffer == NULL)) {
+        handed(pc, PMPI_CALL_BCAST);
+        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    }
+    return served(pc, PMPI_CALL_BCAST, comm_broadcast(pc->arc, buffer, buffer, n, dt, root, NULL));
+}
+
+PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+{
+    struct pmpi_comm *pc = pmpi_comm_get(comm);
+    comm_dtype_t dt;
+    size_t n;
+    bool in_place = sendbuf == MPI_IN_PLACE;
+    /* Out of place: the same type and count on both sides (other signature-equal forms
+     * go to PMPI).  In place, sendcount and sendtype are ignored, as MPI says. */
+    if (pc == NULL || pc->arc == NULL ||
+        (!in_place && (sendtype != recvtype || sendcount != recvcount)) ||
+        !pmpi_move_dtype(recvtype, recvcount, &dt, &n) ||
+        (n > 0 && (recvbuf == NULL || sendbuf == NULL))) {
+        handed(pc, PMPI_CALL_ALLGATHER);
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    /* In place, this rank's block is already in recvbuf: arcomm's in-place form. */
+    const void *src = in_place ? at(recvbuf, (size_t)pc->rank * n, dt) : sendbuf;
+    return served(pc, PMPI_CALL_ALLGATHER, comm_allgather(pc->arc, src, recvbuf, n, dt, NULL));
+}
+
+PMPI_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+{
+    struct pmpi_comm *pc = pmpi_comm_get(comm);
+    comm_dtype_t dt;
+    comm_op_t cop;
+    if (pc == NULL || pc->arc == NULL || recvcount < 0 || !pmpi_reduce_dtype(datatype, &dt) ||
+        !pmpi_op(op, &cop) || (recvcount > 0 && (recvbuf == NULL || sendbuf == NULL))) {
+        handed(pc, PMPI_CALL_REDUCE_SCATTER_BLOCK);
+        return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+    }
+    size_t n = (size_t)recvcount;
+    if (sendbuf != MPI_IN_PLACE)
+        return served(pc, PMPI_CALL_REDUCE_SCATTER_BLOCK,
+                      comm_reduce_scatter(pc->arc, sendbuf, recvbuf, n, dt, cop, NULL));
+    /* In place, the input is recvbuf (size blocks) and the result goes to its start:
+     * arcomm's in-place form leaves it in this rank's block, moved down after. */
+    char *mine = at(recvbuf, (size_t)pc->rank * n, dt);
+    comm_status_t st = comm_reduce_scatter(pc->arc, recvbuf, mine, n, dt, cop, NULL);
+    if (st == COMM_OK && pc->rank > 0)
+        memmove(recvbuf, mine, n * comm_dtype_size(dt));
+    return served(pc, PMPI_CALL_REDUCE_SCATTER_BLOCK, st);
+}
+
+PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+{
+    struct pmpi_comm *pc = pmpi_comm_get(comm);
+    comm_dtype_t dt;
+    size_t n;
+    bool in_place = sendbuf == MPI_IN_PLACE;
+    if (pc == NULL || pc->arc == NULL ||
+        (!in_place && (sendtype != recvtype || sendcount != recvcount)) ||
+        !pmpi_move_dtype(recvtype, recvcount, &dt, &n) ||
+        (n > 0 && (recvbuf == NULL || sendbuf == NULL))) {
+        handed(pc, PMPI_CALL_ALLTOALL);
+        return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    const void *src = sendbuf;
+    if (in_place) {
+        /* arcomm's alltoall is out of place only: the input is a copy of recvbuf. */
+        size_t bytes = (size_t)pc->size * n * comm_dtype_size(dt);
+        void *copy = pmpi_scratch(pc, bytes);
+        if (copy == NULL && bytes > 0) {
+            /* Not handed on: the peers are already in arcomm's call. */
+            pmpi_log(PMPI_LOG_ERROR, "rank %d: alltoall: no memory for %zu bytes", pc->rank,
+                     bytes);
+            PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+            return MPI_ERR_NO_MEM;
+        }
+        if (bytes > 0)
+            memcpy(copy, recvbuf, bytes);
+        src = copy;
+    }
+    return served(pc, PMPI_CALL_ALLTOALL, comm_alltoall(pc->arc, src, recvbuf, n, dt, NULL));
+}
+
+PMPI_EXPORT int MPI_Barrier(MPI_Comm comm)
+{
+    struct pmpi_comm *pc = pmpi_comm_get(comm);
+    if (pc == NULL || pc->arc == NULL) {
+        handed(pc, PMPI_CALL_BARRIER);
+        return PMPI_Barrier(comm);
+    }
+    return served(pc, PMPI_CALL_BARRIER, comm_barrier(pc->arc));
+}
+
+PMPI_EXPORT int MPI_Finalize(void)
+{
+    pmpi_finalize();
+    return PMPI_Finalize();
+}

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The interposition library's two settings, read once at its first intercepted call:
+ * ARCOMM_PMPI (on by default; off hands every call to PMPI untouched) and
+ * ARCOMM_LOG_LEVEL, which libarcomm reads through its knob table for its communicators
+ * and this library reads here for its own lines (which communicators it takes over, the
+ * report at MPI_Finalize).  This is the library's only getenv, as comm_init_env is the
+ * runtime's for ARCOMM_ID.
+ */
+#include "pmpi.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct pmpi_settings pmpi_settings = {.off = false, .log_level = PMPI_LOG_WARN};
+
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+
+static const char *const level_names[] = {
+    [PMPI_LOG_NONE] = "none",  [PMPI_LOG_ERROR] = "error", [PMPI_LOG_WARN] = "warn",
+    [PMPI_LOG_INFO] = "info",  [PMPI_LOG_DEBUG] = "debug",
+};
+
+static void settings_read(void)
+{
+    const char *v = getenv("ARCOMM_PMPI");
+    if (v != NULL && (strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0 ||
+                      strcasecmp(v, "no") == 0 || strcasecmp(v, "false") == 0))
+        pmpi_settings.off = true;
+    v = getenv("ARCOMM_LOG_LEVEL");
+    if (v != NULL) {
+        for (int l = 0; l < (int)(sizeof(level_names) / sizeof(level_names[0])); l++)
+            if (strcasecmp(v, level_names[l]) == 0)
+                pmpi_settings.log_level = l;
+        if (strcasecmp(v, "trace") == 0)
+            pmpi_settings.log_level = PMPI_LOG_DEBUG;
+    }
+}
+
+void pmpi_settings_load(void)
+{
+    pthread_once(&settings_once, settings_read);
+}
+
+void pmpi_log(int level, const char *fmt, ...)
+{
+    if (level > pmpi_settings.log_level)
+        return;
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "arcomm %s: pmpi: ", level_names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(line);
+    line[len] = '\n';
+    /* One write per line, so that the lines of several ranks never interleave. */
+    fwrite(line, 1, len + 1, stderr);
+    fflush(stderr);
+}
+
+const char *pmpi_call_name(enum pmpi_call call)
+{
+    static const char *const names[PMPI_CALL_COUNT] = {
+        [PMPI_CALL_ALLREDUCE] = "allreduce",
+        [PMPI_CALL_REDUCE] = "reduce",
+        [PMPI_CALL_BCAST] = "bcast",
+        [PMPI_CALL_ALLGATHER] = "allgather",
+        [PMPI_CALL_REDUCE_SCATTER_BLOCK] = "reduce_scatter_block",
+        [PMPI_CALL_ALLTOALL] = "alltoall",
+        [PMPI_CALL_BARRIER] = "barrier",
+    };
+    return call < PMPI_CALL_COUNT ? names[call] : "?";
+}

@@ -30,6 +30,16 @@ static inline void handed(struct pmpi_comm *pc, enum pmpi_call call)
         pmpi_count_stateless(call);
 }
 
+/* Out of memory for a served call's copy: not handed on (the peers are in arcomm's call
+ * already), an error through comm's error handler. */
+static int pmpi_nomem(struct pmpi_comm *pc, enum pmpi_call call, size_t bytes)
+{
+    pmpi_log(PMPI_LOG_ERROR, "rank %d: %s: no memory for a copy of %zu bytes", pc->rank,
+             pmpi_call_name(call), bytes);
+    PMPI_Comm_call_errhandler(pc->mpi, MPI_ERR_NO_MEM);
+    return MPI_ERR_NO_MEM;
+}
+
 static inline int served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
 {
     if (st != COMM_OK)
@@ -39,7 +49,7 @@ static inline int served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_
 }
 
 PMPI_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
-                  MPI_Op op, MPI_Comm comm)
+                              MPI_Op op, MPI_Comm comm)
 {
     struct pmpi_comm *pc = pmpi_comm_get(comm);
     comm_dtype_t dt;
@@ -54,8 +64,8 @@ PMPI_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI
                   comm_allreduce(pc->arc, src, recvbuf, (size_t)count, dt, cop, NULL));
 }
 
-PMPI_EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-               int root, MPI_Comm comm)
+PMPI_EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                           MPI_Op op, int root, MPI_Comm comm)
 {
     struct pmpi_comm *pc = pmpi_comm_get(comm);
     comm_dtype_t dt;
@@ -87,8 +97,8 @@ PMPI_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
     return served(pc, PMPI_CALL_BCAST, comm_broadcast(pc->arc, buffer, buffer, n, dt, root, NULL));
 }
 
-PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
-                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                              void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
     struct pmpi_comm *pc = pmpi_comm_get(comm);
     comm_dtype_t dt;
@@ -109,7 +119,7 @@ PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype s
 }
 
 PMPI_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
-                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 {
     struct pmpi_comm *pc = pmpi_comm_get(comm);
     comm_dtype_t dt;
@@ -123,17 +133,24 @@ PMPI_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int
     if (sendbuf != MPI_IN_PLACE)
         return served(pc, PMPI_CALL_REDUCE_SCATTER_BLOCK,
                       comm_reduce_scatter(pc->arc, sendbuf, recvbuf, n, dt, cop, NULL));
-    /* In place, the input is recvbuf (size blocks) and the result goes to its start:
-     * arcomm's in-place form leaves it in this rank's block, moved down after. */
-    char *mine = at(recvbuf, (size_t)pc->rank * n, dt);
-    comm_status_t st = comm_reduce_scatter(pc->arc, recvbuf, mine, n, dt, cop, NULL);
-    if (st == COMM_OK && pc->rank > 0)
-        memmove(recvbuf, mine, n * comm_dtype_size(dt));
+    /* In place, the input is recvbuf (size blocks) and the result goes to its first
+     * block, the others left as they were (as Open MPI leaves them): rank 0's is
+     * arcomm's in-place form, the others' result goes through scratch. */
+    if (pc->rank == 0)
+        return served(pc, PMPI_CALL_REDUCE_SCATTER_BLOCK,
+                      comm_reduce_scatter(pc->arc, recvbuf, recvbuf, n, dt, cop, NULL));
+    size_t bytes = n * comm_dtype_size(dt);
+    void *out = pmpi_scratch(pc, bytes);
+    if (out == NULL && bytes > 0)
+        return pmpi_nomem(pc, PMPI_CALL_REDUCE_SCATTER_BLOCK, bytes);
+    comm_status_t st = comm_reduce_scatter(pc->arc, recvbuf, out, n, dt, cop, NULL);
+    if (st == COMM_OK && bytes > 0)
+        memcpy(recvbuf, out, bytes);
     return served(pc, PMPI_CALL_REDUCE_SCATTER_BLOCK, st);
 }
 
-PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
-                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                             void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
     struct pmpi_comm *pc = pmpi_comm_get(comm);
     comm_dtype_t dt;
@@ -151,13 +168,8 @@ PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype se
         /* arcomm's alltoall is out of place only: the input is a copy of recvbuf. */
         size_t bytes = (size_t)pc->size * n * comm_dtype_size(dt);
         void *copy = pmpi_scratch(pc, bytes);
-        if (copy == NULL && bytes > 0) {
-            /* Not handed on: the peers are already in arcomm's call. */
-            pmpi_log(PMPI_LOG_ERROR, "rank %d: alltoall: no memory for %zu bytes", pc->rank,
-                     bytes);
-            PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
-            return MPI_ERR_NO_MEM;
-        }
+        if (copy == NULL && bytes > 0)
+            return pmpi_nomem(pc, PMPI_CALL_ALLTOALL, bytes);
         if (bytes > 0)
             memcpy(copy, recvbuf, bytes);
         src = copy;

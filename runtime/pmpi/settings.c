@@ -2,10 +2,10 @@
 /*
  * The interposition library's two settings, read once at its first intercepted call:
  * ARCOMM_PMPI (on by default; off hands every call to PMPI untouched) and
- * ARCOMM_LOG_LEVEL, which libarcomm reads through its knob table for its communicators
- * and this library reads here for its own lines (which communicators it takes over, the
- * report at MPI_Finalize).  This is the library's only getenv, as comm_init_env is the
- * runtime's for ARCOMM_ID.
+ * ARCOMM_LOG_LEVEL and ARCOMM_LOG_FILE, which libarcomm reads through its knob table for
+ * its communicators and this library reads here for its own lines (which communicators
+ * it takes over, the report at MPI_Finalize).  This is the library's only getenv, as comm_init_env
+ * is the runtime's for ARCOMM_ID.
  */
 #include "pmpi.h"
 
@@ -15,14 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 struct pmpi_settings pmpi_settings = {.off = false, .log_level = PMPI_LOG_WARN};
+
+/* ARCOMM_LOG_FILE with %h (host name) and %p (pid) expanded; "" is stderr. */
+static char log_path[512];
+static FILE *log_out;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 
 static const char *const level_names[] = {
-    [PMPI_LOG_NONE] = "none",  [PMPI_LOG_ERROR] = "error", [PMPI_LOG_WARN] = "warn",
-    [PMPI_LOG_INFO] = "info",  [PMPI_LOG_DEBUG] = "debug",
+    [PMPI_LOG_NONE] = "none", [PMPI_LOG_ERROR] = "error", [PMPI_LOG_WARN] = "warn",
+    [PMPI_LOG_INFO] = "info", [PMPI_LOG_DEBUG] = "debug",
 };
 
 static void settings_read(void)
@@ -39,6 +45,22 @@ static void settings_read(void)
         if (strcasecmp(v, "trace") == 0)
             pmpi_settings.log_level = PMPI_LOG_DEBUG;
     }
+    v = getenv("ARCOMM_LOG_FILE");
+    size_t o = 0;
+    for (; v != NULL && *v != '\0' && o + 64 < sizeof(log_path); v++) {
+        if (v[0] == '%' && v[1] == 'p') {
+            o += (size_t)snprintf(log_path + o, sizeof(log_path) - o, "%ld", (long)getpid());
+            v++;
+        } else if (v[0] == '%' && v[1] == 'h') {
+            gethostname(log_path + o, sizeof(log_path) - o - 1);
+            log_path[sizeof(log_path) - 1] = '\0';
+            o = strlen(log_path);
+            v++;
+        } else {
+            log_path[o++] = *v;
+        }
+    }
+    log_path[o] = '\0';
 }
 
 void pmpi_settings_load(void)
@@ -59,8 +81,13 @@ void pmpi_log(int level, const char *fmt, ...)
     size_t len = strlen(line);
     line[len] = '\n';
     /* One write per line, so that the lines of several ranks never interleave. */
-    fwrite(line, 1, len + 1, stderr);
-    fflush(stderr);
+    pthread_mutex_lock(&log_lock);
+    if (log_out == NULL && log_path[0] != '\0')
+        log_out = fopen(log_path, "a");
+    FILE *out = log_out != NULL ? log_out : stderr;
+    fwrite(line, 1, len + 1, out);
+    fflush(out);
+    pthread_mutex_unlock(&log_lock);
 }
 
 const char *pmpi_call_name(enum pmpi_call call)

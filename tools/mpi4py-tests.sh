@@ -7,6 +7,7 @@
 # collective of the library is in them) on 1, 2 and 3 processes, once without and once
 # with LD_PRELOAD=libarcomm_pmpi.so.  Passes when every test that passes without the
 # library passes with it and arcomm served calls; prints a table and the library's counts.
+# ARCOMM_PMPI_MIN_BYTES=0: arcomm serves every size (its defaults leave small calls to MPI).
 #   tools/mpi4py-tests.sh [LIBARCOMM_PMPI] (default build/runtime/pmpi/libarcomm_pmpi.so)
 # Exit 0 passed, 1 failed, 77 skipped (no mpirun/mpicc, no pip or network, no library).
 # ARCOMM_MPI4PY_DIR: where the venv and the unpacked source go
@@ -46,7 +47,8 @@ run_suite() {
     local np=$1 mode=$2 out=$runs/$1-$2
     local args=(--allow-run-as-root --oversubscribe -np "$np" --output-filename "$out")
     if [ "$mode" = with ]; then
-        args+=(-x "LD_PRELOAD=$lib" -x ARCOMM_LOG_LEVEL=info -x "ARCOMM_LOG_FILE=$out.log.%p"
+        args+=(-x "LD_PRELOAD=$lib" -x ARCOMM_PMPI_MIN_BYTES=0 -x ARCOMM_LOG_LEVEL=info
+            -x "ARCOMM_LOG_FILE=$out.log.%p"
             -x ARCOMM_TIMEOUT_MS=30000)
     fi
     (cd "$dir/src" && timeout 600 mpirun "${args[@]}" "$py" test/runtests.py --no-builddir \

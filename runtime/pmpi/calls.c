@@ -40,6 +40,12 @@ static int pmpi_nomem(struct pmpi_comm *pc, enum pmpi_call call, size_t bytes)
     return MPI_ERR_NO_MEM;
 }
 
+/* Too small for arcomm to win (pmpi_settings.min_bytes): n elements of dtype, times k. */
+static inline bool small(enum pmpi_call call, size_t n, comm_dtype_t dtype, int k)
+{
+    return n * comm_dtype_size(dtype) * (size_t)k < pmpi_settings.min_bytes[call];
+}
+
 static inline int served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
 {
     if (st != COMM_OK)
@@ -55,7 +61,8 @@ PMPI_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI
     comm_dtype_t dt;
     comm_op_t cop;
     if (pc == NULL || pc->arc == NULL || count < 0 || !pmpi_reduce_dtype(datatype, &dt) ||
-        !pmpi_op(op, &cop) || (count > 0 && (recvbuf == NULL || sendbuf == NULL))) {
+        !pmpi_op(op, &cop) || small(PMPI_CALL_ALLREDUCE, (size_t)count, dt, 1) ||
+        (count > 0 && (recvbuf == NULL || sendbuf == NULL))) {
         handed(pc, PMPI_CALL_ALLREDUCE);
         return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     }
@@ -72,6 +79,7 @@ PMPI_EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Da
     comm_op_t cop;
     if (pc == NULL || pc->arc == NULL || count < 0 || root < 0 || root >= pc->size ||
         !pmpi_reduce_dtype(datatype, &dt) || !pmpi_op(op, &cop) ||
+        small(PMPI_CALL_REDUCE, (size_t)count, dt, 1) ||
         /* MPI_IN_PLACE is the root's only; recvbuf is significant at the root only. */
         (sendbuf == MPI_IN_PLACE && pc->rank != root) ||
         (count > 0 && (sendbuf == NULL || (pc->rank == root && recvbuf == NULL)))) {
@@ -90,7 +98,8 @@ PMPI_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
     comm_dtype_t dt;
     size_t n;
     if (pc == NULL || pc->arc == NULL || root < 0 || root >= pc->size ||
-        !pmpi_move_dtype(datatype, count, &dt, &n) || (n > 0 && buffer == NULL)) {
+        !pmpi_move_dtype(datatype, count, &dt, &n) || small(PMPI_CALL_BCAST, n, dt, 1) ||
+        (n > 0 && buffer == NULL)) {
         handed(pc, PMPI_CALL_BCAST);
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     }
@@ -109,6 +118,7 @@ PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype s
     if (pc == NULL || pc->arc == NULL ||
         (!in_place && (sendtype != recvtype || sendcount != recvcount)) ||
         !pmpi_move_dtype(recvtype, recvcount, &dt, &n) ||
+        small(PMPI_CALL_ALLGATHER, n, dt, pc->size) ||
         (n > 0 && (recvbuf == NULL || sendbuf == NULL))) {
         handed(pc, PMPI_CALL_ALLGATHER);
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
@@ -125,7 +135,9 @@ PMPI_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int
     comm_dtype_t dt;
     comm_op_t cop;
     if (pc == NULL || pc->arc == NULL || recvcount < 0 || !pmpi_reduce_dtype(datatype, &dt) ||
-        !pmpi_op(op, &cop) || (recvcount > 0 && (recvbuf == NULL || sendbuf == NULL))) {
+        !pmpi_op(op, &cop) ||
+        small(PMPI_CALL_REDUCE_SCATTER_BLOCK, (size_t)recvcount, dt, pc->size) ||
+        (recvcount > 0 && (recvbuf == NULL || sendbuf == NULL))) {
         handed(pc, PMPI_CALL_REDUCE_SCATTER_BLOCK);
         return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
     }
@@ -159,6 +171,7 @@ PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype se
     if (pc == NULL || pc->arc == NULL ||
         (!in_place && (sendtype != recvtype || sendcount != recvcount)) ||
         !pmpi_move_dtype(recvtype, recvcount, &dt, &n) ||
+        small(PMPI_CALL_ALLTOALL, n, dt, pc->size) ||
         (n > 0 && (recvbuf == NULL || sendbuf == NULL))) {
         handed(pc, PMPI_CALL_ALLTOALL);
         return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);

@@ -78,8 +78,7 @@ static int attr_delete(MPI_Comm comm, int kv, void *value, void *extra)
 static void keyval_create(void)
 {
     /* MPI_Comm_dup does not copy it: a duplicate gets its own arcomm communicator. */
-    if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, attr_delete, &keyval, NULL) !=
-        MPI_SUCCESS) {
+    if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, attr_delete, &keyval, NULL) != MPI_SUCCESS) {
         keyval = MPI_KEYVAL_INVALID;
         pmpi_log(PMPI_LOG_WARN, "MPI_Comm_create_keyval failed: every call goes to MPI");
     }
@@ -97,8 +96,7 @@ static bool pmpi_comm_servable(MPI_Comm comm, int size, const char **why)
     int node_size = 0;
     if (size == 1)
         return true;
-    if (PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
-        MPI_SUCCESS) {
+    if (PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
         *why = "MPI_Comm_split_type failed";
         return false;
     }

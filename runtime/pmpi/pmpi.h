@@ -40,6 +40,11 @@ enum pmpi_log_level {
 struct pmpi_settings {
     bool off;      /* ARCOMM_PMPI=off: every call goes to PMPI, nothing is counted */
     int log_level; /* ARCOMM_LOG_LEVEL (default warn) */
+    /* Calls of fewer bytes than this (as arbench counts a call's size: the per-rank
+     * buffer of allreduce, reduce and bcast, the whole receive buffer of allgather, the
+     * whole send buffer of reduce_scatter_block and alltoall) go to PMPI, where Open MPI
+     * was measured faster (docs/pmpi.md); ARCOMM_PMPI_MIN_BYTES sets all of them. */
+    size_t min_bytes[PMPI_CALL_COUNT];
 };
 extern struct pmpi_settings pmpi_settings;
 
@@ -67,12 +72,12 @@ bool pmpi_move_dtype(MPI_Datatype type, int count, comm_dtype_t *dtype, size_t *
 
 /* The state kept for one MPI communicator (an attribute of it). */
 struct pmpi_comm {
-    MPI_Comm mpi;       /* the communicator this is the attribute of */
-    comm_t *arc;        /* NULL: every call on it is handed to PMPI */
-    int rank;           /* in mpi */
-    int size;           /* of mpi */
-    void *scratch;      /* MPI_Alltoall's MPI_IN_PLACE copy of recvbuf */
-    size_t scratch_cap; /* bytes of scratch */
+    MPI_Comm mpi;                     /* the communicator this is the attribute of */
+    comm_t *arc;                      /* NULL: every call on it is handed to PMPI */
+    int rank;                         /* in mpi */
+    int size;                         /* of mpi */
+    void *scratch;                    /* MPI_Alltoall's MPI_IN_PLACE copy of recvbuf */
+    size_t scratch_cap;               /* bytes of scratch */
     uint64_t served[PMPI_CALL_COUNT]; /* calls arcomm served (one thread at a time) */
     uint64_t handed[PMPI_CALL_COUNT]; /* calls handed to PMPI */
     struct pmpi_comm *prev, *next;    /* the live list (finalize destroys what is left) */

@@ -17,7 +17,23 @@
 #include <strings.h>
 #include <unistd.h>
 
-struct pmpi_settings pmpi_settings = {.off = false, .log_level = PMPI_LOG_WARN};
+/* The sizes below which Open MPI's own calls were faster than arcomm's on the 2-core
+ * development VM, 2 processes (docs/pmpi.md, "Performance"): its eager small-message
+ * bcast and reduce return before the receivers have the data. */
+struct pmpi_settings pmpi_settings = {
+    .off = false,
+    .log_level = PMPI_LOG_WARN,
+    .min_bytes =
+        {
+            [PMPI_CALL_ALLREDUCE] = 4096,
+            [PMPI_CALL_REDUCE] = 1024,
+            [PMPI_CALL_BCAST] = 1024,
+            [PMPI_CALL_ALLGATHER] = 0,
+            [PMPI_CALL_REDUCE_SCATTER_BLOCK] = 4096,
+            [PMPI_CALL_ALLTOALL] = 1024,
+            [PMPI_CALL_BARRIER] = 0,
+        },
+};
 
 /* ARCOMM_LOG_FILE with %h (host name) and %p (pid) expanded; "" is stderr. */
 static char log_path[512];
@@ -44,6 +60,21 @@ static void settings_read(void)
                 pmpi_settings.log_level = l;
         if (strcasecmp(v, "trace") == 0)
             pmpi_settings.log_level = PMPI_LOG_DEBUG;
+    }
+    v = getenv("ARCOMM_PMPI_MIN_BYTES");
+    if (v != NULL && *v != '\0') {
+        char *end;
+        unsigned long long n = strtoull(v, &end, 10);
+        unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : 0;
+        if (end != v && (end[shift ? 1 : 0] == '\0')) {
+            for (int i = 0; i < PMPI_CALL_COUNT; i++)
+                pmpi_settings.min_bytes[i] = (size_t)(n << shift);
+        } else {
+            fprintf(stderr,
+                    "arcomm warn: pmpi: ARCOMM_PMPI_MIN_BYTES=%s is not a size "
+                    "(bytes, K or M suffix): the defaults apply\n",
+                    v);
+        }
     }
     v = getenv("ARCOMM_LOG_FILE");
     size_t o = 0;

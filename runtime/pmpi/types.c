@@ -13,7 +13,7 @@
 struct pmpi_type_map {
     MPI_Datatype type;
     comm_dtype_t dtype;
-    size_t c_size;     /* sizeof the C type the MPI type names */
+    size_t c_size; /* sizeof the C type the MPI type names */
 };
 
 /* The predefined types reductions take, most used first (the lookup is a scan). */

@@ -14,6 +14,7 @@ trap 'rm -f "$out"' EXIT
 env_args=(-x ARCOMM_LOG_LEVEL=info)
 [ "$lib" != "-" ] && env_args+=(-x "LD_PRELOAD=$lib")
 [ "$mode" = off ] && env_args+=(-x ARCOMM_PMPI=off)
+[ -n "${ARCOMM_PMPI_MIN_BYTES:-}" ] && env_args+=(-x ARCOMM_PMPI_MIN_BYTES)
 rc=0
 timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$np" "${env_args[@]}" "$prog" \
     >"$out" 2>&1 || rc=$?

@@ -136,8 +136,8 @@ static bool comm_join(struct pmpi_comm *pc, const char **why)
     comm_t *arc = NULL;
     comm_status_t st = comm_init(&arc, &cfg);
     if (st != COMM_OK)
-        pmpi_log(PMPI_LOG_WARN, "rank %d: comm_init: %s (%s)", pc->rank, comm_last_error(NULL),
-                 comm_status_string(st));
+        pmpi_log(PMPI_LOG_WARN, "rank %d: the communicator stays with MPI: %s (%s)", pc->rank,
+                 comm_last_error(NULL), comm_status_string(st));
     int ok = st == COMM_OK, all_ok = 0;
     if (PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, pc->mpi) != MPI_SUCCESS)
         all_ok = 0;

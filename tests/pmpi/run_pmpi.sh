@@ -4,8 +4,10 @@
 # (or, with LIB "-", linked into the program), then checks that the program passed and
 # that, on every rank, the library's report at MPI_Finalize says what the program
 # expected: how many calls of each kind arcomm served and how many went to MPI.  With
-# "off" as the fourth argument ARCOMM_PMPI=off must leave no report at all.
-#   run_pmpi.sh NP LIB PROGRAM [off]        exit 77 (skipped) without mpirun
+# "off" as the fourth argument ARCOMM_PMPI=off must leave no report at all; with
+# "initfail" comm_init fails (ARCOMM_TRANSPORT names no transport) and every call must
+# go to MPI, the program passing all the same.
+#   run_pmpi.sh NP LIB PROGRAM [off|initfail]   exit 77 (skipped) without mpirun
 set -euo pipefail
 np=$1 lib=$2 prog=$3 mode=${4:-on}
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
@@ -14,6 +16,7 @@ trap 'rm -f "$out"' EXIT
 env_args=(-x ARCOMM_LOG_LEVEL=info)
 [ "$lib" != "-" ] && env_args+=(-x "LD_PRELOAD=$lib")
 [ "$mode" = off ] && env_args+=(-x ARCOMM_PMPI=off)
+[ "$mode" = initfail ] && env_args+=(-x ARCOMM_TRANSPORT=no-such-transport)
 [ -n "${ARCOMM_PMPI_MIN_BYTES:-}" ] && env_args+=(-x ARCOMM_PMPI_MIN_BYTES)
 rc=0
 timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$np" "${env_args[@]}" "$prog" \
@@ -30,6 +33,16 @@ if [ "$mode" = off ]; then
         exit 1
     fi
     echo "ok: ARCOMM_PMPI=off left every call to MPI"
+    exit 0
+fi
+if [ "$mode" = initfail ]; then
+    served=$(grep -c 'report: served by arcomm .* total=0$' "$out" || true)
+    if [ "$served" -ne "$np" ] || ! grep -q 'handed to MPI: comm_init failed' "$out"; then
+        grep 'pmpi:' "$out"
+        echo "FAIL: comm_init failed, yet arcomm served calls (or no rank said so)"
+        exit 1
+    fi
+    echo "ok: comm_init failed on every communicator, every call went to MPI"
     exit 0
 fi
 fails=0

@@ -4,8 +4,9 @@
 # ASan+UBSan build (runtime, kernels, tools, Hexagon) and a TSan build (the threaded
 # paths: runtime and Hexagon emulation), with lighter sweeps, and a build without the
 # Hexagon and CUDA backends (-Dhexagon=disabled -Dcuda=disabled: the library alone, its
-# unit and multi suites, and the refusal of a Hexagon communicator).  Ends with one
-# line: "N passed, N failed, N skipped".
+# unit and multi suites, and the refusal of a Hexagon communicator); then mpi4py's test
+# suite with and without libarcomm_pmpi (tools/mpi4py-tests.sh).  Ends with one line:
+# "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh build-ci --werror || { echo "0 passed, 1 failed"; exit 1; }
@@ -47,10 +48,23 @@ ninja -C build-nohex >/dev/null || status=1
 ARCOMM_TEST_QUICK=1 run_suite build-nohex "build without Hexagon or CUDA" --suite unit --suite multi \
     --suite hexagon
 
-# One plain summary line over the four runs, from meson's own JSON logs.
-python3 - build-ci build-asan build-tsan build-nohex <<'PY'
+# mpi4py's own test suite, without and with libarcomm_pmpi (one check: 77 = skipped, where
+# mpirun, pip or the network is missing).
+echo "== mpi4py's test suite with libarcomm_pmpi"
+mpi4py_rc=0
+bash tools/mpi4py-tests.sh build-ci/runtime/pmpi/libarcomm_pmpi.so || mpi4py_rc=$?
+
+# One plain summary line over the four runs, from meson's own JSON logs, and the mpi4py check.
+MPI4PY_RC=$mpi4py_rc python3 - build-ci build-asan build-tsan build-nohex <<'PY'
 import json, sys, os
 passed = failed = skipped = 0
+rc = int(os.environ["MPI4PY_RC"])
+if rc == 0:
+    passed += 1
+elif rc == 77:
+    skipped += 1
+else:
+    failed += 1
 for d in sys.argv[1:]:
     path = os.path.join(d, "meson-logs", "testlog.json")
     if not os.path.exists(path):

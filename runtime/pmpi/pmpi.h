@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libarcomm_pmpi: MPI's blocking collectives of unmodified programs served on arcomm.
+ * The pieces share this header: the settings and the log (settings.c), the datatype and
+ * op table (types.c), one arcomm communicator per MPI communicator (comms.c), and the
+ * intercepted MPI_* entry points (calls.c).  docs/pmpi.md says what is taken over.
+ */
+#ifndef ARCOMM_PMPI_H
+#define ARCOMM_PMPI_H
+
+#include <arcomm.h>
+#include <mpi.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The intercepted calls, for the counters and the report. */
+enum pmpi_call {
+    PMPI_CALL_ALLREDUCE = 0,
+    PMPI_CALL_REDUCE,
+    PMPI_CALL_BCAST,
+    PMPI_CALL_ALLGATHER,
+    PMPI_CALL_REDUCE_SCATTER_BLOCK,
+    PMPI_CALL_ALLTOALL,
+    PMPI_CALL_BARRIER,
+    PMPI_CALL_COUNT
+};
+
+/* Log levels, ARCOMM_LOG_LEVEL's names in arcomm's order. */
+enum pmpi_log_level {
+    PMPI_LOG_NONE = 0,
+    PMPI_LOG_ERROR,
+    PMPI_LOG_WARN,
+    PMPI_LOG_INFO,
+    PMPI_LOG_DEBUG,
+};
+
+/* Read once, at the first intercepted call (pmpi_settings_load). */
+struct pmpi_settings {
+    bool off;      /* ARCOMM_PMPI=off: every call goes to PMPI, nothing is counted */
+    int log_level; /* ARCOMM_LOG_LEVEL (default warn) */
+    /* Calls of fewer bytes than this (as arbench counts a call's size: the per-rank
+     * buffer of allreduce, reduce and bcast, the whole receive buffer of allgather, the
+     * whole send buffer of reduce_scatter_block and alltoall) go to PMPI, where Open MPI
+     * was measured faster (docs/pmpi.md); ARCOMM_PMPI_MIN_BYTES sets all of them. */
+    size_t min_bytes[PMPI_CALL_COUNT];
+};
+extern struct pmpi_settings pmpi_settings;
+
+/* Loads the settings on the first call of any thread (idempotent, thread-safe). */
+void pmpi_settings_load(void);
+/* One line "arcomm <level>: pmpi: ..." on stderr when level is enabled. */
+void pmpi_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "allreduce", ... for the report. */
+const char *pmpi_call_name(enum pmpi_call call);
+
+/*
+ * The arcomm dtype of an MPI datatype for reductions: true and *dtype when the datatype
+ * is a predefined one in the table of docs/pmpi.md, else false.
+ */
+bool pmpi_reduce_dtype(MPI_Datatype type, comm_dtype_t *dtype);
+/* The arcomm op of a predefined MPI op (SUM, PROD, MAX, MIN), else false. */
+bool pmpi_op(MPI_Op op, comm_op_t *cop);
+/*
+ * How data-movement calls (Bcast, Allgather, Alltoall) move count elements of type: as
+ * *ecount elements of *dtype (a reduction dtype, or COMM_U8 for bytes of any other
+ * predefined contiguous type).  False for derived or gapped types and for sizes that
+ * overflow.
+ */
+bool pmpi_move_dtype(MPI_Datatype type, int count, comm_dtype_t *dtype, size_t *ecount);
+
+/* The state kept for one MPI communicator (an attribute of it). */
+struct pmpi_comm {
+    MPI_Comm mpi;                     /* the communicator this is the attribute of */
+    comm_t *arc;                      /* NULL: every call on it is handed to PMPI */
+    int rank;                         /* in mpi */
+    int size;                         /* of mpi */
+    void *scratch;                    /* MPI_Alltoall's MPI_IN_PLACE copy of recvbuf */
+    size_t scratch_cap;               /* bytes of scratch */
+    uint64_t served[PMPI_CALL_COUNT]; /* calls arcomm served (one thread at a time) */
+    uint64_t handed[PMPI_CALL_COUNT]; /* calls handed to PMPI */
+    struct pmpi_comm *prev, *next;    /* the live list (finalize destroys what is left) */
+};
+
+/*
+ * The state of comm, made on its first intercepted call (collective over comm, as every
+ * rank makes its first intercepted call on comm at the same point).  NULL when the
+ * library is off or comm is MPI_COMM_NULL: the caller hands the call on uncounted.
+ */
+struct pmpi_comm *pmpi_comm_get(MPI_Comm comm);
+/* Counts a call handed on where no state exists (MPI_COMM_NULL). */
+void pmpi_count_stateless(enum pmpi_call call);
+/*
+ * Reports an arcomm failure of a served call: logs comm_last_error, then calls comm's
+ * MPI error handler with MPI_ERR_OTHER and returns what it returns (MPI_ERR_OTHER when
+ * the handler returns).
+ */
+int pmpi_fail(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st);
+/* Room for bytes in pc's scratch (grown as needed), NULL when out of memory. */
+void *pmpi_scratch(struct pmpi_comm *pc, size_t bytes);
+/* Destroys every state still alive and logs the report; MPI_Finalize calls it. */
+void pmpi_finalize(void);
+
+#endif /* ARCOMM_PMPI_H */

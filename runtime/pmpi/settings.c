@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The interposition library's two settings, read once at its first intercepted call:
+ * ARCOMM_PMPI (on by default; off hands every call to PMPI untouched) and
+ * ARCOMM_LOG_LEVEL and ARCOMM_LOG_FILE, which libarcomm reads through its knob table for
+ * its communicators and this library reads here for its own lines (which communicators
+ * it takes over, the report at MPI_Finalize).  This is the library's only getenv, as comm_init_env
+ * is the runtime's for ARCOMM_ID.
+ */
+#include "pmpi.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* The sizes below which Open MPI's own calls were faster than arcomm's on the 2-core
+ * development VM, 2 processes (docs/pmpi.md, "Performance"): its eager small-message
+ * bcast and reduce return before the receivers have the data. */
+struct pmpi_settings pmpi_settings = {
+    .off = false,
+    .log_level = PMPI_LOG_WARN,
+    .min_bytes =
+        {
+            [PMPI_CALL_ALLREDUCE] = 4096,
+            [PMPI_CALL_REDUCE] = 1024,
+            [PMPI_CALL_BCAST] = 1024,
+            [PMPI_CALL_ALLGATHER] = 1024,
+            [PMPI_CALL_REDUCE_SCATTER_BLOCK] = 4096,
+            [PMPI_CALL_ALLTOALL] = 1024,
+            [PMPI_CALL_BARRIER] = 0,
+        },
+};
+
+/* ARCOMM_LOG_FILE with %h (host name) and %p (pid) expanded; "" is stderr. */
+static char log_path[512];
+static FILE *log_out;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+
+static const char *const level_names[] = {
+    [PMPI_LOG_NONE] = "none", [PMPI_LOG_ERROR] = "error", [PMPI_LOG_WARN] = "warn",
+    [PMPI_LOG_INFO] = "info", [PMPI_LOG_DEBUG] = "debug",
+};
+
+static void settings_read(void)
+{
+    const char *v = getenv("ARCOMM_PMPI");
+    if (v != NULL && (strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0 ||
+                      strcasecmp(v, "no") == 0 || strcasecmp(v, "false") == 0))
+        pmpi_settings.off = true;
+    v = getenv("ARCOMM_LOG_LEVEL");
+    if (v != NULL) {
+        for (int l = 0; l < (int)(sizeof(level_names) / sizeof(level_names[0])); l++)
+            if (strcasecmp(v, level_names[l]) == 0)
+                pmpi_settings.log_level = l;
+        if (strcasecmp(v, "trace") == 0)
+            pmpi_settings.log_level = PMPI_LOG_DEBUG;
+    }
+    v = getenv("ARCOMM_PMPI_MIN_BYTES");
+    if (v != NULL && *v != '\0') {
+        char *end;
+        unsigned long long n = strtoull(v, &end, 10);
+        unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : 0;
+        if (end != v && (end[shift ? 1 : 0] == '\0')) {
+            for (int i = 0; i < PMPI_CALL_COUNT; i++)
+                pmpi_settings.min_bytes[i] = (size_t)(n << shift);
+        } else {
+            fprintf(stderr,
+                    "arcomm warn: pmpi: ARCOMM_PMPI_MIN_BYTES=%s is not a size "
+                    "(bytes, K or M suffix): the defaults apply\n",
+                    v);
+        }
+    }
+    v = getenv("ARCOMM_LOG_FILE");
+    size_t o = 0;
+    for (; v != NULL && *v != '\0' && o + 64 < sizeof(log_path); v++) {
+        if (v[0] == '%' && v[1] == 'p') {
+            o += (size_t)snprintf(log_path + o, sizeof(log_path) - o, "%ld", (long)getpid());
+            v++;
+        } else if (v[0] == '%' && v[1] == 'h') {
+            gethostname(log_path + o, sizeof(log_path) - o - 1);
+            log_path[sizeof(log_path) - 1] = '\0';
+            o = strlen(log_path);
+            v++;
+        } else {
+            log_path[o++] = *v;
+        }
+    }
+    log_path[o] = '\0';
+}
+
+void pmpi_settings_load(void)
+{
+    pthread_once(&settings_once, settings_read);
+}
+
+void pmpi_log(int level, const char *fmt, ...)
+{
+    if (level > pmpi_settings.log_level)
+        return;
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "arcomm %s: pmpi: ", level_names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(line);
+    line[len] = '\n';
+    /* One write per line, so that the lines of several ranks never interleave. */
+    pthread_mutex_lock(&log_lock);
+    if (log_out == NULL && log_path[0] != '\0')
+        log_out = fopen(log_path, "a");
+    FILE *out = log_out != NULL ? log_out : stderr;
+    fwrite(line, 1, len + 1, out);
+    fflush(out);
+    pthread_mutex_unlock(&log_lock);
+}
+
+const char *pmpi_call_name(enum pmpi_call call)
+{
+    static const char *const names[PMPI_CALL_COUNT] = {
+        [PMPI_CALL_ALLREDUCE] = "allreduce",
+        [PMPI_CALL_REDUCE] = "reduce",
+        [PMPI_CALL_BCAST] = "bcast",
+        [PMPI_CALL_ALLGATHER] = "allgather",
+        [PMPI_CALL_REDUCE_SCATTER_BLOCK] = "reduce_scatter_block",
+        [PMPI_CALL_ALLTOALL] = "alltoall",
+        [PMPI_CALL_BARRIER] = "barrier",
+    };
+    return call < PMPI_CALL_COUNT ? names[call] : "?";
+}

@@ -214,3 +214,22 @@ int mc_shm_left(char before[][96], int nbefore)
     }
     return left;
 }
+
+int mc_finish(int failed, char before[][96], int nbefore)
+{
+    int any = 0, rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) {
+        int left = mc_shm_left(before, nbefore);
+        if (left != 0) {
+            fprintf(stderr, "rank 0: %d /dev/shm/arcomm-* entries left behind\n", left);
+            any++;
+        }
+        printf("%s: %d ranks, %d failures\n", any ? "FAIL" : "ok", size, any);
+    }
+    MPI_Bcast(&any, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? 1 : 0;
+}

@@ -37,5 +37,9 @@ const char *mc_dtype_name(comm_dtype_t dtype);
 int mc_shm_list(char names[][96], int max);
 /* Entries not in before that stay for half a second: what the test left behind. */
 int mc_shm_left(char before[][96], int nbefore);
+/* The end of a test program: every rank's failure count summed, rank 0 checks for
+ * /dev/shm entries left behind and prints "ok"/"FAIL", then MPI_Finalize.  Returns
+ * the exit status (0 when nothing failed anywhere). */
+int mc_finish(int failed, char before[][96], int nbefore);
 
 #endif /* ARCOMM_TEST_MPI_CHECK_H */

@@ -205,17 +205,5 @@ int main(int argc, char **argv)
         fail("after the failures", "allreduce went wrong", st, comm_last_error(c));
     comm_destroy(c);
 
-    int any = 0;
-    MPI_Allreduce(&g_failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (g_rank == 0) {
-        int left = mc_shm_left(before, nbefore);
-        if (left != 0) {
-            fprintf(stderr, "rank 0: %d /dev/shm/arcomm-* entries left behind\n", left);
-            any++;
-        }
-        printf("%s: %d ranks, %d failures\n", any ? "FAIL" : "ok", g_size, any);
-    }
-    MPI_Bcast(&any, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return any ? 1 : 0;
+    return mc_finish(g_failed, before, nbefore);
 }

@@ -12,6 +12,10 @@
  */
 #include "pmpi.h"
 
+#if PMPI_HAVE_INIT_MPI
+#include <arcomm_mpi.h>
+#endif
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -85,15 +89,17 @@ static void keyval_create(void)
 }
 
 /*
- * The one decision of which MPI communicators arcomm serves: those whose ranks are all
- * on this host (MPI_COMM_TYPE_SHARED spans the whole communicator).  Collective over
- * comm; the answer is the same on every rank.  Others go to PMPI (comm_init_mpi will
- * take them once it exists: this is the function to change).
+ * The one decision of which MPI communicators arcomm serves, and how: those whose ranks
+ * are all on this host (MPI_COMM_TYPE_SHARED spans the whole communicator) through
+ * comm_init, the others through comm_init_mpi (an arcomm communicator per host, MPI
+ * between them) where libarcomm_mpi was built.  Collective over comm; the answer is
+ * the same on every rank.  *multi says which.
  */
-static bool pmpi_comm_servable(MPI_Comm comm, int size, const char **why)
+static bool pmpi_comm_servable(MPI_Comm comm, int size, bool *multi, const char **why)
 {
     MPI_Comm node;
     int node_size = 0;
+    *multi = false;
     if (size == 1)
         return true;
     if (PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
@@ -102,11 +108,47 @@ static bool pmpi_comm_servable(MPI_Comm comm, int size, const char **why)
     }
     PMPI_Comm_size(node, &node_size);
     PMPI_Comm_free(&node);
-    if (node_size != size) {
-        *why = "its ranks are on more than one host";
+    if (node_size == size)
+        return true;
+#if PMPI_HAVE_INIT_MPI
+    *multi = true;
+    return true;
+#else
+    *why = "its ranks are on more than one host (this build has no libarcomm_mpi)";
+    return false;
+#endif
+}
+
+/* Inside comm_init_mpi: its own blocking MPI calls (the host's id, MPI_Bcast) go
+ * straight to PMPI, never to a state of their own. */
+static _Thread_local int inside_init;
+
+/* comm_init_mpi over comm's ranks, agreed on by all of them (as comm_join). */
+static bool comm_join_hosts(struct pmpi_comm *pc, const char **why)
+{
+#if PMPI_HAVE_INIT_MPI
+    comm_t *arc = NULL;
+    inside_init++;
+    comm_status_t st = comm_init_mpi(&arc, pc->mpi, NULL);
+    inside_init--;
+    if (st != COMM_OK)
+        pmpi_log(PMPI_LOG_WARN, "rank %d: the communicator stays with MPI: %s (%s)", pc->rank,
+                 comm_last_error(NULL), comm_status_string(st));
+    int ok = st == COMM_OK, all_ok = 0;
+    if (PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, pc->mpi) != MPI_SUCCESS)
+        all_ok = 0;
+    if (!all_ok) {
+        comm_destroy(arc);
+        *why = "comm_init_mpi failed (logged by the rank it failed on)";
         return false;
     }
+    pc->arc = arc;
     return true;
+#else
+    (void)pc;
+    *why = "no libarcomm_mpi";
+    return false;
+#endif
 }
 
 /* comm_init over comm's ranks, agreed on by all of them; false (nothing kept) when any
@@ -159,12 +201,13 @@ static struct pmpi_comm *comm_state_new(MPI_Comm comm)
     PMPI_Comm_rank(comm, &pc->rank);
     PMPI_Comm_size(comm, &pc->size);
     int inter = 0;
+    bool multi = false;
     const char *why = NULL;
     PMPI_Comm_test_inter(comm, &inter);
     if (inter)
         why = "it is an inter-communicator";
-    else if (pmpi_comm_servable(comm, pc->size, &why))
-        comm_join(pc, &why);
+    else if (pmpi_comm_servable(comm, pc->size, &multi, &why))
+        multi ? comm_join_hosts(pc, &why) : comm_join(pc, &why);
     if (PMPI_Comm_set_attr(comm, keyval, pc) != MPI_SUCCESS) {
         comm_destroy(pc->arc);
         free(pc);
@@ -197,7 +240,7 @@ static struct pmpi_comm *comm_state_new(MPI_Comm comm)
 struct pmpi_comm *pmpi_comm_get(MPI_Comm comm)
 {
     pmpi_settings_load();
-    if (pmpi_settings.off || comm == MPI_COMM_NULL ||
+    if (pmpi_settings.off || inside_init > 0 || comm == MPI_COMM_NULL ||
         atomic_load_explicit(&finalized, memory_order_relaxed))
         return NULL;
     if (last.comm == comm && last.pc != NULL &&
@@ -222,7 +265,9 @@ struct pmpi_comm *pmpi_comm_get(MPI_Comm comm)
 
 void pmpi_count_stateless(enum pmpi_call call)
 {
-    atomic_fetch_add_explicit(&stateless_handed[call], 1, memory_order_relaxed);
+    /* comm_init_mpi's own calls are the library's, not the program's. */
+    if (inside_init == 0)
+        atomic_fetch_add_explicit(&stateless_handed[call], 1, memory_order_relaxed);
 }
 
 int pmpi_fail(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)

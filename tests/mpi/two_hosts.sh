@@ -76,6 +76,8 @@ chmod +x "$dir/agent"
 # The ranks on h2 get what is set here of arcomm's and Open MPI's variables.
 pass=()
 for v in $(env | sed -n 's/^\(ARCOMM_[A-Z_]*\|OMPI_MCA_[a-z_]*\)=.*/\1/p'); do pass+=(-x "$v"); done
+# TWO_HOSTS_PRELOAD: a library the ranks preload (libarcomm_pmpi), not mpirun itself.
+[ -n "${TWO_HOSTS_PRELOAD:-}" ] && pass+=(-x "LD_PRELOAD=$TWO_HOSTS_PRELOAD")
 prog=$(realpath "$1")
 shift
 set +e

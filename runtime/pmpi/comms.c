@@ -123,14 +123,11 @@ static bool pmpi_comm_servable(MPI_Comm comm, int size, bool *multi, const char 
  * straight to PMPI, never to a state of their own. */
 static _Thread_local int inside_init;
 
-/* comm_init_mpi over comm's ranks, agreed on by all of them (as comm_join). */
-static bool comm_join_hosts(struct pmpi_comm *pc, const char **why)
+/* Whether every rank joined (st: this rank's comm_init or comm_init_mpi, arc its
+ * communicator): kept in pc when all did, else destroyed and failed says why. */
+static bool comm_keep(struct pmpi_comm *pc, comm_t *arc, comm_status_t st, const char *failed,
+                      const char **why)
 {
-#if PMPI_HAVE_INIT_MPI
-    comm_t *arc = NULL;
-    inside_init++;
-    comm_status_t st = comm_init_mpi(&arc, pc->mpi, NULL);
-    inside_init--;
     if (st != COMM_OK)
         pmpi_log(PMPI_LOG_WARN, "rank %d: the communicator stays with MPI: %s (%s)", pc->rank,
                  comm_last_error(NULL), comm_status_string(st));
@@ -139,11 +136,22 @@ static bool comm_join_hosts(struct pmpi_comm *pc, const char **why)
         all_ok = 0;
     if (!all_ok) {
         comm_destroy(arc);
-        *why = "comm_init_mpi failed (logged by the rank it failed on)";
+        *why = failed;
         return false;
     }
     pc->arc = arc;
     return true;
+}
+
+/* comm_init_mpi over comm's ranks, agreed on by all of them (as comm_join). */
+static bool comm_join_hosts(struct pmpi_comm *pc, const char **why)
+{
+#if PMPI_HAVE_INIT_MPI
+    comm_t *arc = NULL;
+    inside_init++;
+    comm_status_t st = comm_init_mpi(&arc, pc->mpi, NULL);
+    inside_init--;
+    return comm_keep(pc, arc, st, "comm_init_mpi failed (logged by the rank it failed on)", why);
 #else
     (void)pc;
     *why = "no libarcomm_mpi";
@@ -177,19 +185,7 @@ static bool comm_join(struct pmpi_comm *pc, const char **why)
     cfg.id = msg.id;
     comm_t *arc = NULL;
     comm_status_t st = comm_init(&arc, &cfg);
-    if (st != COMM_OK)
-        pmpi_log(PMPI_LOG_WARN, "rank %d: the communicator stays with MPI: %s (%s)", pc->rank,
-                 comm_last_error(NULL), comm_status_string(st));
-    int ok = st == COMM_OK, all_ok = 0;
-    if (PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, pc->mpi) != MPI_SUCCESS)
-        all_ok = 0;
-    if (!all_ok) {
-        comm_destroy(arc);
-        *why = "comm_init failed (logged by the rank it failed on)";
-        return false;
-    }
-    pc->arc = arc;
-    return true;
+    return comm_keep(pc, arc, st, "comm_init failed (logged by the rank it failed on)", why);
 }
 
 static struct pmpi_comm *comm_state_new(MPI_Comm comm)

@@ -4,7 +4,7 @@
 # unpack the deps, build with CUDA, run the CUDA tests, benchmark arcomm against NCCL
 # (default, and NCCL_P2P_DISABLE=1: NCCL through host memory), logs under $OUT.
 #
-#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|arcomm]
+#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|arcomm|graph]
 #
 # TEST_LIMIT (seconds, default 300) bounds test_cuda; DIAG=0 skips diag_staging and
 # diag_pcie (the copy engines' ceilings: one GPU, all GPUs, both directions at once);
@@ -40,7 +40,7 @@ if ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=disabled 
   # The other teams' targets may be mid-change: build what the CUDA run needs.
   echo "full build failed; building the CUDA targets only" | tee -a "$OUT/build.log"
   ninja -C "$B" -k 0 tests/cuda/test_cuda tests/cuda/test_cuda_coll tests/cuda/test_cuda_layout \
-    tests/cuda/bench_cuda \
+    tests/cuda/bench_cuda tests/cuda/test_cuda_graph tools/arbench/arbench \
     tests/cuda/diag_staging tests/cuda/diag_pcie \
     >>"$OUT/build.log" 2>&1
   [ -x "$B/tests/cuda/test_cuda" ] && [ -x "$B/tests/cuda/bench_cuda" ] || {
@@ -62,6 +62,49 @@ if [ "${DIAG:-1}" != 0 ]; then
   timeout 60 "$B/tests/cuda/diag_pcie" 64 2>&1 | tee -a "$OUT/diag.log"
 fi
 
+# CUDA graphs: capture and replay with process ranks (tests/cuda/test_cuda_graph), and
+# arbench's kernel-path latency, eager against graph replays, in one run (mode graph:
+# only this, after the build).
+graph_check() {
+  echo "== graphs" | tee "$OUT/graph.log"
+  timeout "${GRAPH_LIMIT:-240}" "$B/tests/cuda/test_cuda_graph" >>"$OUT/graph.log" 2>&1
+  grc=$?
+  grep -E "^(ok|FAIL|PASS|SKIP)" "$OUT/graph.log"
+  grep -B1 -A4 "FAIL" "$OUT/graph.log" | head -40
+  echo "test_cuda_graph exit status $grc" | tee -a "$OUT/graph.log"
+  [ $grc = 0 ] || rc=1
+  AB="$B/tools/arbench/arbench"
+  [ -x "$AB" ] || return
+  # Process ranks on one GPU time-slice without MPS (a call then costs a slice, ~2.7 ms):
+  # MPS=1 starts a private MPS daemon for the latency runs (no GPU setting changes).
+  local mps=0
+  if [ "${MPS:-0}" != 0 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/arcomm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/arcomm-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d && mps=1
+    echo "MPS daemon started: $mps" | tee -a "$OUT/graph.log"
+  fi
+  for round in 1 2; do
+    for n in 2 1; do
+      for g in "" --graph; do
+        echo "### arbench --procs --device cuda -n $n -b 8 -e 64K -f 4 --check $g (round $round, MPS $mps)" \
+          | tee -a "$OUT/graph.log"
+        timeout 120 "$AB" --procs --device cuda -n $n -b 8 -e 64K -f 4 --check $g 2>&1 \
+          | tee -a "$OUT/graph.log" | grep -vE "^# (floor|ceil)" | tail -8
+      done
+    done
+  done
+  if [ $mps = 1 ]; then
+    echo quit | nvidia-cuda-mps-control
+    cp -r "$CUDA_MPS_LOG_DIRECTORY" "$OUT/mps-log" 2>/dev/null
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+}
+if [ "$mode" = graph ]; then
+  graph_check
+  exit $rc
+fi
+
 echo "== tests" | tee "$OUT/tests.log"
 "$B/tests/cuda/test_cuda_layout" >>"$OUT/tests.log" 2>&1 || rc=1
 timeout "${TEST_LIMIT:-300}" "$B/tests/cuda/test_cuda" >>"$OUT/tests.log" 2>&1
@@ -77,6 +120,7 @@ grep -E "^(ok|FAIL|PASS|SKIP)" "$OUT/coll.log" | tail -20
 grep -B2 -A6 "FAIL" "$OUT/coll.log" | head -60
 echo "test_cuda_coll exit status $crc" | tee -a "$OUT/tests.log"
 [ $crc = 0 ] || rc=1
+graph_check
 
 if [ "${SANITIZE:-0}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (failure paths, process ranks)" | tee "$OUT/sanitize.log"
@@ -85,6 +129,13 @@ if [ "${SANITIZE:-0}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   src=$?
   grep -E "^(ok|FAIL|PASS)|ERROR SUMMARY|Invalid" "$OUT/sanitize.log" | head -30
   echo "compute-sanitizer exit status $src"
+  [ $src = 0 ] || rc=1
+  ARCOMM_TEST_REPLAYS=5 timeout "${SAN_LIMIT:-240}" compute-sanitizer --tool memcheck \
+    --target-processes all --error-exitcode 9 "$B/tests/cuda/test_cuda_graph" \
+    >>"$OUT/sanitize-graph.log" 2>&1
+  src=$?
+  grep -E "^(ok|FAIL|PASS)|ERROR SUMMARY|Invalid" "$OUT/sanitize-graph.log" | head -20
+  echo "compute-sanitizer (graphs) exit status $src"
   [ $src = 0 ] || rc=1
 fi
 

@@ -5,8 +5,10 @@
  * here waits for a peer: a call checks what the device reported since the last call, picks the path
  * and enqueues it on the caller's stream (and the transport's copy streams), so one thread may
  * drive every GPU in turn. Cross-rank order lives in mapped host memory: kernel-path kernels poll
- * LL units (data and flag in one store), copy streams wait on counters with one-thread kernels and
- * publish with cuStreamWriteValue32; every wait is bounded and records what went wrong.
+ * LL units (data and flag in one store), copy streams publish and wait on counters with one-thread
+ * kernels; every wait is bounded and records what went wrong.  Nothing enqueued holds a call number
+ * or an absolute counter (the kernels take them from the device's counters), so a call recorded into
+ * a CUDA graph is a fresh collective at every replay.
  */
 #include "coll_cuda.h"
 #include "cuda/cuda_comm.h"
@@ -113,7 +115,7 @@ bool cuda_aligned16(const void *p)
 }
 
 void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
-                      enum cuda_path path, uint32_t release, struct cuda_kcommon *k)
+                      enum cuda_path path, struct cuda_kcommon *k)
 {
     struct cuda_comm *x = cuda_of(c);
     k->send = call->send;
@@ -126,7 +128,10 @@ void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
     /* The kernels' encoding: 0 = never. */
     uint64_t t = rt_ms_to_ns(c->timeout_ms);
     k->timeout_ns = t == RT_NEVER ? 0 : t > 0 ? t : 1;
-    k->seq = c->seq;
+    k->counters = x->dcount;
+    k->mirror = (void *)cuda_dev_addr(x, &cuda_ctrl_of(x, c->rank)->count);
+    k->seq = 0;     /* the kernels' */
+    k->release = 0; /* the kernels' */
     /* The op of a collective that moves data, and the root of one without a root, are
      * not part of the call (whatever the caller passed). */
     bool moves =
@@ -136,7 +141,6 @@ void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
     k->desc = cuda_call_desc(call->count, (uint32_t)call->dtype, op, (uint32_t)path, narrow,
                              call->addend != NULL, k->addend_count, (uint32_t)call->kind,
                              rooted ? call->root : 0);
-    k->release = release;
     k->rank = c->rank;
     k->nranks = c->nranks;
     k->dtype = (int32_t)call->dtype;
@@ -156,27 +160,53 @@ static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, b
         .off_kstage = x->g.off_kstage,
         .kslot_bytes = x->g.kslot_bytes,
     };
-    cuda_fill_common(c, call, narrow, CUDA_PATH_KERNEL, (uint32_t)x->cchunk + CUDA_RELEASE, &a.c);
+    cuda_fill_common(c, call, narrow, CUDA_PATH_KERNEL, &a.c);
     for (uint32_t j = 0; j < plan.rounds; j++) {
         a.rlo = (uint64_t)j * plan.round_elems;
         a.rn = call->count - a.rlo < plan.round_elems ? call->count - a.rlo : plan.round_elems;
-        a.round = (uint32_t)(x->kround + j);
         a.units = cuda_ll_units(a.rn, wsize);
+        a.last = j + 1 == plan.rounds;
         int e = cuda_launch_ll(&a, cuda_ll_blocks(a.units, x->k.blocks), call->stream);
         if (e != 0)
             return cuda_launch_failed(c, "the kernel-path launch", e);
     }
-    x->kround += plan.rounds;
     return COMM_OK;
 }
 
-/* The bf16 copy of a narrowed input, grown in stream order on the D2H stream. */
+/*
+ * The bf16 copy of a narrowed input, grown in stream order on the D2H stream.  Once a
+ * call was recorded into a graph, a buffer may be in a graph's nodes: outgrown buffers
+ * are kept until teardown, and new ones come from cudaMalloc (allowed inside a capture
+ * in relaxed mode, which this thread takes for that call alone).
+ */
 static comm_status_t narrow_buffer(struct comm *c, size_t bytes)
 {
     struct cuda_comm *x = cuda_of(c);
     if (x->narrow_bytes >= bytes)
         return COMM_OK;
     cudaError_t e = cudaSuccess;
+    if (x->graphs) {
+        if (x->narrow != NULL && x->nretired == CUDA_RETIRED_MAX) {
+            rt_error(c, COMM_ERR_NOMEM,
+                     "rank %d: the bf16 buffer of GPU %d was outgrown %d times since calls were "
+                     "recorded into graphs; recreate the communicator",
+                     c->rank, x->device, CUDA_RETIRED_MAX);
+            return COMM_ERR_NOMEM;
+        }
+        size_t want = bytes > 2 * x->narrow_bytes ? bytes : 2 * x->narrow_bytes;
+        void *p = NULL;
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
+        e = cudaMalloc(&p, want);
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
+        if (e != cudaSuccess)
+            return cuda_launch_failed(c, "cudaMalloc of the bf16 buffer", e);
+        if (x->narrow != NULL)
+            x->retired[x->nretired++] = x->narrow;
+        x->narrow = p;
+        x->narrow_bytes = want;
+        return COMM_OK;
+    }
     if (x->narrow != NULL)
         e = cudaFreeAsync(x->narrow, x->sd);
     x->narrow = NULL;
@@ -189,18 +219,69 @@ static comm_status_t narrow_buffer(struct comm *c, size_t bytes)
     return COMM_OK;
 }
 
+comm_status_t cuda_copy_begin(struct comm *c, const struct coll_call *call, uint32_t chunks)
+{
+    struct cuda_comm *x = cuda_of(c);
+    int e = cuda_launch_begin(x->dcount, chunks,
+                              (void *)cuda_dev_addr(x, &cuda_ctrl_of(x, c->rank)->count),
+                              call->stream);
+    if (e != 0)
+        return cuda_launch_failed(c, "the begin-kernel launch", e);
+    if ((e = cudaEventRecord(x->ev_start, call->stream)) != 0 ||
+        (e = cudaStreamWaitEvent(x->sd, x->ev_start, 0)) != 0 ||
+        (e = cudaStreamWaitEvent(x->sh, x->ev_start, 0)) != 0)
+        return cuda_launch_failed(c, "ordering the copy streams after the caller's", e);
+    return COMM_OK;
+}
+
+comm_status_t cuda_copy_step(struct comm *c, const struct cuda_wait_args *w, cudaStream_t s)
+{
+    if (w->pub_off == 0 && w->peer_off == 0 && !w->check_call)
+        return COMM_OK;
+    int e = cuda_launch_wait(w, s);
+    return e != 0 ? cuda_launch_failed(c, "a copy-stream step (wait kernel) launch", e) : COMM_OK;
+}
+
+comm_status_t cuda_copy_end(struct comm *c, const struct coll_call *call,
+                            const struct cuda_wait_args *base, uint32_t chunks)
+{
+    struct cuda_comm *x = cuda_of(c);
+    struct cuda_wait_args w = *base;
+    w.pub_rel = chunks;
+    w.pub_off = offsetof(struct cuda_ctrl, ready);
+    comm_status_t st = cuda_copy_step(c, &w, x->sd);
+    w.pub_off = offsetof(struct cuda_ctrl, h2d);
+    if (st == COMM_OK)
+        st = cuda_copy_step(c, &w, x->sh);
+    if (st != COMM_OK)
+        return st;
+    /* The caller's stream after both copy streams: sendbuf read, recvbuf written, the
+     * counters published (and, in a capture, every branch joined). */
+    int e;
+    if ((e = cudaEventRecord(x->ev_staged, x->sd)) != 0 ||
+        (e = cudaEventRecord(x->ev_fetched, x->sh)) != 0 ||
+        (e = cudaStreamWaitEvent(call->stream, x->ev_staged, 0)) != 0 ||
+        (e = cudaStreamWaitEvent(call->stream, x->ev_fetched, 0)) != 0)
+        return cuda_launch_failed(c, "ordering the caller's stream after the copies", e);
+    return COMM_OK;
+}
+
 /*
- * The copy-engine path, all enqueued at once (the host never waits):
- *   D2H stream:    [slot free: every peer's 'h2d' >= g - cslots + 1]  D2H chunk g into
- *                  this rank's slot  ->  'ready' = g + 1  (cuStreamWriteValue32)
- *   H2D stream:    [every peer's 'ready' >= g + 1] [ring slot summed: event]  H2D each
- *                  peer's chunk g into the device ring  ->  'h2d' = g + 1
- *   (the waits on peers' counters are bounded one-thread kernels, wait_kernel; the
- *   first of a call also compares the peers' calls)
- *   caller stream: [events: own D2H and H2D of chunk g done]  add kernel of chunk g
- * So D2H of chunk g + 1 overlaps H2D of chunk g; the add kernels never wait.
- * Cross-rank order rests only on counters in mapped memory; events order this rank's
- * own streams, recorded before they are waited for.
+ * The copy-engine path, all enqueued at once (the host never waits).  Chunk k of the call
+ * uses staging slot k % cslots and device ring slot k % tslots; counters count from the
+ * call's first chunk b (taken by the begin kernel on the device):
+ *   caller stream: begin kernel (b, call number)
+ *   D2H stream:    step: publish 'ready' = b + k (chunk k - 1 staged), wait for the slot
+ *                  (k == 0: every peer's 'h2d' >= b, all earlier calls fetched;
+ *                  k >= cslots: 'h2d' >= b + k - cslots + 1)  D2H chunk k into this
+ *                  rank's slot
+ *   H2D stream:    step: publish 'h2d' = b + k, wait until every peer's 'ready' >= b + k + 1
+ *                  (the first step also compares the calls)  [k >= tslots: ring slot
+ *                  summed: event]  H2D each peer's chunk k into the device ring
+ *   caller stream: [events: own D2H and H2D of chunk k done]  add kernel of chunk k
+ *   the end:       both streams publish b + chunks; the caller's stream joins them.
+ * So D2H of chunk k + 1 overlaps H2D of chunk k; the add kernels never wait.  Nothing
+ * enqueued holds a call number or an absolute counter: a CUDA graph replays it as it is.
  */
 static comm_status_t copy_path(struct comm *c, const struct coll_call *call, bool narrow)
 {
@@ -210,77 +291,74 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
     struct cuda_cplan plan =
         cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
     const uint8_t *src = call->send;
-    uint32_t release = (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE;
-    CUresult r;
     int e;
 
-    if ((e = cudaEventRecord(x->ev_start, stream)) != 0 ||
-        (e = cudaStreamWaitEvent(x->sd, x->ev_start, 0)) != 0)
-        return cuda_launch_failed(c, "ordering the copy stream after the caller's", e);
     if (narrow) {
         comm_status_t st = narrow_buffer(c, call->count * 2);
         if (st != COMM_OK)
             return st;
+    }
+    comm_status_t st = cuda_copy_begin(c, call, plan.chunks);
+    if (st != COMM_OK)
+        return st;
+    if (narrow) {
         if ((e = cuda_launch_narrow(call->send, x->narrow, call->count, x->sd)) != 0)
             return cuda_launch_failed(c, "the bf16 narrowing launch", e);
         src = (const uint8_t *)x->narrow;
     }
-    struct cuda_ctrl *me = cuda_ctrl_of(x, c->rank);
     uint64_t wire = call->count * wsize;
     uint64_t ring = (uint64_t)x->tslots * x->g.chunk_max;
     struct cuda_cadd_args a = {.peer_stride = ring};
-    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, release, &a.c);
+    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, &a.c);
     struct cuda_wait_args base_wait = {.stage = 0};
-    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, release, &base_wait.c);
+    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, &base_wait.c);
     for (uint32_t k = 0; k < plan.chunks; k++) {
-        uint64_t g = x->cchunk + k;
-        uint32_t g32 = (uint32_t)g;
-        uint32_t ts = (uint32_t)(g % x->tslots);
+        uint32_t ts = k % x->tslots;
         uint64_t off = (uint64_t)k * plan.chunk_bytes;
         size_t len = (size_t)(wire - off < plan.chunk_bytes ? wire - off : plan.chunk_bytes);
 
-        /* D2H: once every peer fetched what the slot held, stage, publish. */
-        if (g >= x->g.cslots) {
-            struct cuda_wait_args w = base_wait;
-            w.peer_off = offsetof(struct cuda_ctrl, h2d);
-            w.peer_want = g32 - x->g.cslots + 1;
-            w.stage = CUDA_STAGE_CSLOT;
-            if ((e = cuda_launch_wait(&w, x->sd)) != 0)
-                return cuda_launch_failed(c, "the staging-slot wait launch", e);
+        /* D2H: publish the last chunk; once every peer fetched what the slot held, stage. */
+        struct cuda_wait_args w = base_wait;
+        if (k > 0) {
+            w.pub_off = offsetof(struct cuda_ctrl, ready);
+            w.pub_rel = k;
         }
-        uint8_t *slot = x->regions + cuda_cslot_off(&x->g, c->rank, g32);
+        if (k == 0 || k >= x->g.cslots) {
+            w.peer_off = offsetof(struct cuda_ctrl, h2d);
+            w.want_rel = k == 0 ? 0 : k - x->g.cslots + 1;
+            w.stage = CUDA_STAGE_CSLOT;
+        }
+        if ((st = cuda_copy_step(c, &w, x->sd)) != COMM_OK)
+            return st;
+        uint8_t *slot = x->regions + cuda_cslot_off(&x->g, c->rank, k);
         if ((e = cudaMemcpyAsync(slot, src + off, len, cudaMemcpyDeviceToHost, x->sd)) != 0)
             return cuda_launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
-        r = x->write_value(x->sd, cuda_dev_addr(x, &me->ready.value), (cuuint32_t)(g32 + 1),
-                           CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r != CUDA_SUCCESS)
-            return cuda_driver_failed(c, "cuStreamWriteValue32 (chunk staged)", r);
         if ((e = cudaEventRecord(x->ev_staged, x->sd)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (chunk staged)", e);
 
-        /* H2D: once every peer staged chunk g and the ring slot was summed, fetch. */
-        struct cuda_wait_args w = base_wait;
+        /* H2D: once every peer staged chunk k and the ring slot was summed, fetch. */
+        w = base_wait;
+        if (k > 0) {
+            w.pub_off = offsetof(struct cuda_ctrl, h2d);
+            w.pub_rel = k;
+        }
         w.peer_off = offsetof(struct cuda_ctrl, ready);
-        w.peer_want = g32 + 1;
+        w.want_rel = k + 1;
         w.stage = CUDA_STAGE_CFETCH;
         w.check_call = k == 0;
-        if ((e = cuda_launch_wait(&w, x->sh)) != 0)
-            return cuda_launch_failed(c, "the chunk wait launch", e);
-        if ((e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
+        if ((st = cuda_copy_step(c, &w, x->sh)) != COMM_OK)
+            return st;
+        if (k >= x->tslots && (e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
             return cuda_launch_failed(c, "ordering the fetch after the ring slot's sum", e);
         for (int p = 0, q = 0; p < c->nranks; p++) {
             if (p == c->rank)
                 continue;
             uint8_t *dst = x->tmp + (uint64_t)q * ring + (uint64_t)ts * x->g.chunk_max;
-            const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, g32);
+            const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, k);
             if ((e = cudaMemcpyAsync(dst, from, len, cudaMemcpyHostToDevice, x->sh)) != 0)
                 return cuda_launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
             q++;
         }
-        r = x->write_value(x->sh, cuda_dev_addr(x, &me->h2d.value), (cuuint32_t)(g32 + 1),
-                           CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r != CUDA_SUCCESS)
-            return cuda_driver_failed(c, "cuStreamWriteValue32 (chunk fetched)", r);
         if ((e = cudaEventRecord(x->ev_fetched, x->sh)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (chunk fetched)", e);
 
@@ -296,8 +374,7 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
         if ((e = cudaEventRecord(x->ev_added[ts], stream)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (ring slot summed)", e);
     }
-    x->cchunk += plan.chunks;
-    return COMM_OK;
+    return cuda_copy_end(c, call, &base_wait, plan.chunks);
 }
 
 comm_status_t cuda_call_begin(struct comm *c, const struct coll_call *call, int *prev)
@@ -308,24 +385,43 @@ comm_status_t cuda_call_begin(struct comm *c, const struct coll_call *call, int 
         return st;
     cudaStream_t stream = call->stream;
     int e;
-    /* A call recorded into a CUDA graph would replay the LL flags and chunk counters it
-     * was enqueued with, which the peers have moved past: refuse it, and let the peers
-     * hear of it now rather than at their timeout. */
+    /* A call on a stream being captured is recorded into the graph: everything it
+     * enqueues takes its call number and counters on the device, so every replay is a
+     * fresh collective.  What cannot be recorded is refused before anything is enqueued,
+     * alike on every rank making the same call: the communicator stays usable. */
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaError_t ce = cudaStreamIsCapturing(stream, &cap);
-    if (ce != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: the stream is being captured into a CUDA graph (%s): arcomm's CUDA "
-                 "calls cannot be captured yet; make the call outside the capture",
-                 c->rank, ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaStreamIsCapturing");
+    unsigned long long id = 0;
+    cudaError_t ce = cudaStreamGetCaptureInfo(stream, &cap, &id, NULL, NULL, NULL, NULL);
+    if (ce != cudaSuccess || cap == cudaStreamCaptureStatusInvalidated) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: the call's stream %p cannot take part in the CUDA graph capture "
+                 "under way (%s): capture on a stream of your own (cudaStreamCreate, or "
+                 "cudaStreamPerThread), not the legacy default stream, and end or restart an "
+                 "invalidated capture; nothing was enqueued and the communicator stays usable",
+                 c->rank, (void *)stream,
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "the capture was invalidated");
         (void)cudaGetLastError();
         cuda_device_leave(*prev);
-        return COMM_ERR_INVALID;
+        return COMM_ERR_UNSUPPORTED;
     }
-    /* Calls on one communicator run one after another whatever streams they use: the
-     * LL rounds and the copy-path counters count on it. */
-    if (x->have_last && x->last_stream != call->stream &&
-        (e = cudaStreamWaitEvent(stream, x->ev_done, 0)) != 0) {
+    x->cur_capture = cap == cudaStreamCaptureStatusActive ? id : 0;
+    /* Calls on one communicator run one after another whatever streams they use (and
+     * graph replays among them): the counters count on it.  Inside a capture, after a
+     * call of the same capture: its end, inside the graph; after anything else: the last
+     * end recorded when the graph is launched (an external event node). */
+    e = 0;
+    if (x->cur_capture != 0) {
+        x->graphs = true;
+        if (x->have_last && x->last_capture == x->cur_capture) {
+            if (x->last_stream != stream)
+                e = cudaStreamWaitEvent(stream, x->ev_cap, 0);
+        } else if (x->have_last) {
+            e = cudaStreamWaitEvent(stream, x->ev_done, cudaEventWaitExternal);
+        }
+    } else if (x->have_last && (x->last_stream != stream || x->last_capture != 0)) {
+        e = cudaStreamWaitEvent(stream, x->ev_done, 0);
+    }
+    if (e != 0) {
         st = cuda_launch_failed(c, "ordering after the previous call's stream", e);
         cuda_device_leave(*prev);
         return st;
@@ -337,12 +433,21 @@ comm_status_t cuda_call_end(struct comm *c, const struct coll_call *call, comm_s
                             int prev)
 {
     struct cuda_comm *x = cuda_of(c);
-    int e;
-    if (st == COMM_OK && (e = cudaEventRecord(x->ev_done, call->stream)) != 0)
-        st = cuda_launch_failed(c, "cudaEventRecord", e);
+    int e = 0;
+    if (st == COMM_OK && x->cur_capture != 0) {
+        /* In the graph: this call's end for the capture's next call, and each replay's
+         * end for whatever comes after the replay. */
+        if ((e = cudaEventRecord(x->ev_cap, call->stream)) == 0)
+            e = cudaEventRecordWithFlags(x->ev_done, call->stream, cudaEventRecordExternal);
+    } else if (st == COMM_OK) {
+        e = cudaEventRecord(x->ev_done, call->stream);
+    }
+    if (e != 0)
+        st = cuda_launch_failed(c, "cudaEventRecord (the call's end)", e);
     if (st == COMM_OK) {
         x->last_stream = call->stream;
         x->have_last = true;
+        x->last_capture = x->cur_capture;
     }
     cuda_device_leave(prev);
     return st;

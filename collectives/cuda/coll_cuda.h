@@ -29,19 +29,33 @@ comm_status_t cuda_check_device(struct comm *c);
 comm_status_t cuda_launch_failed(struct comm *c, const char *what, int e);
 comm_status_t cuda_driver_failed(struct comm *c, const char *what, CUresult r);
 bool cuda_aligned16(const void *p);
-/* The kernels' view of a call: buffers, regions, timeout, call number and descriptor
+/* The kernels' view of a call: buffers, regions, counters, timeout and descriptor
  * (collective, count, dtype, op, root, path, narrowing, addend). */
 void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
-                      enum cuda_path path, uint32_t release, struct cuda_kcommon *k);
+                      enum cuda_path path, struct cuda_kcommon *k);
 /*
  * The start of a call with count > 0 after cuda_check_device: c's GPU made current
- * (the caller's is kept in *prev), a capturing stream refused, the call ordered after
- * the previous one.  On failure the device is already restored.
+ * (the caller's is kept in *prev), a stream that cannot be captured refused
+ * (COMM_ERR_UNSUPPORTED), the call ordered after the previous one (in a capture: the
+ * graph's replays after whatever came before them).  On failure the device is already
+ * restored.
  */
 comm_status_t cuda_call_begin(struct comm *c, const struct coll_call *call, int *prev);
 /* Its end: on success the call's end is recorded (ev_done); the device is restored.
  * Returns st, or the failure of that record. */
 comm_status_t cuda_call_end(struct comm *c, const struct coll_call *call, comm_status_t st,
                             int prev);
+
+/*
+ * A copy-engine call's pieces (allreduce's copy path and collectives_cuda.c): the begin
+ * kernel that takes the call's number and chunks on the device, with both copy streams
+ * ordered after it; one step of a copy stream (publish, then wait: struct
+ * cuda_wait_args, nothing launched when it has neither); the end, where both streams
+ * publish the call's last chunk and the caller's stream joins them.
+ */
+comm_status_t cuda_copy_begin(struct comm *c, const struct coll_call *call, uint32_t chunks);
+comm_status_t cuda_copy_step(struct comm *c, const struct cuda_wait_args *w, cudaStream_t s);
+comm_status_t cuda_copy_end(struct comm *c, const struct coll_call *call,
+                            const struct cuda_wait_args *base, uint32_t chunks);
 
 #endif /* ARCOMM_COLL_CUDA_H */

@@ -4,17 +4,18 @@
  * and alltoall, host-staged through the pinned segment with the copy-engine path's
  * machinery (allreduce_cuda.c): the host never waits, everything is enqueued at once.
  *
- * A call is cut into steps (chunks of a block of count elements); step g of the
- * communicator (x->cchunk counts them, the same on every rank) uses staging slot
- * g % cslots of every rank:
- *   D2H stream:  [slot free: every peer's 'h2d' >= g - cslots + 1]  this rank's part of
- *                step g into its slot (nothing for a broadcast's non-roots)  ->
- *                'ready' = g + 1
- *   H2D stream:  [every peer's 'ready' >= g + 1; the first step compares the calls]
- *                what this rank needs of the peers' slots -> its recvbuf (data movement)
- *                or the device ring (reductions)  ->  'h2d' = g + 1
- *   caller:      reductions: the add kernel of step g in rank order (as allreduce's copy
- *                path); at the end, the caller's stream waits for both copy streams.
+ * A call is cut into steps (chunks of a block of count elements); step k of the call uses
+ * staging slot k % cslots of every rank, and its counters count from the call's first
+ * chunk b, taken on the device by the begin kernel (as allreduce's copy path):
+ *   D2H stream:  [publish 'ready' = b + k; slot free: every peer's 'h2d' >= b (k == 0) or
+ *                >= b + k - cslots + 1]  this rank's part of step k into its slot
+ *                (nothing for a broadcast's non-roots)
+ *   H2D stream:  [publish 'h2d' = b + k; every peer's 'ready' >= b + k + 1; the first
+ *                step compares the calls]  what this rank needs of the peers' slots ->
+ *                its recvbuf (data movement) or the device ring (reductions)
+ *   caller:      reductions: the add kernel of step k in rank order (as allreduce's copy
+ *                path); at the end both streams publish b + chunks and the caller's
+ *                stream waits for them.
  * Every rank moves both counters at every step, whatever it copies, so that every
  * wait of every rank asks the same question as allreduce's.  Slots of alltoall and
  * reduce_scatter hold one sub-slot per peer (the chunk for that peer).
@@ -59,7 +60,7 @@ static comm_status_t single_rank(struct comm *c, const struct coll_call *call)
         return copy_d2d(c, call->recv, call->send, bytes, call->stream);
     /* The add kernel with no peers applies the op's end (AVG / 1) and the rounding. */
     struct cuda_cadd_args a = {.tmp = x->tmp, .peer_stride = 0, .lo = 0, .n = call->count};
-    cuda_fill_common(c, call, false, CUDA_PATH_COPY, (uint32_t)x->cchunk + CUDA_RELEASE, &a.c);
+    cuda_fill_common(c, call, false, CUDA_PATH_COPY, &a.c);
     int e = cuda_launch_cadd(&a, call->stream);
     return e != 0 ? cuda_launch_failed(c, "the reduction-kernel launch", e) : COMM_OK;
 }
@@ -84,24 +85,21 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     if (per_peer)
         slot_room = slot_room / (uint64_t)(c->nranks - 1) / CUDA_LINE * CUDA_LINE;
     struct cuda_cplan plan = cuda_cplan_compute(call->count, es, x->k.chunk_knob, slot_room);
-    const uint32_t release = (uint32_t)(x->cchunk + plan.chunks) + CUDA_RELEASE;
     const uint64_t ring = (uint64_t)x->tslots * x->g.chunk_max;
     const uint8_t *send = call->send;
     uint8_t *recv = call->recv;
-    struct cuda_ctrl *mine = cuda_ctrl_of(x, me);
-    CUresult r;
     int e;
 
-    /* Both copy streams after the caller's work so far (the H2D stream writes recvbuf). */
-    if ((e = cudaEventRecord(x->ev_start, stream)) != 0 ||
-        (e = cudaStreamWaitEvent(x->sd, x->ev_start, 0)) != 0 ||
-        (e = cudaStreamWaitEvent(x->sh, x->ev_start, 0)) != 0)
-        return cuda_launch_failed(c, "ordering the copy streams after the caller's", e);
+    /* The call's number and chunks; both copy streams after the caller's work so far
+     * (the H2D stream writes recvbuf). */
+    comm_status_t st = cuda_copy_begin(c, call, plan.chunks);
+    if (st != COMM_OK)
+        return st;
 
     struct cuda_wait_args base_wait = {.stage = 0};
-    cuda_fill_common(c, call, false, CUDA_PATH_COPY, release, &base_wait.c);
+    cuda_fill_common(c, call, false, CUDA_PATH_COPY, &base_wait.c);
     struct cuda_cadd_args a = {.peer_stride = ring};
-    cuda_fill_common(c, call, false, CUDA_PATH_COPY, release, &a.c);
+    cuda_fill_common(c, call, false, CUDA_PATH_COPY, &a.c);
     if (kind == COLL_REDUCE_SCATTER) {
         /* This rank's own contribution is block 'me' of its sendbuf. */
         a.c.send = send + (uint64_t)me * block;
@@ -109,24 +107,27 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     }
 
     for (uint32_t k = 0; k < plan.chunks; k++) {
-        const uint64_t g = x->cchunk + k;
-        const uint32_t g32 = (uint32_t)g;
-        const uint32_t ts = (uint32_t)(g % x->tslots);
+        const uint32_t ts = k % x->tslots;
         const uint64_t off = (uint64_t)k * plan.chunk_bytes;
         const size_t len =
             (size_t)(block - off < plan.chunk_bytes ? block - off : plan.chunk_bytes);
 
-        /* D2H: once every peer fetched what the slot held, stage this rank's part. */
+        /* D2H: publish the last step; once every peer fetched what the slot held, stage
+         * this rank's part. */
+        struct cuda_wait_args w = base_wait;
+        if (k > 0) {
+            w.pub_off = offsetof(struct cuda_ctrl, ready);
+            w.pub_rel = k;
+        }
+        if (stages && (k == 0 || k >= x->g.cslots)) {
+            w.peer_off = offsetof(struct cuda_ctrl, h2d);
+            w.want_rel = k == 0 ? 0 : k - x->g.cslots + 1;
+            w.stage = CUDA_STAGE_CSLOT;
+        }
+        if ((st = cuda_copy_step(c, &w, x->sd)) != COMM_OK)
+            return st;
         if (stages) {
-            if (g >= x->g.cslots) {
-                struct cuda_wait_args w = base_wait;
-                w.peer_off = offsetof(struct cuda_ctrl, h2d);
-                w.peer_want = g32 - x->g.cslots + 1;
-                w.stage = CUDA_STAGE_CSLOT;
-                if ((e = cuda_launch_wait(&w, x->sd)) != 0)
-                    return cuda_launch_failed(c, "the staging-slot wait launch", e);
-            }
-            uint8_t *slot = x->regions + cuda_cslot_off(&x->g, me, g32);
+            uint8_t *slot = x->regions + cuda_cslot_off(&x->g, me, k);
             for (int p = 0; p < c->nranks; p++) {
                 const uint8_t *from = send + off;
                 uint8_t *to = slot;
@@ -142,24 +143,24 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
                     return cuda_launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
             }
         }
-        r = x->write_value(x->sd, cuda_dev_addr(x, &mine->ready.value), (cuuint32_t)(g32 + 1),
-                           CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r != CUDA_SUCCESS)
-            return cuda_driver_failed(c, "cuStreamWriteValue32 (chunk staged)", r);
         if (adds && (e = cudaEventRecord(x->ev_staged, x->sd)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (chunk staged)", e);
 
-        /* H2D: once every peer staged step g (the first step: and makes this call). */
-        struct cuda_wait_args w = base_wait;
+        /* H2D: publish the last step; once every peer staged step k (the first step: and
+         * makes this call), fetch. */
+        w = base_wait;
+        if (k > 0) {
+            w.pub_off = offsetof(struct cuda_ctrl, h2d);
+            w.pub_rel = k;
+        }
         w.peer_off = offsetof(struct cuda_ctrl, ready);
-        w.peer_want = g32 + 1;
+        w.want_rel = k + 1;
         w.stage = CUDA_STAGE_CFETCH;
         w.check_call = k == 0;
-        if ((e = cuda_launch_wait(&w, x->sh)) != 0)
-            return cuda_launch_failed(c, "the chunk wait launch", e);
+        if ((st = cuda_copy_step(c, &w, x->sh)) != COMM_OK)
+            return st;
         if (k == 0) {
             /* This rank's own block of a data movement, after the call was compared. */
-            comm_status_t st = COMM_OK;
             if (kind == COLL_BROADCAST && me == root)
                 st = copy_d2d(c, recv, send, (size_t)block, x->sh);
             else if (kind == COLL_ALLGATHER)
@@ -171,12 +172,12 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
                 return st;
         }
         if (fetches) {
-            if (adds && (e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
+            if (adds && k >= x->tslots && (e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
                 return cuda_launch_failed(c, "ordering the fetch after the ring slot's sum", e);
             for (int p = 0; p < c->nranks; p++) {
                 if (p == me || (kind == COLL_BROADCAST && p != root))
                     continue;
-                const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, g32);
+                const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, k);
                 if (per_peer)
                     from += (uint64_t)peer_index(me, p) * plan.chunk_bytes;
                 uint8_t *to;
@@ -191,10 +192,6 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
                     return cuda_launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
             }
         }
-        r = x->write_value(x->sh, cuda_dev_addr(x, &mine->h2d.value), (cuuint32_t)(g32 + 1),
-                           CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r != CUDA_SUCCESS)
-            return cuda_driver_failed(c, "cuStreamWriteValue32 (chunk fetched)", r);
 
         if (adds) {
             /* Reduce on the caller's stream once this chunk's copies are done. */
@@ -212,15 +209,8 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
                 return cuda_launch_failed(c, "cudaEventRecord (ring slot reduced)", e);
         }
     }
-    x->cchunk += plan.chunks;
-
-    /* The caller's stream after all of it: sendbuf read, recvbuf written. */
-    if ((e = cudaEventRecord(x->ev_staged, x->sd)) != 0 ||
-        (e = cudaEventRecord(x->ev_fetched, x->sh)) != 0 ||
-        (e = cudaStreamWaitEvent(stream, x->ev_staged, 0)) != 0 ||
-        (e = cudaStreamWaitEvent(stream, x->ev_fetched, 0)) != 0)
-        return cuda_launch_failed(c, "ordering the caller's stream after the copies", e);
-    return COMM_OK;
+    /* Both streams publish the last step; the caller's stream after all of it. */
+    return cuda_copy_end(c, call, &base_wait, plan.chunks);
 }
 
 comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call)

@@ -584,10 +584,10 @@ __device__ int32_t ll_check(const cuda_kcommon &c, uint64_t start, int32_t *who)
  * Returns 0 with v filled, else the failure (recorded).
  */
 template <int R>
-__device__ int32_t ll_gather(const cuda_ll_args &a, uint64_t sub, uint32_t flag, uint32_t u0,
-                             uint32_t stride, bool hdr, uint4 (&v)[R][CUDA_LL_UPT + 1])
+__device__ int32_t ll_gather(const cuda_ll_args &a, const cuda_kcommon &c, uint64_t sub,
+                             uint32_t flag, uint32_t u0, uint32_t stride, bool hdr,
+                             uint4 (&v)[R][CUDA_LL_UPT + 1])
 {
-    const cuda_kcommon &c = a.c;
     constexpr int S = CUDA_LL_UPT + 1;
     uint32_t pend = 0;
 #pragma unroll
@@ -669,9 +669,22 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args 
     constexpr int EPU = CUDA_LL_DATA / sizeof(W);
     typedef typename acc_of<T>::type A;
     typedef opf<OP> F;
-    const cuda_kcommon &c = a.c;
-    const uint32_t flag = cuda_ll_flag(a.round);
-    const uint64_t sub = a.off_kstage + (uint64_t)(a.round % CUDA_KSLOTS) * a.kslot_bytes;
+    /* The round and the call number come from the counters, not from the launch: a graph
+     * replays its launches. */
+    __shared__ cuda_kcommon sc;
+    __shared__ uint32_t sround;
+    if (threadIdx.x == 0) {
+        const volatile cuda_dcount *n = a.c.counters;
+        sc = a.c;
+        sc.seq = n->seq;
+        sc.release = n->cchunk + CUDA_RELEASE;
+        sround = n->kround;
+    }
+    __syncthreads();
+    const cuda_kcommon &c = sc;
+    const uint32_t round = sround;
+    const uint32_t flag = cuda_ll_flag(round);
+    const uint64_t sub = a.off_kstage + (uint64_t)(round % CUDA_KSLOTS) * a.kslot_bytes;
     const T *send = static_cast<const T *>(c.send) + a.rlo;
     T *recv = static_cast<T *>(c.recv) + a.rlo;
     const T *addend = static_cast<const T *>(c.addend);
@@ -696,7 +709,7 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args 
         const uint32_t u0 = k * per_batch + gtid;
         const bool hdr = k == 0 && threadIdx.x == 0;
         uint4 v[R][CUDA_LL_UPT + 1];
-        int32_t st = ll_gather<R>(a, sub, flag, u0, nthreads, hdr, v);
+        int32_t st = ll_gather<R>(a, c, sub, flag, u0, nthreads, hdr, v);
         if (st == 0 && hdr) {
             /* Every block sees the peers' calls before it writes a result. */
             for (int p = 0; p < R; p++) {
@@ -736,6 +749,19 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args 
                 if (addend != nullptr)
                     acc = add_(acc, to_acc(addend[(a.rlo + idx) % c.addend_count]));
                 recv[idx] = from_acc<T>(F::fin(acc, c.nranks));
+            }
+        }
+    }
+    /* The last block to end moves the counters on; the next launch (stream-ordered after
+     * this one) reads them.  Every block read them before it got here. */
+    if (threadIdx.x == 0) {
+        cuda_dcount *n = c.counters;
+        if (atomicAdd(&n->done, 1u) == gridDim.x - 1) {
+            n->done = 0;
+            n->kround = round + 1;
+            if (a.last) {
+                n->seq = c.seq + 1;
+                st_vol(&static_cast<cuda_count_line *>(c.mirror)->seq, c.seq + 1);
             }
         }
     }
@@ -806,9 +832,19 @@ __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args
  */
 __global__ void wait_kernel(const cuda_wait_args a)
 {
-    const cuda_kcommon &c = a.c;
     if (threadIdx.x != 0)
         return;
+    cuda_kcommon c = a.c;
+    const volatile cuda_dcount *n = c.counters;
+    c.seq = n->cur_seq;
+    c.release = n->cchunk + CUDA_RELEASE;
+    const uint32_t base = n->cur_base;
+    if (a.pub_off != 0) {
+        /* What this stream copied before (stream order) is out: publish it. */
+        __threadfence_system();
+        st_vol((uint32_t *)((uint8_t *)ctrl_of(c, c.rank) + a.pub_off), base + a.pub_rel);
+        __threadfence_system();
+    }
     if (a.check_call) {
         write_call_line(c);
         for (int p = 0; p < c.nranks; p++) {
@@ -831,6 +867,9 @@ __global__ void wait_kernel(const cuda_wait_args a)
             }
         }
     }
+    if (a.peer_off == 0)
+        return;
+    const uint32_t want = base + a.want_rel;
     for (int p = 0; p < c.nranks; p++) {
         if (p == c.rank)
             continue;
@@ -838,15 +877,15 @@ __global__ void wait_kernel(const cuda_wait_args a)
         spin s;
         spin_init(s);
         uint32_t v;
-        while (!reached(v = ld_acquire_sys(w), a.peer_want)) {
+        while (!reached(v = ld_acquire_sys(w), want)) {
             int32_t who = -1;
             int32_t st = spin_step(c, s, p, &who);
-            if (st != 0 && !reached(v = ld_acquire_sys(w), a.peer_want)) {
+            if (st != 0 && !reached(v = ld_acquire_sys(w), want)) {
                 record_fail(c, st, a.stage, who);
                 return;
             }
         }
-        if (CUDA_RELEASED(v, a.peer_want)) {
+        if (CUDA_RELEASED(v, want)) {
             /* A failed rank let the streams go: what they copy is not data. */
             int32_t who = -1;
             int32_t st = check_fail(c, &who);
@@ -855,6 +894,20 @@ __global__ void wait_kernel(const cuda_wait_args a)
             return;
         }
     }
+}
+
+/* A copy-path call's first kernel (caller's stream): its number and its chunks. */
+__global__ void begin_kernel(cuda_dcount *n, uint32_t chunks, cuda_count_line *mirror)
+{
+    if (threadIdx.x != 0)
+        return;
+    const uint32_t seq = n->seq, base = n->cchunk;
+    n->cur_seq = seq;
+    n->cur_base = base;
+    n->seq = seq + 1;
+    n->cchunk = base + chunks;
+    st_vol(&mirror->cchunk, base + chunks);
+    st_vol(&mirror->seq, seq + 1);
 }
 
 __global__ void narrow_kernel(const float *src, __nv_bfloat16 *dst, uint64_t n, int vec)
@@ -994,6 +1047,14 @@ extern "C" int cuda_launch_ll(const struct cuda_ll_args *a, unsigned blocks, voi
 extern "C" int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream)
 {
     return dispatch(a->c, cadd_launch{a, static_cast<cudaStream_t>(stream)});
+}
+
+extern "C" int cuda_launch_begin(struct cuda_dcount *count, uint32_t chunks, void *mirror,
+                                 void *stream)
+{
+    begin_kernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(
+        count, chunks, static_cast<cuda_count_line *>(mirror));
+    return cudaGetLastError();
 }
 
 extern "C" int cuda_launch_wait(const struct cuda_wait_args *a, void *stream)

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+struct cuda_dcount;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -21,10 +23,13 @@ struct cuda_kcommon {
     uint64_t addend_count;
     uint8_t *regions; /* device address of rank 0's region; rank r's follows */
     uint64_t region_bytes;
-    uint64_t timeout_ns; /* 0 = wait forever (still ends on abort or a peer's failure) */
-    uint32_t seq;        /* call number */
-    uint32_t desc;       /* cuda_call_desc of this call */
-    uint32_t release;    /* counters are set to this on failure (cuda_release_waits) */
+    uint64_t timeout_ns;          /* 0 = wait forever (still ends on abort or a peer's failure) */
+    struct cuda_dcount *counters; /* device: this rank's call counters (layout.h) */
+    void *mirror;                 /* device address of this rank's struct cuda_count_line */
+    /* Filled in by the kernels from *counters, never by the host (a graph replays them): */
+    uint32_t seq;     /* call number */
+    uint32_t release; /* counters are set to this on failure (cuda_release_waits) */
+    uint32_t desc;    /* cuda_call_desc of this call */
     int32_t rank;
     int32_t nranks;
     int32_t dtype;  /* comm_dtype_t */
@@ -40,8 +45,9 @@ struct cuda_ll_args {
     uint64_t kslot_bytes;
     uint64_t rlo;   /* first element of the round */
     uint64_t rn;    /* elements of the round */
-    uint32_t round; /* kernel-path round (flag cuda_ll_flag(round), sub-slot round % 2) */
     uint32_t units; /* payload units of the round */
+    uint32_t last;  /* the call's last round: its end moves the call number on */
+    /* The round (flag cuda_ll_flag(round), sub-slot round % 2) is counters->kround. */
 };
 
 /* Copy path: the reduction kernel of one chunk (allreduce, reduce, reduce_scatter),
@@ -54,16 +60,26 @@ struct cuda_cadd_args {
     uint64_t n;           /* elements of the chunk */
 };
 
-/* A copy stream's wait for a counter of every peer (one spinning thread, bounded). */
+/*
+ * A copy stream's step (one spinning thread, bounded): publish one of this rank's
+ * counters, then wait for a counter of every peer.  Values are relative to the call's
+ * first chunk (counters->cur_base, taken by the begin kernel), never absolute: a graph
+ * replays them.
+ */
 struct cuda_wait_args {
     struct cuda_kcommon c;
-    uint32_t peer_off;  /* counter of struct cuda_ctrl that every peer must move ... */
-    uint32_t peer_want; /* ... to at least this */
+    uint32_t pub_off;   /* counter of struct cuda_ctrl set first (0 = none) ... */
+    uint32_t pub_rel;   /* ... to cur_base + this */
+    uint32_t peer_off;  /* counter of struct cuda_ctrl that every peer must move (0 = none) */
+    uint32_t want_rel;  /* ... to at least cur_base + this */
     int32_t stage;      /* enum cuda_stage, for the failure record */
     int32_t check_call; /* first wait of a call: compare the peers' calls first */
 };
 
 /* Each returns a cudaError_t (0 = launched). */
+/* A copy-path call's first kernel: takes its number and chunks chunks from *count, and
+ * mirrors the counters into the host line mirror (struct cuda_count_line). */
+int cuda_launch_begin(struct cuda_dcount *count, uint32_t chunks, void *mirror, void *stream);
 int cuda_launch_wait(const struct cuda_wait_args *a, void *stream);
 int cuda_launch_ll(const struct cuda_ll_args *a, unsigned blocks, void *stream);
 int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream);

@@ -44,7 +44,7 @@
 
 static const char usage[] =
     "usage: arbench [--coll COLL] [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR]\n"
-    "               [-d DTYPE] [-o OP] [--inplace] [--check] [--iters N] [--warmup N]\n"
+    "               [-d DTYPE] [-o OP] [--inplace] [--graph] [--check] [--iters N] [--warmup N]\n"
     "               [--rounds R] [--no-bind] [--device host|cuda] [--compare mpi|nccl]\n"
     "               [--csv FILE] [--json FILE] [--plot FILE.png] [--mpi]\n"
     "Times arcomm's collectives over a sweep of sizes, like nccl-tests' *_perf.\n"
@@ -68,6 +68,8 @@ static const char usage[] =
     "  -o OP              sum (default) max min prod avg (avg: float dtypes, not with\n"
     "                     --compare mpi); broadcast, allgather, alltoall ignore it\n"
     "  --inplace          the in-place form of each collective (api.md)\n"
+    "  --graph            (--device cuda) each call captured once into a CUDA graph and\n"
+    "                     every timed call a replay of it (fresh collective each time)\n"
     "  --check            one more call per size on fresh random data, outputs poisoned\n"
     "                     first: every element of every rank against a float64 reference\n"
     "                     (data movement bit-exact), reductions bit-identical on all ranks\n"
@@ -732,6 +734,19 @@ static int local_rank(int rank)
     return v ? atoi(v) : rank;
 }
 
+/* A process rank's GPU: its local rank, or, with fewer GPUs than ranks, local rank
+ * modulo the GPUs (process ranks may share a GPU; thread ranks may not). */
+static int proc_gpu(comm_device_t kind, int local)
+{
+#if ARBENCH_HAVE_CUDA
+    int n = kind == COMM_DEVICE_CUDA ? bench_cuda_count() : 0;
+    return n > 0 ? local % n : local;
+#else
+    (void)kind;
+    return local;
+#endif
+}
+
 /* A communicator on opts->device over the same ranks, its id sent over host. */
 static comm_status_t device_comm(comm_t *host, const struct bench_opts *opts, comm_t **out)
 {
@@ -756,7 +771,7 @@ static comm_status_t device_comm(comm_t *host, const struct bench_opts *opts, co
     cfg.nranks = comm_size(host);
     cfg.rank = comm_rank(host);
     cfg.device = opts->device;
-    cfg.device_index = local_rank(cfg.rank);
+    cfg.device_index = proc_gpu(opts->device, local_rank(cfg.rank));
     return comm_init(out, &cfg);
 }
 
@@ -771,7 +786,7 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     opts.nranks = comm_size(comm);
 
     struct bench_device dev;
-    int code = open_device(opts.device, local_rank(rank), &dev);
+    int code = open_device(opts.device, proc_gpu(opts.device, local_rank(rank)), &dev);
     if (code) {
         comm_destroy(comm);
         return code;

@@ -189,6 +189,7 @@ enum {
     OPT_VERSION,
     OPT_COLL,
     OPT_MPI,
+    OPT_GRAPH,
 };
 
 static const struct option long_opts[] = {
@@ -212,6 +213,7 @@ static const struct option long_opts[] = {
     {"csv-stdout", no_argument, NULL, OPT_CSV_STDOUT},
     {"no-bind", no_argument, NULL, OPT_NO_BIND},
     {"mem-alloc", no_argument, NULL, OPT_MEM_ALLOC},
+    {"graph", no_argument, NULL, OPT_GRAPH},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {"coll", required_argument, NULL, OPT_COLL},
@@ -319,6 +321,9 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
         case OPT_MEM_ALLOC:
             o->mem_alloc = true;
             break;
+        case OPT_GRAPH:
+            o->graph = true;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 1;
@@ -382,6 +387,8 @@ int bench_sweep_args(const struct bench_opts *o, char **argv, char *buf, size_t 
         ADD("--check");
     if (o->mem_alloc)
         ADD("--mem-alloc");
+    if (o->graph)
+        ADD("--graph");
     if (o->iters > 0) {
         ADD("--iters");
         ADD("%d", o->iters);
@@ -665,7 +672,7 @@ static int same_by_hash(const struct bench_sync *s, const void *buf, size_t byte
     return 0;
 }
 
-static int call(const struct bench_rank *r, const void *send, void *recv, size_t count)
+static int enqueue(const struct bench_rank *r, const void *send, void *recv, size_t count)
 {
     const struct bench_opts *o = r->opts;
     const struct bench_coll *c = r->coll;
@@ -693,7 +700,15 @@ static int call(const struct bench_rank *r, const void *send, void *recv, size_t
     default:
         break;
     }
-    if (rc)
+    return rc ? -1 : 0;
+}
+
+/* One timed call: enqueued and waited for, or (--graph) a replay of the captured one. */
+static int call(const struct bench_rank *r, const void *send, void *recv, size_t count)
+{
+    if (r->opts->graph)
+        return r->dev->graph_replay(r->dev->ctx);
+    if (enqueue(r, send, recv, count))
         return -1;
     return r->dev->sync(r->dev->ctx);
 }
@@ -936,6 +951,16 @@ int bench_run_size(const struct bench_rank *r, size_t bytes, struct bench_result
             goto out;
     }
     pointers(r, &l, send, recv, &psend, &precv);
+    if (o->graph) {
+        /* One call recorded; every call below replays it (fresh call numbers each). */
+        if (d->graph_begin == NULL) {
+            if (r->rank == 0)
+                fprintf(stderr, "arbench: --graph needs --device cuda\n");
+            goto out;
+        }
+        if (d->graph_begin(d->ctx) || enqueue(r, psend, precv, l.count) || d->graph_end(d->ctx))
+            goto out;
+    }
 
     if (iters <= 0) {
         /*

@@ -62,6 +62,7 @@ struct bench_opts {
     bool csv_stdout;       /* --csv-stdout: machine output for a parent arbench */
     bool no_bind;          /* --no-bind: ranks float (default: one core each) */
     bool mem_alloc;        /* --mem-alloc: buffers from comm_mem_alloc (host) */
+    bool graph;            /* --graph: each timed call a replay of a CUDA graph of one call */
 };
 
 /* What one size measured; identical on every rank once bench_run_size returns. */
@@ -107,6 +108,11 @@ struct bench_device {
     int (*to_device)(void *ctx, void *dst, const void *src, size_t bytes);
     int (*to_host)(void *ctx, void *dst, const void *src, size_t bytes);
     int (*sync)(void *ctx); /* waits for the calls enqueued so far */
+    /* --graph (NULL where there are no graphs): capture the calls enqueued between
+     * graph_begin and graph_end into a graph; graph_replay launches it and waits. */
+    int (*graph_begin)(void *ctx);
+    int (*graph_end)(void *ctx);
+    int (*graph_replay)(void *ctx);
     void *ctx;
 };
 extern const struct bench_device bench_device_host;

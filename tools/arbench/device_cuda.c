@@ -15,6 +15,7 @@
 struct cuda_ctx {
     int ordinal;
     cudaStream_t stream;
+    cudaGraphExec_t graph; /* --graph: the captured call */
 };
 
 static int cuda_ok(cudaError_t e, const struct cuda_ctx *c, const char *what)
@@ -70,6 +71,37 @@ static int dev_sync(void *ctx)
     return cuda_ok(cudaStreamSynchronize(c->stream), c, "cudaStreamSynchronize");
 }
 
+/* --graph: the rank's stream captured (global mode) around one call, then replayed. */
+static int dev_graph_begin(void *ctx)
+{
+    struct cuda_ctx *c = ctx;
+    if (c->graph != NULL) {
+        cudaGraphExecDestroy(c->graph);
+        c->graph = NULL;
+    }
+    return cuda_ok(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal), c,
+                   "cudaStreamBeginCapture");
+}
+
+static int dev_graph_end(void *ctx)
+{
+    struct cuda_ctx *c = ctx;
+    cudaGraph_t g = NULL;
+    if (cuda_ok(cudaStreamEndCapture(c->stream, &g), c, "cudaStreamEndCapture"))
+        return -1;
+    cudaError_t e = cudaGraphInstantiate(&c->graph, g, 0);
+    cudaGraphDestroy(g);
+    return cuda_ok(e, c, "cudaGraphInstantiate");
+}
+
+static int dev_graph_replay(void *ctx)
+{
+    struct cuda_ctx *c = ctx;
+    if (cuda_ok(cudaGraphLaunch(c->graph, c->stream), c, "cudaGraphLaunch"))
+        return -1;
+    return cuda_ok(cudaStreamSynchronize(c->stream), c, "cudaStreamSynchronize");
+}
+
 int bench_cuda_count(void)
 {
     int n = 0;
@@ -103,6 +135,9 @@ int bench_cuda_open(int ordinal, struct bench_device *out)
         .to_device = dev_to_device,
         .to_host = dev_to_host,
         .sync = dev_sync,
+        .graph_begin = dev_graph_begin,
+        .graph_end = dev_graph_end,
+        .graph_replay = dev_graph_replay,
         .ctx = c,
     };
     return 0;
@@ -114,6 +149,8 @@ void bench_cuda_close(struct bench_device *d)
     if (c == NULL)
         return;
     cudaSetDevice(c->ordinal);
+    if (c->graph != NULL)
+        cudaGraphExecDestroy(c->graph);
     cudaStreamDestroy(c->stream);
     free(c);
     d->ctx = NULL;

@@ -17,12 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Stream memory operations, reached through the runtime (no link with libcuda). */
-typedef CUresult (*cuda_wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-typedef CUresult (*cuda_write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-
 /* Device ring of fetched chunks per peer (copy path). */
 #define CUDA_TSLOTS_MAX 4
+/* Narrow buffers a capture may outgrow (each at least twice the last). */
+#define CUDA_RETIRED_MAX 40
 
 /* The knobs as the CUDA paths use them, "auto" resolved by the CUDA backend
  * (collectives/cuda/backend.c) before setup. */
@@ -50,20 +48,26 @@ struct cuda_comm {
     cudaEvent_t ev_staged;                 /* sd -> caller stream: a chunk's D2H is done */
     cudaEvent_t ev_fetched;                /* sh -> caller stream: a chunk's H2D copies are done */
     cudaEvent_t ev_added[CUDA_TSLOTS_MAX]; /* caller stream -> sh: ring slot summed */
-    cudaEvent_t ev_done;                   /* end of the last call, on its stream */
+    cudaEvent_t ev_done;                   /* end of the last call (in a graph: each replay's) */
+    cudaEvent_t ev_cap;                    /* end of the last call inside the running capture */
     void *last_stream;                     /* stream of the last call (calls are serialized) */
     bool have_last;
+    unsigned long long last_capture; /* capture id of the last call, 0 = eager */
+    unsigned long long cur_capture;  /* capture id of the running call, 0 = eager */
+    bool graphs;                     /* a call was recorded into a graph */
 
     uint8_t *tmp; /* device: [nranks - 1][tslots][chunk_max] fetched chunks */
     uint32_t tslots;
     uint16_t *narrow; /* device: bf16 copy of a narrowed f32 input */
     size_t narrow_bytes;
+    /* Narrow buffers outgrown inside a capture (a graph may still use them): freed at
+     * teardown. */
+    void *retired[CUDA_RETIRED_MAX];
+    int nretired;
 
-    uint64_t kround; /* kernel-path rounds so far (same on every rank) */
-    uint64_t cchunk; /* copy-path chunks so far (same on every rank) */
-
-    cuda_wait_value_fn wait_value;
-    cuda_write_value_fn write_value;
+    /* device: the call counters (layout.h).  The kernels number the calls, so that graph
+     * replays and eager calls interleave; the host keeps no count. */
+    struct cuda_dcount *dcount;
 };
 
 /* The transport's lifecycle, for the CUDA backend (collectives/cuda/backend.c). */

@@ -62,7 +62,7 @@
 #define CUDA_VEC_ELEMS     8 /* copy chunks are cut at multiples of 8 elements */
 #define CUDA_GEOM_MAGIC    0x4152435544413031ull /* "ARCUDA01" */
 /* A counter moved this far past what any wait asks for releases every stream wait
- * (cuStreamWaitValue32 compares cyclically); a kernel that sees such a jump knows a
+ * (the wait kernels compare cyclically); a kernel that sees such a jump knows a
  * failed rank released it and stops. */
 #define CUDA_RELEASE 0x40000000u
 #define CUDA_RELEASED(v, want)                                                                     \
@@ -98,6 +98,14 @@ struct cuda_word_line {
     uint8_t pad[CUDA_LINE - 4];
 };
 
+/* The host's view of a rank's counters (struct cuda_dcount), written by its kernels when
+ * they move them: release values (cchunk), and the calls done once the GPU is idle. */
+struct cuda_count_line {
+    uint32_t cchunk; /* copy-path chunks taken */
+    uint32_t seq;    /* the next call's number (exact once every call ended) */
+    uint8_t pad[CUDA_LINE - 8];
+};
+
 /* An LL unit as it lies in a sub-slot (16-byte aligned, written with one store). */
 struct cuda_ll_unit {
     uint32_t d0, f0, d1, f1; /* data, flag, data, flag; header: desc, flag, seq, flag */
@@ -123,6 +131,24 @@ struct cuda_geom_line {
     uint8_t pad[CUDA_LINE - 56];
 };
 
+/*
+ * A rank's call counters, in its GPU's memory (one per communicator, cuda_comm.dcount):
+ * the kernels number the calls, so that a call recorded into a CUDA graph takes fresh
+ * numbers at every replay, in whatever order replays and eager calls come (the same on
+ * every rank).  Kernel-path launches read seq and kround and the last block to finish
+ * moves them on; a copy-path call's first kernel (the begin kernel, on the caller's
+ * stream) takes seq and the next chunks for the whole call (cur_seq, cur_base).
+ */
+struct cuda_dcount {
+    uint32_t seq;      /* the next call's number */
+    uint32_t kround;   /* kernel-path rounds so far */
+    uint32_t cchunk;   /* copy-path chunks so far */
+    uint32_t done;     /* blocks of the running kernel-path launch that ended */
+    uint32_t cur_seq;  /* the running copy-path call: its number, */
+    uint32_t cur_base; /* and its first chunk */
+    uint32_t pad[2];
+};
+
 /* The control lines at the start of every rank's region. */
 struct cuda_ctrl {
     struct cuda_fail_line hfail;  /* line 0: the owner's host (comm_abort, failures) */
@@ -132,6 +158,7 @@ struct cuda_ctrl {
     struct cuda_word_line device; /* line 4: the owner's CUDA ordinal (in its process) */
     struct cuda_call_line call;   /* line 5 */
     struct cuda_geom_line geom;   /* line 6 */
+    struct cuda_count_line count; /* line 7: the owner's counters, as its kernels left them */
 };
 
 #ifndef __cplusplus
@@ -139,6 +166,7 @@ _Static_assert(sizeof(struct cuda_fail_line) == CUDA_LINE, "one line");
 _Static_assert(sizeof(struct cuda_geom_line) == CUDA_LINE, "one line");
 _Static_assert(sizeof(struct cuda_ll_unit) == CUDA_LL_UNIT, "one 16-byte store");
 _Static_assert(sizeof(struct cuda_ctrl) <= CUDA_CTRL_BYTES, "control fits its page");
+_Static_assert(sizeof(struct cuda_dcount) == 32, "counters: one sector");
 #endif
 
 /* The geometry of every rank's region, from the staging knobs (identical everywhere). */
@@ -274,7 +302,10 @@ CUDA_LAYOUT_FN struct cuda_cplan cuda_cplan_compute(uint64_t count, uint32_t wsi
     return p;
 }
 
-/* Byte offset of rank r's region, and of its pieces, from the start of rank 0's. */
+/* Byte offset of rank r's region, and of its pieces, from the start of rank 0's.  A
+ * copy-path call stages its chunk k in slot k % cslots: where a chunk lies depends on the
+ * call alone, so that a call recorded into a CUDA graph copies the same addresses at
+ * every replay. */
 CUDA_LAYOUT_FN uint64_t cuda_region_off(const struct cuda_geometry *g, int rank)
 {
     return (uint64_t)rank * g->region_bytes;

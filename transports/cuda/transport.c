@@ -60,27 +60,6 @@ void cuda_device_leave(int prev)
         cudaSetDevice(prev);
 }
 
-static comm_status_t resolve_stream_ops(struct comm *c, struct cuda_comm *x)
-{
-    static const char *const names[2] = {"cuStreamWaitValue32", "cuStreamWriteValue32"};
-    void *fn[2] = {NULL, NULL};
-    for (int i = 0; i < 2; i++) {
-        enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-        cudaError_t e =
-            cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000, cudaEnableDefault, &q);
-        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn[i] == NULL) {
-            rt_error(c, COMM_ERR_UNSUPPORTED,
-                     "rank %d: the CUDA driver has no %s (%s): the copy-engine path needs "
-                     "stream memory operations",
-                     c->rank, names[i], cudaGetErrorString(e));
-            return COMM_ERR_UNSUPPORTED;
-        }
-    }
-    x->wait_value = (cuda_wait_value_fn)fn[0];
-    x->write_value = (cuda_write_value_fn)fn[1];
-    return COMM_OK;
-}
-
 /* Every rank writes what it computed; all must match rank 0's. */
 static comm_status_t agree_on_geometry(struct comm *c, struct cuda_comm *x)
 {
@@ -154,6 +133,7 @@ static comm_status_t make_device_state(struct comm *c, struct cuda_comm *x)
         return cuda_fail_system(c, "cudaStreamCreateWithFlags", e);
     if ((e = cudaEventCreateWithFlags(&x->ev_start, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&x->ev_done, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&x->ev_cap, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&x->ev_staged, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&x->ev_fetched, cudaEventDisableTiming)) != cudaSuccess)
         return cuda_fail_system(c, "cudaEventCreateWithFlags", e);
@@ -165,6 +145,14 @@ static comm_status_t make_device_state(struct comm *c, struct cuda_comm *x)
     size_t tmp_bytes = peers * x->tslots * x->g.chunk_max;
     if ((e = cudaMalloc((void **)&x->tmp, tmp_bytes)) != cudaSuccess)
         return cuda_fail_system(c, "cudaMalloc of the copy-path ring", e);
+    /* The call counters start where the communicator's calls do, alike on every rank. */
+    struct cuda_dcount start = {.seq = c->seq};
+    if ((e = cudaMalloc((void **)&x->dcount, sizeof(start))) != cudaSuccess ||
+        (e = cudaMemcpy(x->dcount, &start, sizeof(start), cudaMemcpyHostToDevice)) != cudaSuccess)
+        return cuda_fail_system(c, "the call counters (cudaMalloc, cudaMemcpy)", e);
+    struct cuda_count_line *m = &cuda_ctrl_of(x, c->rank)->count;
+    __atomic_store_n(&m->cchunk, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->seq, c->seq, __ATOMIC_RELAXED);
     return COMM_OK;
 }
 
@@ -174,6 +162,15 @@ static void free_device_state(struct cuda_comm *x)
         cudaFree(x->narrow); /* from cudaMallocAsync: cudaFree waits for the device */
     if (x->tmp)
         cudaFree(x->tmp);
+    if (x->dcount)
+        cudaFree(x->dcount);
+    for (int i = 0; i < x->nretired; i++)
+        cudaFree(x->retired[i]);
+    x->nretired = 0;
+    x->dcount = NULL;
+    if (x->ev_cap)
+        cudaEventDestroy(x->ev_cap);
+    x->ev_cap = NULL;
     for (uint32_t i = 0; i < CUDA_TSLOTS_MAX; i++)
         if (x->ev_added[i])
             cudaEventDestroy(x->ev_added[i]);
@@ -254,9 +251,6 @@ comm_status_t cuda_setup(struct comm *c, const struct cuda_knobs *k)
     comm_status_t st = cuda_device_enter(c, &prev);
     if (st != COMM_OK)
         goto err_free;
-    st = resolve_stream_ops(c, x);
-    if (st != COMM_OK)
-        goto err_leave;
 
     /* The shm staging slots carry the CUDA regions: two slots of a rank are its region.
      * The comm_mem_alloc arena is not used by CUDA communicators.  The knobs stay as
@@ -388,8 +382,10 @@ void cuda_release_waits(struct comm *c)
     struct cuda_comm *x = cuda_of(c);
     if (x == NULL || x->regions == NULL)
         return;
-    /* Every counter is at most a few calls from this rank's own chunk count. */
-    uint32_t v = (uint32_t)x->cchunk + CUDA_RELEASE;
+    /* Every counter is at most a few calls from this rank's own chunk count (as its
+     * kernels last mirrored it: a call's chunks are taken before they are waited for). */
+    uint32_t v =
+        __atomic_load_n(&cuda_ctrl_of(x, c->rank)->count.cchunk, __ATOMIC_ACQUIRE) + CUDA_RELEASE;
     for (int p = 0; p < c->nranks; p++) {
         struct cuda_ctrl *ctl = cuda_ctrl_of(x, p);
         __atomic_store_n(&ctl->ready.value, v, __ATOMIC_RELEASE);
@@ -421,7 +417,11 @@ void cuda_publish_failure(struct comm *c, comm_status_t status, const char *msg,
         struct cuda_fail_line *h = &cuda_ctrl_of(x, c->rank)->hfail;
         h->stage = CUDA_STAGE_NONE;
         h->peer = -1;
-        h->seq = in_call ? c->seq : UINT32_MAX;
+        /* The call it concerns: the host's count, unless calls were recorded into CUDA
+         * graphs (the kernels number every call, and the host does not see replays): then,
+         * and when leaving after the drain, the count this rank's GPU mirrors. */
+        uint32_t dev = __atomic_load_n(&cuda_ctrl_of(x, c->rank)->count.seq, __ATOMIC_ACQUIRE);
+        h->seq = !in_call ? UINT32_MAX : leaving || x->graphs ? dev : c->seq;
         __atomic_store_n(&h->status, (int32_t)status, __ATOMIC_RELEASE);
         if (!leaving)
             cuda_release_waits(c);

@@ -7,8 +7,8 @@
  * drive every GPU in turn. Cross-rank order lives in mapped host memory: kernel-path kernels poll
  * LL units (data and flag in one store), copy streams publish and wait on counters with one-thread
  * kernels; every wait is bounded and records what went wrong.  Nothing enqueued holds a call number
- * or an absolute counter (the kernels take them from the device's counters), so a call recorded into
- * a CUDA graph is a fresh collective at every replay.
+ * or an absolute counter (the kernels take them from the device's counters), so a call recorded
+ * into a CUDA graph is a fresh collective at every replay.
  */
 #include "coll_cuda.h"
 #include "cuda/cuda_comm.h"
@@ -222,9 +222,9 @@ static comm_status_t narrow_buffer(struct comm *c, size_t bytes)
 comm_status_t cuda_copy_begin(struct comm *c, const struct coll_call *call, uint32_t chunks)
 {
     struct cuda_comm *x = cuda_of(c);
-    int e = cuda_launch_begin(x->dcount, chunks,
-                              (void *)cuda_dev_addr(x, &cuda_ctrl_of(x, c->rank)->count),
-                              call->stream);
+    int e =
+        cuda_launch_begin(x->dcount, chunks,
+                          (void *)cuda_dev_addr(x, &cuda_ctrl_of(x, c->rank)->count), call->stream);
     if (e != 0)
         return cuda_launch_failed(c, "the begin-kernel launch", e);
     if ((e = cudaEventRecord(x->ev_start, call->stream)) != 0 ||

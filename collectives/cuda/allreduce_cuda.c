@@ -238,6 +238,17 @@ comm_status_t cuda_copy_step(struct comm *c, const struct cuda_wait_args *w, cud
 {
     if (w->pub_off == 0 && w->peer_off == 0 && !w->check_call)
         return COMM_OK;
+    if (w->pub_off != 0) {
+        /* A kernel's store is ordered after this stream's copies only through a stream
+         * memory fence: without it a peer saw the flag of a chunk whose copy-engine writes
+         * it could not see yet (lent H200, 2026-12-01: whole chunks of stale staging).  The
+         * value is a constant: a graph replays it as it is. */
+        struct cuda_comm *x = cuda_of(c);
+        CUresult r = x->write_value(s, cuda_dev_addr(x, &cuda_ctrl_of(x, c->rank)->fence.value), 0,
+                                    CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r != CUDA_SUCCESS)
+            return cuda_driver_failed(c, "cuStreamWriteValue32 (the copy stream's fence)", r);
+    }
     int e = cuda_launch_wait(w, s);
     return e != 0 ? cuda_launch_failed(c, "a copy-stream step (wait kernel) launch", e) : COMM_OK;
 }

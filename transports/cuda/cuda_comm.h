@@ -17,6 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* cuStreamWriteValue32, reached through the runtime (no link with libcuda). */
+typedef CUresult (*cuda_write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
 /* Device ring of fetched chunks per peer (copy path). */
 #define CUDA_TSLOTS_MAX 4
 /* Narrow buffers a capture may outgrow (each at least twice the last). */
@@ -68,6 +71,8 @@ struct cuda_comm {
     /* device: the call counters (layout.h).  The kernels number the calls, so that graph
      * replays and eager calls interleave; the host keeps no count. */
     struct cuda_dcount *dcount;
+
+    cuda_write_value_fn write_value;
 };
 
 /* The transport's lifecycle, for the CUDA backend (collectives/cuda/backend.c). */

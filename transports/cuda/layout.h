@@ -159,6 +159,7 @@ struct cuda_ctrl {
     struct cuda_call_line call;   /* line 5 */
     struct cuda_geom_line geom;   /* line 6 */
     struct cuda_count_line count; /* line 7: the owner's counters, as its kernels left them */
+    struct cuda_word_line fence;  /* line 8: written by the copy streams' memory fences */
 };
 
 #ifndef __cplusplus

@@ -60,6 +60,26 @@ void cuda_device_leave(int prev)
         cudaSetDevice(prev);
 }
 
+/* cuStreamWriteValue32, reached through the runtime (no link with libcuda): the fence
+ * that makes a copy engine's writes to the staging visible before a kernel publishes
+ * them (cuda_copy_step). */
+static comm_status_t resolve_stream_ops(struct comm *c, struct cuda_comm *x)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e =
+        cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == NULL) {
+        rt_error(c, COMM_ERR_UNSUPPORTED,
+                 "rank %d: the CUDA driver has no cuStreamWriteValue32 (%s): the copy-engine path "
+                 "needs stream memory operations",
+                 c->rank, cudaGetErrorString(e));
+        return COMM_ERR_UNSUPPORTED;
+    }
+    x->write_value = (cuda_write_value_fn)fn;
+    return COMM_OK;
+}
+
 /* Every rank writes what it computed; all must match rank 0's. */
 static comm_status_t agree_on_geometry(struct comm *c, struct cuda_comm *x)
 {
@@ -251,6 +271,9 @@ comm_status_t cuda_setup(struct comm *c, const struct cuda_knobs *k)
     comm_status_t st = cuda_device_enter(c, &prev);
     if (st != COMM_OK)
         goto err_free;
+    st = resolve_stream_ops(c, x);
+    if (st != COMM_OK)
+        goto err_leave;
 
     /* The shm staging slots carry the CUDA regions: two slots of a rank are its region.
      * The comm_mem_alloc arena is not used by CUDA communicators.  The knobs stay as

@@ -63,7 +63,7 @@ static ncclResult_t premultiply(struct ncclComm *comm, const struct nccl_premul 
 {
     size_t bytes = count * comm_dtype_size(dt);
     int prev = 0;
-    cudaError_t e = cudaGetDevice(&prev);
+    cudaError_t e = (cudaError_t)nccl_current_device(&prev);
     if (e == cudaSuccess && prev != comm->device)
         e = cudaSetDevice(comm->device);
     if (e == cudaSuccess && comm->scratch_done == NULL) {

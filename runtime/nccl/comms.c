@@ -66,6 +66,34 @@ NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
 }
 NCCL_ALIAS(ncclGetUniqueId);
 
+/*
+ * The GPU of the calling thread as the program set it: the driver's current context
+ * (cuCtxGetDevice), since the program's CUDA runtime is not this library's (cudart is
+ * linked in statically); this library's runtime is then set to the same device.  With
+ * no context current yet, this runtime's own answer (device 0 unless set).
+ */
+int nccl_current_device(int *device)
+{
+    static int (*ctx_get_device)(int *) = NULL;
+    static _Atomic int looked_up = 0;
+    if (!atomic_load(&looked_up)) {
+        void *fn = NULL;
+        enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuCtxGetDevice", &fn, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            ctx_get_device = (int (*)(int *))fn;
+        atomic_store(&looked_up, 1);
+    }
+    int d = -1;
+    if (ctx_get_device != NULL && ctx_get_device(&d) == 0 && d >= 0) {
+        *device = d;
+        return (int)cudaSetDevice(d);
+    }
+    (void)cudaGetLastError();
+    return (int)cudaGetDevice(device);
+}
+
 static bool id_of(const ncclUniqueId *u, comm_id_t *id)
 {
     if (memcmp(u->internal, id_tag, sizeof(id_tag)) != 0)
@@ -95,7 +123,7 @@ void nccl_comm_free(struct ncclComm *comm)
 {
     if (comm->scratch != NULL || comm->scratch_done != NULL) {
         int prev = 0;
-        (void)cudaGetDevice(&prev);
+        (void)nccl_current_device(&prev);
         (void)cudaSetDevice(comm->device);
         if (comm->scratch != NULL)
             (void)cudaFree(comm->scratch);
@@ -561,7 +589,10 @@ NCCL_API ncclResult_t ncclMemAlloc(void **ptr, size_t size)
         return ncclSuccess;
     }
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, size);
+    int device = 0;
+    cudaError_t e = (cudaError_t)nccl_current_device(&device);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&p, size);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return nccl_fail(ncclUnhandledCudaError, "ncclMemAlloc: cudaMalloc of %zu bytes: %s", size,

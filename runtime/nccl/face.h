@@ -70,6 +70,9 @@ struct ncclComm {
     void *scratch_done; /* cudaEvent_t: the scratch's last reader is done */
 };
 
+/* The calling thread's GPU as the program set it (comms.c); a cudaError_t. */
+int nccl_current_device(int *device);
+
 /* ncclResult_t for an arcomm status. */
 ncclResult_t nccl_result(comm_status_t st);
 

@@ -302,9 +302,9 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId commId, 
                          "(ncclGetUniqueId of the same library, or NCCL_COMM_ID, on every rank)",
                          fn, rank);
     int device = 0;
-    cudaError_t e = cudaGetDevice(&device);
+    cudaError_t e = (cudaError_t)nccl_current_device(&device);
     if (e != cudaSuccess)
-        return nccl_fail(ncclUnhandledCudaError, "%s: rank %d: cudaGetDevice failed: %s", fn, rank,
+        return nccl_fail(ncclUnhandledCudaError, "%s: rank %d: no current GPU: %s", fn, rank,
                          cudaGetErrorString(e));
     nccl_env_setup();
     cfg.nranks = nranks;

@@ -217,11 +217,9 @@ def child(rank, n, store_path, iters, q):
                         ts.append((time.perf_counter() - t0) * 1e6)
                 ts.sort()
                 times.append((nbytes, ts[len(ts) // 2]))
-        try:
-            dist.destroy_process_group()
-        except Exception as e:  # noqa: BLE001
-            extras.append(("destroy_process_group", "fails: " + str(e)[:200]))
+        # Reported before the teardown, which is checked by the exit code (see main).
         q.put((rank, "done", (results, extras, times, torch.cuda.nccl.version())))
+        dist.destroy_process_group()
     except Exception:  # noqa: BLE001
         q.put((rank, "error", traceback.format_exc()))
 
@@ -270,6 +268,10 @@ def main():
         pass
     failures = 0
     for r in range(a.ranks):
+        if r in got and got[r][0] == "done" and procs[r].exitcode != 0:
+            print(f"FAIL rank {r} reported, then exited with code {procs[r].exitcode} "
+                  "(destroy_process_group or the interpreter's exit)")
+            failures += 1
         if r not in got:
             print(f"FAIL rank {r} sent nothing (exit code {procs[r].exitcode})")
             failures += 1

@@ -289,6 +289,28 @@ ARCOMM_HOOK void rt_hook_init_error(const char *msg)
     rt_init_error_quiet("%s", msg);
 }
 
+/* libarcomm_nccl's ncclCommGetAsyncError (rt_hooks.h): atomics only, any thread. */
+ARCOMM_HOOK comm_status_t rt_hook_comm_state(const comm_t *comm)
+{
+    if (comm == NULL || comm->magic != RT_COMM_LIVE)
+        return COMM_ERR_INVALID;
+    int broken = atomic_load(&comm->broken);
+    if (broken != 0)
+        return (comm_status_t)broken;
+    if (atomic_load(&comm->aborted))
+        return COMM_ERR_ABORTED;
+    if (comm->shm != NULL) {
+        /* A peer's own failure; COMM_ERR_PEER is what a peer passes on, or says when
+         * it left through comm_destroy, which is no failure of a call to come. */
+        for (int p = 0; p < comm->nranks; p++) {
+            int32_t st = p != comm->rank ? shm_peer_status(comm, p) : COMM_OK;
+            if (st != COMM_OK && st != COMM_ERR_PEER)
+                return COMM_ERR_PEER;
+        }
+    }
+    return COMM_OK;
+}
+
 /* Parses a non-negative decimal integer environment variable. */
 static bool env_int(const char *name, int *out, bool required, char *why, size_t len)
 {

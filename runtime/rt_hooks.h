@@ -30,4 +30,16 @@ ARCOMM_HOOK comm_status_t rt_hook_init_backend(comm_t **comm, const comm_config_
  * library logged it where it found it): its init failures, seen through libarcomm. */
 ARCOMM_HOOK void rt_hook_init_error(const char *msg);
 
+/*
+ * For libarcomm_nccl's ncclCommGetAsyncError (added with runtime/nccl): the status a
+ * communicator would answer its next call with, read without entering it, so that any
+ * thread may ask at any time (PyTorch's watchdog does, while another thread makes the
+ * calls): the status that broke it, COMM_ERR_ABORTED after comm_abort, COMM_ERR_PEER
+ * when a peer published a failure of its own (not one passed on, nor its comm_destroy),
+ * else COMM_OK.  Only atomics are read; the communicator must be alive.  A GPU-side
+ * failure not yet seen by a call on this rank shows once a peer published it, or at
+ * this rank's next call.
+ */
+ARCOMM_HOOK comm_status_t rt_hook_comm_state(const comm_t *comm);
+
 #endif /* ARCOMM_RT_HOOKS_H */

@@ -6,6 +6,7 @@
  */
 #include "arcomm_build.h"
 #include "devices.h"
+#include "nccl/surface.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -88,4 +89,14 @@ void print_cuda(struct arinfo *ai)
     cuda_collect(c);
     arinfo_cuda_print(ai, c);
     free(c);
+    /* NCCL programs on arcomm (runtime/nccl), in the text only. */
+    if (!ai->json) {
+#if ARCOMM_HAVE_NCCL
+        fprintf(ai->out,
+                "  NCCL programs: libarcomm_nccl built, " NCCL_SURFACE_LIB ", " NCCL_SURFACE_API
+                "\n    serves: " NCCL_SURFACE_SERVED "\n    refuses: " NCCL_SURFACE_REFUSED "\n");
+#else
+        fprintf(ai->out, "  NCCL programs: libarcomm_nccl not built (it needs the CUDA build)\n");
+#endif
+    }
 }

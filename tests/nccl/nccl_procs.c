@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The NCCL API as multi-process programs use it: the parent makes an ncclUniqueId and
+ * starts a process per rank (fork + exec of itself, so that no child inherits a CUDA
+ * context), each on GPU rank % GPUs (several processes may share one), with
+ * ncclCommInitRank; every case of nccl_cases.h is checked in every rank against its
+ * float64 reference, and the parent compares the ranks' output hashes bit for bit.  Then
+ * on arcomm: rank 1 aborts and rank 0's ncclCommGetAsyncError must report it
+ * (ncclRemoteError).  Ranks: NCCL_TEST_RANKS (default 2).  Exit 77 without a GPU.
+ */
+#include "nccl_harness.h"
+
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXC 64
+
+/* What a rank tells the parent per case. */
+struct rank_result {
+    uint32_t index;
+    uint32_t wrong;
+    uint64_t hash;
+    char why[240];
+};
+
+static void hex_of(const ncclUniqueId *id, char *out)
+{
+    for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++)
+        sprintf(out + 2 * i, "%02x", (unsigned char)id->internal[i]);
+}
+
+static bool id_of_hex(const char *s, ncclUniqueId *id)
+{
+    if (strlen(s) != 2 * NCCL_UNIQUE_ID_BYTES)
+        return false;
+    for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+            return false;
+        id->internal[i] = (char)v;
+    }
+    return true;
+}
+
+static void send_result(int fd, const struct rank_result *r)
+{
+    if (write(fd, r, sizeof(*r)) != (ssize_t)sizeof(*r))
+        exit(3);
+}
+
+static int child(int rank, int n, const char *hex, int fd)
+{
+    ncclUniqueId id;
+    if (!id_of_hex(hex, &id))
+        return 2;
+    int ndev = 0;
+    TC_CUDA(cudaGetDeviceCount(&ndev));
+    TC_CUDA(cudaSetDevice(rank % ndev));
+    cudaStream_t st;
+    TC_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    ncclComm_t comm;
+    struct rank_result res = {.index = UINT32_MAX};
+    ncclResult_t e = ncclCommInitRank(&comm, n, id, rank);
+    if (e != ncclSuccess) {
+        res.wrong = 1;
+        snprintf(res.why, sizeof(res.why), "rank %d: ncclCommInitRank: %s: %s", rank,
+                 ncclGetErrorString(e), ncclGetLastError(NULL));
+        send_result(fd, &res);
+        return 1;
+    }
+    static struct tcase cases[MAXC];
+    size_t nc = tc_cases(cases, MAXC, n);
+    for (size_t k = 0; k < nc && k < MAXC; k++) {
+        struct tc_rank b;
+        memset(&res, 0, sizeof(res));
+        res.index = (uint32_t)k;
+        int se = tc_setup(&cases[k], rank, n, comm, &b);
+        e = se ? (ncclResult_t)se : tc_call(&cases[k], comm, &b, st);
+        if (e != ncclSuccess) {
+            res.wrong = 1;
+            snprintf(res.why, sizeof(res.why), "rank %d: %s: %s", rank, ncclGetErrorString(e),
+                     ncclGetLastError(comm));
+            send_result(fd, &res);
+            return 1; /* the peers fail too: their reports say so */
+        }
+        TC_CUDA(cudaStreamSynchronize(st));
+        res.wrong =
+            (uint32_t)tc_done(&cases[k], rank, n, comm, &b, &res.hash, res.why, sizeof(res.why));
+        send_result(fd, &res);
+    }
+    /* On arcomm: a peer's abort shows in ncclCommGetAsyncError, asked from any thread. */
+    if (tc_is_arcomm() && n > 1) {
+        memset(&res, 0, sizeof(res));
+        res.index = (uint32_t)nc;
+        if (rank == 1) {
+            usleep(300 * 1000); /* every rank has checked its last case */
+            e = ncclCommAbort(comm);
+            if (e != ncclSuccess) {
+                res.wrong = 1;
+                snprintf(res.why, sizeof(res.why), "rank 1: ncclCommAbort: %s",
+                         ncclGetLastError(NULL));
+            }
+            send_result(fd, &res);
+            TC_CUDA(cudaStreamDestroy(st));
+            return 0;
+        }
+        ncclResult_t async = ncclSuccess;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do {
+            e = ncclCommGetAsyncError(comm, &async);
+            usleep(1000);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+        } while (e == ncclSuccess && async == ncclSuccess && t1.tv_sec - t0.tv_sec < 20);
+        if (rank != 0)
+            async = ncclRemoteError; /* ranks > 1 only watch; rank 0 checks */
+        if (e != ncclSuccess || async != ncclRemoteError) {
+            res.wrong = 1;
+            snprintf(res.why, sizeof(res.why),
+                     "rank %d: after rank 1's ncclCommAbort, ncclCommGetAsyncError gave %d "
+                     "(%s), async %d",
+                     rank, (int)e, ncclGetErrorString(e), (int)async);
+        }
+        send_result(fd, &res);
+    }
+    e = ncclCommDestroy(comm);
+    TC_CUDA(cudaStreamDestroy(st));
+    return e == ncclSuccess ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 6 && strcmp(argv[1], "--rank") == 0)
+        return child(atoi(argv[2]), atoi(argv[3]), argv[4], atoi(argv[5]));
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("SKIP: no CUDA GPU here\n");
+        return 77;
+    }
+    int n = 2;
+    const char *env = getenv("NCCL_TEST_RANKS");
+    if (env && atoi(env) >= 1 && atoi(env) <= 8)
+        n = atoi(env);
+    int version = 0;
+    ncclGetVersion(&version);
+    printf("libnccl %d (%s), %d process rank%s on %d GPU%s\n", version,
+           tc_is_arcomm() ? "arcomm" : "real NCCL", n, n > 1 ? "s" : "", ndev, ndev > 1 ? "s" : "");
+    fflush(stdout);
+    ncclUniqueId id;
+    ncclResult_t e = ncclGetUniqueId(&id);
+    if (e != ncclSuccess) {
+        printf("FAIL ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
+        return 1;
+    }
+    char hex[2 * NCCL_UNIQUE_ID_BYTES + 1];
+    hex_of(&id, hex);
+    int fds[8][2];
+    pid_t pids[8];
+    for (int r = 0; r < n; r++) {
+        if (pipe(fds[r]) != 0)
+            return 2;
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(fds[r][0]);
+            char rs[16], ns[16], fs[16];
+            snprintf(rs, sizeof(rs), "%d", r);
+            snprintf(ns, sizeof(ns), "%d", n);
+            snprintf(fs, sizeof(fs), "%d", fds[r][1]);
+            execl("/proc/self/exe", argv[0], "--rank", rs, ns, hex, fs, (char *)NULL);
+            _exit(127);
+        }
+        close(fds[r][1]);
+    }
+    static struct tcase cases[MAXC];
+    size_t nc = tc_cases(cases, MAXC, n);
+    static struct rank_result got[8][MAXC + 1];
+    static bool have[8][MAXC + 1];
+    int failures = 0;
+    for (int r = 0; r < n; r++) {
+        struct rank_result res;
+        while (read(fds[r][0], &res, sizeof(res)) == (ssize_t)sizeof(res)) {
+            if (res.index == UINT32_MAX) {
+                printf("FAIL %s\n", res.why);
+                failures++;
+                continue;
+            }
+            if (res.index <= nc) {
+                got[r][res.index] = res;
+                have[r][res.index] = true;
+            }
+        }
+        close(fds[r][0]);
+    }
+    for (int r = 0; r < n; r++) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            printf("FAIL rank %d exited with status %d\n", r,
+                   WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+            failures++;
+        }
+    }
+    for (size_t k = 0; k <= nc; k++) {
+        bool async_case = k == nc;
+        if (async_case && !(tc_is_arcomm() && n > 1))
+            break;
+        char name[160];
+        const struct tcase *c = async_case ? NULL : &cases[k];
+        if (async_case)
+            snprintf(name, sizeof(name), "rank 1 aborts: rank 0's ncclCommGetAsyncError says so");
+        else
+            snprintf(name, sizeof(name), "%s%s dtype %d op %d count %zu%s", tc_kind_name(c->kind),
+                     c->inplace ? " in place" : "", (int)c->dtype, (int)c->op, c->count,
+                     c->premul ? " premul" : "");
+        const char *why = "";
+        char buf[300];
+        bool ok = true;
+        for (int r = 0; r < n && ok; r++) {
+            if (!have[r][k]) {
+                snprintf(buf, sizeof(buf), "rank %d sent no result", r);
+                why = buf;
+                ok = false;
+            } else if (got[r][k].wrong) {
+                why = got[r][k].why;
+                ok = false;
+            } else if (c && tc_same_on_all(c) && got[r][k].hash != got[0][k].hash) {
+                snprintf(buf, sizeof(buf), "rank %d's output differs from rank 0's", r);
+                why = buf;
+                ok = false;
+            }
+        }
+        printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", name, ok ? "" : ": ", why);
+        failures += !ok;
+    }
+    printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}

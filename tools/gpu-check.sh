@@ -74,7 +74,7 @@ graph_check() {
   echo "test_cuda_graph exit status $grc" | tee -a "$OUT/graph.log"
   [ $grc = 0 ] || rc=1
   AB="$B/tools/arbench/arbench"
-  [ -x "$AB" ] || return
+  [ -x "$AB" ] && [ "${GRAPH_BENCH:-1}" != 0 ] || return
   # Process ranks on one GPU time-slice without MPS (a call then costs a slice, ~2.7 ms):
   # MPS=1 starts a private MPS daemon for the latency runs (no GPU setting changes).
   local mps=0

@@ -222,6 +222,9 @@ static comm_status_t narrow_buffer(struct comm *c, size_t bytes)
 comm_status_t cuda_copy_begin(struct comm *c, const struct coll_call *call, uint32_t chunks)
 {
     struct cuda_comm *x = cuda_of(c);
+    /* The host's copy of the chunk count: right until a call is recorded into a graph. */
+    x->call_base = x->host_cchunk;
+    x->host_cchunk += chunks;
     int e =
         cuda_launch_begin(x->dcount, chunks,
                           (void *)cuda_dev_addr(x, &cuda_ctrl_of(x, c->rank)->count), call->stream);
@@ -238,12 +241,30 @@ comm_status_t cuda_copy_step(struct comm *c, const struct cuda_wait_args *w, cud
 {
     if (w->pub_off == 0 && w->peer_off == 0 && !w->check_call)
         return COMM_OK;
+    struct cuda_comm *x = cuda_of(c);
+    if (w->pub_off != 0 && !x->graphs) {
+        /* No call of this communicator was recorded into a graph: the host knows the
+         * counters, and a stream memory operation publishes at once, fenced after the
+         * stream's copies, without waiting for this context's turn on a shared GPU (the
+         * kernel below waits for it: process ranks on one GPU time-slice). */
+        CUresult r = x->write_value(
+            s, cuda_dev_addr(x, (const uint8_t *)cuda_ctrl_of(x, c->rank) + w->pub_off),
+            x->call_base + w->pub_rel, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r != CUDA_SUCCESS)
+            return cuda_driver_failed(c, "cuStreamWriteValue32 (a copy stream's counter)", r);
+        if (w->peer_off == 0 && !w->check_call)
+            return COMM_OK;
+        struct cuda_wait_args rest = *w;
+        rest.pub_off = 0;
+        int e = cuda_launch_wait(&rest, s);
+        return e != 0 ? cuda_launch_failed(c, "a copy-stream step (wait kernel) launch", e)
+                      : COMM_OK;
+    }
     if (w->pub_off != 0) {
         /* A kernel's store is ordered after this stream's copies only through a stream
          * memory fence: without it a peer saw the flag of a chunk whose copy-engine writes
          * it could not see yet (lent H200, 2026-12-01: whole chunks of stale staging).  The
          * value is a constant: a graph replays it as it is. */
-        struct cuda_comm *x = cuda_of(c);
         CUresult r = x->write_value(s, cuda_dev_addr(x, &cuda_ctrl_of(x, c->rank)->fence.value), 0,
                                     CU_STREAM_WRITE_VALUE_DEFAULT);
         if (r != CUDA_SUCCESS)

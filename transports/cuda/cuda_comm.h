@@ -71,6 +71,9 @@ struct cuda_comm {
     /* device: the call counters (layout.h).  The kernels number the calls, so that graph
      * replays and eager calls interleave; the host keeps no count. */
     struct cuda_dcount *dcount;
+    /* The same chunk count as the host keeps it, and the running call's first chunk:
+     * right until a call is recorded into a graph (then only the device knows). */
+    uint32_t host_cchunk, call_base;
 
     cuda_write_value_fn write_value;
 };

@@ -26,7 +26,7 @@ comm_status_t hier_inter_segments(struct comm *c, const struct hier_inter *s, co
     if (seg == 0)
         seg = 1;
     MPI_Datatype type = s->kind == HIER_INTER_ALLREDUCE ? mpi_link_dtype(s->dtype) : MPI_BYTE;
-    MPI_Op op = mpi_link_op(s->op);
+    MPI_Op op = mpi_link_op(&hier_of(c)->link, s->op, s->dtype);
     struct mpi_status_word sin, sout;
     MPI_Request reqs[1 + HIER_SEGS_IN_FLIGHT];
     int err = mpi_link_status_start(s->mc, c->rank, mine, &sin, &sout, &reqs[0]);

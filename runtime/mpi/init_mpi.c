@@ -81,6 +81,9 @@ static comm_status_t make_comms(struct comm *tc, MPI_Comm user, struct hier_comm
     if (st != COMM_OK)
         return st;
     MPI_Comm_set_errhandler(h->link.world, MPI_ERRORS_RETURN);
+    err = mpi_link_ops_create(&h->link);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Op_create");
     long per = tc->knobs.mpi_ranks_per_host;
     if (per > 0)
         err = MPI_Comm_split(h->link.world, tc->rank / (int)per, tc->rank, &h->link.host);
@@ -283,6 +286,7 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
         goto out;
     }
     h->link.world = h->link.host = h->link.slice = MPI_COMM_NULL;
+    h->link.sum8 = MPI_OP_NULL;
     int leader = 0;
     comm_t *c = NULL;
     st = make_comms(tc, mpi_comm, h, deadline);

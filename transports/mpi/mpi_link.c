@@ -33,8 +33,25 @@ MPI_Datatype mpi_link_dtype(comm_dtype_t dtype)
     }
 }
 
-MPI_Op mpi_link_op(comm_op_t op)
+/* inout[i] += in[i] modulo 256: the same bits for MPI_INT8_T and MPI_UINT8_T. */
+static void sum8_wrap(void *in, void *inout, int *len, MPI_Datatype *type)
 {
+    (void)type;
+    const uint8_t *a = in;
+    uint8_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = (uint8_t)(b[i] + a[i]);
+}
+
+int mpi_link_ops_create(struct mpi_link *l)
+{
+    return MPI_Op_create(sum8_wrap, 1, &l->sum8);
+}
+
+MPI_Op mpi_link_op(const struct mpi_link *l, comm_op_t op, comm_dtype_t dtype)
+{
+    if ((op == COMM_SUM || op == COMM_AVG) && (dtype == COMM_I8 || dtype == COMM_U8))
+        return l->sum8;
     switch (op) {
     case COMM_MAX:
         return MPI_MAX;
@@ -133,4 +150,7 @@ void mpi_link_free(struct mpi_link *l)
             MPI_Comm_free(all[i]);
         *all[i] = MPI_COMM_NULL;
     }
+    if (l->sum8 != MPI_OP_NULL && !finalized)
+        MPI_Op_free(&l->sum8);
+    l->sum8 = MPI_OP_NULL;
 }

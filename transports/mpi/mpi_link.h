@@ -21,6 +21,7 @@ struct mpi_link {
     MPI_Comm host;  /* the ranks of this rank's host (shared split or ranks-per-host) */
     MPI_Comm slice; /* the ranks with this rank's local index, one per host; slice 0 is
                      * the hosts' leaders */
+    MPI_Op sum8;    /* wrapping SUM of 8-bit integers (mpi_link_ops_create), see mpi_link_op */
 };
 
 /* The most requests one step keeps in flight (pipelined segments and the status). */
@@ -36,10 +37,20 @@ struct mpi_status_word {
     int64_t rank;       /* this rank when it failed, else -1 */
 };
 
-/* The MPI datatype of a dtype (f16 and bf16 have none: MPI_DATATYPE_NULL) and the MPI
- * op of an op (AVG: MPI_SUM, the caller divides). */
+/* The MPI datatype of a dtype (f16 and bf16 have none: MPI_DATATYPE_NULL). */
 MPI_Datatype mpi_link_dtype(comm_dtype_t dtype);
-MPI_Op mpi_link_op(comm_op_t op);
+
+/*
+ * The MPI op that reduces dtype with op as arcomm does (AVG: a sum, the caller divides;
+ * integers wrap).  MPI's predefined ops, except SUM of i8 and u8: Open MPI 4.1's op/avx
+ * component adds 8- and 16-bit integers with saturating instructions (vpaddsb/vpaddusb)
+ * on every full vector of an element run and wraps the rest, so l->sum8 (a user op that
+ * wraps, made by mpi_link_ops_create) serves them.
+ */
+MPI_Op mpi_link_op(const struct mpi_link *l, comm_op_t op, comm_dtype_t dtype);
+
+/* Makes l's own ops (l->sum8); MPI_OP_NULL stays where it fails (an MPI error code). */
+int mpi_link_ops_create(struct mpi_link *l);
 
 /* "MPI_Iallreduce failed: <MPI's error string>" into c's error, status SYSTEM. */
 comm_status_t mpi_link_error(struct comm *c, int err, const char *call);
@@ -68,7 +79,7 @@ int mpi_link_status_start(MPI_Comm mc, int rank, comm_status_t mine, struct mpi_
 comm_status_t mpi_link_status_check(struct comm *c, comm_status_t st,
                                     const struct mpi_status_word *out, const char *what);
 
-/* Frees the communicators of l that exist (skipped once MPI is finalized). */
+/* Frees the communicators and ops of l that exist (skipped once MPI is finalized). */
 void mpi_link_free(struct mpi_link *l);
 
 #endif /* ARCOMM_MPI_LINK_H */

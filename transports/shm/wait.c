@@ -168,8 +168,8 @@ static comm_status_t check_liveness(struct comm *c, const char *what)
 /* waited (NULL: every peer) says which peers the wait is for: the others are neither
  * late nor there (a pipelined rooted call waits for the root alone, or for every rank
  * but the root). */
-static void describe_missing(struct comm *c, shm_behind_fn behind, shm_behind_fn waited,
-                             void *arg, const char *missing, char *out, size_t len)
+static void describe_missing(struct comm *c, shm_behind_fn behind, shm_behind_fn waited, void *arg,
+                             const char *missing, char *out, size_t len)
 {
     if (behind == NULL) {
         snprintf(out, len, "a rank did not %s", missing ? missing : "reach this collective");

@@ -399,8 +399,9 @@ static void pipe_stall_body(struct h_rank *r)
                    comm_status_string(st), msg);
         else if (strstr(msg, "rank 0 did not reach this step") == NULL ||
                  strstr(msg, " did)") != NULL)
-            h_fail(r, "rank 1: the timeout must name rank 0 alone as late, and no rank as "
-                      "arrived: \"%s\"",
+            h_fail(r,
+                   "rank 1: the timeout must name rank 0 alone as late, and no rank as "
+                   "arrived: \"%s\"",
                    msg);
     } else if (st == COMM_OK) {
         h_fail(r, "rank %d: the broadcast succeeded although rank 1 gave up", r->rank);
@@ -414,19 +415,17 @@ static void pipe_stall_body(struct h_rank *r)
 static void pipe_timeout_names(void **s)
 {
     (void)s;
-    struct h_job job = {.nranks = 3,
-                        .procs = true,
-                        .no_init = true,
-                        .body = pipe_stall_body,
-                        .kill_rank = -1};
+    struct h_job job = {
+        .nranks = 3, .procs = true, .no_init = true, .body = pipe_stall_body, .kill_rank = -1};
     expect_clean(h_run(&job), 3);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(kill_flag),   cmocka_unit_test(kill_staged), cmocka_unit_test(kill_cma),
-        cmocka_unit_test(efault_cma),  cmocka_unit_test(kill_direct), cmocka_unit_test(abort_all),
+        cmocka_unit_test(kill_flag),   cmocka_unit_test(kill_staged),
+        cmocka_unit_test(kill_cma),    cmocka_unit_test(efault_cma),
+        cmocka_unit_test(kill_direct), cmocka_unit_test(abort_all),
         cmocka_unit_test(timeout_all), cmocka_unit_test(pipe_timeout_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -213,8 +213,10 @@ bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank)
      * 27-37 GB/s, so the single copy never beats the flag and staged paths while they
      * stay in cache; in the periods where the host makes them fall out of it (2-3x
      * slower), CMA, unaffected, wins.  Kept where it wins on the mean of both: allgather
-     * 1 to 4 MiB per rank and broadcast 1 to 8 MiB.  Allreduce and reduce (1-4 MiB:
-     * 2-3x slower than the fast flag and staged paths, 1.2-1.6x faster than the slow
+     * 1 to 4 MiB per rank.  Broadcast 1 to 8 MiB went through CMA too until the staged
+     * broadcast became a pipeline (5685f61): since, staged is 2-3.5x faster there in
+     * both states, in place and not (docs/PERFORMANCE.md, 2026-12-01 17:03).  Allreduce and reduce
+     * (1-4 MiB: 2-3x slower than the fast flag and staged paths, 1.2-1.6x faster than the slow
      * ones), alltoall and reduce_scatter (slower at every size), and 4 process ranks
      * (slower nearly everywhere: two cores) keep today's paths.
      */
@@ -223,8 +225,6 @@ bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank)
     switch (kind) {
     case COLL_ALLGATHER:
         return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (4u << 20);
-    case COLL_BROADCAST:
-        return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (8u << 20);
     default:
         return false;
     }

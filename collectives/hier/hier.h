@@ -88,6 +88,11 @@ const char *hier_kind_name(enum coll_kind kind);
  * how a failure this rank learned in MPI reaches the rest of its host. */
 void hier_break_intra(struct hier_comm *h, const char *msg, bool in_call);
 
+/* The watch of every wait in MPI (struct mpi_link, arg: the hier_comm): a rank of this
+ * host whose process is gone fails the call at once (COMM_ERR_PEER naming it) instead
+ * of at the deadline, as the intra-host waits do in shared memory. */
+comm_status_t hier_watch(struct comm *c, void *arg);
+
 /* Scratch buffer i of at least bytes (NULL and an error on c when out of memory). */
 void *hier_scratch(struct comm *c, int i, size_t bytes);
 

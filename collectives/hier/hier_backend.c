@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The descriptor: what each rank calls, and its status (one MPI_Iallreduce, MAX). */
 enum {
@@ -61,7 +62,8 @@ static comm_status_t exchange(struct comm *c, const int64_t *fields, comm_status
     if (err != MPI_SUCCESS)
         return mpi_link_error(c, err, "MPI_Iallreduce (call descriptor)");
     /* A failing rank still completes it (past an abort too): the peers need its part. */
-    return mpi_link_wait(c, &req, 1, deadline, mine == COMM_OK, "the call descriptor exchange");
+    return mpi_link_wait(c, &h->link, &req, 1, deadline, mine == COMM_OK,
+                         "the call descriptor exchange");
 }
 
 comm_status_t hier_begin(struct comm *c, const struct coll_call *call, uint64_t deadline)
@@ -108,6 +110,31 @@ void hier_break_intra(struct hier_comm *h, const char *msg, bool in_call)
     in->ops->wake(in);
 }
 
+comm_status_t hier_watch(struct comm *c, void *arg)
+{
+    struct hier_comm *h = arg;
+    struct comm *in = h->intra;
+    if (in == NULL || in->shm == NULL || in->shm->same_process)
+        return COMM_OK;
+    pid_t self = getpid();
+    for (int p = 0; p < in->nranks; p++) {
+        const struct shm_rank *r = &in->shm->ranks[p];
+        if (p == in->rank || r->pid == self || rt_proc_alive(r->pid, r->start_time))
+            continue;
+        int g = -1;
+        for (int q = 0; q < c->nranks && g < 0; q++)
+            if (h->host_of[q] == h->host && h->local_of[q] == p)
+                g = q;
+        rt_error(c, COMM_ERR_PEER,
+                 "rank %d: rank %d of this host (pid %d) exited or was killed while this rank "
+                 "waited in MPI (call %u); the job cannot continue: see rank %d's own output "
+                 "for why and restart the job",
+                 c->rank, g, (int)r->pid, c->seq, g);
+        return COMM_ERR_PEER;
+    }
+    return COMM_OK;
+}
+
 void *hier_scratch(struct comm *c, int i, size_t bytes)
 {
     struct hier_comm *h = hier_of(c);
@@ -144,6 +171,11 @@ static void hier_publish_failure(struct comm *c, comm_status_t status, const cha
         int64_t fields[D_FIELDS] = {0}, out[D_LEN];
         exchange(c, fields, status, rt_comm_deadline(c), out);
     }
+    /* Every rank learns it now, whatever MPI call it waits in (a notice).  After the
+     * exchange, so that the peers finish theirs rather than abandon it; not for a
+     * mismatch, which every rank learns from the exchange itself. */
+    if (status != COMM_ERR_MISMATCH)
+        mpi_link_notify(c, &h->link, status);
     hier_break_intra(h, msg, true);
 }
 

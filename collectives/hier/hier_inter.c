@@ -26,7 +26,7 @@ comm_status_t hier_inter_segments(struct comm *c, const struct hier_inter *s, co
     if (seg == 0)
         seg = 1;
     MPI_Datatype type = s->kind == HIER_INTER_ALLREDUCE ? mpi_link_dtype(s->dtype) : MPI_BYTE;
-    MPI_Op op = mpi_link_op(s->op);
+    MPI_Op op = mpi_link_op(&hier_of(c)->link, s->op, s->dtype);
     struct mpi_status_word sin, sout;
     MPI_Request reqs[1 + HIER_SEGS_IN_FLIGHT];
     int err = mpi_link_status_start(s->mc, c->rank, mine, &sin, &sout, &reqs[0]);
@@ -48,7 +48,7 @@ comm_status_t hier_inter_segments(struct comm *c, const struct hier_inter *s, co
             nr++;
             off += k;
         }
-        comm_status_t st = mpi_link_wait(c, reqs, nr, deadline, true, s->what);
+        comm_status_t st = mpi_link_wait(c, &hier_of(c)->link, reqs, nr, deadline, true, s->what);
         if (st != COMM_OK)
             return st;
         nr = 0;
@@ -69,7 +69,7 @@ comm_status_t hier_inter_one(struct comm *c, MPI_Comm mc, MPI_Request *data, int
     err = mpi_link_status_start(mc, c->rank, mine, &sin, &sout, &reqs[1]);
     if (err != MPI_SUCCESS)
         return mpi_link_error(c, err, "MPI_Iallreduce (status)");
-    comm_status_t st = mpi_link_wait(c, reqs, 2, deadline, true, what);
+    comm_status_t st = mpi_link_wait(c, &hier_of(c)->link, reqs, 2, deadline, true, what);
     if (st != COMM_OK)
         return st;
     return mpi_link_status_check(c, mine, &sout, what);

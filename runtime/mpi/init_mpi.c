@@ -25,7 +25,7 @@ static comm_status_t agree(struct comm *tc, MPI_Comm mc, comm_status_t mine, uin
     int err = mpi_link_status_start(mc, tc->rank, mine, &in, &out, &req);
     if (err != MPI_SUCCESS)
         return mpi_link_error(tc, err, "MPI_Iallreduce");
-    comm_status_t st = mpi_link_wait(tc, &req, 1, deadline, false, what);
+    comm_status_t st = mpi_link_wait(tc, NULL, &req, 1, deadline, false, what);
     if (st != COMM_OK)
         return mine != COMM_OK ? mine : st;
     return mpi_link_status_check(tc, mine, &out, what);
@@ -77,10 +77,17 @@ static comm_status_t make_comms(struct comm *tc, MPI_Comm user, struct hier_comm
     int err = MPI_Comm_idup(user, &h->link.world, &req);
     if (err != MPI_SUCCESS)
         return mpi_link_error(tc, err, "MPI_Comm_idup");
-    comm_status_t st = mpi_link_wait(tc, &req, 1, deadline, false, "comm_init_mpi (MPI_Comm_idup)");
+    comm_status_t st =
+        mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (MPI_Comm_idup)");
     if (st != COMM_OK)
         return st;
     MPI_Comm_set_errhandler(h->link.world, MPI_ERRORS_RETURN);
+    err = mpi_link_ops_create(&h->link);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Op_create");
+    err = mpi_link_notice_start(&h->link);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Irecv (failure notices)");
     long per = tc->knobs.mpi_ranks_per_host;
     if (per > 0)
         err = MPI_Comm_split(h->link.world, tc->rank / (int)per, tc->rank, &h->link.host);
@@ -123,7 +130,7 @@ static comm_status_t map_ranks(struct comm *tc, struct hier_comm *h, int leader,
         return mpi_link_error(tc, err, "MPI_Iallgather");
     }
     comm_status_t st =
-        mpi_link_wait(tc, &req, 1, deadline, false, "comm_init_mpi (the ranks' places)");
+        mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the ranks' places)");
     if (st != COMM_OK) {
         free(all); /* not reached by MPI any more: the wait gave up on it */
         return st;
@@ -220,9 +227,14 @@ static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **ou
     int err = MPI_Ibcast(&hcfg.id, (int)sizeof(hcfg.id), MPI_BYTE, 0, h->link.world, &req);
     if (err != MPI_SUCCESS)
         return mpi_link_error(tc, err, "MPI_Ibcast (the id)");
-    comm_status_t st = mpi_link_wait(tc, &req, 1, deadline, false, "comm_init_mpi (the id)");
+    comm_status_t st = mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the id)");
     if (st != COMM_OK)
         return st;
+    /* The key of this communicator's failure notices: 64 bits of its random id. */
+    uint64_t key = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof(hcfg.id.str) && hcfg.id.str[i] != '\0'; i++)
+        key = (key ^ (unsigned char)hcfg.id.str[i]) * 0x100000001b3ull;
+    h->link.notice_key = (int64_t)(key >> 1);
     h->ops = hier_backend;
     snprintf(h->name, sizeof(h->name), "%s+mpi", comm_transport_name(h->intra));
     h->ops.name = h->name;
@@ -283,6 +295,8 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
         goto out;
     }
     h->link.world = h->link.host = h->link.slice = MPI_COMM_NULL;
+    h->link.sum8 = MPI_OP_NULL;
+    h->link.notice_req = MPI_REQUEST_NULL;
     int leader = 0;
     comm_t *c = NULL;
     st = make_comms(tc, mpi_comm, h, deadline);
@@ -290,6 +304,10 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
         st = make_intra(tc, h, cfg, &leader);
     if (st == COMM_OK)
         st = map_ranks(tc, h, leader, deadline);
+    if (st == COMM_OK) {
+        h->link.watch = hier_watch; /* the host's ranks exist, and the map */
+        h->link.watch_arg = h;
+    }
     if (st == COMM_OK)
         st = make_comm(tc, h, &c, deadline);
     if (h->link.world != MPI_COMM_NULL)

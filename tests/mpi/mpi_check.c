@@ -47,6 +47,11 @@ double mc_value(uint64_t seed, int rank, size_t i, comm_dtype_t dtype, comm_op_t
     }
 }
 
+uint8_t mc_byte(uint64_t seed, int rank, size_t i)
+{
+    return (uint8_t)(mix(seed * 0x9e3779b97f4a7c15ull ^ mix((uint64_t)rank << 40 ^ i)) >> 56);
+}
+
 void mc_store(void *buf, size_t i, comm_dtype_t dtype, double v)
 {
     switch (dtype) {

@@ -16,6 +16,9 @@
 /* Rank r's element i of case seed, as a double that dtype holds exactly (op shapes the
  * range: PROD stays near 1, integers stay small enough not to overflow). */
 double mc_value(uint64_t seed, int rank, size_t i, comm_dtype_t dtype, comm_op_t op);
+/* Rank r's byte i of case seed, uniform over 0..255: 8-bit inputs whose sums and
+ * products wrap (the reference: the same operation modulo 256). */
+uint8_t mc_byte(uint64_t seed, int rank, size_t i);
 /* Stores v (exactly representable) as element i of buf. */
 void mc_store(void *buf, size_t i, comm_dtype_t dtype, double v);
 double mc_load(const void *buf, size_t i, comm_dtype_t dtype);

@@ -5,7 +5,8 @@
  * i32, bf16, f16 and u8 (reductions: sum, max, prod; min and avg once), counts 0, 1, a
  * prime and about a million, random inputs, float64 references, every output element
  * checked, outputs poisoned first, and reductions, broadcasts and allgathers compared
- * bit for bit over every rank.  Run under ARCOMM_MPI_RANKS_PER_HOST=1, 2 and unset to
+ * bit for bit over every rank; i8 and u8 sums and products of full-range bytes, which
+ * wrap (the reference: modulo 256).  Run under ARCOMM_MPI_RANKS_PER_HOST=1, 2 and unset to
  * see one host, one rank a host, and two ranks a host.  Exits non-zero on any failure.
  */
 #include "mpi_check.h"
@@ -194,6 +195,58 @@ static void t_alltoall(comm_dtype_t dt, size_t n, uint64_t seed)
     free(send);
 }
 
+/*
+ * i8 and u8 SUM and PROD on full-range random bytes: results wrap modulo 256 (api.md's
+ * integer semantics, the same bits for signed and unsigned), every element against that
+ * reference, through allreduce, reduce and reduce_scatter, every rank's bits compared.
+ */
+static uint8_t wrap_ref(uint64_t seed, size_t i, comm_op_t op)
+{
+    uint8_t acc = mc_byte(seed, 0, i);
+    for (int r = 1; r < g_size; r++)
+        acc = (uint8_t)(op == COMM_PROD ? acc * mc_byte(seed, r, i) : acc + mc_byte(seed, r, i));
+    return acc;
+}
+
+static void check_wrapped(const char *what, const uint8_t *out, size_t n, size_t first,
+                          uint64_t seed, comm_dtype_t dt, comm_op_t op)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t want = wrap_ref(seed, first + i, op);
+        if (out[i] != want) {
+            char why[160];
+            snprintf(why, sizeof(why), "element %zu is %d, expected %d (wrapping modulo 256)", i,
+                     dt == COMM_I8 ? (int)(int8_t)out[i] : (int)out[i],
+                     dt == COMM_I8 ? (int)(int8_t)want : (int)want);
+            fail(what, dt, op, n, why);
+            return;
+        }
+    }
+}
+
+static void t_wrap8(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed)
+{
+    size_t all = n * (size_t)g_size;
+    uint8_t *send = poisoned(all), *recv = poisoned(all);
+    for (size_t i = 0; i < all; i++)
+        send[i] = mc_byte(seed, g_rank, i);
+    if (call_ok(comm_allreduce(g_comm, send, recv, n, dt, op, NULL), "allreduce", dt, op, n))
+        check_wrapped("allreduce", recv, n, 0, seed, dt, op);
+    same_bits("allreduce", recv, n, dt, op, n);
+    int root = (int)(seed % (uint64_t)g_size);
+    memset(recv, 0xa5, all);
+    if (call_ok(comm_reduce(g_comm, send, g_rank == root ? recv : NULL, n, dt, op, root, NULL),
+                "reduce", dt, op, n) &&
+        g_rank == root)
+        check_wrapped("reduce", recv, n, 0, seed, dt, op);
+    memset(recv, 0xa5, all);
+    if (call_ok(comm_reduce_scatter(g_comm, send, recv, n, dt, op, NULL), "reduce_scatter", dt, op,
+                n))
+        check_wrapped("reduce_scatter", recv, n, (size_t)g_rank * n, seed, dt, op);
+    free(recv);
+    free(send);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -241,6 +294,13 @@ int main(int argc, char **argv)
             t_broadcast(red_types[d], counts[k], seed++);
             t_allgather(red_types[d], counts[k], seed++);
             t_alltoall(red_types[d], counts[k], seed++);
+        }
+    /* 8-bit sums and products that wrap: small (the leaders' step) and large (the slices). */
+    static const size_t wrap_counts[] = {1, 97, 4099, 300007};
+    for (size_t k = 0; k < sizeof(wrap_counts) / sizeof(wrap_counts[0]); k++)
+        for (int d = 0; d < 2; d++) {
+            t_wrap8(d ? COMM_U8 : COMM_I8, COMM_SUM, wrap_counts[k], seed++);
+            t_wrap8(d ? COMM_U8 : COMM_I8, COMM_PROD, wrap_counts[k], seed++);
         }
     if (comm_barrier(g_comm) != COMM_OK)
         fail("barrier", COMM_U8, COMM_SUM, 0, comm_last_error(g_comm));

@@ -3,7 +3,8 @@
  * Failures of a communicator made by comm_init_mpi, started by mpirun: ranks that
  * disagree (COMM_ERR_MISMATCH on every rank, outputs untouched), a bad argument on one
  * rank (INVALID there, PEER elsewhere), a rank that never calls (every other rank
- * TIMEOUT or PEER within the timeout), comm_abort before a call and during one, and
+ * TIMEOUT or PEER within the timeout), comm_abort before a call and during one, an
+ * abort that reaches every other rank at once (its failure notice), and
  * comm_destroy then MPI_Finalize with nothing left in /dev/shm.  A fresh communicator
  * for each case: a failure breaks it on every rank.
  */
@@ -175,6 +176,36 @@ static void t_abort_during(void)
     comm_destroy(c);
 }
 
+/*
+ * Rank 0 aborts (from another thread) while every rank but the last waits in a call the
+ * last rank makes only later: the others, on every host, learn it from rank 0's failure
+ * notice at once (COMM_ERR_PEER well before their timeout), not at their deadline.
+ */
+static void t_abort_spreads(void)
+{
+    comm_t *c = fresh();
+    float send[8] = {1}, recv[8];
+    if (g_rank == g_size - 1) {
+        usleep(1000 * (TIMEOUT_MS + 500)); /* never comes in time */
+    } else {
+        pthread_t t;
+        if (g_rank == 0)
+            pthread_create(&t, NULL, abort_later, c);
+        double t0 = now_ms();
+        comm_status_t st = comm_allreduce(c, send, recv, 8, COMM_F32, COMM_SUM, NULL);
+        double ms = now_ms() - t0;
+        if (g_rank == 0)
+            pthread_join(t, NULL);
+        if (st != (g_rank == 0 ? COMM_ERR_ABORTED : COMM_ERR_PEER))
+            fail("abort spreads", g_rank == 0 ? "expected ABORTED" : "expected PEER", st,
+                 comm_last_error(c));
+        /* The abort comes at 300 ms; the notice must not wait for the 1.5 s timeout. */
+        if (ms > 300 + 600)
+            fail("abort spreads", "the failure came late", st, comm_last_error(c));
+    }
+    comm_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -195,6 +226,8 @@ int main(int argc, char **argv)
     t_abort_before();
     MPI_Barrier(MPI_COMM_WORLD);
     t_abort_during();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_abort_spreads();
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* After all that, a healthy communicator still works. */

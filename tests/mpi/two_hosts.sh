@@ -78,14 +78,21 @@ pass=()
 for v in $(env | sed -n 's/^\(ARCOMM_[A-Z_]*\|OMPI_MCA_[a-z_]*\)=.*/\1/p'); do pass+=(-x "$v"); done
 # TWO_HOSTS_PRELOAD: a library the ranks preload (libarcomm_pmpi), not mpirun itself.
 [ -n "${TWO_HOSTS_PRELOAD:-}" ] && pass+=(-x "LD_PRELOAD=$TWO_HOSTS_PRELOAD")
+# TWO_HOSTS_MPIRUN_ARGS: more mpirun options (words), e.g. what keeps the job alive
+# after a process dies (run_mpi_kill.sh).
+read -r -a extra <<<"${TWO_HOSTS_MPIRUN_ARGS:-}"
+# TWO_HOSTS_LIMIT: seconds after which mpirun is ended (SIGTERM, then SIGKILL 5 s later);
+# Open MPI 4.1's mpirun may stay after a process of the job died on the other host.
+limit=()
+[ -n "${TWO_HOSTS_LIMIT:-}" ] && limit=(timeout -k 5 "$TWO_HOSTS_LIMIT")
 prog=$(realpath "$1")
 shift
 set +e
-nsenter -t "$h1" --net --uts --mount --wd="$PWD" -- \
+nsenter -t "$h1" --net --uts --mount --wd="$PWD" -- "${limit[@]}" \
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np $((2 * per_host)) \
     --host "h1:$per_host,h2:$per_host" --mca plm_rsh_agent "$dir/agent" \
     --mca btl tcp,self,vader --mca btl_tcp_if_include 10.231.7.0/24 \
-    --mca oob_tcp_if_include 10.231.7.0/24 "${pass[@]}" "$prog" "$@"
+    --mca oob_tcp_if_include 10.231.7.0/24 "${extra[@]}" "${pass[@]}" "$prog" "$@"
 rc=$?
 set -e
 # What crossed between the hosts (for the cost model in docs/multihost.md).

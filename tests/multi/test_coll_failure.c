@@ -10,12 +10,14 @@
 
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -327,12 +329,104 @@ static void timeout_all(void **s)
     }
 }
 
+/* ---- a pipelined broadcast whose consumer stalls: the timeout names the late rank only ---- */
+
+/*
+ * 3 process ranks, a staged broadcast of 8 MiB from rank 0 (more rounds than the ring has
+ * places).  Rank 2 stalls mid-pipeline: its receive buffer is PROT_NONE from 3 MiB on,
+ * and its SIGSEGV handler sleeps a second before giving the pages back.  The root fills
+ * the ring and waits for rank 2; rank 1 (timeout 300 ms, the others 5 s) waits for the
+ * root alone and times out first.  Its message must name the root as the rank that did
+ * not arrive and no other rank as one that did (rank 2 is not waited for there: the
+ * message once listed it as arrived).
+ */
+#define PIPE_COUNT (1u << 21)
+#define PIPE_STALL (3u << 20)
+
+static char *stall_at;
+static size_t stall_len;
+
+static void stall_handler(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig;
+    (void)si;
+    (void)uc;
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    mprotect(stall_at, stall_len, PROT_READ | PROT_WRITE);
+}
+
+static void pipe_stall_body(struct h_rank *r)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = r->nranks;
+    cfg.rank = r->rank;
+    cfg.id = r->id;
+    cfg.timeout_ms = r->rank == 1 ? 300 : 5000;
+    comm_t *comm = NULL;
+    if (comm_init(&comm, &cfg) != COMM_OK) {
+        h_fail(r, "comm_init: %s", comm_last_error(NULL));
+        return;
+    }
+    size_t bytes = (size_t)PIPE_COUNT * 4;
+    float *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
+        h_fail(r, "mmap failed");
+        comm_destroy(comm);
+        return;
+    }
+    h_fill(buf, PIPE_COUNT, COMM_F32, 9, 0);
+    if (r->rank == 2) {
+        stall_at = (char *)buf + PIPE_STALL;
+        stall_len = bytes - PIPE_STALL;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = stall_handler;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, NULL);
+        mprotect(stall_at, stall_len, PROT_NONE);
+    }
+    double t0 = h_now_ms();
+    comm_status_t st =
+        comm_broadcast(comm, r->rank == 0 ? buf : NULL, buf, PIPE_COUNT, COMM_F32, 0, NULL);
+    double ms = h_now_ms() - t0;
+    const char *msg = comm_last_error(comm);
+    if (r->rank == 1) {
+        if (st != COMM_ERR_TIMEOUT || strstr(msg, "staged path") == NULL)
+            h_fail(r, "rank 1: got %s (%s), want a timeout in the staged path",
+                   comm_status_string(st), msg);
+        else if (strstr(msg, "rank 0 did not reach this step") == NULL ||
+                 strstr(msg, " did)") != NULL)
+            h_fail(r,
+                   "rank 1: the timeout must name rank 0 alone as late, and no rank as "
+                   "arrived: \"%s\"",
+                   msg);
+    } else if (st == COMM_OK) {
+        h_fail(r, "rank %d: the broadcast succeeded although rank 1 gave up", r->rank);
+    }
+    if (ms > 4000)
+        h_fail(r, "rank %d: returned after %.0f ms", r->rank, ms);
+    comm_destroy(comm);
+    munmap(buf, bytes);
+}
+
+static void pipe_timeout_names(void **s)
+{
+    (void)s;
+    struct h_job job = {
+        .nranks = 3, .procs = true, .no_init = true, .body = pipe_stall_body, .kill_rank = -1};
+    expect_clean(h_run(&job), 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(kill_flag),   cmocka_unit_test(kill_staged), cmocka_unit_test(kill_cma),
-        cmocka_unit_test(efault_cma),  cmocka_unit_test(kill_direct), cmocka_unit_test(abort_all),
-        cmocka_unit_test(timeout_all),
+        cmocka_unit_test(kill_flag),   cmocka_unit_test(kill_staged),
+        cmocka_unit_test(kill_cma),    cmocka_unit_test(efault_cma),
+        cmocka_unit_test(kill_direct), cmocka_unit_test(abort_all),
+        cmocka_unit_test(timeout_all), cmocka_unit_test(pipe_timeout_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

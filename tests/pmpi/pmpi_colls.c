@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Every call libarcomm_pmpi serves, with every datatype and op it maps: random inputs,
- * a float64 reference over all ranks' inputs (each rank generates them all), every
+ * a float64 reference over all ranks' inputs (each rank generates them all; integer sums
+ * and products overflow and the reference wraps them modulo 2^bits, as arcomm does), every
  * element checked (outputs are poisoned before the call), reductions bit-identical on
  * every rank, each call out of place and in MPI's MPI_IN_PLACE form, counts from 0 to
  * past the staged paths' thresholds.  Run under mpirun with LD_PRELOAD by run_pmpi.sh,
@@ -60,17 +61,40 @@ static const struct {
 static const int counts[] = {0, 1, 13, 4099, 100003};
 #define N_COUNTS (sizeof(counts) / sizeof(counts[0]))
 
-/* A value of rank's input for op that no reduction of up to 3 ranks overflows. */
+/*
+ * A value of rank's input for op.  Integers of 1 and 4 bytes: SUM over their full range
+ * (and PROD too for 1 byte), so that sums and products overflow and wrap, as api.md's
+ * integer semantics say; the reference wraps the exact float64 result the same way
+ * (wrap_int).  8-byte integers stay in a range whose sums and products float64 holds
+ * exactly (no overflow); PROD of 4-byte ones stays near 1 (exact in float64).
+ */
 static double gen_value(const struct t_type *t, int op, uint64_t *s)
 {
     double u = t_uniform(s);
-    bool small = t->size == 1;
     if (t->kind == T_F)
         return op == 1 ? 0.5 + u : 2.0 * u - 1.0;
+    bool full = t->size == 1 || (t->size == 4 && op == 0);
+    if (full) {
+        double m = t->size == 1 ? 256.0 : 4294967296.0;
+        double v = floor(u * m);
+        return t->kind == T_I ? v - m / 2 : v;
+    }
     if (op == 1) /* PROD */
         return t->kind == T_I ? floor(u * 7.0) - 3.0 : floor(u * 5.0);
-    double lim = small ? 40.0 : op == 0 ? 1000000.0 : 1e9;
+    double lim = op == 0 ? 1000000.0 : 1e9;
     return t->kind == T_I ? floor(u * (2 * lim + 1)) - lim : floor(u * (lim + 1));
+}
+
+/* An exact integer result v in t's range, modulo 2^bits (1- and 4-byte integers). */
+static double wrap_int(const struct t_type *t, double v)
+{
+    if (t->kind == T_F || t->size == 8)
+        return v;
+    double m = t->size == 1 ? 256.0 : 4294967296.0;
+    v = fmod(v, m);
+    if (v < 0)
+        v += m;
+    return t->kind == T_I && v >= m / 2 ? v - m : v;
 }
 
 static void gen_input(const struct t_type *t, int op, uint64_t test, int rank, void *buf, size_t n)
@@ -100,6 +124,8 @@ static void reference(const struct t_type *t, int op, uint64_t test, size_t n, d
                 ref[i] = v < ref[i] ? v : ref[i];
         }
     }
+    for (size_t i = 0; i < n; i++)
+        ref[i] = wrap_int(t, ref[i]);
 }
 
 static int check_elements(const struct t_type *t, const void *got, const double *ref, size_t n,

@@ -56,7 +56,7 @@ static void cma_windows(void **s)
     struct rt_knobs k = knobs_with(1u << 20);
     k.cma_threshold = RT_SIZE_AUTO;
     size_t mib = 1u << 20;
-    assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib, 2), "bulk");
+    assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib, 2), "flag");
     assert_string_equal(coll_host_path(COLL_ALLGATHER, &k, mib, 2), "bulk");
     assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, mib, 2), "flag");
     assert_string_equal(coll_host_path(COLL_ALLREDUCE, &k, mib, 2), coll_host_path_name(&k, mib));
@@ -64,8 +64,8 @@ static void cma_windows(void **s)
     assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib / 2, 2), "flag");
     assert_string_equal(coll_host_path(COLL_ALLTOALL, &k, mib / 2, 2), "flag");
     assert_string_equal(coll_host_path(COLL_REDUCE_SCATTER, &k, mib / 2, 2), "flag");
-    assert_true(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib, 2));
-    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib + 1, 2));
+    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, mib, 2));
+    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib, 2));
     assert_true(coll_host_cma_size(COLL_ALLGATHER, &k, 4 * mib, 2));
     assert_false(coll_host_cma_size(COLL_ALLREDUCE, &k, 4 * mib, 2));
     assert_false(coll_host_cma_size(COLL_ALLTOALL, &k, 4 * mib, 2));

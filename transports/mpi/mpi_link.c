@@ -7,6 +7,7 @@
 
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 MPI_Datatype mpi_link_dtype(comm_dtype_t dtype)
@@ -33,8 +34,25 @@ MPI_Datatype mpi_link_dtype(comm_dtype_t dtype)
     }
 }
 
-MPI_Op mpi_link_op(comm_op_t op)
+/* inout[i] += in[i] modulo 256: the same bits for MPI_INT8_T and MPI_UINT8_T. */
+static void sum8_wrap(void *in, void *inout, int *len, MPI_Datatype *type)
 {
+    (void)type;
+    const uint8_t *a = in;
+    uint8_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = (uint8_t)(b[i] + a[i]);
+}
+
+int mpi_link_ops_create(struct mpi_link *l)
+{
+    return MPI_Op_create(sum8_wrap, 1, &l->sum8);
+}
+
+MPI_Op mpi_link_op(const struct mpi_link *l, comm_op_t op, comm_dtype_t dtype)
+{
+    if ((op == COMM_SUM || op == COMM_AVG) && (dtype == COMM_I8 || dtype == COMM_U8))
+        return l->sum8;
     switch (op) {
     case COMM_MAX:
         return MPI_MAX;
@@ -57,10 +75,68 @@ comm_status_t mpi_link_error(struct comm *c, int err, const char *call)
     return COMM_ERR_SYSTEM;
 }
 
-comm_status_t mpi_link_wait(struct comm *c, MPI_Request *reqs, int n, uint64_t deadline,
-                            bool abortable, const char *what)
+/* The notices this rank sends: their buffer and requests live until every send is done. */
+struct mpi_notice_out {
+    int64_t msg[4];
+    int n;
+    MPI_Request reqs[];
+};
+
+int mpi_link_notice_start(struct mpi_link *l)
 {
-    uint64_t start = 0, now = 0;
+    l->noticed = false;
+    return MPI_Irecv(l->notice_in, 4, MPI_INT64_T, MPI_ANY_SOURCE, MPI_LINK_NOTICE_TAG, l->world,
+                     &l->notice_req);
+}
+
+void mpi_link_notify(struct comm *c, struct mpi_link *l, comm_status_t status)
+{
+    if (l == NULL || l->world == MPI_COMM_NULL || l->notice_out != NULL || l->noticed)
+        return;
+    int size = 0;
+    MPI_Comm_size(l->world, &size);
+    struct mpi_notice_out *o = malloc(sizeof(*o) + (size_t)size * sizeof(MPI_Request));
+    if (o == NULL)
+        return; /* the peers learn it at their deadline, as without notices */
+    o->msg[0] = l->notice_key;
+    o->msg[1] = status;
+    o->msg[2] = c->rank;
+    o->msg[3] = c->seq;
+    o->n = 0;
+    for (int p = 0; p < size; p++)
+        if (p != c->rank && MPI_Isend(o->msg, 4, MPI_INT64_T, p, MPI_LINK_NOTICE_TAG, l->world,
+                                      &o->reqs[o->n]) == MPI_SUCCESS)
+            o->n++;
+    l->notice_out = o;
+}
+
+/* Has a notice come?  Then COMM_ERR_PEER naming its sender, in c's message. */
+static comm_status_t notice_check(struct comm *c, struct mpi_link *l, const char *what)
+{
+    while (!l->noticed) {
+        int got = 0;
+        if (l->notice_req == MPI_REQUEST_NULL ||
+            MPI_Test(&l->notice_req, &got, MPI_STATUS_IGNORE) != MPI_SUCCESS || !got)
+            return COMM_OK;
+        if (l->notice_in[0] == l->notice_key) {
+            l->noticed = true;
+        } else if (mpi_link_notice_start(l) != MPI_SUCCESS) {
+            l->notice_req = MPI_REQUEST_NULL; /* no more notices: deadlines as before */
+            return COMM_OK;
+        }
+    }
+    rt_error(c, COMM_ERR_PEER,
+             "rank %d: rank %lld failed in its call %lld (%s) and told every rank, while this "
+             "rank waited in %s (call %u); see that rank's comm_last_error",
+             c->rank, (long long)l->notice_in[2], (long long)l->notice_in[3],
+             rt_status_string((comm_status_t)l->notice_in[1]), what, c->seq);
+    return COMM_ERR_PEER;
+}
+
+comm_status_t mpi_link_wait(struct comm *c, struct mpi_link *l, MPI_Request *reqs, int n,
+                            uint64_t deadline, bool abortable, const char *what)
+{
+    uint64_t start = 0, now = 0, next_watch = 0;
     for (unsigned polls = 0;; polls++) {
         int done = 0;
         int err = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
@@ -74,12 +150,28 @@ comm_status_t mpi_link_wait(struct comm *c, MPI_Request *reqs, int n, uint64_t d
                      c->rank, what, c->seq);
             return COMM_ERR_ABORTED;
         }
-        /* A clock reading costs more than a poll: read it every 64 polls. */
+        /* A clock reading costs more than a poll: read it (and look for a failure
+         * notice) every 64 polls. */
         if ((polls & 63) != 63)
             continue;
+        /* Notices only once the wait lasted 20 ms: a step that completes by itself
+         * is not abandoned (its peers need this rank's part of it). */
+        if (l != NULL && now - start > 20000000ull) {
+            comm_status_t st = notice_check(c, l, what);
+            if (st != COMM_OK)
+                return st;
+        }
         now = rt_now_ns();
-        if (start == 0)
+        if (start == 0) {
             start = now;
+            next_watch = now + RT_LIVENESS_PERIOD_NS;
+        }
+        if (l != NULL && l->watch != NULL && now >= next_watch) {
+            next_watch = now + RT_LIVENESS_PERIOD_NS;
+            comm_status_t st = l->watch(c, l->watch_arg);
+            if (st != COMM_OK)
+                return st;
+        }
         if (rt_passed(deadline, now)) {
             rt_error(c, COMM_ERR_TIMEOUT,
                      "rank %d: timed out after %ld ms in %s (call %u): a rank of another host "
@@ -127,10 +219,33 @@ void mpi_link_free(struct mpi_link *l)
 {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    if (!finalized && l->world != MPI_COMM_NULL && l->notice_req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&l->notice_req);
+        MPI_Wait(&l->notice_req, MPI_STATUS_IGNORE);
+    }
+    l->notice_req = MPI_REQUEST_NULL;
+    if (l->notice_out != NULL) {
+        int done = finalized;
+        if (!finalized)
+            MPI_Testall(l->notice_out->n, l->notice_out->reqs, &done, MPI_STATUSES_IGNORE);
+        if (done) {
+            free(l->notice_out);
+        } else {
+            /* A peer gone or not receiving: MPI completes the sends on its own; their
+             * few bytes stay allocated, as the buffer must outlive them. */
+            for (int i = 0; i < l->notice_out->n; i++)
+                if (l->notice_out->reqs[i] != MPI_REQUEST_NULL)
+                    MPI_Request_free(&l->notice_out->reqs[i]);
+        }
+        l->notice_out = NULL;
+    }
     MPI_Comm *all[] = {&l->slice, &l->host, &l->world};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         if (*all[i] != MPI_COMM_NULL && !finalized)
             MPI_Comm_free(all[i]);
         *all[i] = MPI_COMM_NULL;
     }
+    if (l->sum8 != MPI_OP_NULL && !finalized)
+        MPI_Op_free(&l->sum8);
+    l->sum8 = MPI_OP_NULL;
 }

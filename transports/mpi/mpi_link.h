@@ -21,7 +21,24 @@ struct mpi_link {
     MPI_Comm host;  /* the ranks of this rank's host (shared split or ranks-per-host) */
     MPI_Comm slice; /* the ranks with this rank's local index, one per host; slice 0 is
                      * the hosts' leaders */
+    MPI_Op sum8;    /* wrapping SUM of 8-bit integers (mpi_link_ops_create), see mpi_link_op */
+    /* Failure notices (mpi_link_notice_start): a receive from any rank of world, posted
+     * for the communicator's life, polled by every wait; what came; what this rank sent. */
+    MPI_Request notice_req;
+    int64_t notice_in[4]; /* key, status, rank, call */
+    int64_t notice_key;   /* this communicator's (from its id): a notice for an earlier
+                           * one, whose MPI context id MPI reused, is dropped */
+    bool noticed;         /* a notice came: every later wait fails at once */
+    struct mpi_notice_out *notice_out;
+    /* A check every wait with l makes every RT_LIVENESS_PERIOD_NS (NULL: none): a status
+     * other than OK ends the wait with it (watch recorded the message on c). */
+    comm_status_t (*watch)(struct comm *c, void *arg);
+    void *watch_arg;
 };
+
+/* The tag of failure notices on world (a communicator of arcomm's own: no other
+ * point-to-point traffic). */
+#define MPI_LINK_NOTICE_TAG 0x4172
 
 /* The most requests one step keeps in flight (pipelined segments and the status). */
 #define MPI_LINK_MAX_REQS 9
@@ -36,10 +53,20 @@ struct mpi_status_word {
     int64_t rank;       /* this rank when it failed, else -1 */
 };
 
-/* The MPI datatype of a dtype (f16 and bf16 have none: MPI_DATATYPE_NULL) and the MPI
- * op of an op (AVG: MPI_SUM, the caller divides). */
+/* The MPI datatype of a dtype (f16 and bf16 have none: MPI_DATATYPE_NULL). */
 MPI_Datatype mpi_link_dtype(comm_dtype_t dtype);
-MPI_Op mpi_link_op(comm_op_t op);
+
+/*
+ * The MPI op that reduces dtype with op as arcomm does (AVG: a sum, the caller divides;
+ * integers wrap).  MPI's predefined ops, except SUM of i8 and u8: Open MPI 4.1's op/avx
+ * component adds 8- and 16-bit integers with saturating instructions (vpaddsb/vpaddusb)
+ * on every full vector of an element run and wraps the rest, so l->sum8 (a user op that
+ * wraps, made by mpi_link_ops_create) serves them.
+ */
+MPI_Op mpi_link_op(const struct mpi_link *l, comm_op_t op, comm_dtype_t dtype);
+
+/* Makes l's own ops (l->sum8); MPI_OP_NULL stays where it fails (an MPI error code). */
+int mpi_link_ops_create(struct mpi_link *l);
 
 /* "MPI_Iallreduce failed: <MPI's error string>" into c's error, status SYSTEM. */
 comm_status_t mpi_link_error(struct comm *c, int err, const char *call);
@@ -52,8 +79,21 @@ comm_status_t mpi_link_error(struct comm *c, int err, const char *call);
  * when MPI fails.  The requests left pending on an error are abandoned (a nonblocking
  * collective cannot be cancelled; freeing the communicator later is still allowed).
  */
-comm_status_t mpi_link_wait(struct comm *c, MPI_Request *reqs, int n, uint64_t deadline,
-                            bool abortable, const char *what);
+comm_status_t mpi_link_wait(struct comm *c, struct mpi_link *l, MPI_Request *reqs, int n,
+                            uint64_t deadline, bool abortable, const char *what);
+
+/*
+ * Failure notices: the way a failure reaches every rank at once, whatever MPI call each
+ * is blocked in.  A nonblocking collective cannot complete without every rank, but a
+ * point-to-point message can: a rank whose call failed sends one notice {key, status,
+ * rank, call} to every other rank of world, and every wait of mpi_link_wait (given l) polls a
+ * receive posted for the communicator's life, ending with COMM_ERR_PEER when a notice
+ * came.  mpi_link_notice_start posts the receive (an MPI error code); mpi_link_notify
+ * sends this rank's notice once (not when the failure was itself a notice: its sender
+ * told everyone); both in the calling thread of a call.
+ */
+int mpi_link_notice_start(struct mpi_link *l);
+void mpi_link_notify(struct comm *c, struct mpi_link *l, comm_status_t status);
 
 /* Starts the status exchange of a step on mc (after its data requests, in the same
  * order on every rank). */
@@ -68,7 +108,8 @@ int mpi_link_status_start(MPI_Comm mc, int rank, comm_status_t mine, struct mpi_
 comm_status_t mpi_link_status_check(struct comm *c, comm_status_t st,
                                     const struct mpi_status_word *out, const char *what);
 
-/* Frees the communicators of l that exist (skipped once MPI is finalized). */
+/* Frees the communicators, ops and notices of l that exist (skipped once MPI is
+ * finalized): the posted receive is cancelled; notices not yet sent are left to MPI. */
 void mpi_link_free(struct mpi_link *l);
 
 #endif /* ARCOMM_MPI_LINK_H */

@@ -165,8 +165,11 @@ static comm_status_t check_liveness(struct comm *c, const char *what)
 }
 
 /* "rank 2 did not arrive (ranks 1, 3 did)", or "a rank did not ..." without behind. */
-static void describe_missing(struct comm *c, shm_behind_fn behind, void *arg, const char *missing,
-                             char *out, size_t len)
+/* waited (NULL: every peer) says which peers the wait is for: the others are neither
+ * late nor there (a pipelined rooted call waits for the root alone, or for every rank
+ * but the root). */
+static void describe_missing(struct comm *c, shm_behind_fn behind, shm_behind_fn waited, void *arg,
+                             const char *missing, char *out, size_t len)
 {
     if (behind == NULL) {
         snprintf(out, len, "a rank did not %s", missing ? missing : "reach this collective");
@@ -176,7 +179,7 @@ static void describe_missing(struct comm *c, shm_behind_fn behind, void *arg, co
     size_t nl = 0, nt = 0;
     int late_n = 0, there_n = 0;
     for (int p = 0; p < c->nranks; p++) {
-        if (p == c->rank)
+        if (p == c->rank || (waited != NULL && !waited(c, arg, p)))
             continue;
         bool is_late = behind(c, arg, p);
         char *b = is_late ? late : there;
@@ -230,8 +233,9 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
     return shm_wait_for(c, ready, NULL, arg, what, NULL);
 }
 
-comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind, void *arg,
-                           const char *what, const char *missing)
+static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind,
+                              shm_behind_fn waited, void *arg, const char *what,
+                              const char *missing)
 {
     int r = ready(c, arg);
     if (r != 0)
@@ -283,7 +287,7 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
             if (r != 0)
                 return r > 0 ? COMM_OK : (comm_status_t)r;
             char who[400];
-            describe_missing(c, behind, arg, missing, who, sizeof(who));
+            describe_missing(c, behind, waited, arg, missing, who, sizeof(who));
             rt_error(c, COMM_ERR_TIMEOUT,
                      "rank %d: timed out after %ld ms in %s call %u: %s; check that every rank "
                      "makes the same calls in the same order (a rank that skipped one waits "
@@ -327,6 +331,12 @@ comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn beh
     }
 }
 
+comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind, void *arg,
+                           const char *what, const char *missing)
+{
+    return wait_for(c, ready, behind, NULL, arg, what, missing);
+}
+
 struct progress_arg {
     uint64_t target;
     int root;       /* with side: which ranks count */
@@ -349,6 +359,12 @@ static int progress_ready(struct comm *c, void *arg)
             return 0;
     }
     return 1;
+}
+
+static bool progress_waited(struct comm *c, void *arg, int p)
+{
+    (void)c;
+    return progress_counts(arg, p);
 }
 
 static bool progress_behind(struct comm *c, void *arg, int p)
@@ -375,5 +391,6 @@ comm_status_t shm_progress_wait_side(struct comm *c, int root, bool only_root, u
                                      const char *what)
 {
     struct progress_arg a = {.target = target, .root = root, .only_root = only_root, .side = true};
-    return shm_wait_for(c, progress_ready, progress_behind, &a, what, "reach this step");
+    return wait_for(c, progress_ready, progress_behind, progress_waited, &a, what,
+                    "reach this step");
 }

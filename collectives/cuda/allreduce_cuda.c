@@ -274,19 +274,20 @@ comm_status_t cuda_copy_step(struct comm *c, const struct cuda_wait_args *w, cud
     return e != 0 ? cuda_launch_failed(c, "a copy-stream step (wait kernel) launch", e) : COMM_OK;
 }
 
-comm_status_t cuda_copy_end(struct comm *c, const struct coll_call *call,
-                            const struct cuda_wait_args *base, uint32_t chunks)
+comm_status_t cuda_copy_publish(struct comm *c, const struct cuda_wait_args *base, uint32_t off,
+                                uint32_t rel, cudaStream_t s)
+{
+    struct cuda_wait_args w = *base;
+    w.pub_off = off;
+    w.pub_rel = rel;
+    w.peer_off = 0;
+    w.check_call = 0;
+    return cuda_copy_step(c, &w, s);
+}
+
+comm_status_t cuda_copy_end(struct comm *c, const struct coll_call *call)
 {
     struct cuda_comm *x = cuda_of(c);
-    struct cuda_wait_args w = *base;
-    w.pub_rel = chunks;
-    w.pub_off = offsetof(struct cuda_ctrl, ready);
-    comm_status_t st = cuda_copy_step(c, &w, x->sd);
-    w.pub_off = offsetof(struct cuda_ctrl, h2d);
-    if (st == COMM_OK)
-        st = cuda_copy_step(c, &w, x->sh);
-    if (st != COMM_OK)
-        return st;
     /* The caller's stream after both copy streams: sendbuf read, recvbuf written, the
      * counters published (and, in a capture, every branch joined). */
     int e;
@@ -303,15 +304,16 @@ comm_status_t cuda_copy_end(struct comm *c, const struct coll_call *call,
  * uses staging slot k % cslots and device ring slot k % tslots; counters count from the
  * call's first chunk b (taken by the begin kernel on the device):
  *   caller stream: begin kernel (b, call number)
- *   D2H stream:    step: publish 'ready' = b + k (chunk k - 1 staged), wait for the slot
+ *   D2H stream:    wait for the slot
  *                  (k == 0: every peer's 'h2d' >= b, all earlier calls fetched;
  *                  k >= cslots: 'h2d' >= b + k - cslots + 1)  D2H chunk k into this
- *                  rank's slot
- *   H2D stream:    step: publish 'h2d' = b + k, wait until every peer's 'ready' >= b + k + 1
+ *                  rank's slot, publish 'ready' = b + k + 1
+ *   H2D stream:    wait until every peer's 'ready' >= b + k + 1
  *                  (the first step also compares the calls)  [k >= tslots: ring slot
  *                  summed: event]  H2D each peer's chunk k into the device ring
  *   caller stream: [events: own D2H and H2D of chunk k done]  add kernel of chunk k
- *   the end:       both streams publish b + chunks; the caller's stream joins them.
+ *   (and after the H2D copies, publish 'h2d' = b + k + 1)
+ *   the end:       the caller's stream joins both copy streams.
  * So D2H of chunk k + 1 overlaps H2D of chunk k; the add kernels never wait.  Nothing
  * enqueued holds a call number or an absolute counter: a CUDA graph replays it as it is.
  */
@@ -351,10 +353,6 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
 
         /* D2H: publish the last chunk; once every peer fetched what the slot held, stage. */
         struct cuda_wait_args w = base_wait;
-        if (k > 0) {
-            w.pub_off = offsetof(struct cuda_ctrl, ready);
-            w.pub_rel = k;
-        }
         if (k == 0 || k >= x->g.cslots) {
             w.peer_off = offsetof(struct cuda_ctrl, h2d);
             w.want_rel = k == 0 ? 0 : k - x->g.cslots + 1;
@@ -365,15 +363,14 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
         uint8_t *slot = x->regions + cuda_cslot_off(&x->g, c->rank, k);
         if ((e = cudaMemcpyAsync(slot, src + off, len, cudaMemcpyDeviceToHost, x->sd)) != 0)
             return cuda_launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
+        if ((st = cuda_copy_publish(c, &base_wait, offsetof(struct cuda_ctrl, ready), k + 1,
+                                    x->sd)) != COMM_OK)
+            return st;
         if ((e = cudaEventRecord(x->ev_staged, x->sd)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (chunk staged)", e);
 
         /* H2D: once every peer staged chunk k and the ring slot was summed, fetch. */
         w = base_wait;
-        if (k > 0) {
-            w.pub_off = offsetof(struct cuda_ctrl, h2d);
-            w.pub_rel = k;
-        }
         w.peer_off = offsetof(struct cuda_ctrl, ready);
         w.want_rel = k + 1;
         w.stage = CUDA_STAGE_CFETCH;
@@ -391,6 +388,9 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
                 return cuda_launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
             q++;
         }
+        if ((st = cuda_copy_publish(c, &base_wait, offsetof(struct cuda_ctrl, h2d), k + 1,
+                                    x->sh)) != COMM_OK)
+            return st;
         if ((e = cudaEventRecord(x->ev_fetched, x->sh)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (chunk fetched)", e);
 
@@ -406,7 +406,7 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
         if ((e = cudaEventRecord(x->ev_added[ts], stream)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (ring slot summed)", e);
     }
-    return cuda_copy_end(c, call, &base_wait, plan.chunks);
+    return cuda_copy_end(c, call);
 }
 
 comm_status_t cuda_call_begin(struct comm *c, const struct coll_call *call, int *prev)

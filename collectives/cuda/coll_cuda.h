@@ -50,12 +50,17 @@ comm_status_t cuda_call_end(struct comm *c, const struct coll_call *call, comm_s
  * A copy-engine call's pieces (allreduce's copy path and collectives_cuda.c): the begin
  * kernel that takes the call's number and chunks on the device, with both copy streams
  * ordered after it; one step of a copy stream (publish, then wait: struct
- * cuda_wait_args, nothing launched when it has neither); the end, where both streams
- * publish the call's last chunk and the caller's stream joins them.
+ * cuda_wait_args, nothing launched when it has neither); the end, where the caller's
+ * stream joins both copy streams.
  */
 comm_status_t cuda_copy_begin(struct comm *c, const struct coll_call *call, uint32_t chunks);
 comm_status_t cuda_copy_step(struct comm *c, const struct cuda_wait_args *w, cudaStream_t s);
-comm_status_t cuda_copy_end(struct comm *c, const struct coll_call *call,
-                            const struct cuda_wait_args *base, uint32_t chunks);
+/* Publishes this rank's counter at off (ready or h2d) = the call's first chunk + rel, right
+ * after the stream's copies: never behind a wait of the same call (streams may share a
+ * hardware queue, and a publish queued behind a spinning wait deadlocked on the lent
+ * H200, 2026-12-01). */
+comm_status_t cuda_copy_publish(struct comm *c, const struct cuda_wait_args *base, uint32_t off,
+                                uint32_t rel, cudaStream_t s);
+comm_status_t cuda_copy_end(struct comm *c, const struct coll_call *call);
 
 #endif /* ARCOMM_COLL_CUDA_H */

@@ -7,15 +7,15 @@
  * A call is cut into steps (chunks of a block of count elements); step k of the call uses
  * staging slot k % cslots of every rank, and its counters count from the call's first
  * chunk b, taken on the device by the begin kernel (as allreduce's copy path):
- *   D2H stream:  [publish 'ready' = b + k; slot free: every peer's 'h2d' >= b (k == 0) or
+ *   D2H stream:  [slot free: every peer's 'h2d' >= b (k == 0) or
  *                >= b + k - cslots + 1]  this rank's part of step k into its slot
- *                (nothing for a broadcast's non-roots)
- *   H2D stream:  [publish 'h2d' = b + k; every peer's 'ready' >= b + k + 1; the first
+ *                (nothing for a broadcast's non-roots), then 'ready' = b + k + 1
+ *   H2D stream:  [every peer's 'ready' >= b + k + 1; the first
  *                step compares the calls]  what this rank needs of the peers' slots ->
- *                its recvbuf (data movement) or the device ring (reductions)
+ *                its recvbuf (data movement) or the device ring (reductions), then
+ *                'h2d' = b + k + 1
  *   caller:      reductions: the add kernel of step k in rank order (as allreduce's copy
- *                path); at the end both streams publish b + chunks and the caller's
- *                stream waits for them.
+ *                path); at the end the caller's stream waits for both streams.
  * Every rank moves both counters at every step, whatever it copies, so that every
  * wait of every rank asks the same question as allreduce's.  Slots of alltoall and
  * reduce_scatter hold one sub-slot per peer (the chunk for that peer).
@@ -115,10 +115,6 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
         /* D2H: publish the last step; once every peer fetched what the slot held, stage
          * this rank's part. */
         struct cuda_wait_args w = base_wait;
-        if (k > 0) {
-            w.pub_off = offsetof(struct cuda_ctrl, ready);
-            w.pub_rel = k;
-        }
         if (stages && (k == 0 || k >= x->g.cslots)) {
             w.peer_off = offsetof(struct cuda_ctrl, h2d);
             w.want_rel = k == 0 ? 0 : k - x->g.cslots + 1;
@@ -143,16 +139,15 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
                     return cuda_launch_failed(c, "cudaMemcpyAsync (device to staging)", e);
             }
         }
+        if ((st = cuda_copy_publish(c, &base_wait, offsetof(struct cuda_ctrl, ready), k + 1,
+                                    x->sd)) != COMM_OK)
+            return st;
         if (adds && (e = cudaEventRecord(x->ev_staged, x->sd)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (chunk staged)", e);
 
         /* H2D: publish the last step; once every peer staged step k (the first step: and
          * makes this call), fetch. */
         w = base_wait;
-        if (k > 0) {
-            w.pub_off = offsetof(struct cuda_ctrl, h2d);
-            w.pub_rel = k;
-        }
         w.peer_off = offsetof(struct cuda_ctrl, ready);
         w.want_rel = k + 1;
         w.stage = CUDA_STAGE_CFETCH;
@@ -193,6 +188,10 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
             }
         }
 
+        if ((st = cuda_copy_publish(c, &base_wait, offsetof(struct cuda_ctrl, h2d), k + 1,
+                                    x->sh)) != COMM_OK)
+            return st;
+
         if (adds) {
             /* Reduce on the caller's stream once this chunk's copies are done. */
             if ((e = cudaEventRecord(x->ev_fetched, x->sh)) != 0)
@@ -209,8 +208,8 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
                 return cuda_launch_failed(c, "cudaEventRecord (ring slot reduced)", e);
         }
     }
-    /* Both streams publish the last step; the caller's stream after all of it. */
-    return cuda_copy_end(c, call, &base_wait, plan.chunks);
+    /* The caller's stream after all of it. */
+    return cuda_copy_end(c, call);
 }
 
 comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call)

@@ -244,9 +244,8 @@ comm_status_t cuda_copy_step(struct comm *c, const struct cuda_wait_args *w, cud
     struct cuda_comm *x = cuda_of(c);
     if (w->pub_off != 0 && !x->graphs) {
         /* No call of this communicator was recorded into a graph: the host knows the
-         * counters, and a stream memory operation publishes at once, fenced after the
-         * stream's copies, without waiting for this context's turn on a shared GPU (the
-         * kernel below waits for it: process ranks on one GPU time-slice). */
+         * counters, and a stream memory operation publishes without a kernel launch,
+         * fenced after the stream's copies (as before graphs were supported). */
         CUresult r = x->write_value(
             s, cuda_dev_addr(x, (const uint8_t *)cuda_ctrl_of(x, c->rank) + w->pub_off),
             x->call_base + w->pub_rel, CU_STREAM_WRITE_VALUE_DEFAULT);
@@ -351,7 +350,7 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
         uint64_t off = (uint64_t)k * plan.chunk_bytes;
         size_t len = (size_t)(wire - off < plan.chunk_bytes ? wire - off : plan.chunk_bytes);
 
-        /* D2H: publish the last chunk; once every peer fetched what the slot held, stage. */
+        /* D2H: once every peer fetched what the slot held, stage, publish. */
         struct cuda_wait_args w = base_wait;
         if (k == 0 || k >= x->g.cslots) {
             w.peer_off = offsetof(struct cuda_ctrl, h2d);

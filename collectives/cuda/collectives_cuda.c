@@ -112,8 +112,7 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
         const size_t len =
             (size_t)(block - off < plan.chunk_bytes ? block - off : plan.chunk_bytes);
 
-        /* D2H: publish the last step; once every peer fetched what the slot held, stage
-         * this rank's part. */
+        /* D2H: once every peer fetched what the slot held, stage this rank's part, publish. */
         struct cuda_wait_args w = base_wait;
         if (stages && (k == 0 || k >= x->g.cslots)) {
             w.peer_off = offsetof(struct cuda_ctrl, h2d);
@@ -145,8 +144,8 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
         if (adds && (e = cudaEventRecord(x->ev_staged, x->sd)) != 0)
             return cuda_launch_failed(c, "cudaEventRecord (chunk staged)", e);
 
-        /* H2D: publish the last step; once every peer staged step k (the first step: and
-         * makes this call), fetch. */
+        /* H2D: once every peer staged step k (the first step: and makes this call), fetch,
+         * publish. */
         w = base_wait;
         w.peer_off = offsetof(struct cuda_ctrl, ready);
         w.want_rel = k + 1;

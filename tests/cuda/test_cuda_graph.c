@@ -81,8 +81,8 @@ static void fill_bytes(void *buf, size_t n, uint64_t seed, int r)
 
 /* ---- a rank's graph state ---- */
 
-struct ar {         /* one allreduce of G1 (or an eager one), through the harness */
-    struct kase k;  /* seed moved on every round */
+struct ar {        /* one allreduce of G1 (or an eager one), through the harness */
+    struct kase k; /* seed moved on every round */
     struct rank_ctx r;
     void *send, *recv;
 };
@@ -168,9 +168,9 @@ static void dm_stage(struct child *ch, uint64_t seed)
     fill_bytes(d->rs_in_h, (size_t)RS_N * ch->nranks * 4, seed ^ 0x25, ch->rank);
     fill_bytes(d->ag_in_h, AG_N, seed ^ 0xa9, ch->rank);
     cuda_ok(cudaMemcpy(d->bc_d, d->bc_h, BC_N * 4, cudaMemcpyHostToDevice), "upload");
-    cuda_ok(cudaMemcpy(d->rs_in_d, d->rs_in_h, (size_t)RS_N * ch->nranks * 4,
-                       cudaMemcpyHostToDevice),
-            "upload");
+    cuda_ok(
+        cudaMemcpy(d->rs_in_d, d->rs_in_h, (size_t)RS_N * ch->nranks * 4, cudaMemcpyHostToDevice),
+        "upload");
     cuda_ok(cudaMemcpy(d->ag_in_d, d->ag_in_h, AG_N, cudaMemcpyHostToDevice), "upload");
     cuda_ok(cudaMemset(d->rs_out_d, 0xa5, RS_N * 4), "poison");
     cuda_ok(cudaMemset(d->ag_out_d, 0xa5, (size_t)AG_N * ch->nranks), "poison");
@@ -252,8 +252,9 @@ static cudaGraphExec_t capture_g2(struct child *ch, enum cudaStreamCaptureMode m
              "capturing a broadcast");
     check_ok(comm_allgather(ch->comm, d->ag_in_d, d->ag_out_d, AG_N, COMM_U8, ch->s), ch->comm,
              "capturing an allgather");
-    check_ok(comm_reduce_scatter(ch->comm, d->rs_in_d, d->rs_out_d, RS_N, COMM_I32, COMM_SUM, ch->s),
-             ch->comm, "capturing a reduce_scatter");
+    check_ok(
+        comm_reduce_scatter(ch->comm, d->rs_in_d, d->rs_out_d, RS_N, COMM_I32, COMM_SUM, ch->s),
+        ch->comm, "capturing a reduce_scatter");
     cuda_ok(cudaStreamEndCapture(ch->s, &g), "end capture G2");
     cuda_ok(cudaGraphInstantiate(&ge, g, 0), "instantiate G2");
     cudaGraphDestroy(g);

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA peer-to-peer kernels (kernels_p2p.cu), as the host code launches them.
+ * NOT YET VERIFIED ON A GPU.
+ */
+#ifndef ARCOMM_COLL_CUDA_KERNELS_P2P_H
+#define ARCOMM_COLL_CUDA_KERNELS_P2P_H
+
+#include "cuda/layout.h"
+#include "kernels.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One-shot: one LL round in push mode (p2p_layout.h), a launch per round. */
+struct cuda_p2p_ll_args {
+    struct cuda_kcommon c;
+    uint8_t *peer[CUDA_MAX_RANKS]; /* every rank's device region, as this GPU addresses it */
+    uint64_t area_bytes;           /* of an LL area */
+    uint64_t rlo;                  /* first element of the round */
+    uint64_t rn;                   /* elements of the round */
+    uint32_t units;                /* payload units of the round */
+    uint32_t last;                 /* the call's last round: its end moves the call number on */
+    /* The round (flag cuda_ll_flag(round), sub-slot round % 2) is counters->kround. */
+};
+
+/* Returns a cudaError_t (0 = launched). */
+int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ARCOMM_COLL_CUDA_KERNELS_P2P_H */

@@ -246,9 +246,301 @@ struct p2p_ll_launch {
     }
 };
 
+/* ---- two-shot ---- */
+
+#define TS_THREADS 512
+
+template <int S> struct ts_uint;
+template <> struct ts_uint<1> {
+    typedef unsigned char t;
+};
+template <> struct ts_uint<2> {
+    typedef unsigned short t;
+};
+template <> struct ts_uint<4> {
+    typedef unsigned int t;
+};
+template <> struct ts_uint<8> {
+    typedef unsigned long long t;
+};
+
+/* The peers' RS pushes of this rank's slice, in this rank's own region. */
+template <typename T, typename W> struct ts_src {
+    const uint8_t *mine;
+    const cuda_p2p_geom *g;
+    int nranks;
+    uint32_t round;
+    uint64_t origin; /* absolute element of the slice's start */
+    typedef typename acc_of<T>::type A;
+    __device__ __forceinline__ const W *at(int p, uint64_t i) const
+    {
+        return reinterpret_cast<const W *>(mine + cuda_p2p_ts_off(g, nranks, 0, round, p)) +
+               (i - origin);
+    }
+    __device__ __forceinline__ void load8(int p, uint64_t i, A v[8]) const
+    {
+        load8_wire<T, W>(at(p, i), v);
+    }
+    __device__ __forceinline__ A load1(int p, uint64_t i) const
+    {
+        typedef typename ts_uint<sizeof(W)>::t U;
+        return wire<T, W>::val(__ldcg(reinterpret_cast<const U *>(at(p, i))));
+    }
+};
+
+/* src[lo, hi) as wire elements into dst[lo, hi) (a peer's memory), this block's threads. */
+template <typename T, typename W>
+__device__ __forceinline__ void ts_push_wire(const T *src, W *dst, uint64_t lo, uint64_t hi,
+                                             bool vec)
+{
+    typedef typename ts_uint<sizeof(W)>::t U;
+    for (uint64_t i = lo + (uint64_t)threadIdx.x * 8; i < hi; i += (uint64_t)blockDim.x * 8) {
+        if (vec && i + 8 <= hi) {
+            uint32_t w[2 * sizeof(T)];
+            ld_words<sizeof(T), false>(src + i, w);
+            if constexpr (std::is_same<T, W>::value) {
+                st_words<sizeof(T)>(dst + i, w);
+            } else {
+                uint32_t o[2 * sizeof(W)];
+#pragma unroll
+                for (int j = 0; j < 2 * (int)sizeof(W); j++)
+                    o[j] = 0;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    word_put<sizeof(W)>(o, k,
+                                        wire<T, W>::bits(of_bits<T>(word_elem<sizeof(T)>(w, k))));
+                st_words<sizeof(W)>(dst + i, o);
+            }
+        } else {
+            for (uint64_t k = i; k < hi && k < i + 8; k++)
+                reinterpret_cast<U *>(dst)[k] = (U)wire<T, W>::bits(src[k]);
+        }
+    }
+}
+
+/* src[lo, hi) into dst[lo, hi), elements of T; cg: src is written by other GPUs or
+ * processes (skip L1). */
+template <typename T, bool CG>
+__device__ __forceinline__ void ts_copy(const T *src, T *dst, uint64_t lo, uint64_t hi, bool vec)
+{
+    typedef typename ts_uint<sizeof(T)>::t U;
+    for (uint64_t i = lo + (uint64_t)threadIdx.x * 8; i < hi; i += (uint64_t)blockDim.x * 8) {
+        if (vec && i + 8 <= hi) {
+            uint32_t w[2 * sizeof(T)];
+            ld_words<sizeof(T), CG>(src + i, w);
+            st_words<sizeof(T)>(dst + i, w);
+        } else {
+            for (uint64_t k = i; k < hi && k < i + 8; k++) {
+                const U *s = reinterpret_cast<const U *>(src) + k;
+                reinterpret_cast<U *>(dst)[k] = CG ? __ldcg(s) : *s;
+            }
+        }
+    }
+}
+
+/* Thread 0: every peer's flag of this block's part (kind 0: RS, 1: AG) for this round,
+ * bounded; the peers' calls compared.  0, or the failure (recorded). */
+__device__ int32_t ts_wait(const cuda_p2p_ts_args &a, const cuda_kcommon &c, int kind,
+                           uint32_t round, uint32_t flag)
+{
+    const uint64_t start = now_ns();
+    for (int q = 0; q < c.nranks; q++) {
+        if (q == c.rank)
+            continue;
+        const cuda_ll_unit *u = reinterpret_cast<const cuda_ll_unit *>(
+            a.peer[c.rank] + cuda_p2p_flag_off(&a.g, c.nranks, kind, round, q, blockIdx.x));
+        uint4 v;
+        for (uint32_t polls = 1;; polls++) {
+            v = ld_ll(u);
+            if (v.y == flag && v.w == flag)
+                break;
+            if (polls > 16)
+                __nanosleep(polls < 256 ? 64 : 512);
+            if (polls % POLL_CHECK != 0)
+                continue;
+            int32_t who = q;
+            int32_t st = ll_check(c, start, &who);
+            if (st == COMM_ERR_TIMEOUT)
+                who = q;
+            if (st != 0) {
+                v = ld_ll(u);
+                if (v.y == flag && v.w == flag)
+                    break;
+                record_fail(c, st, st == COMM_ERR_MISMATCH ? CUDA_STAGE_KDESC : CUDA_STAGE_KWAIT,
+                            who);
+                return st;
+            }
+        }
+        if (v.x != c.desc) {
+            record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, q);
+            return COMM_ERR_MISMATCH;
+        }
+    }
+    /* What the peers wrote before their flags is visible to this block from here. */
+    __threadfence_system();
+    return 0;
+}
+
+/* After every thread's pushes of this block: the flags of kind into every peer. */
+__device__ __forceinline__ void ts_signal(const cuda_p2p_ts_args &a, const cuda_kcommon &c,
+                                          int kind, uint32_t round, uint32_t flag)
+{
+    __threadfence_system(); /* each thread: its pushes before the flag (system scope) */
+    __syncthreads();
+    if (threadIdx.x != 0)
+        return;
+    for (int q = 0; q < c.nranks; q++)
+        if (q != c.rank)
+            st_ll(
+                reinterpret_cast<cuda_ll_unit *>(
+                    a.peer[q] + cuda_p2p_flag_off(&a.g, c.nranks, kind, round, c.rank, blockIdx.x)),
+                c.desc, c.seq, flag);
+}
+
+/*
+ * One two-shot round.  Block b of every rank takes part b of every slice:
+ *   1. pushes its part of peer q's slice of its input (as wire elements) into q's RS area
+ *      [round][me], for every peer q; then its RS flags into every peer;
+ *   2. waits for every peer's RS flag of block b (and compares their calls), reduces its
+ *      part of this rank's slice in rank order into recvbuf, and pushes that result into
+ *      every peer's AG area [round][me]; then its AG flags;
+ *   3. waits for every peer's AG flag of block b and copies their parts of their slices
+ *      into recvbuf.
+ * Nothing is written to recvbuf before every peer's call was compared (step 2's wait).
+ * Blocks never wait for each other: block b of one rank waits only for block b of the
+ * others, so the parts pipeline across blocks.
+ */
+template <typename T, typename W, int OP, int R>
+__global__ void __launch_bounds__(TS_THREADS) p2p_ts_kernel(const cuda_p2p_ts_args a)
+{
+    __shared__ cuda_kcommon sc;
+    __shared__ uint32_t sround;
+    __shared__ int32_t sst;
+    if (threadIdx.x == 0) {
+        const volatile cuda_dcount *n = a.c.counters;
+        sc = a.c;
+        sc.seq = n->seq;
+        sc.release = n->cchunk + CUDA_RELEASE;
+        sround = n->kround;
+        sst = 0;
+    }
+    __syncthreads();
+    const cuda_kcommon &c = sc;
+    const uint32_t round = sround;
+    const uint32_t flag = cuda_ll_flag(round);
+    const int n = c.nranks, me = c.rank;
+    const T *send = static_cast<const T *>(c.send);
+    T *recv = static_cast<T *>(c.recv);
+    const bool vec = c.vec != 0;
+    const uint64_t slice = cuda_p2p_slice(a.rn, n);
+    const uint64_t portion = cuda_p2p_portion(slice, gridDim.x);
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        write_call_line(c);
+
+    /* 1: reduce-scatter pushes. */
+    for (int q = 0; q < R; q++) {
+        if (q >= n || q == me)
+            continue;
+        uint64_t slo, shi, lo, hi;
+        cuda_p2p_part(a.rn, slice, (uint64_t)q, &slo, &shi);
+        cuda_p2p_part(shi - slo, portion, blockIdx.x, &lo, &hi);
+        W *dst = reinterpret_cast<W *>(a.peer[q] + cuda_p2p_ts_off(&a.g, n, 0, round, me));
+        ts_push_wire<T, W>(send + a.rlo + slo, dst, lo, hi, vec);
+    }
+    ts_signal(a, c, 0, round, flag);
+
+    /* 2: this rank's slice, reduced. */
+    if (threadIdx.x == 0)
+        sst = ts_wait(a, c, 0, round, flag);
+    __syncthreads();
+    if (sst != 0)
+        return;
+    {
+        uint64_t slo, shi, lo, hi;
+        cuda_p2p_part(a.rn, slice, (uint64_t)me, &slo, &shi);
+        cuda_p2p_part(shi - slo, portion, blockIdx.x, &lo, &hi);
+        const uint64_t origin = a.rlo + slo;
+        ts_src<T, W> src = {a.peer[me], &a.g, n, round, origin};
+        for (uint64_t i = lo + (uint64_t)threadIdx.x * 8; i < hi; i += (uint64_t)blockDim.x * 8) {
+            const uint32_t cnt = hi - i < 8 ? (uint32_t)(hi - i) : 8;
+            reduce_group<T, W, OP>(c, origin + i, cnt, src);
+        }
+        /* Each thread pushes the groups it reduced (its own writes, read back). */
+        for (int q = 0; q < R; q++) {
+            if (q >= n || q == me)
+                continue;
+            T *dst = reinterpret_cast<T *>(a.peer[q] + cuda_p2p_ts_off(&a.g, n, 1, round, me));
+            ts_copy<T, false>(recv + origin, dst, lo, hi, vec);
+        }
+    }
+    ts_signal(a, c, 1, round, flag);
+
+    /* 3: the peers' slices. */
+    if (threadIdx.x == 0)
+        sst = ts_wait(a, c, 1, round, flag);
+    __syncthreads();
+    if (sst != 0)
+        return;
+    for (int q = 0; q < R; q++) {
+        if (q >= n || q == me)
+            continue;
+        uint64_t slo, shi, lo, hi;
+        cuda_p2p_part(a.rn, slice, (uint64_t)q, &slo, &shi);
+        cuda_p2p_part(shi - slo, portion, blockIdx.x, &lo, &hi);
+        const T *from =
+            reinterpret_cast<const T *>(a.peer[me] + cuda_p2p_ts_off(&a.g, n, 1, round, q));
+        ts_copy<T, true>(from, recv + a.rlo + slo, lo, hi, vec);
+    }
+
+    /* The last block to end moves the counters on (as the LL kernels). */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        cuda_dcount *cn = c.counters;
+        if (atomicAdd(&cn->done, 1u) == gridDim.x - 1) {
+            cn->done = 0;
+            cn->kround = round + 1;
+            if (a.last) {
+                cn->seq = c.seq + 1;
+                st_vol(&static_cast<cuda_count_line *>(c.mirror)->seq, c.seq + 1);
+            }
+        }
+    }
+}
+
+template <typename T, typename W, int OP>
+cudaError_t launch_p2p_ts_t(const cuda_p2p_ts_args *a, unsigned blocks, cudaStream_t s)
+{
+    if (a->c.nranks <= 2)
+        p2p_ts_kernel<T, W, OP, 2><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else if (a->c.nranks <= 4)
+        p2p_ts_kernel<T, W, OP, 4><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else if (a->c.nranks <= CUDA_MAX_RANKS)
+        p2p_ts_kernel<T, W, OP, CUDA_MAX_RANKS><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else
+        return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+struct p2p_ts_launch {
+    const cuda_p2p_ts_args *a;
+    unsigned blocks;
+    cudaStream_t s;
+    template <typename T, typename W, int OP> cudaError_t run() const
+    {
+        return launch_p2p_ts_t<T, W, OP>(a, blocks, s);
+    }
+};
+
 } // namespace
 
 extern "C" int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream)
 {
     return dispatch(a->c, p2p_ll_launch{a, blocks, static_cast<cudaStream_t>(stream)});
+}
+
+extern "C" int cuda_launch_p2p_ts(const struct cuda_p2p_ts_args *a, unsigned blocks, void *stream)
+{
+    if (blocks < 1 || blocks > CUDA_MAX_BLOCKS)
+        return cudaErrorInvalidValue;
+    return dispatch(a->c, p2p_ts_launch{a, blocks, static_cast<cudaStream_t>(stream)});
 }

@@ -7,6 +7,7 @@
 #define ARCOMM_COLL_CUDA_KERNELS_P2P_H
 
 #include "cuda/layout.h"
+#include "cuda/p2p_layout.h"
 #include "kernels.h"
 
 #include <stdint.h>
@@ -27,8 +28,20 @@ struct cuda_p2p_ll_args {
     /* The round (flag cuda_ll_flag(round), sub-slot round % 2) is counters->kround. */
 };
 
-/* Returns a cudaError_t (0 = launched). */
+/* Two-shot: one round (reduce-scatter then all-gather through the peers' regions), a
+ * launch per round of blocks blocks (the same count on every rank). */
+struct cuda_p2p_ts_args {
+    struct cuda_kcommon c;
+    uint8_t *peer[CUDA_MAX_RANKS]; /* every rank's device region, as this GPU addresses it */
+    struct cuda_p2p_geom g;        /* of every region */
+    uint64_t rlo;                  /* first element of the round */
+    uint64_t rn;                   /* elements of the round */
+    uint32_t last;                 /* the call's last round */
+};
+
+/* Each returns a cudaError_t (0 = launched). */
 int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream);
+int cuda_launch_p2p_ts(const struct cuda_p2p_ts_args *a, unsigned blocks, void *stream);
 
 #ifdef __cplusplus
 }

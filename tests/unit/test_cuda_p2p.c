@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -42,8 +43,10 @@ static void test_areas(void **state)
     (void)state;
     const uint64_t ab = CUDA_P2P_AREA_BYTES;
     for (int n = 1; n <= CUDA_MAX_RANKS; n++) {
-        uint64_t region = cuda_p2p_region_bytes(ab, n);
-        assert_true(region >= (uint64_t)CUDA_KSLOTS * n * ab);
+        struct cuda_p2p_geom g = cuda_p2p_geom_compute(n);
+        uint64_t region = g.bytes;
+        assert_int_equal(g.ll_area, ab);
+        assert_true(g.off_rs >= (uint64_t)CUDA_KSLOTS * n * ab);
         for (uint32_t r1 = 0; r1 < 4; r1++) {
             for (int s1 = 0; s1 < n; s1++) {
                 uint64_t o1 = cuda_p2p_ll_off(ab, n, r1, s1);
@@ -67,6 +70,102 @@ static void test_areas(void **state)
         assert_true(cuda_ll_header(CUDA_MAX_BLOCKS - 1) < CUDA_LL_PAYLOAD0);
         assert_true(p.rounds * p.round_elems >= (1ull << 30));
     }
+}
+
+/* Two-shot: the areas and flag lines stay apart and inside the region. */
+static void test_ts_areas(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= CUDA_MAX_RANKS; n++) {
+        struct cuda_p2p_geom g = cuda_p2p_geom_compute(n);
+        assert_int_equal(g.slice_bytes % CUDA_PAGE, 0);
+        assert_true(g.slice_bytes >= (1u << 20));
+        assert_true(g.off_ag >= g.off_rs + (uint64_t)CUDA_KSLOTS * n * g.slice_bytes);
+        assert_true(g.off_flags >= g.off_ag + (uint64_t)CUDA_KSLOTS * n * g.slice_bytes);
+        for (int kind = 0; kind < 2; kind++) {
+            for (uint32_t r = 0; r < 2; r++) {
+                for (int q = 0; q < n; q++) {
+                    uint64_t o = cuda_p2p_ts_off(&g, n, kind, r, q);
+                    assert_int_equal(o % 16, 0);
+                    assert_true(o >= g.off_rs && o + g.slice_bytes <= g.off_flags);
+                    assert_true(cuda_p2p_ts_off(&g, n, kind, r + 2, q) == o);
+                    for (int k2 = 0; k2 < 2; k2++)
+                        for (uint32_t r2 = 0; r2 < 2; r2++)
+                            for (int q2 = 0; q2 < n; q2++) {
+                                uint64_t o2 = cuda_p2p_ts_off(&g, n, k2, r2, q2);
+                                if (k2 != kind || r2 != r || q2 != q)
+                                    assert_true(o2 + g.slice_bytes <= o || o + g.slice_bytes <= o2);
+                            }
+                    uint64_t prev = 0;
+                    for (uint32_t b = 0; b < CUDA_MAX_BLOCKS; b++) {
+                        uint64_t f = cuda_p2p_flag_off(&g, n, kind, r, q, b);
+                        assert_int_equal(f % CUDA_P2P_FLAG_LINE, 0);
+                        assert_true(f >= g.off_flags && f + CUDA_P2P_FLAG_LINE <= g.bytes);
+                        assert_true(b == 0 || f > prev);
+                        prev = f;
+                    }
+                }
+            }
+        }
+        /* The last flag line of all, and the first of another (sub-slot, kind, sender). */
+        assert_true(cuda_p2p_flag_off(&g, n, 1, 1, n - 1, CUDA_MAX_BLOCKS - 1) +
+                        CUDA_P2P_FLAG_LINE <=
+                    g.bytes);
+        assert_true(cuda_p2p_flag_off(&g, n, 0, 0, 1 % n, 0) !=
+                        cuda_p2p_flag_off(&g, n, 0, 0, 0, 0) ||
+                    n == 1);
+    }
+}
+
+/* Two-shot: rounds, slices and block portions cover every element exactly once, at
+ * multiples of 8 elements, and a slice fits its areas. */
+static void test_ts_plan(void **state)
+{
+    (void)state;
+    static const uint64_t counts[] = {1, 7, 8, 9, 1000, 65536 + 3, 3u << 20, (9u << 20) + 5};
+    static const uint32_t esizes[] = {1, 2, 4, 8};
+    static const uint32_t blocks[] = {1, 7, CUDA_MAX_BLOCKS};
+    uint8_t *seen = malloc((9u << 20) + 8);
+    assert_non_null(seen);
+    for (int n = 1; n <= CUDA_MAX_RANKS; n += (n < 4 ? 1 : 4)) {
+        struct cuda_p2p_geom g = cuda_p2p_geom_compute(n);
+        for (size_t e = 0; e < 4; e++) {
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+                for (size_t bi = 0; bi < 3; bi++) {
+                    uint64_t count = counts[ci];
+                    struct cuda_p2p_tplan p = cuda_p2p_tplan_compute(&g, count, esizes[e], n);
+                    assert_int_equal(p.slice_cap % CUDA_VEC_ELEMS, 0);
+                    assert_true(p.slice_cap * esizes[e] <= g.slice_bytes);
+                    memset(seen, 0, count);
+                    for (uint32_t j = 0; j < p.rounds; j++) {
+                        uint64_t rlo = (uint64_t)j * p.round_elems;
+                        uint64_t rn = count - rlo < p.round_elems ? count - rlo : p.round_elems;
+                        uint64_t slice = cuda_p2p_slice(rn, n);
+                        assert_true(slice <= p.slice_cap);
+                        assert_int_equal(slice % CUDA_VEC_ELEMS, 0);
+                        for (int q = 0; q < n; q++) {
+                            uint64_t slo, shi;
+                            cuda_p2p_part(rn, slice, (uint64_t)q, &slo, &shi);
+                            uint64_t portion = cuda_p2p_portion(slice, blocks[bi]);
+                            for (uint32_t b = 0; b < blocks[bi]; b++) {
+                                uint64_t lo, hi;
+                                cuda_p2p_part(shi - slo, portion, b, &lo, &hi);
+                                assert_true(lo == hi || lo % CUDA_VEC_ELEMS == 0);
+                                for (uint64_t i = slo + lo; i < slo + hi; i++)
+                                    seen[rlo + i]++;
+                            }
+                        }
+                    }
+                    for (uint64_t i = 0; i < count; i++)
+                        if (seen[i] != 1)
+                            fail_msg("n %d esize %u count %llu blocks %u: element %llu seen %u", n,
+                                     esizes[e], (unsigned long long)count, blocks[bi],
+                                     (unsigned long long)i, seen[i]);
+                }
+            }
+        }
+    }
+    free(seen);
 }
 
 /* Everyone reaches everyone: q's bit set in every rank's mask. */
@@ -203,9 +302,10 @@ static void test_backend_order(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_line),   cmocka_unit_test(test_areas),
-        cmocka_unit_test(test_decide), cmocka_unit_test(test_host_reach),
-        cmocka_unit_test(test_auto),   cmocka_unit_test(test_backend_order),
+        cmocka_unit_test(test_line),     cmocka_unit_test(test_areas),
+        cmocka_unit_test(test_ts_areas), cmocka_unit_test(test_ts_plan),
+        cmocka_unit_test(test_decide),   cmocka_unit_test(test_host_reach),
+        cmocka_unit_test(test_auto),     cmocka_unit_test(test_backend_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -186,8 +186,9 @@ comm_status_t cuda_p2p_setup(struct comm *c)
         return COMM_ERR_NOMEM;
     }
     x->p2p = p;
-    p->area_bytes = CUDA_P2P_AREA_BYTES;
-    p->bytes = cuda_p2p_region_bytes(p->area_bytes, c->nranks);
+    p->g = cuda_p2p_geom_compute(c->nranks);
+    p->area_bytes = p->g.ll_area;
+    p->bytes = p->g.bytes;
     int prev = 0;
     comm_status_t st = cuda_device_enter(c, &prev);
     if (st != COMM_OK)

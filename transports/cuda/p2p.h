@@ -19,8 +19,9 @@ struct cuda_p2p {
     void *mine;                    /* device: this rank's region (cudaMalloc) */
     uint8_t *peer[CUDA_MAX_RANKS]; /* every rank's region as this GPU addresses it */
     bool opened[CUDA_MAX_RANKS];   /* from cudaIpcOpenMemHandle: closed at release */
-    uint64_t bytes;                /* of each region */
-    uint64_t area_bytes;           /* of an LL area */
+    struct cuda_p2p_geom g;        /* of every region (the same on every rank) */
+    uint64_t bytes;                /* of each region (g.bytes) */
+    uint64_t area_bytes;           /* of an LL area (g.ll_area) */
 };
 
 /* Probe: a GPU is present and all visible GPUs reach each other (or there is one). */

@@ -13,8 +13,9 @@
  * the pointer and what each rank can reach travel in the rank's control page
  * (struct cuda_p2p_line at CUDA_P2P_CTRL_OFF, after struct cuda_ctrl).
  *
- *   rank r's device region (cuda_p2p_region_bytes):
- *     LL areas: [sub-slot s < CUDA_KSLOTS][sender q < nranks], area_bytes each
+ *   rank r's device region (struct cuda_p2p_geom):
+ *     LL areas: [sub-slot s < CUDA_KSLOTS][sender q < nranks], ll_area bytes each
+ *     two-shot RS areas, AG areas and flags (below)
  *
  * One-shot (LL) in push mode: in round t every rank writes its LL units (layout.h:
  * header per block, then payload from unit CUDA_LL_PAYLOAD0) into area [t % 2][me] of
@@ -67,9 +68,104 @@ CUDA_LAYOUT_FN uint64_t cuda_p2p_ll_off(uint64_t area_bytes, int nranks, uint32_
     return ((uint64_t)(round % CUDA_KSLOTS) * (uint64_t)nranks + (uint64_t)sender) * area_bytes;
 }
 
-CUDA_LAYOUT_FN uint64_t cuda_p2p_region_bytes(uint64_t area_bytes, int nranks)
+/*
+ * Two-shot (large messages), after the LL areas of the region:
+ *   RS areas [sub-slot][sender]: slice_bytes each, the sender's wire elements of this
+ *            rank's slice of the round (reduce-scatter pushes)
+ *   AG areas [sub-slot][sender]: slice_bytes each, the sender's reduced slice (all-gather)
+ *   flags    [sub-slot][kind: 0 RS, 1 AG][sender][block]: one LL unit {desc, flag, seq,
+ *            flag} on a 128-byte line of its own, written by the sender after its block's
+ *            pushes (and a system-scope fence), polled by this rank's block of that index
+ */
+#define CUDA_P2P_SLICE_MAX (8u << 20)  /* bytes of a two-shot area, at most */
+#define CUDA_P2P_TS_BYTES  (32u << 20) /* two-shot areas of one kind and sub-slot, at most */
+#define CUDA_P2P_FLAG_LINE 128
+
+struct cuda_p2p_geom {
+    uint64_t ll_area;     /* bytes of an LL area */
+    uint64_t slice_bytes; /* bytes of a two-shot area */
+    uint64_t off_rs;      /* RS area [0][0] */
+    uint64_t off_ag;      /* AG area [0][0] */
+    uint64_t off_flags;   /* flag [0][0][0][0] */
+    uint64_t bytes;       /* of the region */
+};
+
+CUDA_LAYOUT_FN struct cuda_p2p_geom cuda_p2p_geom_compute(int nranks)
 {
-    return cuda_align_up((uint64_t)CUDA_KSLOTS * (uint64_t)nranks * area_bytes, 2u << 20);
+    struct cuda_p2p_geom g;
+    uint64_t n = (uint64_t)(nranks > 0 ? nranks : 1);
+    g.ll_area = CUDA_P2P_AREA_BYTES;
+    g.slice_bytes = cuda_min_u64(CUDA_P2P_SLICE_MAX, CUDA_P2P_TS_BYTES / n) / CUDA_PAGE * CUDA_PAGE;
+    g.off_rs = (uint64_t)CUDA_KSLOTS * n * g.ll_area;
+    g.off_ag = g.off_rs + (uint64_t)CUDA_KSLOTS * n * g.slice_bytes;
+    g.off_flags = g.off_ag + (uint64_t)CUDA_KSLOTS * n * g.slice_bytes;
+    g.bytes = cuda_align_up(g.off_flags + (uint64_t)CUDA_KSLOTS * 2 * n * CUDA_MAX_BLOCKS *
+                                              CUDA_P2P_FLAG_LINE,
+                            2u << 20);
+    return g;
+}
+
+/* Two-shot area [sub-slot of round][sender] of kind 0 (RS) or 1 (AG). */
+CUDA_LAYOUT_FN uint64_t cuda_p2p_ts_off(const struct cuda_p2p_geom *g, int nranks, int kind,
+                                        uint32_t round, int sender)
+{
+    return (kind ? g->off_ag : g->off_rs) +
+           ((uint64_t)(round % CUDA_KSLOTS) * (uint64_t)nranks + (uint64_t)sender) * g->slice_bytes;
+}
+
+CUDA_LAYOUT_FN uint64_t cuda_p2p_flag_off(const struct cuda_p2p_geom *g, int nranks, int kind,
+                                          uint32_t round, int sender, uint32_t block)
+{
+    uint64_t line = ((((uint64_t)(round % CUDA_KSLOTS) * 2 + (uint64_t)kind) * (uint64_t)nranks +
+                      (uint64_t)sender) *
+                     CUDA_MAX_BLOCKS) +
+                    block;
+    return g->off_flags + line * CUDA_P2P_FLAG_LINE;
+}
+
+/*
+ * The two-shot plan of count elements of esize bytes: rounds of at most round_elems
+ * elements (nranks slices of at most slice_cap, a multiple of 8 elements, sized by the AG
+ * areas, which hold the element type itself).  Round j covers [j * round_elems, ...);
+ * within a round of rn elements slice q is part q of size cuda_p2p_slice(rn, nranks), and
+ * block b of nblocks takes part b of size cuda_p2p_portion(slice, nblocks) of a slice
+ * (cuda_p2p_part): every rank cuts alike, at multiples of 8 elements.
+ */
+struct cuda_p2p_tplan {
+    uint64_t slice_cap;   /* elements of a slice, at most */
+    uint64_t round_elems; /* elements of a round, at most */
+    uint32_t rounds;
+};
+
+CUDA_LAYOUT_FN struct cuda_p2p_tplan
+cuda_p2p_tplan_compute(const struct cuda_p2p_geom *g, uint64_t count, uint32_t esize, int nranks)
+{
+    struct cuda_p2p_tplan p;
+    p.slice_cap = g->slice_bytes / esize / CUDA_VEC_ELEMS * CUDA_VEC_ELEMS;
+    p.round_elems = p.slice_cap * (uint64_t)nranks;
+    p.rounds = count ? cuda_div_up32(count, p.round_elems) : 0;
+    return p;
+}
+
+CUDA_LAYOUT_FN uint64_t cuda_p2p_slice(uint64_t rn, int nranks)
+{
+    uint64_t s = (rn + (uint64_t)nranks - 1) / (uint64_t)nranks;
+    return cuda_align_up(s ? s : 1, CUDA_VEC_ELEMS);
+}
+
+CUDA_LAYOUT_FN uint64_t cuda_p2p_portion(uint64_t slice, uint32_t nblocks)
+{
+    uint64_t p = (slice + nblocks - 1) / nblocks;
+    return cuda_align_up(p ? p : 1, CUDA_VEC_ELEMS);
+}
+
+/* [*lo, *hi) of part i of len elements cut in parts of part elements (empty past the end). */
+CUDA_LAYOUT_FN void cuda_p2p_part(uint64_t len, uint64_t part, uint64_t i, uint64_t *lo,
+                                  uint64_t *hi)
+{
+    uint64_t a = i * part, b = a + part;
+    *lo = a < len ? a : len;
+    *hi = b < len ? b : len;
 }
 
 /*

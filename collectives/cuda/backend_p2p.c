@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The cuda-p2p backend: GPUs of one host that reach each other (every pair with peer
- * access, or process ranks sharing one GPU), with staging and LL flags in device memory
+ * access, or process ranks sharing one GPU), with staging and flags in device memory
  * mapped into every peer (transports/cuda/p2p.c).  Allreduce and allreduce_add take the
- * peer-to-peer one-shot path (allreduce_p2p.c); the other collectives still take the
+ * peer-to-peer one-shot and two-shot paths (allreduce_p2p.c), broadcast, allgather and
+ * alltoall direct copies (collectives_p2p.c); reduce and reduce_scatter still take the
  * host-staged copy-engine path of the same communicator (collectives_cuda.c), whose
  * pinned segment every cuda-p2p communicator keeps for its control lines anyway.
  *
@@ -61,6 +62,16 @@ static comm_status_t p2p_staged(struct comm *c, const struct coll_call *call)
     return st;
 }
 
+/* Broadcast, allgather, alltoall: direct copies between ranks (one rank: a local copy,
+ * the host-staged way). */
+static comm_status_t p2p_move(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = c->nranks > 1 ? coll_cuda_p2p_move(c, call) : coll_cuda_staged(c, call);
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
 static comm_status_t p2p_barrier(struct comm *c)
 {
     comm_status_t st = cuda_check_device(c);
@@ -81,11 +92,11 @@ const struct backend_ops coll_cuda_p2p_backend = {
     .allreduce = p2p_allreduce,
     .allreduce_add = p2p_allreduce,
     .barrier = p2p_barrier,
-    .broadcast = p2p_staged,
+    .broadcast = p2p_move,
     .reduce = p2p_staged,
-    .allgather = p2p_staged,
+    .allgather = p2p_move,
     .reduce_scatter = p2p_staged,
-    .alltoall = p2p_staged,
+    .alltoall = p2p_move,
     .publish_failure = cuda_publish_failure,
     .wake = shm_wake,
     .mem_alloc = cuda_mem_alloc,

@@ -340,15 +340,15 @@ __device__ __forceinline__ void ts_copy(const T *src, T *dst, uint64_t lo, uint6
 
 /* Thread 0: every peer's flag of this block's part (kind 0: RS, 1: AG) for this round,
  * bounded; the peers' calls compared.  0, or the failure (recorded). */
-__device__ int32_t ts_wait(const cuda_p2p_ts_args &a, const cuda_kcommon &c, int kind,
-                           uint32_t round, uint32_t flag)
+__device__ int32_t ts_wait_flags(const uint8_t *mine, const cuda_p2p_geom *g, const cuda_kcommon &c,
+                                 int kind, uint32_t round, uint32_t flag)
 {
     const uint64_t start = now_ns();
     for (int q = 0; q < c.nranks; q++) {
         if (q == c.rank)
             continue;
         const cuda_ll_unit *u = reinterpret_cast<const cuda_ll_unit *>(
-            a.peer[c.rank] + cuda_p2p_flag_off(&a.g, c.nranks, kind, round, q, blockIdx.x));
+            mine + cuda_p2p_flag_off(g, c.nranks, kind, round, q, blockIdx.x));
         uint4 v;
         for (uint32_t polls = 1;; polls++) {
             v = ld_ll(u);
@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(TS_THREADS) p2p_ts_kernel(const cuda_p2p_ts_ar
 
     /* 2: this rank's slice, reduced. */
     if (threadIdx.x == 0)
-        sst = ts_wait(a, c, 0, round, flag);
+        sst = ts_wait_flags(a.peer[c.rank], &a.g, c, 0, round, flag);
     __syncthreads();
     if (sst != 0)
         return;
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(TS_THREADS) p2p_ts_kernel(const cuda_p2p_ts_ar
 
     /* 3: the peers' slices. */
     if (threadIdx.x == 0)
-        sst = ts_wait(a, c, 1, round, flag);
+        sst = ts_wait_flags(a.peer[c.rank], &a.g, c, 1, round, flag);
     __syncthreads();
     if (sst != 0)
         return;
@@ -531,6 +531,126 @@ struct p2p_ts_launch {
     }
 };
 
+/* ---- broadcast, allgather, alltoall: direct copies ---- */
+
+/* Bytes [lo, hi) of src into dst, this block's threads; 16-byte accesses where src, dst
+ * and lo allow; cg: src is written by other GPUs or processes (skip L1). */
+template <bool CG>
+__device__ __forceinline__ void mv_copy(const uint8_t *src, uint8_t *dst, uint64_t lo, uint64_t hi)
+{
+    if (hi <= lo || src == dst)
+        return;
+    uint64_t i = lo;
+    if ((((uintptr_t)src | (uintptr_t)dst | lo) & 15u) == 0) {
+        const uint64_t vend = lo + (hi - lo) / 16 * 16;
+        for (uint64_t k = lo + (uint64_t)threadIdx.x * 16; k < vend;
+             k += (uint64_t)blockDim.x * 16) {
+            const uint4 *s = reinterpret_cast<const uint4 *>(src + k);
+            *reinterpret_cast<uint4 *>(dst + k) = CG ? __ldcg(s) : *s;
+        }
+        i = vend;
+    }
+    for (uint64_t k = i + threadIdx.x; k < hi; k += blockDim.x)
+        dst[k] = CG ? __ldcg(src + k) : src[k];
+}
+
+/* The flags of the direct copies are the two-shot AG flags, and their areas the AG areas. */
+__device__ __forceinline__ void mv_signal(const cuda_p2p_mv_args &a, const cuda_kcommon &c,
+                                          uint32_t round, uint32_t flag)
+{
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x != 0)
+        return;
+    for (int q = 0; q < c.nranks; q++)
+        if (q != c.rank)
+            st_ll(reinterpret_cast<cuda_ll_unit *>(
+                      a.peer[q] + cuda_p2p_flag_off(&a.g, c.nranks, 1, round, c.rank, blockIdx.x)),
+                  c.desc, c.seq, flag);
+}
+
+/*
+ * One round of a broadcast, allgather or alltoall.  Block b of every rank takes part b of
+ * the round's bytes of every block: pushes what each peer needs of this rank into the
+ * peer's AG area [round][me] (allgather: its block; alltoall: the peer's block; broadcast:
+ * the root's block, from the root only), signals every peer (every rank signals and waits
+ * for every rank, whatever it copies, so that every call is compared and every area's
+ * reuse ordered), waits for every peer's flag, then copies what arrived (and its own block)
+ * into recvbuf.
+ */
+__global__ void __launch_bounds__(TS_THREADS) p2p_mv_kernel(const cuda_p2p_mv_args a)
+{
+    __shared__ cuda_kcommon sc;
+    __shared__ uint32_t sround;
+    __shared__ int32_t sst;
+    if (threadIdx.x == 0) {
+        const volatile cuda_dcount *n = a.c.counters;
+        sc = a.c;
+        sc.seq = n->seq;
+        sc.release = n->cchunk + CUDA_RELEASE;
+        sround = n->kround;
+        sst = 0;
+    }
+    __syncthreads();
+    const cuda_kcommon &c = sc;
+    const uint32_t round = sround;
+    const uint32_t flag = cuda_ll_flag(round);
+    const int n = c.nranks, me = c.rank;
+    const uint8_t *send = static_cast<const uint8_t *>(c.send);
+    uint8_t *recv = static_cast<uint8_t *>(c.recv);
+    const uint64_t part = cuda_align_up((a.n + gridDim.x - 1) / gridDim.x, 16);
+    uint64_t plo, phi;
+    cuda_p2p_part(a.n, part, blockIdx.x, &plo, &phi);
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        write_call_line(c);
+
+    for (int q = 0; q < n; q++) {
+        if (q == me || (a.kind == CUDA_P2P_MV_BROADCAST && me != a.root))
+            continue;
+        const uint8_t *src = send + a.lo;
+        if (a.kind == CUDA_P2P_MV_ALLTOALL)
+            src += (uint64_t)q * a.block;
+        uint8_t *dst = a.peer[q] + cuda_p2p_ts_off(&a.g, n, 1, round, me);
+        mv_copy<false>(src, dst, plo, phi);
+    }
+    mv_signal(a, c, round, flag);
+    if (threadIdx.x == 0)
+        sst = ts_wait_flags(a.peer[c.rank], &a.g, c, 1, round, flag);
+    __syncthreads();
+    if (sst != 0)
+        return;
+    for (int q = 0; q < n; q++) {
+        const uint8_t *from = a.peer[me] + cuda_p2p_ts_off(&a.g, n, 1, round, q);
+        uint8_t *to = recv + a.lo;
+        if (a.kind == CUDA_P2P_MV_BROADCAST) {
+            if (q != a.root)
+                continue;
+            if (me == a.root)
+                from = send + a.lo; /* in place: nothing to copy */
+        } else {
+            to += (uint64_t)q * a.block;
+            if (q == me)
+                from = send + a.lo + (a.kind == CUDA_P2P_MV_ALLTOALL ? (uint64_t)me * a.block : 0);
+        }
+        if (q == me || (a.kind == CUDA_P2P_MV_BROADCAST && me == a.root))
+            mv_copy<false>(from, to, plo, phi);
+        else
+            mv_copy<true>(from, to, plo, phi);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        cuda_dcount *cn = c.counters;
+        if (atomicAdd(&cn->done, 1u) == gridDim.x - 1) {
+            cn->done = 0;
+            cn->kround = round + 1;
+            if (a.last) {
+                cn->seq = c.seq + 1;
+                st_vol(&static_cast<cuda_count_line *>(c.mirror)->seq, c.seq + 1);
+            }
+        }
+    }
+}
+
 } // namespace
 
 extern "C" int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream)
@@ -543,4 +663,12 @@ extern "C" int cuda_launch_p2p_ts(const struct cuda_p2p_ts_args *a, unsigned blo
     if (blocks < 1 || blocks > CUDA_MAX_BLOCKS)
         return cudaErrorInvalidValue;
     return dispatch(a->c, p2p_ts_launch{a, blocks, static_cast<cudaStream_t>(stream)});
+}
+
+extern "C" int cuda_launch_p2p_mv(const struct cuda_p2p_mv_args *a, unsigned blocks, void *stream)
+{
+    if (blocks < 1 || blocks > CUDA_MAX_BLOCKS)
+        return cudaErrorInvalidValue;
+    p2p_mv_kernel<<<blocks, TS_THREADS, 0, static_cast<cudaStream_t>(stream)>>>(*a);
+    return cudaGetLastError();
 }

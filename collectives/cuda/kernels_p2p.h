@@ -39,9 +39,26 @@ struct cuda_p2p_ts_args {
     uint32_t last;                 /* the call's last round */
 };
 
+enum cuda_p2p_mv { CUDA_P2P_MV_BROADCAST = 1, CUDA_P2P_MV_ALLGATHER = 2, CUDA_P2P_MV_ALLTOALL = 3 };
+
+/* Broadcast, allgather, alltoall: one round of direct SM copies through the peers' AG
+ * areas: bytes [lo, lo + n) of every block of the call. */
+struct cuda_p2p_mv_args {
+    struct cuda_kcommon c;
+    uint8_t *peer[CUDA_MAX_RANKS]; /* every rank's device region, as this GPU addresses it */
+    struct cuda_p2p_geom g;        /* of every region */
+    uint64_t block;                /* bytes of a block: count x element size */
+    uint64_t lo;                   /* first byte of the round within a block */
+    uint64_t n;                    /* bytes of the round (at most g.slice_bytes) */
+    int32_t kind;                  /* enum cuda_p2p_mv */
+    int32_t root;                  /* broadcast's root */
+    uint32_t last;                 /* the call's last round */
+};
+
 /* Each returns a cudaError_t (0 = launched). */
 int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_ts(const struct cuda_p2p_ts_args *a, unsigned blocks, void *stream);
+int cuda_launch_p2p_mv(const struct cuda_p2p_mv_args *a, unsigned blocks, void *stream);
 
 #ifdef __cplusplus
 }

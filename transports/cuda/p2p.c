@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 bool cuda_p2p_probe(const struct transport_probe *p, char *why, size_t len)
@@ -252,20 +253,56 @@ out:
     return st;
 }
 
+/* How long a healthy rank's teardown waits for its peers to close before it keeps its
+ * region rather than free memory a peer's kernels might still push into. */
+#define CUDA_P2P_CLOSE_NS 10000000000ull
+
+/* Have all peers said that their GPUs are done with this rank's region (bounded)? */
+static bool peers_closed(struct comm *c, struct cuda_comm *x)
+{
+    uint64_t limit = rt_ms_to_ns(c->timeout_ms);
+    if (limit > CUDA_P2P_CLOSE_NS)
+        limit = CUDA_P2P_CLOSE_NS;
+    uint64_t end = rt_deadline_in(limit);
+    for (int q = 0; q < c->nranks; q++) {
+        const struct cuda_p2p_line *l = cuda_p2p_line_of(x, q);
+        while (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) == 0) {
+            if (rt_passed(end, rt_now_ns()))
+                return false;
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = 500000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return true;
+}
+
 void cuda_p2p_release(struct comm *c)
 {
     struct cuda_comm *x = cuda_of(c);
     struct cuda_p2p *p = x->p2p;
     if (p == NULL)
         return;
+    /* This rank's streams are idle (cuda_teardown drained them): its GPU will not write
+     * into a peer's region again. */
     for (int q = 0; q < CUDA_MAX_RANKS; q++)
         if (p->opened[q])
             cudaIpcCloseMemHandle(p->peer[q]);
-    /* A failed peer may still write into this region (its kernels were released, not
-     * finished): keep it mapped until the process exits rather than let those writes
-     * land in memory reused for something else. */
-    if (p->mine != NULL && atomic_load(&c->broken) == 0)
+    if (x->regions != NULL)
+        __atomic_store_n(&cuda_p2p_line_of(x, c->rank)->closed, 1u, __ATOMIC_RELEASE);
+    /* A peer's kernels push into this region before they wait: a peer that has not closed
+     * (one call ahead, or failed and released rather than finished) may still write here.
+     * Keep the region then, until the process exits, rather than let those writes land in
+     * memory reused for something else. */
+    bool broken = atomic_load(&c->broken) != 0;
+    bool safe = !broken && x->regions != NULL && peers_closed(c, x);
+    if (p->mine != NULL && safe)
         cudaFree(p->mine);
+    else if (p->mine != NULL)
+        rt_log(c, RT_LOG_WARN,
+               "rank %d: cuda-p2p: %s; GPU %d keeps this rank's %llu MiB device region until "
+               "the process exits",
+               c->rank, broken ? "the communicator failed" : "a peer did not close in time",
+               x->device, (unsigned long long)(p->bytes >> 20));
     (void)cudaGetLastError();
     free(p);
     x->p2p = NULL;

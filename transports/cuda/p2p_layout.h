@@ -40,14 +40,15 @@
  * writes them; magic last, with release order, then mask in a second round). */
 struct cuda_p2p_line {
     /* line 0 */
-    uint64_t magic;               /* CUDA_P2P_MAGIC once the rest is written */
-    uint64_t bytes;               /* of the device region */
-    uint64_t dptr;                /* its device address in the owner's process */
-    int32_t pid;                  /* the owner's process */
-    int32_t device;               /* the owner's CUDA ordinal (in its process) */
-    uint32_t mask;                /* second round: bit q = this rank reaches rank q's GPU */
-    uint32_t mask_done;           /* 1 once mask is written */
-    uint8_t pad0[CUDA_LINE - 40]; /* */
+    uint64_t magic;     /* CUDA_P2P_MAGIC once the rest is written */
+    uint64_t bytes;     /* of the device region */
+    uint64_t dptr;      /* its device address in the owner's process */
+    int32_t pid;        /* the owner's process */
+    int32_t device;     /* the owner's CUDA ordinal (in its process) */
+    uint32_t mask;      /* second round: bit q = this rank reaches rank q's GPU */
+    uint32_t mask_done; /* 1 once mask is written */
+    uint32_t closed;    /* 1 once the owner's GPU will not touch a peer's region again */
+    uint8_t pad0[CUDA_LINE - 44];
     /* line 1 */
     char busid[CUDA_P2P_BUSID]; /* PCI bus id of the owner's GPU (upper case, CUDA's) */
     uint8_t pad1[CUDA_LINE - CUDA_P2P_BUSID];

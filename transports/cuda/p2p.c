@@ -257,15 +257,23 @@ out:
  * region rather than free memory a peer's kernels might still push into. */
 #define CUDA_P2P_CLOSE_NS 10000000000ull
 
-/* Have all peers said that their GPUs are done with this rank's region (bounded)? */
+/* Have all peers of other processes said that their GPUs are done with this rank's
+ * region (bounded)? */
 static bool peers_closed(struct comm *c, struct cuda_comm *x)
 {
     uint64_t limit = rt_ms_to_ns(c->timeout_ms);
     if (limit > CUDA_P2P_CLOSE_NS)
         limit = CUDA_P2P_CLOSE_NS;
     uint64_t end = rt_deadline_in(limit);
+    int32_t mypid = (int32_t)getpid();
     for (int q = 0; q < c->nranks; q++) {
         const struct cuda_p2p_line *l = cuda_p2p_line_of(x, q);
+        /* Thread ranks of this process may be destroyed one after another by one thread:
+         * none of them can wait for the next.  Their last calls are done (this rank's
+         * drained calls read every push of theirs), and a thread rank cannot be in a later
+         * call while this one is torn down in a correct program. */
+        if (l->pid == mypid)
+            continue;
         while (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) == 0) {
             if (rt_passed(end, rt_now_ns()))
                 return false;

@@ -245,6 +245,12 @@ comm_status_t cuda_p2p_setup(struct comm *c)
     st = map_peers(c, x, p);
     if (st != COMM_OK)
         goto out;
+    /* Every rank mapped every region before any pushes into one: a rank that failed to
+     * map tells the others here (shm_setup_failed), and all of them fail alike. */
+    shm_progress_publish(c);
+    st = shm_progress_wait_all(c, "cuda-p2p setup (regions mapped)");
+    if (st != COMM_OK)
+        goto out;
     rt_log(c, RT_LOG_INFO,
            "rank %d: cuda-p2p on GPU %d (%s): %llu MiB device region mapped into %d peers", c->rank,
            x->device, me->busid, (unsigned long long)(p->bytes >> 20), c->nranks - 1);

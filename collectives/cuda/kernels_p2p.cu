@@ -22,6 +22,18 @@
  * round come from the device counters (struct cuda_dcount), never from the launch, so a
  * CUDA graph replays these launches as fresh collectives.
  *
+ * Two-shot (large allreduce) and the direct copies (broadcast, allgather, alltoall) move
+ * plain data, so each block raises a flag per peer after its pushes: every thread's
+ * __threadfence_system (fence.sc.sys) after its stores, a barrier, then thread 0's
+ * volatile 16-byte store of the flag unit {desc, flag, seq, flag} (ld/st.volatile are
+ * relaxed at system scope in the PTX memory model: fence then relaxed store is a release
+ * pattern).  The reader's thread 0 polls with volatile loads and, once the flag is there,
+ * issues __threadfence_system (relaxed load then fence: an acquire pattern) before a
+ * barrier; the block then reads the data with ld.global.cg (L2: an L1 line of this SM may
+ * hold the area's previous round).  System scope, not gpu scope: the writers are other
+ * GPUs (NVLink or PCIe peer writes) or other processes' contexts on this GPU, and the fail
+ * lines are read by the host.
+ *
  * Sub-slot reuse needs no wait (as the host-staged LL path): this rank writes round t + 2
  * into peer p's area [t % 2][me] only after its round t + 1 launch ended, which read p's
  * round t + 1 data, which p wrote only after its round t launch (its reads of area

@@ -4,8 +4,9 @@
  * access, or process ranks sharing one GPU), with staging and flags in device memory
  * mapped into every peer (transports/cuda/p2p.c).  Allreduce and allreduce_add take the
  * peer-to-peer one-shot and two-shot paths (allreduce_p2p.c), broadcast, allgather and
- * alltoall direct copies (collectives_p2p.c); reduce and reduce_scatter still take the
- * host-staged copy-engine path of the same communicator (collectives_cuda.c), whose
+ * alltoall direct copies, reduce_scatter the two-shot reduce-scatter half
+ * (collectives_p2p.c); reduce still takes the host-staged copy-engine path of the same
+ * communicator (collectives_cuda.c), whose
  * pinned segment every cuda-p2p communicator keeps for its control lines anyway.
  *
  * NOT YET VERIFIED ON A GPU: listed after the host-staged "cuda" backend, whose probe
@@ -72,6 +73,15 @@ static comm_status_t p2p_move(struct comm *c, const struct coll_call *call)
     return st;
 }
 
+static comm_status_t p2p_reduce_scatter(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st =
+        c->nranks > 1 ? coll_cuda_p2p_reduce_scatter(c, call) : coll_cuda_staged(c, call);
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
 static comm_status_t p2p_barrier(struct comm *c)
 {
     comm_status_t st = cuda_check_device(c);
@@ -95,7 +105,7 @@ const struct backend_ops coll_cuda_p2p_backend = {
     .broadcast = p2p_move,
     .reduce = p2p_staged,
     .allgather = p2p_move,
-    .reduce_scatter = p2p_staged,
+    .reduce_scatter = p2p_reduce_scatter,
     .alltoall = p2p_move,
     .publish_failure = cuda_publish_failure,
     .wake = shm_wake,

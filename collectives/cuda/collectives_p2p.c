@@ -2,7 +2,8 @@
 /*
  * cuda-p2p's broadcast, allgather and alltoall: direct SM copies through the peers' device
  * regions (kernels_p2p.cu, p2p_mv_kernel), rounds of at most a two-shot area of every
- * block, ARCOMM_CUDA_BLOCKS blocks.  The call plumbing is the host-staged path's
+ * block, ARCOMM_CUDA_BLOCKS blocks; and reduce_scatter, the two-shot kernel's
+ * reduce-scatter half (p2p_rs_kernel).  The call plumbing is the host-staged path's
  * (cuda_call_begin / cuda_call_end, device counters), so graph capture works as there.
  * Copy engines (cudaMemcpyAsync between the mapped regions) are the alternative to measure.
  *
@@ -50,6 +51,49 @@ comm_status_t coll_cuda_p2p_move(struct comm *c, const struct coll_call *call)
         int e = cuda_launch_p2p_mv(&a, blocks, call->stream);
         if (e != 0)
             st = cuda_launch_failed(c, "the cuda-p2p copy launch", e);
+    }
+    return cuda_call_end(c, call, st, prev);
+}
+
+/* Reduce_scatter: every rank pushes block q of its sendbuf to rank q, each reduces its own
+ * (the two-shot reduce-scatter half, kernels_p2p.cu), rounds of at most a two-shot area. */
+comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_call *call)
+{
+    struct cuda_comm *x = cuda_of(c);
+    struct cuda_p2p *p = x->p2p;
+    comm_status_t st = cuda_check_device(c);
+    if (st != COMM_OK || call->count == 0)
+        return st;
+    int prev = 0;
+    st = cuda_call_begin(c, call, &prev);
+    if (st != COMM_OK)
+        return st;
+    const size_t es = rt_dtype_size(call->dtype);
+    struct cuda_p2p_rs_args a = {
+        .g = p->g,
+        .sendbuf = call->send,
+        .block = call->count,
+    };
+    for (int r = 0; r < CUDA_MAX_RANKS; r++)
+        a.peer[r] = r < c->nranks ? p->peer[r] : NULL;
+    cuda_fill_common(c, call, false, CUDA_PATH_COPY, &a.c);
+    /* This rank's own contribution is block 'rank' of its sendbuf; the peers' blocks are
+     * read from sendbuf + q x count, aligned alike only when a block is a multiple of 16
+     * bytes. */
+    a.c.send = (const uint8_t *)call->send + (uint64_t)c->rank * call->count * es;
+    a.c.vec =
+        cuda_aligned16(call->send) && cuda_aligned16(call->recv) && (call->count * es) % 16 == 0;
+    unsigned blocks = x->k.blocks < 1                 ? 1
+                      : x->k.blocks > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS
+                                                      : x->k.blocks;
+    struct cuda_p2p_tplan plan = cuda_p2p_tplan_compute(&p->g, call->count, (uint32_t)es, 1);
+    for (uint32_t j = 0; j < plan.rounds && st == COMM_OK; j++) {
+        a.rlo = (uint64_t)j * plan.slice_cap;
+        a.rn = call->count - a.rlo < plan.slice_cap ? call->count - a.rlo : plan.slice_cap;
+        a.last = j + 1 == plan.rounds;
+        int e = cuda_launch_p2p_rs(&a, blocks, call->stream);
+        if (e != 0)
+            st = cuda_launch_failed(c, "the cuda-p2p reduce_scatter launch", e);
     }
     return cuda_call_end(c, call, st, prev);
 }

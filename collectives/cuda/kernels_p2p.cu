@@ -394,8 +394,9 @@ __device__ int32_t ts_wait_flags(const uint8_t *mine, const cuda_p2p_geom *g, co
 }
 
 /* After every thread's pushes of this block: the flags of kind into every peer. */
-__device__ __forceinline__ void ts_signal(const cuda_p2p_ts_args &a, const cuda_kcommon &c,
-                                          int kind, uint32_t round, uint32_t flag)
+__device__ __forceinline__ void ts_signal_raw(uint8_t *const *peer, const cuda_p2p_geom *g,
+                                              const cuda_kcommon &c, int kind, uint32_t round,
+                                              uint32_t flag)
 {
     __threadfence_system(); /* each thread: its pushes before the flag (system scope) */
     __syncthreads();
@@ -403,10 +404,15 @@ __device__ __forceinline__ void ts_signal(const cuda_p2p_ts_args &a, const cuda_
         return;
     for (int q = 0; q < c.nranks; q++)
         if (q != c.rank)
-            st_ll(
-                reinterpret_cast<cuda_ll_unit *>(
-                    a.peer[q] + cuda_p2p_flag_off(&a.g, c.nranks, kind, round, c.rank, blockIdx.x)),
-                c.desc, c.seq, flag);
+            st_ll(reinterpret_cast<cuda_ll_unit *>(
+                      peer[q] + cuda_p2p_flag_off(g, c.nranks, kind, round, c.rank, blockIdx.x)),
+                  c.desc, c.seq, flag);
+}
+
+__device__ __forceinline__ void ts_signal(const cuda_p2p_ts_args &a, const cuda_kcommon &c,
+                                          int kind, uint32_t round, uint32_t flag)
+{
+    ts_signal_raw(a.peer, &a.g, c, kind, round, flag);
 }
 
 /*
@@ -663,6 +669,96 @@ __global__ void __launch_bounds__(TS_THREADS) p2p_mv_kernel(const cuda_p2p_mv_ar
     }
 }
 
+/* ---- reduce_scatter: the two-shot reduce-scatter half ---- */
+
+/*
+ * One round of a reduce_scatter: block b of every rank pushes part b of the round of its
+ * block q into peer q's RS area [round][me] (every peer q), raises its RS flags, waits for
+ * every peer's RS flag of block b (the calls compared), and reduces part b of its own
+ * block in rank order into recvbuf.  Area reuse as two-shot's: a round's completion needs
+ * every peer's flag of that round.
+ */
+template <typename T, typename W, int OP, int R>
+__global__ void __launch_bounds__(TS_THREADS) p2p_rs_kernel(const cuda_p2p_rs_args a)
+{
+    __shared__ cuda_kcommon sc;
+    __shared__ uint32_t sround;
+    __shared__ int32_t sst;
+    if (threadIdx.x == 0) {
+        const volatile cuda_dcount *n = a.c.counters;
+        sc = a.c;
+        sc.seq = n->seq;
+        sc.release = n->cchunk + CUDA_RELEASE;
+        sround = n->kround;
+        sst = 0;
+    }
+    __syncthreads();
+    const cuda_kcommon &c = sc;
+    const uint32_t round = sround;
+    const uint32_t flag = cuda_ll_flag(round);
+    const int n = c.nranks, me = c.rank;
+    const bool vec = c.vec != 0;
+    const uint64_t portion = cuda_p2p_portion(a.rn, gridDim.x);
+    uint64_t lo, hi;
+    cuda_p2p_part(a.rn, portion, blockIdx.x, &lo, &hi);
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        write_call_line(c);
+    for (int q = 0; q < R; q++) {
+        if (q >= n || q == me)
+            continue;
+        const T *src = static_cast<const T *>(a.sendbuf) + (uint64_t)q * a.block + a.rlo;
+        W *dst = reinterpret_cast<W *>(a.peer[q] + cuda_p2p_ts_off(&a.g, n, 0, round, me));
+        ts_push_wire<T, W>(src, dst, lo, hi, vec);
+    }
+    ts_signal_raw(a.peer, &a.g, c, 0, round, flag);
+    if (threadIdx.x == 0)
+        sst = ts_wait_flags(a.peer[me], &a.g, c, 0, round, flag);
+    __syncthreads();
+    if (sst != 0)
+        return;
+    ts_src<T, W> src = {a.peer[me], &a.g, n, round, a.rlo};
+    for (uint64_t i = lo + (uint64_t)threadIdx.x * 8; i < hi; i += (uint64_t)blockDim.x * 8) {
+        const uint32_t cnt = hi - i < 8 ? (uint32_t)(hi - i) : 8;
+        reduce_group<T, W, OP>(c, a.rlo + i, cnt, src);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        cuda_dcount *cn = c.counters;
+        if (atomicAdd(&cn->done, 1u) == gridDim.x - 1) {
+            cn->done = 0;
+            cn->kround = round + 1;
+            if (a.last) {
+                cn->seq = c.seq + 1;
+                st_vol(&static_cast<cuda_count_line *>(c.mirror)->seq, c.seq + 1);
+            }
+        }
+    }
+}
+
+template <typename T, typename W, int OP>
+cudaError_t launch_p2p_rs_t(const cuda_p2p_rs_args *a, unsigned blocks, cudaStream_t s)
+{
+    if (a->c.nranks <= 2)
+        p2p_rs_kernel<T, W, OP, 2><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else if (a->c.nranks <= 4)
+        p2p_rs_kernel<T, W, OP, 4><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else if (a->c.nranks <= CUDA_MAX_RANKS)
+        p2p_rs_kernel<T, W, OP, CUDA_MAX_RANKS><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else
+        return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+struct p2p_rs_launch {
+    const cuda_p2p_rs_args *a;
+    unsigned blocks;
+    cudaStream_t s;
+    template <typename T, typename W, int OP> cudaError_t run() const
+    {
+        return launch_p2p_rs_t<T, W, OP>(a, blocks, s);
+    }
+};
+
 } // namespace
 
 extern "C" int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream)
@@ -683,4 +779,11 @@ extern "C" int cuda_launch_p2p_mv(const struct cuda_p2p_mv_args *a, unsigned blo
         return cudaErrorInvalidValue;
     p2p_mv_kernel<<<blocks, TS_THREADS, 0, static_cast<cudaStream_t>(stream)>>>(*a);
     return cudaGetLastError();
+}
+
+extern "C" int cuda_launch_p2p_rs(const struct cuda_p2p_rs_args *a, unsigned blocks, void *stream)
+{
+    if (blocks < 1 || blocks > CUDA_MAX_BLOCKS)
+        return cudaErrorInvalidValue;
+    return dispatch(a->c, p2p_rs_launch{a, blocks, static_cast<cudaStream_t>(stream)});
 }

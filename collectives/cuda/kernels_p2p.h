@@ -39,6 +39,19 @@ struct cuda_p2p_ts_args {
     uint32_t last;                 /* the call's last round */
 };
 
+/* Reduce_scatter: one round, the two-shot kernel's reduce-scatter half.  c.send is this
+ * rank's own block (sendbuf + rank x count), c.recv its recvbuf. */
+struct cuda_p2p_rs_args {
+    struct cuda_kcommon c;
+    uint8_t *peer[CUDA_MAX_RANKS]; /* every rank's device region, as this GPU addresses it */
+    struct cuda_p2p_geom g;        /* of every region */
+    const void *sendbuf;           /* the whole sendbuf: block q goes to rank q */
+    uint64_t block;                /* elements of a block (the call's count) */
+    uint64_t rlo;                  /* first element of the round within a block */
+    uint64_t rn;                   /* elements of the round */
+    uint32_t last;                 /* the call's last round */
+};
+
 enum cuda_p2p_mv { CUDA_P2P_MV_BROADCAST = 1, CUDA_P2P_MV_ALLGATHER = 2, CUDA_P2P_MV_ALLTOALL = 3 };
 
 /* Broadcast, allgather, alltoall: one round of direct SM copies through the peers' AG
@@ -59,6 +72,7 @@ struct cuda_p2p_mv_args {
 int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_ts(const struct cuda_p2p_ts_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_mv(const struct cuda_p2p_mv_args *a, unsigned blocks, void *stream);
+int cuda_launch_p2p_rs(const struct cuda_p2p_rs_args *a, unsigned blocks, void *stream);
 
 #ifdef __cplusplus
 }

@@ -4,10 +4,10 @@
  * access, or process ranks sharing one GPU), with staging and flags in device memory
  * mapped into every peer (transports/cuda/p2p.c).  Allreduce and allreduce_add take the
  * peer-to-peer one-shot and two-shot paths (allreduce_p2p.c), broadcast, allgather and
- * alltoall direct copies, reduce_scatter the two-shot reduce-scatter half
- * (collectives_p2p.c); reduce still takes the host-staged copy-engine path of the same
- * communicator (collectives_cuda.c), whose
- * pinned segment every cuda-p2p communicator keeps for its control lines anyway.
+ * alltoall direct copies, reduce_scatter the two-shot reduce-scatter half, reduce a push
+ * to the root (collectives_p2p.c); a single rank takes the host-staged path's local copy
+ * or reduction (collectives_cuda.c).  The host-staged transport's pinned segment stays
+ * under every cuda-p2p communicator: it carries the control lines.
  *
  * NOT YET VERIFIED ON A GPU: listed after the host-staged "cuda" backend, whose probe
  * accepts every CUDA communicator first, so only ARCOMM_TRANSPORT=cuda-p2p (or the
@@ -55,14 +55,6 @@ static comm_status_t p2p_allreduce(struct comm *c, const struct coll_call *call)
     return st;
 }
 
-static comm_status_t p2p_staged(struct comm *c, const struct coll_call *call)
-{
-    comm_status_t st = coll_cuda_staged(c, call);
-    if (st == COMM_OK)
-        shm_complete(c);
-    return st;
-}
-
 /* Broadcast, allgather, alltoall: direct copies between ranks (one rank: a local copy,
  * the host-staged way). */
 static comm_status_t p2p_move(struct comm *c, const struct coll_call *call)
@@ -77,6 +69,14 @@ static comm_status_t p2p_reduce_scatter(struct comm *c, const struct coll_call *
 {
     comm_status_t st =
         c->nranks > 1 ? coll_cuda_p2p_reduce_scatter(c, call) : coll_cuda_staged(c, call);
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+static comm_status_t p2p_reduce(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = c->nranks > 1 ? coll_cuda_p2p_reduce(c, call) : coll_cuda_staged(c, call);
     if (st == COMM_OK)
         shm_complete(c);
     return st;
@@ -103,7 +103,7 @@ const struct backend_ops coll_cuda_p2p_backend = {
     .allreduce_add = p2p_allreduce,
     .barrier = p2p_barrier,
     .broadcast = p2p_move,
-    .reduce = p2p_staged,
+    .reduce = p2p_reduce,
     .allgather = p2p_move,
     .reduce_scatter = p2p_reduce_scatter,
     .alltoall = p2p_move,

@@ -20,8 +20,10 @@ comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call);
 comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call);
 /* cuda-p2p (collectives_p2p.c): broadcast, allgather, alltoall as direct copies. */
 comm_status_t coll_cuda_p2p_move(struct comm *c, const struct coll_call *call);
-/* cuda-p2p (collectives_p2p.c): reduce_scatter, the two-shot reduce-scatter half. */
+/* cuda-p2p (collectives_p2p.c): reduce_scatter (the two-shot reduce-scatter half), and
+ * reduce (every rank pushes to the root). */
 comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_call *call);
+comm_status_t coll_cuda_p2p_reduce(struct comm *c, const struct coll_call *call);
 /* Broadcast, reduce, allgather, reduce_scatter and alltoall (call->kind says which). */
 comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call);
 

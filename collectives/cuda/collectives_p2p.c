@@ -2,10 +2,11 @@
 /*
  * cuda-p2p's broadcast, allgather and alltoall: direct SM copies through the peers' device
  * regions (kernels_p2p.cu, p2p_mv_kernel), rounds of at most a two-shot area of every
- * block, ARCOMM_CUDA_BLOCKS blocks; and reduce_scatter, the two-shot kernel's
- * reduce-scatter half (p2p_rs_kernel).  The call plumbing is the host-staged path's
- * (cuda_call_begin / cuda_call_end, device counters), so graph capture works as there.
- * Copy engines (cudaMemcpyAsync between the mapped regions) are the alternative to measure.
+ * block, ARCOMM_CUDA_BLOCKS blocks; reduce_scatter, the two-shot kernel's reduce-scatter
+ * half (p2p_rs_kernel); reduce, every rank pushing to the root (p2p_reduce_kernel).  The call
+ * plumbing is the host-staged path's (cuda_call_begin / cuda_call_end, device counters), so graph
+ * capture works as there. Copy engines (cudaMemcpyAsync between the mapped regions) are the
+ * alternative to measure.
  *
  * NOT YET VERIFIED ON A GPU.
  */
@@ -55,9 +56,10 @@ comm_status_t coll_cuda_p2p_move(struct comm *c, const struct coll_call *call)
     return cuda_call_end(c, call, st, prev);
 }
 
-/* Reduce_scatter: every rank pushes block q of its sendbuf to rank q, each reduces its own
- * (the two-shot reduce-scatter half, kernels_p2p.cu), rounds of at most a two-shot area. */
-comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_call *call)
+/* Reduce_scatter (every rank pushes block q of its sendbuf to rank q, each reduces its
+ * own: the two-shot reduce-scatter half) and reduce (every rank pushes to the root, which
+ * reduces), in rounds of at most a two-shot area (kernels_p2p.cu). */
+static comm_status_t reduction(struct comm *c, const struct coll_call *call, bool scatter)
 {
     struct cuda_comm *x = cuda_of(c);
     struct cuda_p2p *p = x->p2p;
@@ -73,16 +75,19 @@ comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_cal
         .g = p->g,
         .sendbuf = call->send,
         .block = call->count,
+        .root = scatter ? 0 : call->root,
     };
     for (int r = 0; r < CUDA_MAX_RANKS; r++)
         a.peer[r] = r < c->nranks ? p->peer[r] : NULL;
     cuda_fill_common(c, call, false, CUDA_PATH_COPY, &a.c);
-    /* This rank's own contribution is block 'rank' of its sendbuf; the peers' blocks are
-     * read from sendbuf + q x count, aligned alike only when a block is a multiple of 16
-     * bytes. */
-    a.c.send = (const uint8_t *)call->send + (uint64_t)c->rank * call->count * es;
-    a.c.vec =
-        cuda_aligned16(call->send) && cuda_aligned16(call->recv) && (call->count * es) % 16 == 0;
+    if (scatter) {
+        /* This rank's own contribution is block 'rank' of its sendbuf; the peers' blocks
+         * are read from sendbuf + q x count, aligned alike only when a block is a
+         * multiple of 16 bytes. */
+        a.c.send = (const uint8_t *)call->send + (uint64_t)c->rank * call->count * es;
+        a.c.vec = cuda_aligned16(call->send) && cuda_aligned16(call->recv) &&
+                  (call->count * es) % 16 == 0;
+    }
     unsigned blocks = x->k.blocks < 1                 ? 1
                       : x->k.blocks > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS
                                                       : x->k.blocks;
@@ -91,9 +96,22 @@ comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_cal
         a.rlo = (uint64_t)j * plan.slice_cap;
         a.rn = call->count - a.rlo < plan.slice_cap ? call->count - a.rlo : plan.slice_cap;
         a.last = j + 1 == plan.rounds;
-        int e = cuda_launch_p2p_rs(&a, blocks, call->stream);
+        int e = scatter ? cuda_launch_p2p_rs(&a, blocks, call->stream)
+                        : cuda_launch_p2p_reduce(&a, blocks, call->stream);
         if (e != 0)
-            st = cuda_launch_failed(c, "the cuda-p2p reduce_scatter launch", e);
+            st = cuda_launch_failed(
+                c, scatter ? "the cuda-p2p reduce_scatter launch" : "the cuda-p2p reduce launch",
+                e);
     }
     return cuda_call_end(c, call, st, prev);
+}
+
+comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_call *call)
+{
+    return reduction(c, call, true);
+}
+
+comm_status_t coll_cuda_p2p_reduce(struct comm *c, const struct coll_call *call)
+{
+    return reduction(c, call, false);
 }

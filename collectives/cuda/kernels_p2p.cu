@@ -350,14 +350,14 @@ __device__ __forceinline__ void ts_copy(const T *src, T *dst, uint64_t lo, uint6
     }
 }
 
-/* Thread 0: every peer's flag of this block's part (kind 0: RS, 1: AG) for this round,
- * bounded; the peers' calls compared.  0, or the failure (recorded). */
+/* Thread 0: every peer's (only >= 0: that peer's) flag of this block's part (kind 0: RS, 1: AG) for
+ * this round, bounded; the peers' calls compared.  0, or the failure (recorded). */
 __device__ int32_t ts_wait_flags(const uint8_t *mine, const cuda_p2p_geom *g, const cuda_kcommon &c,
-                                 int kind, uint32_t round, uint32_t flag)
+                                 int kind, uint32_t round, uint32_t flag, int only = -1)
 {
     const uint64_t start = now_ns();
     for (int q = 0; q < c.nranks; q++) {
-        if (q == c.rank)
+        if (q == c.rank || (only >= 0 && q != only))
             continue;
         const cuda_ll_unit *u = reinterpret_cast<const cuda_ll_unit *>(
             mine + cuda_p2p_flag_off(g, c.nranks, kind, round, q, blockIdx.x));
@@ -759,6 +759,116 @@ struct p2p_rs_launch {
     }
 };
 
+/* ---- reduce: every rank pushes to the root, the root reduces ---- */
+
+/* Thread 0, after the block's stores: this block's flag of kind into rank q alone. */
+__device__ __forceinline__ void signal_one(uint8_t *const *peer, const cuda_p2p_geom *g,
+                                           const cuda_kcommon &c, int q, int kind, uint32_t round,
+                                           uint32_t flag)
+{
+    st_ll(reinterpret_cast<cuda_ll_unit *>(
+              peer[q] + cuda_p2p_flag_off(g, c.nranks, kind, round, c.rank, blockIdx.x)),
+          c.desc, c.seq, flag);
+}
+
+/*
+ * One round of a reduce.  A non-root's block b pushes part b of its round into the root's
+ * RS area [round][me], raises its RS flag in the root, and waits for the root's AG flag of
+ * block b (the root's call compared; the root raised it when its launch of this round
+ * began, so it is done reading the area of two rounds ago).  The root's block b raises its
+ * AG flag in every peer, waits for every peer's RS flag of block b (their calls compared)
+ * and reduces part b in rank order into recvbuf.
+ */
+template <typename T, typename W, int OP, int R>
+__global__ void __launch_bounds__(TS_THREADS) p2p_reduce_kernel(const cuda_p2p_rs_args a)
+{
+    __shared__ cuda_kcommon sc;
+    __shared__ uint32_t sround;
+    __shared__ int32_t sst;
+    if (threadIdx.x == 0) {
+        const volatile cuda_dcount *n = a.c.counters;
+        sc = a.c;
+        sc.seq = n->seq;
+        sc.release = n->cchunk + CUDA_RELEASE;
+        sround = n->kround;
+        sst = 0;
+    }
+    __syncthreads();
+    const cuda_kcommon &c = sc;
+    const uint32_t round = sround;
+    const uint32_t flag = cuda_ll_flag(round);
+    const int n = c.nranks, me = c.rank, root = a.root;
+    const uint64_t portion = cuda_p2p_portion(a.rn, gridDim.x);
+    uint64_t lo, hi;
+    cuda_p2p_part(a.rn, portion, blockIdx.x, &lo, &hi);
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        write_call_line(c);
+    if (me != root) {
+        W *dst = reinterpret_cast<W *>(a.peer[root] + cuda_p2p_ts_off(&a.g, n, 0, round, me));
+        ts_push_wire<T, W>(static_cast<const T *>(c.send) + a.rlo, dst, lo, hi, c.vec != 0);
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            signal_one(a.peer, &a.g, c, root, 0, round, flag);
+            sst = ts_wait_flags(a.peer[me], &a.g, c, 1, round, flag, root);
+        }
+        __syncthreads();
+        if (sst != 0)
+            return;
+    } else {
+        if (threadIdx.x == 0) {
+            for (int q = 0; q < n; q++)
+                if (q != me)
+                    signal_one(a.peer, &a.g, c, q, 1, round, flag);
+            sst = ts_wait_flags(a.peer[me], &a.g, c, 0, round, flag);
+        }
+        __syncthreads();
+        if (sst != 0)
+            return;
+        ts_src<T, W> src = {a.peer[me], &a.g, n, round, a.rlo};
+        for (uint64_t i = lo + (uint64_t)threadIdx.x * 8; i < hi; i += (uint64_t)blockDim.x * 8) {
+            const uint32_t cnt = hi - i < 8 ? (uint32_t)(hi - i) : 8;
+            reduce_group<T, W, OP>(c, a.rlo + i, cnt, src);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        cuda_dcount *cn = c.counters;
+        if (atomicAdd(&cn->done, 1u) == gridDim.x - 1) {
+            cn->done = 0;
+            cn->kround = round + 1;
+            if (a.last) {
+                cn->seq = c.seq + 1;
+                st_vol(&static_cast<cuda_count_line *>(c.mirror)->seq, c.seq + 1);
+            }
+        }
+    }
+}
+
+template <typename T, typename W, int OP>
+cudaError_t launch_p2p_reduce_t(const cuda_p2p_rs_args *a, unsigned blocks, cudaStream_t s)
+{
+    if (a->c.nranks <= 2)
+        p2p_reduce_kernel<T, W, OP, 2><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else if (a->c.nranks <= 4)
+        p2p_reduce_kernel<T, W, OP, 4><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else if (a->c.nranks <= CUDA_MAX_RANKS)
+        p2p_reduce_kernel<T, W, OP, CUDA_MAX_RANKS><<<blocks, TS_THREADS, 0, s>>>(*a);
+    else
+        return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+struct p2p_reduce_launch {
+    const cuda_p2p_rs_args *a;
+    unsigned blocks;
+    cudaStream_t s;
+    template <typename T, typename W, int OP> cudaError_t run() const
+    {
+        return launch_p2p_reduce_t<T, W, OP>(a, blocks, s);
+    }
+};
+
 } // namespace
 
 extern "C" int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream)
@@ -786,4 +896,12 @@ extern "C" int cuda_launch_p2p_rs(const struct cuda_p2p_rs_args *a, unsigned blo
     if (blocks < 1 || blocks > CUDA_MAX_BLOCKS)
         return cudaErrorInvalidValue;
     return dispatch(a->c, p2p_rs_launch{a, blocks, static_cast<cudaStream_t>(stream)});
+}
+
+extern "C" int cuda_launch_p2p_reduce(const struct cuda_p2p_rs_args *a, unsigned blocks,
+                                      void *stream)
+{
+    if (blocks < 1 || blocks > CUDA_MAX_BLOCKS)
+        return cudaErrorInvalidValue;
+    return dispatch(a->c, p2p_reduce_launch{a, blocks, static_cast<cudaStream_t>(stream)});
 }

@@ -40,7 +40,8 @@ struct cuda_p2p_ts_args {
 };
 
 /* Reduce_scatter: one round, the two-shot kernel's reduce-scatter half.  c.send is this
- * rank's own block (sendbuf + rank x count), c.recv its recvbuf. */
+ * rank's own block (sendbuf + rank x count), c.recv its recvbuf.  Reduce takes the same
+ * arguments (c.send = sendbuf, block = count): the peers push to the root alone. */
 struct cuda_p2p_rs_args {
     struct cuda_kcommon c;
     uint8_t *peer[CUDA_MAX_RANKS]; /* every rank's device region, as this GPU addresses it */
@@ -49,6 +50,7 @@ struct cuda_p2p_rs_args {
     uint64_t block;                /* elements of a block (the call's count) */
     uint64_t rlo;                  /* first element of the round within a block */
     uint64_t rn;                   /* elements of the round */
+    int32_t root;                  /* reduce's root (reduce_scatter: unused) */
     uint32_t last;                 /* the call's last round */
 };
 
@@ -73,6 +75,7 @@ int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *
 int cuda_launch_p2p_ts(const struct cuda_p2p_ts_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_mv(const struct cuda_p2p_mv_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_rs(const struct cuda_p2p_rs_args *a, unsigned blocks, void *stream);
+int cuda_launch_p2p_reduce(const struct cuda_p2p_rs_args *a, unsigned blocks, void *stream);
 
 #ifdef __cplusplus
 }

@@ -77,8 +77,9 @@ struct backend_ops {
 };
 
 /* The backends; which are built is runtime/backend.c's list. */
-extern const struct backend_ops coll_host_backend;    /* backend_host.c */
-extern const struct backend_ops coll_cuda_backend;    /* cuda/backend.c */
-extern const struct backend_ops coll_hexagon_backend; /* hexagon/allreduce_hex.c */
+extern const struct backend_ops coll_host_backend;     /* backend_host.c */
+extern const struct backend_ops coll_cuda_backend;     /* cuda/backend.c */
+extern const struct backend_ops coll_cuda_p2p_backend; /* cuda/backend_p2p.c */
+extern const struct backend_ops coll_hexagon_backend;  /* hexagon/allreduce_hex.c */
 
 #endif /* ARCOMM_COLL_BACKEND_H */

@@ -4,7 +4,14 @@
 # unpack the deps, build with CUDA, run the CUDA tests, benchmark arcomm against NCCL
 # (default, and NCCL_P2P_DISABLE=1: NCCL through host memory), logs under $OUT.
 #
-#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|arcomm|graph]
+#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|arcomm|graph|p2p]
+#
+# Mode p2p (also part of tests and full): the peer-to-peer transport, forced
+# (ARCOMM_TRANSPORT=cuda-p2p; not yet verified on a GPU, so auto never picks it): the
+# transport choice (test_cuda_select), test_cuda, test_cuda_coll and test_cuda_graph on
+# cuda-p2p (process ranks on one GPU where one is lent), then arbench cuda-p2p against the
+# host-staged cuda, eager and in graphs, logs in $OUT/p2p.log and $OUT/p2p-bench.log.
+# P2P_LIMIT bounds each test (default 300 s), P2P_BENCH=0 skips arbench.
 #
 # TEST_LIMIT (seconds, default 300) bounds test_cuda; DIAG=0 skips diag_staging and
 # diag_pcie (the copy engines' ceilings: one GPU, all GPUs, both directions at once);
@@ -40,7 +47,7 @@ if ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=disabled 
   # The other teams' targets may be mid-change: build what the CUDA run needs.
   echo "full build failed; building the CUDA targets only" | tee -a "$OUT/build.log"
   ninja -C "$B" -k 0 tests/cuda/test_cuda tests/cuda/test_cuda_coll tests/cuda/test_cuda_layout \
-    tests/cuda/bench_cuda tests/cuda/test_cuda_graph tools/arbench/arbench \
+    tests/cuda/bench_cuda tests/cuda/test_cuda_graph tests/cuda/test_cuda_select tools/arbench/arbench \
     tests/cuda/diag_staging tests/cuda/diag_pcie \
     >>"$OUT/build.log" 2>&1
   [ -x "$B/tests/cuda/test_cuda" ] && [ -x "$B/tests/cuda/bench_cuda" ] || {
@@ -105,6 +112,44 @@ if [ "$mode" = graph ]; then
   exit $rc
 fi
 
+# The peer-to-peer transport, forced (every test on one GPU uses process ranks).
+p2p_check() {
+  echo "== cuda-p2p" | tee "$OUT/p2p.log"
+  local t prc
+  if [ -x "$B/tests/cuda/test_cuda_select" ]; then
+    timeout "${P2P_LIMIT:-300}" "$B/tests/cuda/test_cuda_select" >>"$OUT/p2p.log" 2>&1
+    prc=$?
+    echo "test_cuda_select exit status $prc" | tee -a "$OUT/p2p.log"
+    [ $prc = 0 ] || rc=1
+  fi
+  for t in test_cuda test_cuda_coll test_cuda_graph; do
+    echo "### ARCOMM_TRANSPORT=cuda-p2p $t" >>"$OUT/p2p.log"
+    ARCOMM_TRANSPORT=cuda-p2p timeout "${P2P_LIMIT:-300}" "$B/tests/cuda/$t" >>"$OUT/p2p.log" 2>&1
+    prc=$?
+    echo "$t on cuda-p2p exit status $prc" | tee -a "$OUT/p2p.log"
+    [ $prc = 0 ] || rc=1
+  done
+  grep -E "^(ok|FAIL|PASS|SKIP)|transport" "$OUT/p2p.log" | head -60
+  grep -B1 -A4 "FAIL" "$OUT/p2p.log" | head -40
+  AB="$B/tools/arbench/arbench"
+  [ -x "$AB" ] && [ "${P2P_BENCH:-1}" != 0 ] || return
+  echo "== cuda-p2p arbench" | tee "$OUT/p2p-bench.log"
+  local tr g
+  for tr in cuda-p2p cuda; do
+    for g in "" --graph; do
+      echo "### ARCOMM_TRANSPORT=$tr arbench --device cuda --procs -n 2 -b 8 -e 128M -f 4 --check $g" \
+        | tee -a "$OUT/p2p-bench.log"
+      ARCOMM_TRANSPORT=$tr timeout "${ARB_LIMIT:-150}" "$AB" --device cuda --procs -n 2 -b 8 -e 128M \
+        -f 4 --check $g 2>&1 | tee -a "$OUT/p2p-bench.log" | grep -vE "^# (floor|ceil)" | tail -30
+      echo "arbench ($tr$g) exit status ${PIPESTATUS[0]}" | tee -a "$OUT/p2p-bench.log"
+    done
+  done
+}
+if [ "$mode" = p2p ]; then
+  p2p_check
+  exit $rc
+fi
+
 echo "== tests" | tee "$OUT/tests.log"
 "$B/tests/cuda/test_cuda_layout" >>"$OUT/tests.log" 2>&1 || rc=1
 timeout "${TEST_LIMIT:-300}" "$B/tests/cuda/test_cuda" >>"$OUT/tests.log" 2>&1
@@ -121,6 +166,7 @@ grep -B2 -A6 "FAIL" "$OUT/coll.log" | head -60
 echo "test_cuda_coll exit status $crc" | tee -a "$OUT/tests.log"
 [ $crc = 0 ] || rc=1
 graph_check
+p2p_check
 
 if [ "${SANITIZE:-0}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (failure paths, process ranks)" | tee "$OUT/sanitize.log"

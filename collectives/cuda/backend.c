@@ -61,7 +61,7 @@ static bool float_dtype(comm_dtype_t t)
     return t == COMM_F32 || t == COMM_F16 || t == COMM_BF16 || t == COMM_F64;
 }
 
-static comm_status_t cuda_validate(struct comm *c, const struct coll_call *call, const char *fn)
+comm_status_t cuda_validate(struct comm *c, const struct coll_call *call, const char *fn)
 {
     /* The same answer on every rank, before any memory is touched: every collective,
      * dtype and op, except AVG of an integer type. */

@@ -12,8 +12,18 @@
 #include "cuda/cuda_comm.h"
 #include "kernels.h"
 
+/* What the CUDA backends (backend.c, backend_p2p.c) refuse of a well-formed call. */
+comm_status_t cuda_validate(struct comm *c, const struct coll_call *call, const char *fn);
 /* A validated call on a CUDA communicator: enqueued on call->stream, or an error. */
 comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call);
+/* cuda-p2p (allreduce_p2p.c): the one-shot path through the peers' device regions. */
+comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call);
+/* cuda-p2p (collectives_p2p.c): broadcast, allgather, alltoall as direct copies. */
+comm_status_t coll_cuda_p2p_move(struct comm *c, const struct coll_call *call);
+/* cuda-p2p (collectives_p2p.c): reduce_scatter (the two-shot reduce-scatter half), and
+ * reduce (every rank pushes to the root). */
+comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_call *call);
+comm_status_t coll_cuda_p2p_reduce(struct comm *c, const struct coll_call *call);
 /* Broadcast, reduce, allgather, reduce_scatter and alltoall (call->kind says which). */
 comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call);
 

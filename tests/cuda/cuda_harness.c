@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The CUDA tests' harness (cuda_harness.h). */
 #include "cuda_harness.h"
+#include "transport_check.h"
 
 #include <math.h>
 #include <string.h>
@@ -248,6 +249,7 @@ static void *init_thread(void *arg)
                 comm_last_error(NULL));
         exit(1);
     }
+    transport_check(r->comm, r->rank);
     return NULL;
 }
 

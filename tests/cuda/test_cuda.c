@@ -15,6 +15,7 @@
  */
 #include "arcomm.h"
 #include "cuda_harness.h"
+#include "transport_check.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -371,6 +372,7 @@ static int child_main(int rank, int nranks, const char *id)
         fprintf(stderr, "child %d: comm_init: %s\n", rank, comm_last_error(NULL));
         return 1;
     }
+    transport_check(r.comm, rank);
     for (size_t c = 0; c < sizeof(proc_counts) / sizeof(proc_counts[0]); c++) {
         struct kase k = {.dtype = c % 2 ? COMM_BF16 : COMM_F32,
                          .count = proc_counts[c],
@@ -458,7 +460,8 @@ int main(int argc, char **argv)
     const char *want = getenv("ARCOMM_TEST_RANKS");
     if (want != NULL && atoi(want) >= 2 && atoi(want) <= MAX_RANKS)
         nranks = atoi(want);
-    printf("%d CUDA device%s, %d ranks\n", g_ndev, g_ndev == 1 ? "" : "s", nranks);
+    printf("%d CUDA device%s, %d ranks, transport %s\n", g_ndev, g_ndev == 1 ? "" : "s", nranks,
+           transport_label());
     bool all = only == NULL;
     /* Thread ranks need a GPU each (test_shared_gpu); process ranks may share. */
     bool threads = nranks <= g_ndev;

@@ -27,6 +27,7 @@
  *   test_cuda_coll --child CONFIG R N SEED ID...   one process rank (the process test)
  */
 #include "arcomm.h"
+#include "transport_check.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -584,6 +585,7 @@ static comm_t *init_comm(int rank, int nranks, int device, const char *id, int t
                 comm_last_error(NULL));
         exit(1);
     }
+    transport_check(c, rank);
     return c;
 }
 
@@ -1209,7 +1211,7 @@ int main(int argc, char **argv)
     const char *only = getenv("ARCOMM_TEST_ONLY");
     bool all = only == NULL;
     int nthreads = g_ndev > MAX_RANKS ? MAX_RANKS : g_ndev;
-    printf("%d CUDA device%s\n", g_ndev, g_ndev == 1 ? "" : "s");
+    printf("%d CUDA device%s, transport %s\n", g_ndev, g_ndev == 1 ? "" : "s", transport_label());
     if (all || strstr(only, "proc")) {
         const char *want = getenv("ARCOMM_TEST_RANKS");
         int n = want ? atoi(want) : 0;

@@ -27,6 +27,7 @@
  */
 #include "arcomm.h"
 #include "cuda_harness.h"
+#include "transport_check.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -423,6 +424,7 @@ static int child_main(int rank, int nranks, const char *id, const char *mode)
         fprintf(stderr, "child %d: comm_init: %s\n", rank, comm_last_error(NULL));
         return 1;
     }
+    transport_check(ch.comm, rank);
     ar_init(&ch, &ch.a[0], COMM_BF16, 5, false);
     ar_init(&ch, &ch.a[1], COMM_F32, 200003, false);
     ar_init(&ch, &ch.a[2], COMM_F32, 300000, true);
@@ -471,6 +473,7 @@ int main(int argc, char **argv)
         printf("SKIP: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0");
         return SKIP;
     }
+    printf("transport %s\n", transport_label());
     char lines[NRANKS][4][256];
     int nl[NRANKS];
     int before = g_fail;

@@ -15,6 +15,7 @@
 
 #if ARCOMM_HAVE_CUDA
 #include "cuda/cuda_comm.h"
+#include "cuda/p2p_layout.h"
 
 #include <cuda_runtime_api.h>
 
@@ -88,6 +89,24 @@ void print_cuda(struct arinfo *ai)
     }
     cuda_collect(c);
     arinfo_cuda_print(ai, c);
+#if ARCOMM_HAVE_CUDA
+    /* The transport choice of a CUDA communicator, in the text only (the peer matrix above
+     * is what it rests on). */
+    if (!ai->json && c->ndevices > 0) {
+        int n = c->ndevices < CUDA_MAX_RANKS ? c->ndevices : CUDA_MAX_RANKS;
+        uint8_t access[CUDA_MAX_RANKS * CUDA_MAX_RANKS];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                access[i * n + j] = i == j || c->link[i][j] != ARINFO_LINK_NONE;
+        bool reach = cuda_p2p_host_reach(n, access);
+        fprintf(ai->out,
+                "  transport: %s (cuda-p2p%s%s; ARCOMM_TRANSPORT=cuda-p2p or cuda forces "
+                "either)\n",
+                cuda_transport_auto(reach, CUDA_P2P_VERIFIED),
+                reach ? ": every GPU reaches every other" : ": some GPUs do not reach each other",
+                CUDA_P2P_VERIFIED ? "" : ", but not yet verified on a GPU");
+    }
+#endif
     free(c);
     /* NCCL programs on arcomm (runtime/nccl), in the text only. */
     if (!ai->json) {

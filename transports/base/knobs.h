@@ -73,7 +73,7 @@ enum rt_knob_source {
     X(TIMEOUT_MS, RT_KNOB_INT, "120000", timeout_ms, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,              \
       "how long a rank waits for its peers before COMM_ERR_TIMEOUT; < 0 = never")                  \
     X(TRANSPORT, RT_KNOB_STRING, "", transport, 0, 0, 0,                                           \
-      "transport to use (shm, ...); empty = the first whose probe succeeds")                       \
+      "transport to use (shm, cuda, cuda-p2p, hexagon); empty = the first whose probe succeeds")   \
     X(SPIN_NS, RT_KNOB_INT, "-1", spin_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                        \
       "busy-poll this long before yielding (-1 = 50 us; 0 when ranks outnumber cores)")            \
     X(YIELD_NS, RT_KNOB_INT, "1000000", yield_ns, RT_KNOB_NOMIN, RT_KNOB_NOMAX, 0,                 \

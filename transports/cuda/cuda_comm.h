@@ -76,6 +76,10 @@ struct cuda_comm {
     uint32_t host_cchunk, call_base;
 
     cuda_write_value_fn write_value;
+
+    /* cuda-p2p only (p2p.h): the device regions mapped from every peer; NULL on the
+     * host-staged transport. */
+    struct cuda_p2p *p2p;
 };
 
 /* The transport's lifecycle, for the CUDA backend (collectives/cuda/backend.c). */
@@ -111,6 +115,11 @@ void cuda_device_leave(int prev);
 
 /* Writes release values into every copy-path counter so no stream wait stays blocked. */
 void cuda_release_waits(struct comm *c);
+
+/* p2p.c: unmaps and frees the peer-to-peer regions (x->p2p), once this rank's streams
+ * are idle (cuda_teardown calls it); keeps them when the communicator is broken (a peer
+ * may still write into this rank's region). */
+void cuda_p2p_release(struct comm *c);
 
 /* topo.c: the PCI bus id of a CUDA ordinal and what hwloc knows of it. */
 struct cuda_gpu_info {

@@ -387,6 +387,7 @@ void cuda_teardown(struct comm *c)
                    c->rank, x->device);
             x->leaked = true;
         } else {
+            cuda_p2p_release(c);
             free_device_state(x);
             if (x->registered_bytes)
                 shm_mapping_ext_release(c, unregister_mapping);

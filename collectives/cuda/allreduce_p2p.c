@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cuda-p2p allreduce, host side: one-shot LL rounds in push mode through the peers'
+ * device regions for small messages, two-shot for large (kernels_p2p.cu), every dtype and op, bf16
+ * on the wire for f32 sums from ARCOMM_BF16_THRESHOLD, the fused addend of comm_allreduce_add.  The
+ * call plumbing is the host-staged path's (cuda_check_device, cuda_call_begin / cuda_call_end, the
+ * device call counters), so CUDA graph capture and the failure records work as there.
+ *
+ * Two-shot from ARCOMM_COPY_THRESHOLD bytes: reduce-scatter then all-gather through the
+ * peers' regions, a launch per round of nranks slices, ARCOMM_CUDA_BLOCKS blocks
+ * pipelining the parts of every slice (kernels_p2p.cu).
+ *
+ * NOT YET VERIFIED ON A GPU.
+ */
+#include "coll_cuda.h"
+#include "cuda/p2p.h"
+#include "kernels_p2p.h"
+
+/* One-shot: LL rounds of at most an LL area's payload. */
+static comm_status_t one_shot(struct comm *c, const struct coll_call *call, bool narrow)
+{
+    struct cuda_comm *x = cuda_of(c);
+    struct cuda_p2p *p = x->p2p;
+    uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
+    struct cuda_kplan plan = cuda_kplan_compute(call->count, wsize, p->area_bytes);
+    struct cuda_p2p_ll_args a = {.area_bytes = p->area_bytes};
+    for (int r = 0; r < CUDA_MAX_RANKS; r++)
+        a.peer[r] = r < c->nranks ? p->peer[r] : NULL;
+    cuda_fill_common(c, call, narrow, CUDA_PATH_KERNEL, &a.c);
+    for (uint32_t j = 0; j < plan.rounds; j++) {
+        a.rlo = (uint64_t)j * plan.round_elems;
+        a.rn = call->count - a.rlo < plan.round_elems ? call->count - a.rlo : plan.round_elems;
+        a.units = cuda_ll_units(a.rn, wsize);
+        a.last = j + 1 == plan.rounds;
+        int e = cuda_launch_p2p_ll(&a, cuda_ll_blocks(a.units, x->k.blocks), call->stream);
+        if (e != 0)
+            return cuda_launch_failed(c, "the cuda-p2p one-shot launch", e);
+    }
+    return COMM_OK;
+}
+
+/* Two-shot: rounds of nranks slices (p2p_layout.h), ARCOMM_CUDA_BLOCKS blocks each (the
+ * same on every rank: the geometry agreement compared it). */
+static comm_status_t two_shot(struct comm *c, const struct coll_call *call, bool narrow)
+{
+    struct cuda_comm *x = cuda_of(c);
+    struct cuda_p2p *p = x->p2p;
+    struct cuda_p2p_tplan plan =
+        cuda_p2p_tplan_compute(&p->g, call->count, (uint32_t)rt_dtype_size(call->dtype), c->nranks);
+    struct cuda_p2p_ts_args a = {.g = p->g};
+    for (int r = 0; r < CUDA_MAX_RANKS; r++)
+        a.peer[r] = r < c->nranks ? p->peer[r] : NULL;
+    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, &a.c);
+    unsigned blocks = x->k.blocks < 1                 ? 1
+                      : x->k.blocks > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS
+                                                      : x->k.blocks;
+    for (uint32_t j = 0; j < plan.rounds; j++) {
+        a.rlo = (uint64_t)j * plan.round_elems;
+        a.rn = call->count - a.rlo < plan.round_elems ? call->count - a.rlo : plan.round_elems;
+        a.last = j + 1 == plan.rounds;
+        int e = cuda_launch_p2p_ts(&a, blocks, call->stream);
+        if (e != 0)
+            return cuda_launch_failed(c, "the cuda-p2p two-shot launch", e);
+    }
+    return COMM_OK;
+}
+
+comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call)
+{
+    struct cuda_comm *x = cuda_of(c);
+    comm_status_t st = cuda_check_device(c);
+    if (st != COMM_OK || call->count == 0)
+        return st;
+    int prev = 0;
+    st = cuda_call_begin(c, call, &prev);
+    if (st != COMM_OK)
+        return st;
+    size_t bytes = call->count * rt_dtype_size(call->dtype);
+    /* bf16 on the wire for f32 sums only (an addend is a sum's). */
+    bool narrow = call->dtype == COMM_F32 && call->op == COMM_SUM && bytes >= x->k.bf16_threshold;
+    /* ARCOMM_COPY_THRESHOLD: where the host-staged transport takes the copy engines, this
+     * one takes two-shot. */
+    if (bytes >= x->k.copy_threshold && c->nranks > 1)
+        st = two_shot(c, call, narrow);
+    else
+        st = one_shot(c, call, narrow);
+    return cuda_call_end(c, call, st, prev);
+}

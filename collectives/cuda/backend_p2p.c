@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cuda-p2p backend: GPUs of one host that reach each other (every pair with peer
+ * access, or process ranks sharing one GPU), with staging and flags in device memory
+ * mapped into every peer (transports/cuda/p2p.c).  Allreduce and allreduce_add take the
+ * peer-to-peer one-shot and two-shot paths (allreduce_p2p.c), broadcast, allgather and
+ * alltoall direct copies, reduce_scatter the two-shot reduce-scatter half, reduce a push
+ * to the root (collectives_p2p.c); a single rank takes the host-staged path's local copy
+ * or reduction (collectives_cuda.c).  The host-staged transport's pinned segment stays
+ * under every cuda-p2p communicator: it carries the control lines.
+ *
+ * NOT YET VERIFIED ON A GPU: listed after the host-staged "cuda" backend, whose probe
+ * accepts every CUDA communicator first, so only ARCOMM_TRANSPORT=cuda-p2p (or the
+ * config's transport) selects it (p2p_layout.h, CUDA_P2P_VERIFIED).
+ */
+#include "backend.h"
+#include "coll_cuda.h"
+#include "cuda/p2p.h"
+#include "shm/shm.h"
+
+static uint64_t size_number(size_t v)
+{
+    return v == RT_SIZE_OFF ? UINT64_MAX : v;
+}
+
+static comm_status_t p2p_backend_setup(struct comm *c)
+{
+    /* The host-staged knobs, as the "cuda" backend resolves them (same table). */
+    struct rt_knobs k = c->knobs;
+    coll_cuda_knobs.used(&k, NULL, 0, false);
+    struct cuda_knobs ck = {
+        .copy_threshold = size_number(k.cuda.copy_threshold),
+        .bf16_threshold = size_number(k.bf16_threshold),
+        .chunk_knob = k.cuda.copy_chunk_bytes == RT_SIZE_AUTO ? 0 : k.cuda.copy_chunk_bytes,
+        .staging_bytes = k.cuda.staging_bytes,
+        .blocks = (uint32_t)k.cuda.blocks,
+    };
+    comm_status_t st = cuda_setup(c, &ck);
+    if (st != COMM_OK)
+        return st;
+    st = cuda_p2p_setup(c);
+    if (st != COMM_OK) {
+        /* The peers wait in setup too: tell them now rather than at their timeout. */
+        shm_setup_failed(c, st);
+        cuda_teardown(c);
+    }
+    return st;
+}
+
+static comm_status_t p2p_allreduce(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = coll_cuda_p2p_allreduce(c, call);
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+/* Broadcast, allgather, alltoall: direct copies between ranks (one rank: a local copy,
+ * the host-staged way). */
+static comm_status_t p2p_move(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = c->nranks > 1 ? coll_cuda_p2p_move(c, call) : coll_cuda_staged(c, call);
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+static comm_status_t p2p_reduce_scatter(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st =
+        c->nranks > 1 ? coll_cuda_p2p_reduce_scatter(c, call) : coll_cuda_staged(c, call);
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+static comm_status_t p2p_reduce(struct comm *c, const struct coll_call *call)
+{
+    comm_status_t st = c->nranks > 1 ? coll_cuda_p2p_reduce(c, call) : coll_cuda_staged(c, call);
+    if (st == COMM_OK)
+        shm_complete(c);
+    return st;
+}
+
+static comm_status_t p2p_barrier(struct comm *c)
+{
+    comm_status_t st = cuda_check_device(c);
+    if (st != COMM_OK)
+        return st;
+    return coll_host_barrier(c);
+}
+
+const struct backend_ops coll_cuda_p2p_backend = {
+    .name = "cuda-p2p",
+    .device = COMM_DEVICE_CUDA,
+    .knobs = &coll_cuda_knobs,
+    .probe = cuda_p2p_probe,
+    .setup = p2p_backend_setup,
+    .teardown = cuda_teardown,
+    .resolve_knobs = NULL,
+    .validate = cuda_validate,
+    .allreduce = p2p_allreduce,
+    .allreduce_add = p2p_allreduce,
+    .barrier = p2p_barrier,
+    .broadcast = p2p_move,
+    .reduce = p2p_reduce,
+    .allgather = p2p_move,
+    .reduce_scatter = p2p_reduce_scatter,
+    .alltoall = p2p_move,
+    .publish_failure = cuda_publish_failure,
+    .wake = shm_wake,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+};

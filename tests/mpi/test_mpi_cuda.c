@@ -268,7 +268,7 @@ static comm_t *fresh(comm_device_t dev, int device_index, comm_status_t *st)
     comm_config_init(&cfg);
     cfg.device = dev;
     cfg.device_index = device_index;
-    cfg.timeout_ms = 5000;
+    cfg.timeout_ms = 30000; /* process ranks time-slice one GPU: calls are slow */
     comm_t *c = NULL;
     *st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
     return c;

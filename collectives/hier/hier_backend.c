@@ -106,6 +106,13 @@ void hier_break_intra(struct hier_comm *h, const char *msg, bool in_call)
     if (in == NULL)
         return;
     atomic_store(&in->aborted, 1);
+    if (in_call) {
+        /* Broken, as rt_break leaves a communicator whose call failed: its publication
+         * is a failure, not a rank leaving (the CUDA transport drains a leaving rank's
+         * calls first, which a failure must not wait for). */
+        int expected = 0;
+        atomic_compare_exchange_strong(&in->broken, &expected, (int)COMM_ERR_PEER);
+    }
     in->ops->publish_failure(in, COMM_ERR_PEER, msg, in_call);
     in->ops->wake(in);
 }

@@ -116,7 +116,10 @@ mpi_check() {
   echo "== mpi (CUDA buffers through comm_init_mpi)" | tee "$OUT/mpi.log"
   local T="$B/tests/mpi/test_mpi_cuda"
   if [ ! -x "$T" ] || ! command -v mpirun >/dev/null; then
-    echo "SKIP: test_mpi_cuda not built (no MPI found by meson) or no mpirun" | tee -a "$OUT/mpi.log"
+    echo "SKIP: test_mpi_cuda not built (meson found no MPI: no mpi.h/mpicc; see build.log's" \
+      "'Run-time dependency mpi') or no mpirun" | tee -a "$OUT/mpi.log"
+    grep -i "dependency mpi" "$OUT/build.log" | head -2
+    [ "$mode" = mpi ] && rc=1 # asked for: not a silent pass
     return
   fi
   local np rph m

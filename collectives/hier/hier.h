@@ -12,6 +12,7 @@
 #ifndef ARCOMM_HIER_H
 #define ARCOMM_HIER_H
 
+#include "arcomm_build.h"
 #include "backend.h"
 #include "mpi/mpi_link.h"
 
@@ -121,6 +122,13 @@ comm_status_t hier_barrier(struct comm *c);
  * collective but comm_allreduce_add, stream-ordered, the host waiting for the
  * inter-host step: docs/multihost.md).
  */
+/* CUDA buffers are served: a CUDA build, or the GPU-less test build of the CUDA path
+ * (HIER_FAKE_CUDA: tests/mpi/fake_cuda stands in for the CUDA runtime). */
+#if ARCOMM_HAVE_CUDA || defined(HIER_FAKE_CUDA)
+#define HIER_CUDA 1
+#else
+#define HIER_CUDA 0
+#endif
 struct hier_cuda;
 int hier_cuda_devices(void);
 comm_status_t hier_cuda_open(struct comm *tc, struct hier_comm *h, int device);

@@ -22,13 +22,12 @@
  * comm_allreduce_add is not served (its addend is each rank's own: the sum would have
  * to come back to every rank in f32).  docs/multihost.md has what this costs.
  */
-#include "arcomm_build.h"
 #include "hier_inter.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#if ARCOMM_HAVE_CUDA
+#if HIER_CUDA
 
 #include <cuda_runtime_api.h>
 
@@ -640,7 +639,7 @@ void hier_cuda_adapt(struct backend_ops *ops)
     ops->mem_free = hc_mem_free;
 }
 
-#else /* !ARCOMM_HAVE_CUDA: comm_init_mpi refuses CUDA before any of these is called. */
+#else /* !HIER_CUDA: comm_init_mpi refuses CUDA before any of these is called. */
 
 int hier_cuda_devices(void)
 {

@@ -8,7 +8,6 @@
  * outcome is agreed over MPI, nonblocking and bounded by the timeout, at the start
  * (the arguments) and at the end (every part of the setup).
  */
-#include "arcomm_build.h"
 #include "arcomm_mpi.h"
 #include "rt_hooks.h"
 #include "hier/hier.h"
@@ -47,7 +46,7 @@ static comm_status_t check_args(struct comm *tc, comm_t **comm, const comm_confi
         return COMM_ERR_INVALID;
     }
     comm_device_t dev = cfg != NULL ? cfg->device : COMM_DEVICE_HOST;
-    if (dev == COMM_DEVICE_CUDA && !ARCOMM_HAVE_CUDA) {
+    if (dev == COMM_DEVICE_CUDA && !HIER_CUDA) {
         rt_error(tc, COMM_ERR_UNSUPPORTED,
                  "comm_init_mpi: rank %d: COMM_DEVICE_CUDA: this libarcomm_mpi was built without "
                  "CUDA (no nvcc at build time); build with -Dcuda=enabled, or stage the data "
@@ -266,6 +265,9 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
         icfg.device = COMM_DEVICE_CUDA;
         icfg.device_index = cfg->device_index >= 0 ? cfg->device_index : h->local % ngpu;
         h->device_index = icfg.device_index;
+#ifdef HIER_FAKE_CUDA
+        icfg.device = COMM_DEVICE_HOST; /* the test's "device" memory is host memory */
+#endif
     }
     h->iops = &intra_ops;
     comm_status_t st = comm_init(&h->intra, &icfg);
@@ -275,7 +277,7 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
                  h->nlocal, comm_last_error(NULL));
         return st;
     }
-    if (icfg.device == COMM_DEVICE_CUDA)
+    if (cfg != NULL && cfg->device == COMM_DEVICE_CUDA)
         st = hier_cuda_open(tc, h, icfg.device_index);
     return st;
 }

@@ -113,17 +113,17 @@ comm_status_t hier_alltoall(struct comm *c, const struct coll_call *call);
 comm_status_t hier_barrier(struct comm *c);
 
 /*
- * CUDA buffers (hier_cuda.c, built with CUDA only).  hier_cuda_devices: the CUDA
- * devices this process sees (0 when none, or no driver).  hier_cuda_open: the staging
- * of h on CUDA device `device` (events; buffers grow on demand), COMM_ERR_SYSTEM with
- * the message on tc when it fails.  hier_cuda_close: frees it once its copies are done
- * (after the intra-host communicator is gone: its kernels have ended).
- * hier_cuda_backend: the table of a CUDA communicator made by comm_init_mpi (every
- * collective but comm_allreduce_add, stream-ordered, the host waiting for the
- * inter-host step: docs/multihost.md).
+ * CUDA buffers (hier_cuda.c; HIER_CUDA: a CUDA build, or the GPU-less test build of the
+ * CUDA path, HIER_FAKE_CUDA, where tests/mpi/fake_cuda stands in for the CUDA runtime).
+ * hier_cuda_devices: the CUDA devices this process sees (0 when none, or no driver).
+ * hier_cuda_open: the staging of h on CUDA device `device` (events; buffers grow on
+ * demand), COMM_ERR_SYSTEM with the message on tc when it fails.  hier_cuda_close: frees
+ * it once its copies are done (after the intra-host communicator is gone: its kernels
+ * have ended), waiting 2 s at most (then its buffers stay, logged on c).
+ * hier_cuda_adapt: ops (a copy of hier_backend) becomes the table of a CUDA communicator
+ * of comm_init_mpi: every collective but comm_allreduce_add, stream-ordered, the host
+ * waiting for the inter-host step (docs/multihost.md).
  */
-/* CUDA buffers are served: a CUDA build, or the GPU-less test build of the CUDA path
- * (HIER_FAKE_CUDA: tests/mpi/fake_cuda stands in for the CUDA runtime). */
 #if ARCOMM_HAVE_CUDA || defined(HIER_FAKE_CUDA)
 #define HIER_CUDA 1
 #else
@@ -132,8 +132,7 @@ comm_status_t hier_barrier(struct comm *c);
 struct hier_cuda;
 int hier_cuda_devices(void);
 comm_status_t hier_cuda_open(struct comm *tc, struct hier_comm *h, int device);
-void hier_cuda_close(struct hier_comm *h);
-/* ops (a copy of hier_backend) becomes the CUDA communicator's table. */
+void hier_cuda_close(struct comm *c, struct hier_comm *h);
 void hier_cuda_adapt(struct backend_ops *ops);
 
 /* The checks every hierarchical call shares (hier_backend.c): MPI's int counts. */

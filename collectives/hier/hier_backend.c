@@ -208,7 +208,7 @@ static void hier_teardown(struct comm *c)
         return;
     if (h->intra != NULL)
         h->iops->destroy(h->intra);
-    hier_cuda_close(h); /* after the intra-host communicator: its kernels have ended */
+    hier_cuda_close(c, h); /* after the intra-host communicator: its kernels have ended */
     mpi_link_free(&h->link);
     free(h->host_of);
     free(h->local_of);

@@ -26,6 +26,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if HIER_CUDA
 
@@ -123,19 +124,49 @@ static void free_buffer(void *p, bool pinned)
         cudaFree(p);
 }
 
-void hier_cuda_close(struct hier_comm *h)
+/* Has ev completed (or failed: nothing more will come of it) within ns? */
+static bool event_done_within(cudaEvent_t ev, uint64_t ns)
+{
+    uint64_t end = rt_now_ns() + ns;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e != cudaErrorNotReady)
+            return true;
+        if (rt_passed(end, rt_now_ns()))
+            return false;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* How long comm_destroy waits for the staging copies of a failed call (the kernels they
+ * follow end at the failure, or the intra-host communicator's teardown gave up on them). */
+#define HIER_CUDA_DRAIN_NS 2000000000ull
+
+void hier_cuda_close(struct comm *c, struct hier_comm *h)
 {
     struct hier_cuda *x = h->cuda;
     if (x == NULL)
         return;
+    h->cuda = NULL;
     int prev = 0;
     (void)cudaGetDevice(&prev);
     (void)cudaSetDevice(x->device);
-    /* The copies of a call that failed may still run: they end with the kernels they
-     * follow (the intra-host communicator, destroyed before, ended those). */
-    cudaEventSynchronize(x->ev_out);
-    cudaEventSynchronize(x->ev_in);
-    cudaEventSynchronize(x->ev_end);
+    /* The copies of a call that failed may still be queued: bounded, and when they never
+     * end the buffers stay (a GPU must not copy into freed memory) until the process
+     * exits, as the CUDA transport keeps its staging then. */
+    bool idle = event_done_within(x->ev_out, HIER_CUDA_DRAIN_NS) &&
+                event_done_within(x->ev_in, HIER_CUDA_DRAIN_NS) &&
+                event_done_within(x->ev_end, HIER_CUDA_DRAIN_NS);
+    if (!idle) {
+        rt_log(c, RT_LOG_WARN,
+               "rank %d: GPU %d still has staging copies of comm_init_mpi's communicator "
+               "queued; their buffers stay until the process exits",
+               c->rank, x->device);
+        (void)cudaGetLastError();
+        (void)cudaSetDevice(prev);
+        return;
+    }
     for (int i = 0; i < PIN_N; i++)
         free_buffer(x->pin[i], true);
     for (int i = 0; i < DEV_N; i++)
@@ -146,7 +177,6 @@ void hier_cuda_close(struct hier_comm *h)
     (void)cudaGetLastError();
     (void)cudaSetDevice(prev);
     free(x);
-    h->cuda = NULL;
 }
 
 /* Buffer i (pinned host memory, or device memory) of at least bytes; NULL and an
@@ -597,31 +627,24 @@ static comm_status_t hc_validate(struct comm *c, const struct coll_call *call, c
     return hier_check_counts(c, call, fn);
 }
 
+/* As a CUDA communicator of one host: its buffers are the caller's cudaMalloc. */
 static comm_status_t hc_mem_alloc(struct comm *c, size_t bytes, void **ptr)
 {
-    struct hier_cuda *x = cuda_of_h(c);
-    int prev = 0;
-    (void)cudaGetDevice(&prev);
-    cudaError_t e = cudaSetDevice(x->device);
-    void *p = NULL;
-    if (e == cudaSuccess)
-        e = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
-    (void)cudaSetDevice(prev);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        rt_error(c, COMM_ERR_NOMEM, "rank %d: comm_mem_alloc: %zu bytes on GPU %d: %s", c->rank,
-                 bytes, x->device, cudaGetErrorString(e));
-        return COMM_ERR_NOMEM;
-    }
-    *ptr = p;
-    return COMM_OK;
+    (void)bytes;
+    (void)ptr;
+    rt_error(c, COMM_ERR_UNSUPPORTED,
+             "rank %d: comm_mem_alloc serves host and Hexagon communicators; allocate CUDA "
+             "buffers with cudaMalloc on GPU %d",
+             c->rank, cuda_of_h(c)->device);
+    return COMM_ERR_UNSUPPORTED;
 }
 
 static comm_status_t hc_mem_free(struct comm *c, void *ptr)
 {
-    (void)c;
-    cudaFree(ptr);
-    return COMM_OK;
+    (void)ptr;
+    rt_error(c, COMM_ERR_INVALID, "rank %d: comm_mem_free: CUDA communicators allocate nothing",
+             c->rank);
+    return COMM_ERR_INVALID;
 }
 
 void hier_cuda_adapt(struct backend_ops *ops)
@@ -654,8 +677,9 @@ comm_status_t hier_cuda_open(struct comm *tc, struct hier_comm *h, int device)
     return COMM_ERR_UNSUPPORTED;
 }
 
-void hier_cuda_close(struct hier_comm *h)
+void hier_cuda_close(struct comm *c, struct hier_comm *h)
 {
+    (void)c;
     (void)h;
 }
 

@@ -282,10 +282,10 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
     return st;
 }
 
-static void hier_free(struct hier_comm *h)
+static void hier_free(struct comm *tc, struct hier_comm *h)
 {
     comm_destroy(h->intra);
-    hier_cuda_close(h);
+    hier_cuda_close(tc, h);
     mpi_link_free(&h->link);
     free(h->host_of);
     free(h->local_of);
@@ -409,7 +409,7 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
         if (c != NULL)
             comm_destroy(c); /* its teardown frees h */
         else
-            hier_free(h);
+            hier_free(tc, h);
         goto out;
     }
     rt_log(c, RT_LOG_INFO,

@@ -492,6 +492,9 @@ int main(int argc, char **argv)
     t_allgather(COMM_F32, 97, seed++, true);
     if (comm_barrier(g_comm) != COMM_OK)
         fail("barrier", COMM_U8, COMM_SUM, 0, comm_last_error(g_comm));
+    void *mem = NULL; /* as on one host: CUDA buffers are the caller's cudaMalloc */
+    if (comm_mem_alloc(g_comm, 64, &mem) != COMM_ERR_UNSUPPORTED)
+        fail("comm_mem_alloc", COMM_U8, COMM_SUM, 64, "expected COMM_ERR_UNSUPPORTED");
 
     /* About a million elements: the segmented MPI steps, buffers that grow. */
     t_allreduce(COMM_F32, COMM_SUM, BIG, seed++, false);

@@ -34,6 +34,10 @@
 
 enum { PIN_A, PIN_B, PIN_N };                /* pinned host buffers */
 enum { DEV_WIDE, DEV_WORK, DEV_RESULT, DEV_N }; /* device scratch */
+/* The leader's reduction crosses in chunks of at least this many bytes, at most
+ * HIER_CUDA_CHUNKS of them (its copies overlap the network: leader_chunks). */
+#define HIER_CUDA_CHUNK_BYTES (1u << 20)
+#define HIER_CUDA_CHUNKS      16
 /* Outgrown buffers: a copy or kernel enqueued before may still use them (freed at the
  * end; every buffer at least doubles when it grows, so few ever retire). */
 #define HIER_CUDA_RETIRED_MAX 64
@@ -43,6 +47,7 @@ struct hier_cuda {
     cudaEvent_t ev_out; /* the last copy into a pinned buffer (the host waits for it) */
     cudaEvent_t ev_in;  /* the last copy out of a pinned buffer */
     cudaEvent_t ev_end; /* the end of the last call: the next is ordered after it */
+    cudaEvent_t ev_chunk[HIER_CUDA_CHUNKS]; /* the leader's chunks copied out (reductions) */
     bool in_pending, end_pending;
     void *pin[PIN_N];
     size_t pin_bytes[PIN_N];
@@ -85,6 +90,9 @@ static void destroy_events(struct hier_cuda *x)
         cudaEventDestroy(x->ev_in);
     if (x->ev_end != NULL)
         cudaEventDestroy(x->ev_end);
+    for (int k = 0; k < HIER_CUDA_CHUNKS; k++)
+        if (x->ev_chunk[k] != NULL)
+            cudaEventDestroy(x->ev_chunk[k]);
 }
 
 comm_status_t hier_cuda_open(struct comm *tc, struct hier_comm *h, int device)
@@ -104,6 +112,8 @@ comm_status_t hier_cuda_open(struct comm *tc, struct hier_comm *h, int device)
         e = cudaEventCreateWithFlags(&x->ev_in, cudaEventDisableTiming);
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&x->ev_end, cudaEventDisableTiming);
+    for (int k = 0; k < HIER_CUDA_CHUNKS && e == cudaSuccess; k++)
+        e = cudaEventCreateWithFlags(&x->ev_chunk[k], cudaEventDisableTiming);
     (void)cudaSetDevice(prev);
     if (e != cudaSuccess) {
         destroy_events(x);
@@ -158,6 +168,8 @@ void hier_cuda_close(struct comm *c, struct hier_comm *h)
     bool idle = event_done_within(x->ev_out, HIER_CUDA_DRAIN_NS) &&
                 event_done_within(x->ev_in, HIER_CUDA_DRAIN_NS) &&
                 event_done_within(x->ev_end, HIER_CUDA_DRAIN_NS);
+    for (int k = 0; k < HIER_CUDA_CHUNKS && idle; k++)
+        idle = event_done_within(x->ev_chunk[k], HIER_CUDA_DRAIN_NS);
     if (!idle) {
         rt_log(c, RT_LOG_WARN,
                "rank %d: GPU %d still has staging copies of comm_init_mpi's communicator "
@@ -297,6 +309,62 @@ static comm_status_t copy_d2d(struct comm *c, void *dst, const void *src, size_t
 }
 
 /*
+ * The leader's part of a reduction: this host's result (n elements of wd at work, device;
+ * st: how the intra-host step went) copied to the host, allreduced among the leaders,
+ * rounded into dt (AVG divided by div) and copied to dst, pipelined in chunks: every
+ * chunk's copy out is queued at once (an event each), and chunk k crosses the network
+ * as soon as its copy is done, then goes back on the stream while chunk k + 1 crosses.
+ * Every chunk's step carries this rank's status, so a failure ends every leader's loop
+ * at the same chunk.
+ */
+static comm_status_t leader_chunks(struct comm *c, size_t n, comm_dtype_t wd, comm_op_t wop,
+                                   const void *work, void *pw, comm_status_t st,
+                                   uint64_t deadline, comm_dtype_t dt, int div, char *out,
+                                   void *dst, cudaStream_t stream)
+{
+    struct hier_comm *h = hier_of(c);
+    struct hier_cuda *x = h->cuda;
+    size_t wes = rt_dtype_size(wd), es = rt_dtype_size(dt);
+    size_t per = HIER_CUDA_CHUNK_BYTES / wes;
+    if (per * HIER_CUDA_CHUNKS < n)
+        per = (n + HIER_CUDA_CHUNKS - 1) / HIER_CUDA_CHUNKS;
+    size_t chunks = (n + per - 1) / per;
+    for (size_t k = 0; k < chunks && st == COMM_OK; k++) {
+        size_t off = k * per, len = n - off < per ? n - off : per;
+        cudaError_t e = cudaMemcpyAsync((char *)pw + off * wes, (const char *)work + off * wes,
+                                        len * wes, cudaMemcpyDeviceToHost, stream);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(x->ev_chunk[k], stream);
+        if (e != cudaSuccess)
+            st = cuda_failed(c, x->device, "cudaMemcpyAsync (device to pinned host)", e);
+    }
+    for (size_t k = 0; k < chunks; k++) {
+        size_t off = k * per, len = n - off < per ? n - off : per;
+        if (st == COMM_OK)
+            st = wait_event(c, x->ev_chunk[k], deadline,
+                            "the copy of this host's reduction to the host");
+        if (h->nhosts > 1) {
+            struct hier_inter s = {
+                .kind = HIER_INTER_ALLREDUCE,
+                .mc = h->link.slice,
+                .buf = (char *)pw + off * wes,
+                .n = len,
+                .esize = wes,
+                .dtype = wd,
+                .op = wop,
+                .what = "the allreduce among the hosts' leaders",
+            };
+            st = hier_inter_segments(c, &s, st, deadline);
+        }
+        if (st != COMM_OK)
+            return st;
+        hier_narrow((char *)pw + off * wes, dt, out + off * es, len, div);
+        st = stage_in(c, (char *)dst + off * es, out + off * es, len * es, stream);
+    }
+    return st;
+}
+
+/*
  * The reduction over every rank of n elements of call's dtype at call->send (device),
  * with call's op, in dst (device, n elements of the dtype) on every rank, on the stream:
  * reduce to the leader (in the work dtype), the leader stages it out, allreduces it
@@ -340,29 +408,9 @@ static comm_status_t reduce_to(struct comm *c, const struct coll_call *call, siz
     st = h->iops->reduce(h->intra, dsend, work, n, wd, wop, 0, stream);
     st = hier_intra_failed(c, st, "the reduce to the leader");
     if (leader) {
-        if (st == COMM_OK)
-            st = stage_out(c, pw, work, n * wes, stream, deadline,
-                           "the copy of this host's reduction to the host");
-        if (h->nhosts > 1) {
-            struct hier_inter s = {
-                .kind = HIER_INTER_ALLREDUCE,
-                .mc = h->link.slice,
-                .buf = pw,
-                .n = n,
-                .esize = wes,
-                .dtype = wd,
-                .op = wop,
-                .what = "the allreduce among the hosts' leaders",
-            };
-            st = hier_inter_segments(c, &s, st, deadline);
-        }
-        if (st == COMM_OK) {
-            void *out = half ? pinned(c, PIN_A, n * es) : pw;
-            if (out == NULL)
-                return COMM_ERR_NOMEM;
-            hier_narrow(pw, dt, out, n, div);
-            st = stage_in(c, dst, out, n * es, stream);
-        }
+        /* half: PIN_A holds n elements of dt already (the input's copy, done with). */
+        char *out = half ? pinned(c, PIN_A, n * es) : pw;
+        st = leader_chunks(c, n, wd, wop, work, pw, st, deadline, dt, div, out, dst, stream);
     }
     if (st != COMM_OK)
         return st;

@@ -16,8 +16,12 @@ extern "C" {
 /*
  * Collective over mpi_comm: an arcomm communicator over all its ranks, on any number of
  * hosts.  cfg may be NULL; its nranks, rank and id are ignored (taken from mpi_comm).
- * Ranks keep their MPI rank.  Every collective of arcomm works on it (host buffers;
+ * Ranks keep their MPI rank.  Every collective of arcomm works on it (host buffers:
  * comm_allreduce_add too; comm_split and comm_dup return COMM_ERR_UNSUPPORTED).
+ * cfg->device COMM_DEVICE_CUDA (the same on every rank): CUDA buffers, each rank on GPU
+ * cfg->device_index (-1: its index on its host modulo the GPUs it sees); a call is
+ * ordered on its stream but returns only after its inter-host step, staged through
+ * pinned host memory (it synchronizes the host with the stream); no comm_allreduce_add.
  *
  * The ranks of one host (MPI_COMM_TYPE_SHARED, or every ARCOMM_MPI_RANKS_PER_HOST
  * consecutive ranks when that knob is set) form an intra-host arcomm communicator;

@@ -4,7 +4,7 @@
 # unpack the deps, build with CUDA, run the CUDA tests, benchmark arcomm against NCCL
 # (default, and NCCL_P2P_DISABLE=1: NCCL through host memory), logs under $OUT.
 #
-#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|arcomm|graph|p2p]
+#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|arcomm|graph|p2p|mpi]
 #
 # Mode p2p (also part of tests and full): the peer-to-peer transport, forced
 # (ARCOMM_TRANSPORT=cuda-p2p; not yet verified on a GPU, so auto never picks it): the
@@ -17,6 +17,9 @@
 # diag_pcie (the copy engines' ceilings: one GPU, all GPUs, both directions at once);
 # NCCL_NVLINK=0 skips NCCL over NVLink (only NCCL through host memory is compared);
 # OFF_MIN: smallest size of the bf16-off run; ARBENCH=0 skips arbench, ARB_LIMIT bounds it.
+# Mode mpi (also part of tests and full): CUDA buffers through comm_init_mpi
+# (tests/mpi/test_mpi_cuda under mpirun: process ranks sharing the GPUs; MPI_LIMIT
+# bounds each run), built where Open MPI is found (-Dmpi=auto).
 # SANITIZE=1 also runs the failure and process-rank tests under compute-sanitizer memcheck.
 #
 # Never touches the GPUs' settings.  NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
@@ -40,15 +43,19 @@ rc=0
 } > "$OUT/machine.txt" 2>&1
 
 echo "== build" | tee "$OUT/build.log"
-if ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=disabled --wipe \
+if ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=auto --wipe \
          >>"$OUT/build.log" 2>&1 || meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror \
-         -Dmpi=disabled >>"$OUT/build.log" 2>&1; } || \
+         -Dmpi=auto >>"$OUT/build.log" 2>&1; } || \
    ! ninja -C "$B" >>"$OUT/build.log" 2>&1; then
   # The other teams' targets may be mid-change: build what the CUDA run needs.
   echo "full build failed; building the CUDA targets only" | tee -a "$OUT/build.log"
+  # test_mpi_cuda exists only where meson found MPI (ninja refuses unknown targets).
+  mpi_target=
+  ninja -C "$B" -t targets all 2>/dev/null | grep -q '^tests/mpi/test_mpi_cuda:' &&
+    mpi_target=tests/mpi/test_mpi_cuda
   ninja -C "$B" -k 0 tests/cuda/test_cuda tests/cuda/test_cuda_coll tests/cuda/test_cuda_layout \
     tests/cuda/bench_cuda tests/cuda/test_cuda_graph tests/cuda/test_cuda_select tools/arbench/arbench \
-    tests/cuda/diag_staging tests/cuda/diag_pcie \
+    tests/cuda/diag_staging tests/cuda/diag_pcie $mpi_target \
     >>"$OUT/build.log" 2>&1
   [ -x "$B/tests/cuda/test_cuda" ] && [ -x "$B/tests/cuda/bench_cuda" ] || {
     grep -B2 -A12 FAILED "$OUT/build.log" | head -60; exit 1; }
@@ -149,6 +156,49 @@ if [ "$mode" = p2p ]; then
   p2p_check
   exit $rc
 fi
+# CUDA buffers through comm_init_mpi: every collective on device buffers, the failure
+# cases, with 1 rank a host (2 hosts), 2 ranks on one host, 2 hosts of 2, hosts of 2
+# and 1; Open MPI as root in a container needs --allow-run-as-root, and more ranks
+# than cores --oversubscribe.
+mpi_check() {
+  echo "== mpi (CUDA buffers through comm_init_mpi)" | tee "$OUT/mpi.log"
+  local T="$B/tests/mpi/test_mpi_cuda"
+  if [ ! -x "$T" ] || ! command -v mpirun >/dev/null; then
+    echo "SKIP: test_mpi_cuda not built (meson found no MPI: no mpi.h/mpicc; see build.log's" \
+      "'Run-time dependency mpi') or no mpirun" | tee -a "$OUT/mpi.log"
+    grep -i "dependency mpi" "$OUT/build.log" | head -2
+    [ "$mode" = mpi ] && rc=1 # asked for: not a silent pass
+    return
+  fi
+  local np rph m
+  for c in 2:1 2:2 4:2 3:2; do
+    np=${c%:*} rph=${c#*:}
+    echo "### test_mpi_cuda: mpirun -np $np, ARCOMM_MPI_RANKS_PER_HOST=$rph" | tee -a "$OUT/mpi.log"
+    ARCOMM_LOG_LEVEL=none ARCOMM_MPI_RANKS_PER_HOST=$rph \
+      OMPI_MCA_btl_vader_single_copy_mechanism=none timeout "${MPI_LIMIT:-300}" \
+      mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$T" \
+      >"$OUT/mpi-np$np-rph$rph.log" 2>&1
+    m=$?
+    cat "$OUT/mpi-np$np-rph$rph.log" >>"$OUT/mpi.log"
+    grep -E "^(# |ok|FAIL)|^rank [0-9]+:" "$OUT/mpi-np$np-rph$rph.log" | head -24
+    echo "test_mpi_cuda np $np rph $rph exit status $m" | tee -a "$OUT/mpi.log"
+    [ $m = 0 ] || rc=1
+  done
+  # Two emulated hosts (namespaces, TCP between them; tests/mpi/two_hosts.sh), 2 ranks
+  # each: exit 77 where namespaces cannot be made here (skipped, not a failure).
+  echo "### test_mpi_cuda: two emulated hosts x 2 ranks" | tee -a "$OUT/mpi.log"
+  ARCOMM_LOG_LEVEL=none OMPI_MCA_btl_vader_single_copy_mechanism=none \
+    timeout "${MPI_LIMIT:-300}" bash tests/mpi/two_hosts.sh 2 "$T" >"$OUT/mpi-2hosts.log" 2>&1
+  m=$?
+  cat "$OUT/mpi-2hosts.log" >>"$OUT/mpi.log"
+  grep -E "^(# |ok|FAIL|skipped)|^rank [0-9]+:|left behind" "$OUT/mpi-2hosts.log" | head -24
+  echo "test_mpi_cuda two hosts x 2 exit status $m (77: skipped)" | tee -a "$OUT/mpi.log"
+  [ $m = 0 ] || [ $m = 77 ] || rc=1
+}
+if [ "$mode" = mpi ]; then
+  mpi_check
+  exit $rc
+fi
 
 echo "== tests" | tee "$OUT/tests.log"
 "$B/tests/cuda/test_cuda_layout" >>"$OUT/tests.log" 2>&1 || rc=1
@@ -167,6 +217,7 @@ echo "test_cuda_coll exit status $crc" | tee -a "$OUT/tests.log"
 [ $crc = 0 ] || rc=1
 graph_check
 p2p_check
+mpi_check
 
 if [ "${SANITIZE:-0}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (failure paths, process ranks)" | tee "$OUT/sanitize.log"

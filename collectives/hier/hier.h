@@ -12,6 +12,7 @@
 #ifndef ARCOMM_HIER_H
 #define ARCOMM_HIER_H
 
+#include "arcomm_build.h"
 #include "backend.h"
 #include "mpi/mpi_link.h"
 
@@ -45,6 +46,10 @@ struct hier_intra_ops {
     comm_status_t (*barrier)(comm_t *comm);
     comm_status_t (*destroy)(comm_t *comm);
     const char *(*last_error)(const comm_t *comm);
+    /* Without entering it (rt_hook_comm_state): how its next call would start; the CUDA
+     * staging asks it after waiting for its own GPU, so that a local peer's failure is
+     * not sent to the other hosts as data. */
+    comm_status_t (*state)(const comm_t *comm);
 };
 
 struct hier_comm {
@@ -63,6 +68,8 @@ struct hier_comm {
     bool desc_sent;            /* desc_seq is meaningful */
     void *scratch[2];          /* grown on demand, freed by teardown */
     size_t scratch_bytes[2];
+    struct hier_cuda *cuda; /* CUDA buffers (hier_cuda.c): the staging; NULL on the host */
+    int device_index;       /* CUDA: this rank's GPU */
 };
 
 static inline struct hier_comm *hier_of(struct comm *c)
@@ -104,6 +111,32 @@ comm_status_t hier_broadcast(struct comm *c, const struct coll_call *call);
 comm_status_t hier_allgather(struct comm *c, const struct coll_call *call);
 comm_status_t hier_alltoall(struct comm *c, const struct coll_call *call);
 comm_status_t hier_barrier(struct comm *c);
+
+/*
+ * CUDA buffers (hier_cuda.c; HIER_CUDA: a CUDA build, or the GPU-less test build of the
+ * CUDA path, HIER_FAKE_CUDA, where tests/mpi/fake_cuda stands in for the CUDA runtime).
+ * hier_cuda_devices: the CUDA devices this process sees (0 when none, or no driver).
+ * hier_cuda_open: the staging of h on CUDA device `device` (events; buffers grow on
+ * demand), COMM_ERR_SYSTEM with the message on tc when it fails.  hier_cuda_close: frees
+ * it once its copies are done (after the intra-host communicator is gone: its kernels
+ * have ended), waiting 2 s at most (then its buffers stay, logged on c).
+ * hier_cuda_adapt: ops (a copy of hier_backend) becomes the table of a CUDA communicator
+ * of comm_init_mpi: every collective but comm_allreduce_add, stream-ordered, the host
+ * waiting for the inter-host step (docs/multihost.md).
+ */
+#if ARCOMM_HAVE_CUDA || defined(HIER_FAKE_CUDA)
+#define HIER_CUDA 1
+#else
+#define HIER_CUDA 0
+#endif
+struct hier_cuda;
+int hier_cuda_devices(void);
+comm_status_t hier_cuda_open(struct comm *tc, struct hier_comm *h, int device);
+void hier_cuda_close(struct comm *c, struct hier_comm *h);
+void hier_cuda_adapt(struct backend_ops *ops);
+
+/* The checks every hierarchical call shares (hier_backend.c): MPI's int counts. */
+comm_status_t hier_check_counts(struct comm *c, const struct coll_call *call, const char *fn);
 
 /* hier_convert.c: the dtype reductions run in (f16, bf16: f32; the others: themselves),
  * and the conversions into and out of it.  hier_widen: n elements of dtype at src

@@ -106,6 +106,13 @@ void hier_break_intra(struct hier_comm *h, const char *msg, bool in_call)
     if (in == NULL)
         return;
     atomic_store(&in->aborted, 1);
+    if (in_call) {
+        /* Broken, as rt_break leaves a communicator whose call failed: its publication
+         * is a failure, not a rank leaving (the CUDA transport drains a leaving rank's
+         * calls first, which a failure must not wait for). */
+        int expected = 0;
+        atomic_compare_exchange_strong(&in->broken, &expected, (int)COMM_ERR_PEER);
+    }
     in->ops->publish_failure(in, COMM_ERR_PEER, msg, in_call);
     in->ops->wake(in);
 }
@@ -201,6 +208,7 @@ static void hier_teardown(struct comm *c)
         return;
     if (h->intra != NULL)
         h->iops->destroy(h->intra);
+    hier_cuda_close(c, h); /* after the intra-host communicator: its kernels have ended */
     mpi_link_free(&h->link);
     free(h->host_of);
     free(h->local_of);
@@ -213,14 +221,8 @@ static void hier_teardown(struct comm *c)
     c->xport = NULL;
 }
 
-static comm_status_t hier_validate(struct comm *c, const struct coll_call *call, const char *fn)
+comm_status_t hier_check_counts(struct comm *c, const struct coll_call *call, const char *fn)
 {
-    if (call->stream != NULL) {
-        rt_error(c, COMM_ERR_INVALID,
-                 "rank %d: %s: stream must be NULL on a host communicator (it is %p)", c->rank, fn,
-                 call->stream);
-        return COMM_ERR_INVALID;
-    }
     /* MPI counts bytes in an int: every rank's blocks of one call together must fit. */
     size_t es = rt_dtype_size(call->dtype);
     bool blocks = call->kind == COLL_ALLGATHER || call->kind == COLL_ALLTOALL;
@@ -232,6 +234,17 @@ static comm_status_t hier_validate(struct comm *c, const struct coll_call *call,
         return COMM_ERR_UNSUPPORTED;
     }
     return COMM_OK;
+}
+
+static comm_status_t hier_validate(struct comm *c, const struct coll_call *call, const char *fn)
+{
+    if (call->stream != NULL) {
+        rt_error(c, COMM_ERR_INVALID,
+                 "rank %d: %s: stream must be NULL on a host communicator (it is %p)", c->rank, fn,
+                 call->stream);
+        return COMM_ERR_INVALID;
+    }
+    return hier_check_counts(c, call, fn);
 }
 
 static comm_status_t hier_mem_alloc(struct comm *c, size_t bytes, void **ptr)

@@ -45,18 +45,82 @@ static comm_status_t check_args(struct comm *tc, comm_t **comm, const comm_confi
                  tc->rank, cfg->size);
         return COMM_ERR_INVALID;
     }
-    if (cfg != NULL && cfg->device != COMM_DEVICE_HOST) {
+    comm_device_t dev = cfg != NULL ? cfg->device : COMM_DEVICE_HOST;
+    if (dev == COMM_DEVICE_CUDA && !HIER_CUDA) {
         rt_error(tc, COMM_ERR_UNSUPPORTED,
-                 "comm_init_mpi: rank %d: device %d: only host buffers (COMM_DEVICE_HOST) go "
-                 "between hosts in this build; stage device data through host memory",
-                 tc->rank, (int)cfg->device);
+                 "comm_init_mpi: rank %d: COMM_DEVICE_CUDA: this libarcomm_mpi was built without "
+                 "CUDA (no nvcc at build time); build with -Dcuda=enabled, or stage the data "
+                 "through host memory on a COMM_DEVICE_HOST communicator",
+                 tc->rank);
         return COMM_ERR_UNSUPPORTED;
+    }
+    if (dev != COMM_DEVICE_HOST && dev != COMM_DEVICE_CUDA) {
+        rt_error(tc, COMM_ERR_UNSUPPORTED,
+                 "comm_init_mpi: rank %d: device %d: only host (COMM_DEVICE_HOST) and CUDA "
+                 "(COMM_DEVICE_CUDA) buffers go between hosts; stage other device data "
+                 "through host memory",
+                 tc->rank, (int)dev);
+        return COMM_ERR_UNSUPPORTED;
+    }
+    if (dev == COMM_DEVICE_CUDA && cfg->device_index < -1) {
+        rt_error(tc, COMM_ERR_INVALID,
+                 "comm_init_mpi: rank %d: cfg->device_index is %d: pass a CUDA device ordinal, "
+                 "or -1 (the rank's index on its host modulo the GPUs it sees)",
+                 tc->rank, cfg->device_index);
+        return COMM_ERR_INVALID;
     }
     if (tc->nranks > RT_MAX_RANKS) {
         rt_error(tc, COMM_ERR_INVALID,
                  "comm_init_mpi: rank %d: the MPI communicator has %d ranks, more than "
                  "COMM_MAX_RANKS (%d)",
                  tc->rank, tc->nranks, RT_MAX_RANKS);
+        return COMM_ERR_INVALID;
+    }
+    return COMM_OK;
+}
+
+/* CUDA: does this process see the GPU it asks for?  Asked after the ranks agreed on the
+ * device, and agreed on in turn, so that a host without a GPU fails every rank alike
+ * instead of leaving the others in the setup's MPI calls. */
+static comm_status_t check_gpu(struct comm *tc, const comm_config_t *cfg)
+{
+    int ngpu = hier_cuda_devices();
+    if (ngpu < 1) {
+        rt_error(tc, COMM_ERR_UNSUPPORTED,
+                 "comm_init_mpi: rank %d: COMM_DEVICE_CUDA, but this process sees no CUDA "
+                 "device (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides them)",
+                 tc->rank);
+        return COMM_ERR_UNSUPPORTED;
+    }
+    if (cfg->device_index >= ngpu) {
+        rt_error(tc, COMM_ERR_INVALID,
+                 "comm_init_mpi: rank %d: cfg->device_index is %d, but this process sees %d "
+                 "CUDA device(s)",
+                 tc->rank, cfg->device_index, ngpu);
+        return COMM_ERR_INVALID;
+    }
+    return COMM_OK;
+}
+
+/* Every rank must pass the same device (else COMM_ERR_INVALID on every rank, before
+ * any rank touches a GPU): MAX over mc of {device, -device}, bounded. */
+static comm_status_t agree_device(struct comm *tc, MPI_Comm mc, comm_device_t dev,
+                                  uint64_t deadline)
+{
+    int32_t in[2] = {(int32_t)dev, -(int32_t)dev}, out[2] = {0, 0};
+    MPI_Request req;
+    int err = MPI_Iallreduce(in, out, 2, MPI_INT32_T, MPI_MAX, mc, &req);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Iallreduce");
+    comm_status_t st =
+        mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the ranks' devices)");
+    if (st != COMM_OK)
+        return st;
+    if (out[0] != -out[1]) {
+        rt_error(tc, COMM_ERR_INVALID,
+                 "comm_init_mpi: rank %d: the ranks pass different cfg->device (this rank %d, "
+                 "others from %d to %d): every rank must pass the same device",
+                 tc->rank, (int)dev, (int)-out[1], (int)out[0]);
         return COMM_ERR_INVALID;
     }
     return COMM_OK;
@@ -162,6 +226,7 @@ static const struct hier_intra_ops intra_ops = {
     .barrier = comm_barrier,
     .destroy = comm_destroy,
     .last_error = comm_last_error,
+    .state = rt_hook_comm_state,
 };
 
 /* The intra-host communicator, its id from the host's leader. */
@@ -191,18 +256,36 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
     icfg.id = hello.id;
     icfg.timeout_ms = tc->timeout_ms < 0 ? -1 : (int)tc->timeout_ms;
     icfg.transport = cfg != NULL ? cfg->transport : NULL;
+    if (cfg != NULL && cfg->device == COMM_DEVICE_CUDA) {
+        /* The rank's GPU: as given, else its index on the host modulo the GPUs it sees
+         * (process ranks may share one). */
+        int ngpu = hier_cuda_devices(); /* >= 1: check_args saw to it */
+        if (ngpu < 1)
+            ngpu = 1;
+        icfg.device = COMM_DEVICE_CUDA;
+        icfg.device_index = cfg->device_index >= 0 ? cfg->device_index : h->local % ngpu;
+        h->device_index = icfg.device_index;
+#ifdef HIER_FAKE_CUDA
+        icfg.device = COMM_DEVICE_HOST; /* the test's "device" memory is host memory */
+#endif
+    }
     h->iops = &intra_ops;
     comm_status_t st = comm_init(&h->intra, &icfg);
-    if (st != COMM_OK)
+    if (st != COMM_OK) {
         snprintf(tc->errmsg, sizeof(tc->errmsg),
                  "comm_init_mpi: rank %d: the communicator of this host's %d ranks: %s", tc->rank,
                  h->nlocal, comm_last_error(NULL));
+        return st;
+    }
+    if (cfg != NULL && cfg->device == COMM_DEVICE_CUDA)
+        st = hier_cuda_open(tc, h, icfg.device_index);
     return st;
 }
 
-static void hier_free(struct hier_comm *h)
+static void hier_free(struct comm *tc, struct hier_comm *h)
 {
     comm_destroy(h->intra);
+    hier_cuda_close(tc, h);
     mpi_link_free(&h->link);
     free(h->host_of);
     free(h->local_of);
@@ -221,6 +304,10 @@ static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **ou
     hcfg.nranks = tc->nranks;
     hcfg.rank = tc->rank;
     hcfg.timeout_ms = tc->timeout_ms < 0 ? -1 : (int)tc->timeout_ms;
+    if (h->cuda != NULL) {
+        hcfg.device = COMM_DEVICE_CUDA;
+        hcfg.device_index = h->device_index;
+    }
     if (tc->rank == 0 && comm_id_new(&hcfg.id) != COMM_OK)
         memset(&hcfg.id, 0, sizeof(hcfg.id)); /* comm_init refuses it below, on every rank */
     MPI_Request req;
@@ -236,6 +323,8 @@ static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **ou
         key = (key ^ (unsigned char)hcfg.id.str[i]) * 0x100000001b3ull;
     h->link.notice_key = (int64_t)(key >> 1);
     h->ops = hier_backend;
+    if (h->cuda != NULL)
+        hier_cuda_adapt(&h->ops);
     snprintf(h->name, sizeof(h->name), "%s+mpi", comm_transport_name(h->intra));
     h->ops.name = h->name;
     st = rt_hook_init_backend(out, &hcfg, &h->ops, h);
@@ -285,6 +374,10 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     if (mine == COMM_OK)
         mine = check_args(tc, comm, cfg);
     comm_status_t st = agree(tc, mpi_comm, mine, deadline, "comm_init_mpi (the ranks' arguments)");
+    if (st == COMM_OK)
+        st = agree_device(tc, mpi_comm, cfg != NULL ? cfg->device : COMM_DEVICE_HOST, deadline);
+    if (st == COMM_OK && cfg != NULL && cfg->device == COMM_DEVICE_CUDA)
+        st = agree(tc, mpi_comm, check_gpu(tc, cfg), deadline, "comm_init_mpi (the ranks' GPUs)");
     if (st != COMM_OK)
         goto out;
 
@@ -316,7 +409,7 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
         if (c != NULL)
             comm_destroy(c); /* its teardown frees h */
         else
-            hier_free(h);
+            hier_free(tc, h);
         goto out;
     }
     rt_log(c, RT_LOG_INFO,

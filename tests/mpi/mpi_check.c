@@ -41,7 +41,11 @@ double mc_value(uint64_t seed, int rank, size_t i, comm_dtype_t dtype, comm_op_t
     case COMM_F16:
         return (double)(_Float16)(prod ? 0.5 + u : 2 * u - 1);
     case COMM_U8:
+    case COMM_U32:
+    case COMM_U64:
         return prod ? 1 + (double)(r % 3) : (double)(r % 50);
+    case COMM_I8: /* sums of 4 ranks stay within -128..127 */
+        return prod ? 1 + (double)(r % 3) : (double)(r % 61) - 30;
     default: /* signed integers */
         return prod ? 1 + (double)(r % 3) : (double)(r % 201) - 100;
     }
@@ -80,6 +84,15 @@ void mc_store(void *buf, size_t i, comm_dtype_t dtype, double v)
     case COMM_U8:
         ((uint8_t *)buf)[i] = (uint8_t)v;
         break;
+    case COMM_I8:
+        ((int8_t *)buf)[i] = (int8_t)v;
+        break;
+    case COMM_U32:
+        ((uint32_t *)buf)[i] = (uint32_t)v;
+        break;
+    case COMM_U64:
+        ((uint64_t *)buf)[i] = (uint64_t)v;
+        break;
     default:
         break;
     }
@@ -106,6 +119,12 @@ double mc_load(const void *buf, size_t i, comm_dtype_t dtype)
         return (double)((const int64_t *)buf)[i];
     case COMM_U8:
         return ((const uint8_t *)buf)[i];
+    case COMM_I8:
+        return ((const int8_t *)buf)[i];
+    case COMM_U32:
+        return ((const uint32_t *)buf)[i];
+    case COMM_U64:
+        return (double)((const uint64_t *)buf)[i];
     default:
         return NAN;
     }

@@ -133,15 +133,39 @@ static comm_status_t notice_check(struct comm *c, struct mpi_link *l, const char
     return COMM_ERR_PEER;
 }
 
+/* The requests of mpi_link_wait, as a mpi_link_poll_fn. */
+struct testall_arg {
+    MPI_Request *reqs;
+    int n;
+};
+
+static comm_status_t testall(struct comm *c, void *arg, bool *done)
+{
+    struct testall_arg *a = arg;
+    int flag = 0;
+    int err = MPI_Testall(a->n, a->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(c, err, "MPI_Testall");
+    *done = flag != 0;
+    return COMM_OK;
+}
+
 comm_status_t mpi_link_wait(struct comm *c, struct mpi_link *l, MPI_Request *reqs, int n,
                             uint64_t deadline, bool abortable, const char *what)
 {
+    struct testall_arg a = {reqs, n};
+    return mpi_link_wait_for(c, l, testall, &a, deadline, abortable, what);
+}
+
+comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_poll_fn poll,
+                                void *arg, uint64_t deadline, bool abortable, const char *what)
+{
     uint64_t start = 0, now = 0, next_watch = 0;
     for (unsigned polls = 0;; polls++) {
-        int done = 0;
-        int err = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        if (err != MPI_SUCCESS)
-            return mpi_link_error(c, err, "MPI_Testall");
+        bool done = false;
+        comm_status_t pst = poll(c, arg, &done);
+        if (pst != COMM_OK)
+            return pst;
         if (done)
             return COMM_OK;
         if (abortable && atomic_load(&c->aborted)) {

@@ -83,6 +83,16 @@ comm_status_t mpi_link_wait(struct comm *c, struct mpi_link *l, MPI_Request *req
                             uint64_t deadline, bool abortable, const char *what);
 
 /*
+ * The same wait for anything poll says is done (*done = true; a status other than OK
+ * ends the wait with it, poll recorded the message on c): the deadline, comm_abort, the
+ * failure notices and the watch bound it as they bound MPI's requests.  The CUDA
+ * staging of the hierarchical backend waits for its copies this way (cudaEventQuery).
+ */
+typedef comm_status_t (*mpi_link_poll_fn)(struct comm *c, void *arg, bool *done);
+comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_poll_fn poll,
+                                void *arg, uint64_t deadline, bool abortable, const char *what);
+
+/*
  * Failure notices: the way a failure reaches every rank at once, whatever MPI call each
  * is blocked in.  A nonblocking collective cannot complete without every rank, but a
  * point-to-point message can: a rank whose call failed sends one notice {key, status,

@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * CUDA buffers on a communicator made by comm_init_mpi, started by mpirun (any number
+ * of process ranks, sharing GPUs: rank r on GPU local index modulo the GPUs it sees).
+ *
+ * First, on any machine (no GPU needed): ranks passing different cfg->device
+ * (INVALID on every rank, nothing made), a device comm_init_mpi does not serve
+ * (Hexagon: UNSUPPORTED on every rank), a bad device_index on one rank (INVALID there,
+ * PEER elsewhere); without a GPU, a CUDA comm_init_mpi fails alike on every rank, leaves
+ * nothing in /dev/shm, and a host communicator still works after it; then the program
+ * exits 77 (skipped) on every rank.
+ *
+ * With a GPU: every collective the communicator serves on device buffers, on a stream of
+ * the test's own and on the default stream: allreduce, reduce and reduce_scatter of every
+ * dtype with sum, max, min and prod (avg for the float types), broadcast, allgather and
+ * alltoall, counts 0, 1, 97 and about a million; random inputs, float64 (exact for
+ * integers) references, outputs poisoned first, every element checked after a
+ * cudaStreamSynchronize, and every rank's bits compared for the allreduces,
+ * broadcasts and allgathers.  Failures: a count that differs on the last rank (its
+ * host is another one under ARCOMM_MPI_RANKS_PER_HOST): MISMATCH on every rank and no
+ * byte of any output written; comm_abort before a call (ABORTED, PEER elsewhere);
+ * comm_allreduce_add (UNSUPPORTED on every rank, the communicator usable after); a call
+ * on a stream being captured on rank 1 (INVALID there, PEER elsewhere).  Exits non-zero
+ * on any failure.
+ *
+ * Built with HIER_FAKE_CUDA against tests/mpi/fake_cuda and libarcomm_mpi_fakecuda
+ * (test_mpi_cuda_fake), the same program runs the CUDA path's staging and algorithms
+ * on any machine: one "GPU" whose memory is host memory, over a host intra-host
+ * communicator.
+ */
+#include "mpi_check.h"
+
+#include <arcomm_mpi.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SKIP 77
+#define BIG  1048573 /* a prime near a million */
+
+/* Built against tests/mpi/fake_cuda (test_mpi_cuda_fake): the same checks with host
+ * memory as device memory, over a host intra-host communicator ("shm+mpi"). */
+#ifdef HIER_FAKE_CUDA
+#define FAKE 1
+#else
+#define FAKE 0
+#endif
+
+static int g_rank, g_size, g_failed;
+static comm_t *g_comm;
+static cudaStream_t g_stream;
+static bool g_default_stream; /* alternate: the test's stream, the default one */
+
+static void fail(const char *what, comm_dtype_t dtype, comm_op_t op, size_t count, const char *why)
+{
+    if (g_failed++ < 20)
+        fprintf(stderr, "rank %d: %s %s op %d count %zu: %s\n", g_rank, what, mc_dtype_name(dtype),
+                (int)op, count, why);
+}
+
+static void *host_buf(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (p == NULL) {
+        fprintf(stderr, "rank %d: out of memory\n", g_rank);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    memset(p, 0xa5, bytes);
+    return p;
+}
+
+static void cuda_must(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "rank %d: %s: %s\n", g_rank, what, cudaGetErrorString(e));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+/* Device memory holding host's bytes (NULL host: poisoned with 0xa5). */
+static void *dev_buf(const void *host, size_t bytes)
+{
+    void *d = NULL;
+    cuda_must(cudaMalloc(&d, bytes ? bytes : 1), "cudaMalloc");
+    if (host != NULL)
+        cuda_must(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (to device)");
+    else
+        cuda_must(cudaMemset(d, 0xa5, bytes ? bytes : 1), "cudaMemset");
+    return d;
+}
+
+/* The stream of the next call, and the wait for it before the result is read. */
+static void *next_stream(void)
+{
+    g_default_stream = !g_default_stream;
+    return g_default_stream ? NULL : (void *)g_stream;
+}
+
+static void *to_host(const void *d, size_t bytes, void *stream)
+{
+    cuda_must(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
+    void *h = host_buf(bytes);
+    if (bytes > 0)
+        cuda_must(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (to host)");
+    return h;
+}
+
+static bool call_ok(comm_status_t st, const char *what, comm_dtype_t dtype, comm_op_t op,
+                    size_t count)
+{
+    if (st == COMM_OK)
+        return true;
+    char why[600];
+    snprintf(why, sizeof(why), "%s: %s", comm_status_string(st), comm_last_error(g_comm));
+    fail(what, dtype, op, count, why);
+    return false;
+}
+
+static void check_reduced(const char *what, const void *out, size_t n, size_t first, uint64_t seed,
+                          comm_dtype_t dtype, comm_op_t op)
+{
+    for (size_t i = 0; i < n; i++) {
+        double sumabs, ref = mc_reduce_ref(seed, g_size, first + i, dtype, op, &sumabs);
+        double got = mc_load(out, i, dtype);
+        if (!mc_close(got, ref, sumabs, dtype, op)) {
+            char why[128];
+            snprintf(why, sizeof(why), "element %zu is %.9g, expected %.9g", i, got, ref);
+            fail(what, dtype, op, n, why);
+            return;
+        }
+    }
+}
+
+static void same_bits(const char *what, const void *out, size_t bytes, comm_dtype_t dtype,
+                      comm_op_t op, size_t count)
+{
+    if (!mc_same_everywhere(mc_hash(out, bytes)))
+        fail(what, dtype, op, count, "ranks hold different bits");
+}
+
+/* Rank r's input of case seed from element first, n elements, in host memory. */
+static void *input(size_t n, uint64_t seed, int r, comm_dtype_t dt, comm_op_t op, size_t first)
+{
+    void *h = host_buf(n * comm_dtype_size(dt));
+    mc_fill(h, n, seed, r, dt, op, first);
+    return h;
+}
+
+static void t_allreduce(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed, bool in_place)
+{
+    size_t es = comm_dtype_size(dt);
+    void *hin = input(n, seed, g_rank, dt, op, 0);
+    void *send = dev_buf(hin, n * es), *recv = in_place ? send : dev_buf(NULL, n * es);
+    void *s = next_stream();
+    comm_status_t st = comm_allreduce(g_comm, send, recv, n, dt, op, s);
+    void *out = to_host(recv, n * es, s);
+    if (call_ok(st, "allreduce", dt, op, n))
+        check_reduced("allreduce", out, n, 0, seed, dt, op);
+    same_bits("allreduce", out, n * es, dt, op, n);
+    free(out);
+    free(hin);
+    if (!in_place)
+        cudaFree(recv);
+    cudaFree(send);
+}
+
+static void t_reduce(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt);
+    int root = (int)(seed % (uint64_t)g_size);
+    void *hin = input(n, seed, g_rank, dt, op, 0);
+    void *send = dev_buf(hin, n * es), *recv = g_rank == root ? dev_buf(NULL, n * es) : NULL;
+    void *s = next_stream();
+    comm_status_t st = comm_reduce(g_comm, send, recv, n, dt, op, root, s);
+    cuda_must(cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
+    if (call_ok(st, "reduce", dt, op, n) && recv != NULL) {
+        void *out = to_host(recv, n * es, s);
+        check_reduced("reduce", out, n, 0, seed, dt, op);
+        free(out);
+    }
+    free(hin);
+    cudaFree(recv);
+    cudaFree(send);
+}
+
+static void t_reduce_scatter(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt), all = n * (size_t)g_size;
+    void *hin = input(all, seed, g_rank, dt, op, 0);
+    void *send = dev_buf(hin, all * es), *recv = dev_buf(NULL, n * es);
+    void *s = next_stream();
+    comm_status_t st = comm_reduce_scatter(g_comm, send, recv, n, dt, op, s);
+    void *out = to_host(recv, n * es, s);
+    if (call_ok(st, "reduce_scatter", dt, op, n))
+        check_reduced("reduce_scatter", out, n, (size_t)g_rank * n, seed, dt, op);
+    free(out);
+    free(hin);
+    cudaFree(recv);
+    cudaFree(send);
+}
+
+static bool block_is(const void *got, size_t n, uint64_t seed, int r, comm_dtype_t dt, size_t first)
+{
+    void *want = input(n, seed, r, dt, COMM_SUM, first);
+    bool ok = memcmp(got, want, n * comm_dtype_size(dt)) == 0;
+    free(want);
+    return ok;
+}
+
+static void t_broadcast(comm_dtype_t dt, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt);
+    int root = (int)(seed % (uint64_t)g_size);
+    void *hin = input(n, seed, root, dt, COMM_SUM, 0);
+    void *send = g_rank == root ? dev_buf(hin, n * es) : NULL, *recv = dev_buf(NULL, n * es);
+    void *s = next_stream();
+    comm_status_t st = comm_broadcast(g_comm, send, recv, n, dt, root, s);
+    void *out = to_host(recv, n * es, s);
+    if (call_ok(st, "broadcast", dt, COMM_SUM, n) && memcmp(out, hin, n * es) != 0)
+        fail("broadcast", dt, COMM_SUM, n, "wrong data");
+    same_bits("broadcast", out, n * es, dt, COMM_SUM, n);
+    free(out);
+    free(hin);
+    cudaFree(recv);
+    cudaFree(send);
+}
+
+static void t_allgather(comm_dtype_t dt, size_t n, uint64_t seed, bool in_place)
+{
+    size_t es = comm_dtype_size(dt), all = (size_t)g_size * n;
+    void *hin = input(n, seed, g_rank, dt, COMM_SUM, 0);
+    char *recv = dev_buf(NULL, all * es), *send;
+    if (in_place) {
+        send = recv + (size_t)g_rank * n * es;
+        if (n > 0)
+            cuda_must(cudaMemcpy(send, hin, n * es, cudaMemcpyHostToDevice), "cudaMemcpy");
+    } else {
+        send = dev_buf(hin, n * es);
+    }
+    void *s = next_stream();
+    comm_status_t st = comm_allgather(g_comm, send, recv, n, dt, s);
+    void *out = to_host(recv, all * es, s);
+    if (call_ok(st, "allgather", dt, COMM_SUM, n))
+        for (int r = 0; r < g_size; r++)
+            if (!block_is((char *)out + (size_t)r * n * es, n, seed, r, dt, 0)) {
+                fail("allgather", dt, COMM_SUM, n, "a rank's block is wrong");
+                break;
+            }
+    same_bits("allgather", out, all * es, dt, COMM_SUM, n);
+    free(out);
+    free(hin);
+    if (!in_place)
+        cudaFree(send);
+    cudaFree(recv);
+}
+
+static void t_alltoall(comm_dtype_t dt, size_t n, uint64_t seed)
+{
+    size_t es = comm_dtype_size(dt), all = (size_t)g_size * n;
+    void *hin = input(all, seed, g_rank, dt, COMM_SUM, 0);
+    void *send = dev_buf(hin, all * es), *recv = dev_buf(NULL, all * es);
+    void *s = next_stream();
+    comm_status_t st = comm_alltoall(g_comm, send, recv, n, dt, s);
+    void *out = to_host(recv, all * es, s);
+    if (call_ok(st, "alltoall", dt, COMM_SUM, n))
+        for (int r = 0; r < g_size; r++)
+            if (!block_is((char *)out + (size_t)r * n * es, n, seed, r, dt, (size_t)g_rank * n)) {
+                fail("alltoall", dt, COMM_SUM, n, "a rank's block is wrong");
+                break;
+            }
+    free(out);
+    free(hin);
+    cudaFree(recv);
+    cudaFree(send);
+}
+
+static comm_t *fresh(comm_device_t dev, int device_index, comm_status_t *st)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.device = dev;
+    cfg.device_index = device_index;
+    cfg.timeout_ms = 30000; /* process ranks time-slice one GPU: calls are slow */
+    comm_t *c = NULL;
+    *st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    return c;
+}
+
+static void expect(const char *what, comm_status_t got, comm_status_t want, const comm_t *c)
+{
+    if (got != want) {
+        char why[700];
+        snprintf(why, sizeof(why), "got %s, expected %s: %s", comm_status_string(got),
+                 comm_status_string(want), comm_last_error(c));
+        fail(what, COMM_F32, COMM_SUM, 0, why);
+    }
+}
+
+/* What needs no GPU: the arguments comm_init_mpi refuses, the same way on every rank. */
+static void t_refusals(void)
+{
+    comm_status_t st;
+    /* Rank 0 asks for CUDA, the others for the host. */
+    comm_t *c = fresh(g_rank == 0 ? COMM_DEVICE_CUDA : COMM_DEVICE_HOST, -1, &st);
+    expect("different devices", st, COMM_ERR_INVALID, NULL);
+    if (c != NULL) {
+        fail("different devices", COMM_F32, COMM_SUM, 0, "*comm was written");
+        comm_destroy(c);
+    }
+    c = fresh(COMM_DEVICE_HEXAGON, -1, &st);
+    expect("hexagon buffers", st, COMM_ERR_UNSUPPORTED, NULL);
+    if (c != NULL)
+        comm_destroy(c);
+    c = fresh(COMM_DEVICE_CUDA, g_rank == 0 ? -5 : -1, &st);
+    expect("a bad device_index on rank 0", st, g_rank == 0 ? COMM_ERR_INVALID : COMM_ERR_PEER,
+           NULL);
+    if (c != NULL)
+        comm_destroy(c);
+}
+
+/* No GPU: CUDA fails alike everywhere, and a host communicator works after it. */
+static void t_no_gpu(void)
+{
+    comm_status_t st;
+    comm_t *c = fresh(COMM_DEVICE_CUDA, -1, &st);
+    comm_status_t lo = st, hi = st;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (st == COMM_OK || c != NULL)
+        fail("CUDA without a GPU", COMM_F32, COMM_SUM, 0, "comm_init_mpi succeeded");
+    if (lo != hi)
+        fail("CUDA without a GPU", COMM_F32, COMM_SUM, 0, "the ranks returned different statuses");
+    if (c != NULL)
+        comm_destroy(c);
+    c = fresh(COMM_DEVICE_HOST, -1, &st);
+    float x = 1, y = 0;
+    if (st != COMM_OK || comm_allreduce(c, &x, &y, 1, COMM_F32, COMM_SUM, NULL) != COMM_OK ||
+        y != (float)g_size)
+        fail("a host communicator after it", COMM_F32, COMM_SUM, 1, comm_last_error(c));
+    if (c != NULL)
+        comm_destroy(c);
+}
+
+/* The failures of a CUDA communicator: a fresh one for each (a failure breaks it). */
+static void t_failures(void)
+{
+    comm_status_t st;
+    size_t n = 4099, es = sizeof(float);
+    void *hin = input(n, 77, g_rank, COMM_F32, COMM_SUM, 0);
+    void *send = dev_buf(hin, n * es), *recv = dev_buf(NULL, n * es);
+
+    /* The last rank passes a different count: MISMATCH everywhere, recv untouched. */
+    comm_t *c = fresh(COMM_DEVICE_CUDA, -1, &st);
+    if (st != COMM_OK) {
+        fail("failures", COMM_F32, COMM_SUM, 0, comm_last_error(NULL));
+        goto out;
+    }
+    st = comm_allreduce(c, send, recv, g_rank == g_size - 1 ? n - 1 : n, COMM_F32, COMM_SUM,
+                        g_stream);
+    expect("a count mismatch across hosts", st, COMM_ERR_MISMATCH, c);
+    void *out = to_host(recv, n * es, g_stream);
+    for (size_t i = 0; i < n * es; i++)
+        if (((unsigned char *)out)[i] != 0xa5) {
+            fail("a count mismatch across hosts", COMM_F32, COMM_SUM, n, "recvbuf was written");
+            break;
+        }
+    free(out);
+    st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, g_stream);
+    if (st == COMM_OK)
+        fail("after a mismatch", COMM_F32, COMM_SUM, n, "the communicator still works");
+    comm_destroy(c);
+
+    /* Rank 0 aborts before a call. */
+    c = fresh(COMM_DEVICE_CUDA, -1, &st);
+    if (g_rank == 0)
+        comm_abort(c);
+    st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, g_stream);
+    expect("comm_abort before a call", st, g_rank == 0 ? COMM_ERR_ABORTED : COMM_ERR_PEER, c);
+    cudaStreamSynchronize(g_stream);
+    comm_destroy(c);
+
+    /* comm_allreduce_add is not served: UNSUPPORTED everywhere, usable after. */
+    c = fresh(COMM_DEVICE_CUDA, -1, &st);
+    st = comm_allreduce_add(c, send, recv, send, n, n, COMM_F32, g_stream);
+    expect("comm_allreduce_add", st, COMM_ERR_UNSUPPORTED, c);
+    st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, g_stream);
+    expect("an allreduce after UNSUPPORTED", st, COMM_OK, c);
+    out = to_host(recv, n * es, g_stream);
+    if (st == COMM_OK)
+        check_reduced("an allreduce after UNSUPPORTED", out, n, 0, 77, COMM_F32, COMM_SUM);
+    free(out);
+    comm_destroy(c);
+
+    /* Rank 1 calls on a stream being captured into a graph. */
+    c = fresh(COMM_DEVICE_CUDA, -1, &st);
+    cudaStream_t cs;
+    cuda_must(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (g_rank == 1)
+        cuda_must(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed), "BeginCapture");
+    st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, cs);
+    if (g_rank == 1) {
+        cudaGraph_t graph = NULL;
+        cuda_must(cudaStreamEndCapture(cs, &graph), "cudaStreamEndCapture");
+        if (graph != NULL)
+            cudaGraphDestroy(graph);
+    }
+    expect("a call on a capturing stream (rank 1)", st,
+           g_rank == 1 ? COMM_ERR_INVALID : COMM_ERR_PEER, c);
+    cudaStreamSynchronize(cs);
+    comm_destroy(c);
+    cudaStreamDestroy(cs);
+out:
+    free(hin);
+    cudaFree(recv);
+    cudaFree(send);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    char before[256][96];
+    int nbefore = mc_shm_list(before, 256);
+
+    t_refusals();
+    int ngpu = 0;
+    if (cudaGetDeviceCount(&ngpu) != cudaSuccess)
+        ngpu = 0;
+    int min_gpu = ngpu;
+    MPI_Allreduce(MPI_IN_PLACE, &min_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (min_gpu == 0) {
+        t_no_gpu();
+        int failed = g_failed;
+        MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        int left = g_rank == 0 ? mc_shm_left(before, nbefore) : 0;
+        if (g_rank == 0)
+            printf("%s: the checks without a GPU (%d failed, %d /dev/shm entries left); no GPU: "
+                   "the CUDA collectives skipped\n",
+                   failed + left ? "FAIL" : "ok", failed, left);
+        MPI_Finalize();
+        return failed + left ? 1 : SKIP;
+    }
+
+    cuda_must(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    comm_status_t st;
+    g_comm = fresh(COMM_DEVICE_CUDA, -1, &st);
+    if (st != COMM_OK) {
+        fprintf(stderr, "rank %d: comm_init_mpi (CUDA): %s: %s\n", g_rank, comm_status_string(st),
+                comm_last_error(NULL));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const char *name = comm_transport_name(g_comm);
+    if (comm_rank(g_comm) != g_rank || comm_size(g_comm) != g_size ||
+        strstr(name, "+mpi") == NULL || (!FAKE && strstr(name, "cuda") == NULL))
+        fail("identity", COMM_F32, COMM_SUM, 0, name);
+    if (g_rank == 0)
+        printf("# %d ranks, %d GPUs visible to rank 0, transport %s\n", g_size, ngpu, name);
+
+    static const comm_dtype_t types[] = {COMM_F32, COMM_F64, COMM_F16, COMM_BF16, COMM_I32,
+                                         COMM_I64, COMM_I8,  COMM_U8,  COMM_U32,  COMM_U64};
+    static const comm_op_t ops[] = {COMM_SUM, COMM_MAX, COMM_MIN, COMM_PROD};
+    static const size_t counts[] = {1, 97};
+    uint64_t seed = 1;
+    for (size_t d = 0; d < sizeof(types) / sizeof(types[0]); d++)
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                t_allreduce(types[d], ops[o], counts[k], seed++, false);
+                t_reduce(types[d], ops[o], counts[k], seed++);
+                t_reduce_scatter(types[d], ops[o], counts[k], seed++);
+            }
+    static const comm_dtype_t floats[] = {COMM_F32, COMM_F64, COMM_F16, COMM_BF16};
+    for (size_t d = 0; d < sizeof(floats) / sizeof(floats[0]); d++) {
+        t_allreduce(floats[d], COMM_AVG, 97, seed++, false);
+        t_reduce(floats[d], COMM_AVG, 97, seed++);
+        t_reduce_scatter(floats[d], COMM_AVG, 97, seed++);
+    }
+    t_allreduce(COMM_F32, COMM_SUM, 0, seed++, false);
+    t_reduce(COMM_F32, COMM_SUM, 0, seed++);
+    t_reduce_scatter(COMM_F32, COMM_SUM, 0, seed++);
+    t_allreduce(COMM_F32, COMM_SUM, 97, seed++, true);
+    static const comm_dtype_t moved[] = {COMM_F32, COMM_BF16, COMM_I8, COMM_F64};
+    static const size_t move_counts[] = {0, 1, 97};
+    for (size_t d = 0; d < sizeof(moved) / sizeof(moved[0]); d++)
+        for (size_t k = 0; k < sizeof(move_counts) / sizeof(move_counts[0]); k++) {
+            t_broadcast(moved[d], move_counts[k], seed++);
+            t_allgather(moved[d], move_counts[k], seed++, false);
+            t_alltoall(moved[d], move_counts[k], seed++);
+        }
+    t_allgather(COMM_F32, 97, seed++, true);
+    if (comm_barrier(g_comm) != COMM_OK)
+        fail("barrier", COMM_U8, COMM_SUM, 0, comm_last_error(g_comm));
+    void *mem = NULL; /* as on one host: CUDA buffers are the caller's cudaMalloc */
+    if (comm_mem_alloc(g_comm, 64, &mem) != COMM_ERR_UNSUPPORTED)
+        fail("comm_mem_alloc", COMM_U8, COMM_SUM, 64, "expected COMM_ERR_UNSUPPORTED");
+
+    /* About a million elements: the segmented MPI steps, buffers that grow. */
+    t_allreduce(COMM_F32, COMM_SUM, BIG, seed++, false);
+    t_allreduce(COMM_BF16, COMM_SUM, BIG, seed++, false);
+    t_allreduce(COMM_I32, COMM_SUM, BIG, seed++, true);
+    t_reduce(COMM_F64, COMM_SUM, BIG, seed++);
+    t_reduce_scatter(COMM_F32, COMM_SUM, BIG / (size_t)g_size, seed++);
+    t_broadcast(COMM_F64, BIG, seed++);
+    t_allgather(COMM_I32, BIG / (size_t)g_size, seed++, false);
+    t_alltoall(COMM_F32, BIG / (size_t)g_size, seed++);
+    if (comm_destroy(g_comm) != COMM_OK)
+        fail("comm_destroy", COMM_F32, COMM_SUM, 0, comm_last_error(NULL));
+
+    if (g_size > 1)
+        t_failures();
+    cudaStreamDestroy(g_stream);
+    return mc_finish(g_failed, before, nbefore);
+}

@@ -565,6 +565,97 @@ __device__ int32_t ll_check(const cuda_kcommon &c, uint64_t start, int32_t *who)
     return 0;
 }
 
+/* ---- an LL round's pieces, shared by the host-staged and the peer-to-peer kernels ---- */
+
+/* The launch's call (number, release value) and round, from the counters (not from the
+ * launch: a graph replays its launches), into the block's shared copy. */
+__device__ __forceinline__ void ll_take_call(const cuda_kcommon &in, cuda_kcommon &sc,
+                                             uint32_t &sround)
+{
+    if (threadIdx.x == 0) {
+        const volatile cuda_dcount *n = in.counters;
+        sc = in;
+        sc.seq = n->seq;
+        sc.release = n->cchunk + CUDA_RELEASE;
+        sround = n->kround;
+    }
+    __syncthreads();
+}
+
+/* Every block sees the peers' calls (the headers it gathered) before it writes a result:
+ * 0, or COMM_ERR_MISMATCH (recorded). */
+template <int R>
+__device__ __forceinline__ int32_t ll_headers_agree(const cuda_kcommon &c,
+                                                    const uint4 (&v)[R][CUDA_LL_UPT + 1])
+{
+    for (int p = 0; p < R; p++) {
+        if (p < c.nranks && p != c.rank && v[p][CUDA_LL_UPT].x != c.desc) {
+            record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, p);
+            return COMM_ERR_MISMATCH;
+        }
+    }
+    return 0;
+}
+
+/* A thread's batch of results: units u0 + i * nthreads of the round, every rank's value
+ * (its own from send, the peers' from the gathered units v) in rank order. */
+template <typename T, typename W, int OP, int R, typename Args>
+__device__ __forceinline__ void
+ll_reduce_batch(const Args &a, const cuda_kcommon &c, const T *send, T *recv, const T *addend,
+                uint32_t u0, uint32_t nthreads, const uint4 (&v)[R][CUDA_LL_UPT + 1])
+{
+    constexpr int EPU = CUDA_LL_DATA / sizeof(W);
+    typedef typename acc_of<T>::type A;
+    typedef opf<OP> F;
+#pragma unroll
+    for (int i = 0; i < CUDA_LL_UPT; i++) {
+        const uint32_t u = u0 + (uint32_t)i * nthreads;
+        if (u >= a.units)
+            continue;
+#pragma unroll
+        for (int e = 0; e < EPU; e++) {
+            const uint64_t idx = (uint64_t)u * EPU + e;
+            if (idx >= a.rn)
+                break;
+            A acc = A();
+#pragma unroll
+            for (int p = 0; p < R; p++) {
+                if (p >= c.nranks)
+                    break;
+                A x;
+                if (p == c.rank) {
+                    x = wire<T, W>::own(send[idx]);
+                } else {
+                    const uint32_t w[2] = {v[p][i].x, v[p][i].z};
+                    x = wire<T, W>::val(word_elem<sizeof(W)>(w, e));
+                }
+                acc = p == 0 ? x : F::f(acc, x);
+            }
+            if (addend != nullptr)
+                acc = add_(acc, to_acc(addend[(a.rlo + idx) % c.addend_count]));
+            recv[idx] = from_acc<T>(F::fin(acc, c.nranks));
+        }
+    }
+}
+
+/* The launch's end: the last block to end moves the counters on; the next launch
+ * (stream-ordered after this one) reads them.  Every block read them before it got
+ * here. */
+__device__ __forceinline__ void ll_launch_end(const cuda_kcommon &c, uint32_t round, bool last)
+{
+    if (threadIdx.x != 0)
+        return;
+    cuda_dcount *n = c.counters;
+    if (atomicAdd(&n->done, 1u) == gridDim.x - 1) {
+        n->done = 0;
+        n->kround = round + 1;
+        if (last) {
+            n->seq = c.seq + 1;
+            st_vol(&static_cast<cuda_count_line *>(c.mirror)->seq, c.seq + 1);
+        }
+    }
+}
+
 /* Every op of an integer type (AVG is refused before a launch: not instantiated). */
 template <typename T, typename L> cudaError_t by_int_op(int op, const L &l)
 {

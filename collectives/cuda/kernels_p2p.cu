@@ -131,19 +131,9 @@ __device__ int32_t p2p_gather(const cuda_p2p_ll_args &a, const cuda_kcommon &c, 
 template <typename T, typename W, int OP, int R>
 __global__ void __launch_bounds__(CUDA_LL_THREADS) p2p_ll_kernel(const cuda_p2p_ll_args a)
 {
-    constexpr int EPU = CUDA_LL_DATA / sizeof(W);
-    typedef typename acc_of<T>::type A;
-    typedef opf<OP> F;
     __shared__ cuda_kcommon sc;
     __shared__ uint32_t sround;
-    if (threadIdx.x == 0) {
-        const volatile cuda_dcount *n = a.c.counters;
-        sc = a.c;
-        sc.seq = n->seq;
-        sc.release = n->cchunk + CUDA_RELEASE;
-        sround = n->kround;
-    }
-    __syncthreads();
+    ll_take_call(a.c, sc, sround);
     const cuda_kcommon &c = sc;
     const uint32_t round = sround;
     const uint32_t flag = cuda_ll_flag(round);
@@ -178,60 +168,13 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) p2p_ll_kernel(const cuda_p2p_
         const bool hdr = k == 0 && threadIdx.x == 0;
         uint4 v[R][CUDA_LL_UPT + 1];
         int32_t st = p2p_gather<R>(a, c, round, flag, u0, nthreads, hdr, v);
-        if (st == 0 && hdr) {
-            /* Every block sees the peers' calls before it writes a result. */
-            for (int p = 0; p < R; p++) {
-                if (p < c.nranks && p != c.rank && v[p][CUDA_LL_UPT].x != c.desc) {
-                    record_fail(c, COMM_ERR_MISMATCH, CUDA_STAGE_KDESC, p);
-                    st = COMM_ERR_MISMATCH;
-                    break;
-                }
-            }
-        }
+        if (st == 0 && hdr)
+            st = ll_headers_agree<R>(c, v);
         if (__syncthreads_or(st != 0))
             return;
-#pragma unroll
-        for (int i = 0; i < CUDA_LL_UPT; i++) {
-            const uint32_t u = u0 + (uint32_t)i * nthreads;
-            if (u >= a.units)
-                continue;
-#pragma unroll
-            for (int e = 0; e < EPU; e++) {
-                const uint64_t idx = (uint64_t)u * EPU + e;
-                if (idx >= a.rn)
-                    break;
-                A acc = A();
-#pragma unroll
-                for (int p = 0; p < R; p++) {
-                    if (p >= c.nranks)
-                        break;
-                    A x;
-                    if (p == c.rank) {
-                        x = wire<T, W>::own(send[idx]);
-                    } else {
-                        const uint32_t w[2] = {v[p][i].x, v[p][i].z};
-                        x = wire<T, W>::val(word_elem<sizeof(W)>(w, e));
-                    }
-                    acc = p == 0 ? x : F::f(acc, x);
-                }
-                if (addend != nullptr)
-                    acc = add_(acc, to_acc(addend[(a.rlo + idx) % c.addend_count]));
-                recv[idx] = from_acc<T>(F::fin(acc, c.nranks));
-            }
-        }
+        ll_reduce_batch<T, W, OP, R>(a, c, send, recv, addend, u0, nthreads, v);
     }
-    /* The last block to end moves the counters on (as the host-staged LL kernel). */
-    if (threadIdx.x == 0) {
-        cuda_dcount *n = c.counters;
-        if (atomicAdd(&n->done, 1u) == gridDim.x - 1) {
-            n->done = 0;
-            n->kround = round + 1;
-            if (a.last) {
-                n->seq = c.seq + 1;
-                st_vol(&static_cast<cuda_count_line *>(c.mirror)->seq, c.seq + 1);
-            }
-        }
-    }
+    ll_launch_end(c, round, a.last);
 }
 
 template <typename T, typename W, int OP>

@@ -25,86 +25,6 @@ namespace
 {
 
 /*
- * A thread's batch: payload units u0 + i * stride (i < CUDA_LL_UPT) of every peer, and
- * with hdr each peer's header of this block (slot CUDA_LL_UPT), polled until their flags
- * match.  The
- * warp waits together (its lanes keep polling what they lack; lane 0 checks failures
- * now and then), so that the exchange of results and the shuffles stay converged.
- * Returns 0 with v filled, else the failure (recorded).
- */
-template <int R>
-__device__ int32_t ll_gather(const cuda_ll_args &a, const cuda_kcommon &c, uint64_t sub,
-                             uint32_t flag, uint32_t u0, uint32_t stride, bool hdr,
-                             uint4 (&v)[R][CUDA_LL_UPT + 1])
-{
-    constexpr int S = CUDA_LL_UPT + 1;
-    uint32_t pend = 0;
-#pragma unroll
-    for (int p = 0; p < R; p++) {
-#pragma unroll
-        for (int i = 0; i < S; i++) {
-            bool want = p < c.nranks && p != c.rank &&
-                        (i < CUDA_LL_UPT ? u0 + (uint32_t)i * stride < a.units : hdr);
-            if (want)
-                pend |= 1u << (p * S + i);
-        }
-    }
-    const uint64_t start = now_ns();
-    int32_t st = 0, who = -1;
-    for (uint32_t polls = 1;; polls++) {
-        const uint32_t want = pend;
-#pragma unroll
-        for (int p = 0; p < R; p++) {
-#pragma unroll
-            for (int i = 0; i < S; i++) {
-                if (want & (1u << (p * S + i)))
-                    v[p][i] = ld_ll(ll_buf(c, p, sub) + (i < CUDA_LL_UPT
-                                                             ? CUDA_LL_PAYLOAD0 + u0 + i * stride
-                                                             : cuda_ll_header(blockIdx.x)));
-            }
-        }
-#pragma unroll
-        for (int p = 0; p < R; p++) {
-#pragma unroll
-            for (int i = 0; i < S; i++) {
-                if ((want & (1u << (p * S + i))) && v[p][i].y == flag && v[p][i].w == flag)
-                    pend &= ~(1u << (p * S + i));
-            }
-        }
-        if (!__any_sync(0xffffffffu, pend != 0))
-            return 0; /* all here (also when it came together with a failure) */
-        if (st != 0)
-            break; /* the failure stands after one more look */
-        if (polls > 16)
-            __nanosleep(polls < 256 ? 128 : 1024);
-        /* The warps of a block take turns at the host lines (reads of one line queue up
-         * behind each other), so a block checks about every POLL_CHECK * 2 polls. */
-        const uint32_t warps = blockDim.x / 32, warp = threadIdx.x / 32;
-        if (polls % (POLL_CHECK * 2) == 0 && (polls / (POLL_CHECK * 2)) % warps == warp) {
-            if ((threadIdx.x & 31) == 0)
-                st = ll_check(c, start, &who);
-            st = __shfl_sync(0xffffffffu, st, 0);
-            who = __shfl_sync(0xffffffffu, who, 0);
-        }
-    }
-    if (st == COMM_ERR_TIMEOUT) {
-        /* Blame the lowest rank some lane still waits for. */
-        int mine = R;
-        for (int p = R - 1; p >= 0; p--)
-            if (pend & (((1u << S) - 1) << (p * S)))
-                mine = p;
-        for (int o = 16; o > 0; o /= 2) {
-            int other = __shfl_xor_sync(0xffffffffu, mine, o);
-            mine = other < mine ? other : mine;
-        }
-        who = mine;
-    }
-    if ((threadIdx.x & 31) == 0)
-        record_fail(c, st, st == COMM_ERR_MISMATCH ? CUDA_STAGE_KDESC : CUDA_STAGE_KWAIT, who);
-    return st;
-}
-
-/*
  * One LL round: every thread writes its payload units (thread 0 also the block's header,
  * block 0 the call line), then polls the peers' units of the same indices and sums every rank's
  * value in rank order.  Sub-slot reuse needs no wait: this rank writes round t + 2 into
@@ -148,7 +68,7 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args 
         const uint32_t u0 = k * per_batch + gtid;
         const bool hdr = k == 0 && threadIdx.x == 0;
         uint4 v[R][CUDA_LL_UPT + 1];
-        int32_t st = ll_gather<R>(a, c, sub, flag, u0, nthreads, hdr, v);
+        int32_t st = ll_gather<R>(a, c, ll_units_at{c, sub}, flag, u0, nthreads, hdr, v, 128);
         if (st == 0 && hdr)
             st = ll_headers_agree<R>(c, v);
         if (__syncthreads_or(st != 0))

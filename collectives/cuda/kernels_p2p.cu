@@ -53,80 +53,17 @@ __device__ __forceinline__ cuda_ll_unit *area_of(const cuda_p2p_ll_args &a, int 
                                             cuda_p2p_ll_off(a.area_bytes, nranks, round, sender));
 }
 
-/*
- * A thread's batch, as the host-staged ll_gather: payload units u0 + i * stride of every
- * peer, and with hdr each peer's header of this block, polled in this rank's own region
- * until their flags match.  Returns 0 with v filled, else the failure (recorded).
- */
-template <int R>
-__device__ int32_t p2p_gather(const cuda_p2p_ll_args &a, const cuda_kcommon &c, uint32_t round,
-                              uint32_t flag, uint32_t u0, uint32_t stride, bool hdr,
-                              uint4 (&v)[R][CUDA_LL_UPT + 1])
-{
-    constexpr int S = CUDA_LL_UPT + 1;
-    uint32_t pend = 0;
-#pragma unroll
-    for (int p = 0; p < R; p++) {
-#pragma unroll
-        for (int i = 0; i < S; i++) {
-            bool want = p < c.nranks && p != c.rank &&
-                        (i < CUDA_LL_UPT ? u0 + (uint32_t)i * stride < a.units : hdr);
-            if (want)
-                pend |= 1u << (p * S + i);
-        }
+/* The peer-to-peer kernels' units(p) for ll_gather: peer p's area of the round in this
+ * rank's own device region (peers push; this rank polls local memory). */
+struct p2p_units_at {
+    const cuda_p2p_ll_args &a;
+    const cuda_kcommon &c;
+    uint32_t round;
+    __device__ __forceinline__ cuda_ll_unit *operator()(int p) const
+    {
+        return area_of(a, c.rank, round, p, c.nranks);
     }
-    const uint64_t start = now_ns();
-    int32_t st = 0, who = -1;
-    for (uint32_t polls = 1;; polls++) {
-        const uint32_t want = pend;
-#pragma unroll
-        for (int p = 0; p < R; p++) {
-#pragma unroll
-            for (int i = 0; i < S; i++) {
-                if (want & (1u << (p * S + i)))
-                    v[p][i] = ld_ll(area_of(a, c.rank, round, p, c.nranks) +
-                                    (i < CUDA_LL_UPT ? CUDA_LL_PAYLOAD0 + u0 + i * stride
-                                                     : cuda_ll_header(blockIdx.x)));
-            }
-        }
-#pragma unroll
-        for (int p = 0; p < R; p++) {
-#pragma unroll
-            for (int i = 0; i < S; i++) {
-                if ((want & (1u << (p * S + i))) && v[p][i].y == flag && v[p][i].w == flag)
-                    pend &= ~(1u << (p * S + i));
-            }
-        }
-        if (!__any_sync(0xffffffffu, pend != 0))
-            return 0;
-        if (st != 0)
-            break;
-        if (polls > 16)
-            __nanosleep(polls < 256 ? 64 : 1024);
-        /* Failure lines and call lines are in host memory: the warps take turns. */
-        const uint32_t warps = blockDim.x / 32, warp = threadIdx.x / 32;
-        if (polls % (POLL_CHECK * 2) == 0 && (polls / (POLL_CHECK * 2)) % warps == warp) {
-            if ((threadIdx.x & 31) == 0)
-                st = ll_check(c, start, &who);
-            st = __shfl_sync(0xffffffffu, st, 0);
-            who = __shfl_sync(0xffffffffu, who, 0);
-        }
-    }
-    if (st == COMM_ERR_TIMEOUT) {
-        int mine = R;
-        for (int p = R - 1; p >= 0; p--)
-            if (pend & (((1u << S) - 1) << (p * S)))
-                mine = p;
-        for (int o = 16; o > 0; o /= 2) {
-            int other = __shfl_xor_sync(0xffffffffu, mine, o);
-            mine = other < mine ? other : mine;
-        }
-        who = mine;
-    }
-    if ((threadIdx.x & 31) == 0)
-        record_fail(c, st, st == COMM_ERR_MISMATCH ? CUDA_STAGE_KDESC : CUDA_STAGE_KWAIT, who);
-    return st;
-}
+};
 
 template <typename T, typename W, int OP, int R>
 __global__ void __launch_bounds__(CUDA_LL_THREADS) p2p_ll_kernel(const cuda_p2p_ll_args a)
@@ -167,7 +104,7 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) p2p_ll_kernel(const cuda_p2p_
         const uint32_t u0 = k * per_batch + gtid;
         const bool hdr = k == 0 && threadIdx.x == 0;
         uint4 v[R][CUDA_LL_UPT + 1];
-        int32_t st = p2p_gather<R>(a, c, round, flag, u0, nthreads, hdr, v);
+        int32_t st = ll_gather<R>(a, c, p2p_units_at{a, c, round}, flag, u0, nthreads, hdr, v, 64);
         if (st == 0 && hdr)
             st = ll_headers_agree<R>(c, v);
         if (__syncthreads_or(st != 0))

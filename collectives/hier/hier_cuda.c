@@ -32,7 +32,7 @@
 
 #include <cuda_runtime_api.h>
 
-enum { PIN_A, PIN_B, PIN_N };                /* pinned host buffers */
+enum { PIN_A, PIN_B, PIN_N };                   /* pinned host buffers */
 enum { DEV_WIDE, DEV_WORK, DEV_RESULT, DEV_N }; /* device scratch */
 /* The leader's reduction crosses in chunks of at least this many bytes, at most
  * HIER_CUDA_CHUNKS of them (its copies overlap the network: leader_chunks). */
@@ -212,8 +212,9 @@ static void *buffer(struct comm *c, bool pinned, int i, size_t bytes)
     cudaError_t e = pinned ? cudaHostAlloc(&p, want, cudaHostAllocPortable) : cudaMalloc(&p, want);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of %s memory for %zu bytes of staging (GPU %d): %s",
-                 c->rank, pinned ? "pinned host" : "device", want, x->device, cudaGetErrorString(e));
+        rt_error(c, COMM_ERR_NOMEM,
+                 "rank %d: out of %s memory for %zu bytes of staging (GPU %d): %s", c->rank,
+                 pinned ? "pinned host" : "device", want, x->device, cudaGetErrorString(e));
         return NULL;
     }
     if (*slot != NULL) {
@@ -318,9 +319,9 @@ static comm_status_t copy_d2d(struct comm *c, void *dst, const void *src, size_t
  * at the same chunk.
  */
 static comm_status_t leader_chunks(struct comm *c, size_t n, comm_dtype_t wd, comm_op_t wop,
-                                   const void *work, void *pw, comm_status_t st,
-                                   uint64_t deadline, comm_dtype_t dt, int div, char *out,
-                                   void *dst, cudaStream_t stream)
+                                   const void *work, void *pw, comm_status_t st, uint64_t deadline,
+                                   comm_dtype_t dt, int div, char *out, void *dst,
+                                   cudaStream_t stream)
 {
     struct hier_comm *h = hier_of(c);
     struct hier_cuda *x = h->cuda;
@@ -418,8 +419,7 @@ static comm_status_t reduce_to(struct comm *c, const struct coll_call *call, siz
     return hier_intra_failed(c, st, "the broadcast from the leader");
 }
 
-static comm_status_t cuda_allreduce(struct comm *c, const struct coll_call *call,
-                                    uint64_t deadline)
+static comm_status_t cuda_allreduce(struct comm *c, const struct coll_call *call, uint64_t deadline)
 {
     return reduce_to(c, call, call->count, call->recv, deadline);
 }
@@ -448,8 +448,7 @@ static comm_status_t cuda_reduce_scatter(struct comm *c, const struct coll_call 
 }
 
 /* Within the root's host, among the leaders (staged), within every other host. */
-static comm_status_t cuda_broadcast(struct comm *c, const struct coll_call *call,
-                                    uint64_t deadline)
+static comm_status_t cuda_broadcast(struct comm *c, const struct coll_call *call, uint64_t deadline)
 {
     struct hier_comm *h = hier_of(c);
     cudaStream_t stream = call->stream;
@@ -497,8 +496,7 @@ static comm_status_t cuda_broadcast(struct comm *c, const struct coll_call *call
 
 /* Within the host (device), among the leaders (staged, MPI_Iallgatherv), the leader puts
  * the blocks in rank order on the host and stages them in, within the host (device). */
-static comm_status_t cuda_allgather(struct comm *c, const struct coll_call *call,
-                                    uint64_t deadline)
+static comm_status_t cuda_allgather(struct comm *c, const struct coll_call *call, uint64_t deadline)
 {
     struct hier_comm *h = hier_of(c);
     cudaStream_t stream = call->stream;
@@ -514,8 +512,8 @@ static comm_status_t cuda_allgather(struct comm *c, const struct coll_call *call
         if (pm == NULL || pa == NULL)
             return COMM_ERR_NOMEM;
     }
-    comm_status_t st = h->iops->allgather(h->intra, call->send, mine, call->count, call->dtype,
-                                          stream);
+    comm_status_t st =
+        h->iops->allgather(h->intra, call->send, mine, call->count, call->dtype, stream);
     st = hier_intra_failed(c, st, "the allgather within the host");
     if (leader) {
         if (st == COMM_OK)
@@ -554,8 +552,7 @@ static comm_status_t cuda_allgather(struct comm *c, const struct coll_call *call
 
 /* Flat, as on the host: every rank stages its send buffer out, one MPI_Ialltoall over
  * every rank, stages the result in. */
-static comm_status_t cuda_alltoall(struct comm *c, const struct coll_call *call,
-                                   uint64_t deadline)
+static comm_status_t cuda_alltoall(struct comm *c, const struct coll_call *call, uint64_t deadline)
 {
     struct hier_comm *h = hier_of(c);
     size_t b = call->count * rt_dtype_size(call->dtype), bytes = (size_t)c->nranks * b;
@@ -575,8 +572,7 @@ static comm_status_t cuda_alltoall(struct comm *c, const struct coll_call *call,
     return stage_in(c, call->recv, pr, bytes, call->stream);
 }
 
-typedef comm_status_t (*cuda_algo)(struct comm *c, const struct coll_call *call,
-                                   uint64_t deadline);
+typedef comm_status_t (*cuda_algo)(struct comm *c, const struct coll_call *call, uint64_t deadline);
 
 /*
  * Every CUDA call: the descriptor exchange (mismatches and earlier failures, before any

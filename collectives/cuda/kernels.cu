@@ -19,7 +19,7 @@
  * peers' failures); a failure is written to this rank's fail line, which the host
  * reports on the next call, and releases every copy-path counter.
  */
-#include "kernels_dev.cuh"
+#include "kernels_ll.cuh"
 
 namespace
 {

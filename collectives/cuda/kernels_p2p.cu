@@ -41,7 +41,7 @@
  */
 #include "kernels_p2p.h"
 #include "cuda/p2p_layout.h"
-#include "kernels_dev.cuh"
+#include "kernels_ll.cuh"
 
 namespace
 {

@@ -257,3 +257,17 @@ int mc_finish(int failed, char before[][96], int nbefore)
     MPI_Finalize();
     return any ? 1 : 0;
 }
+
+bool mc_first_wrong(const void *out, size_t n, size_t first, uint64_t seed, int nranks,
+                    comm_dtype_t dtype, comm_op_t op, char *why, size_t len)
+{
+    for (size_t i = 0; i < n; i++) {
+        double sumabs, ref = mc_reduce_ref(seed, nranks, first + i, dtype, op, &sumabs);
+        double got = mc_load(out, i, dtype);
+        if (!mc_close(got, ref, sumabs, dtype, op)) {
+            snprintf(why, len, "element %zu is %.9g, expected %.9g", i, got, ref);
+            return true;
+        }
+    }
+    return false;
+}

@@ -34,6 +34,10 @@ bool mc_close(double got, double ref, double sumabs, comm_dtype_t dtype, comm_op
 uint64_t mc_hash(const void *buf, size_t bytes);
 /* Do all ranks of MPI_COMM_WORLD hold the same hash? */
 bool mc_same_everywhere(uint64_t h);
+/* The first of out's n elements (index first + i of the case) that is off the reduction
+ * of every rank's input, with why; false when all are right. */
+bool mc_first_wrong(const void *out, size_t n, size_t first, uint64_t seed, int nranks,
+                    comm_dtype_t dtype, comm_op_t op, char *why, size_t len);
 const char *mc_dtype_name(comm_dtype_t dtype);
 
 /* The /dev/shm/arcomm-* entries now (count, names into names[max]). */

@@ -54,16 +54,9 @@ static bool call_ok(comm_status_t st, const char *what, comm_dtype_t dtype, comm
 static void check_reduced(const char *what, const void *out, size_t n, size_t first, uint64_t seed,
                           comm_dtype_t dtype, comm_op_t op)
 {
-    for (size_t i = 0; i < n; i++) {
-        double sumabs, ref = mc_reduce_ref(seed, g_size, first + i, dtype, op, &sumabs);
-        double got = mc_load(out, i, dtype);
-        if (!mc_close(got, ref, sumabs, dtype, op)) {
-            char why[128];
-            snprintf(why, sizeof(why), "element %zu is %.9g, expected %.9g", i, got, ref);
-            fail(what, dtype, op, n, why);
-            return;
-        }
-    }
+    char why[128];
+    if (mc_first_wrong(out, n, first, seed, g_size, dtype, op, why, sizeof(why)))
+        fail(what, dtype, op, n, why);
 }
 
 static void same_bits(const char *what, const void *out, size_t bytes, comm_dtype_t dtype,

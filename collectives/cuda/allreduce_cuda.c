@@ -484,7 +484,8 @@ comm_status_t cuda_call_end(struct comm *c, const struct coll_call *call, comm_s
     return st;
 }
 
-comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
+comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
+                                     cuda_allreduce_path small, cuda_allreduce_path large)
 {
     struct cuda_comm *x = cuda_of(c);
     comm_status_t st = cuda_check_device(c);
@@ -499,8 +500,13 @@ comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
     /* bf16 on the wire for f32 sums only (an addend is a sum's). */
     bool narrow = call->dtype == COMM_F32 && call->op == COMM_SUM && bytes >= x->k.bf16_threshold;
     if (bytes >= x->k.copy_threshold && c->nranks > 1)
-        st = copy_path(c, call, narrow);
+        st = large(c, call, narrow);
     else
-        st = kernel_path(c, call, narrow);
+        st = small(c, call, narrow);
     return cuda_call_end(c, call, st, prev);
+}
+
+comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
+{
+    return cuda_allreduce_by_size(c, call, kernel_path, copy_path);
 }

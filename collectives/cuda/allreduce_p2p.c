@@ -67,22 +67,7 @@ static comm_status_t two_shot(struct comm *c, const struct coll_call *call, bool
 
 comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call)
 {
-    struct cuda_comm *x = cuda_of(c);
-    comm_status_t st = cuda_check_device(c);
-    if (st != COMM_OK || call->count == 0)
-        return st;
-    int prev = 0;
-    st = cuda_call_begin(c, call, &prev);
-    if (st != COMM_OK)
-        return st;
-    size_t bytes = call->count * rt_dtype_size(call->dtype);
-    /* bf16 on the wire for f32 sums only (an addend is a sum's). */
-    bool narrow = call->dtype == COMM_F32 && call->op == COMM_SUM && bytes >= x->k.bf16_threshold;
     /* ARCOMM_COPY_THRESHOLD: where the host-staged transport takes the copy engines, this
      * one takes two-shot. */
-    if (bytes >= x->k.copy_threshold && c->nranks > 1)
-        st = two_shot(c, call, narrow);
-    else
-        st = one_shot(c, call, narrow);
-    return cuda_call_end(c, call, st, prev);
+    return cuda_allreduce_by_size(c, call, one_shot, two_shot);
 }

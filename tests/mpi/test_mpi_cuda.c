@@ -78,7 +78,10 @@ static void cuda_must(cudaError_t e, const char *what)
     }
 }
 
-/* Device memory holding host's bytes (NULL host: poisoned with 0xa5). */
+/* Device memory holding host's bytes (NULL host: poisoned with 0xa5), written when this
+ * returns: cudaMemcpy from pageable memory may return before its DMA ends and cudaMemset
+ * is asynchronous, both on the legacy stream, which the test's non-blocking stream does
+ * not wait for. */
 static void *dev_buf(const void *host, size_t bytes)
 {
     void *d = NULL;
@@ -87,6 +90,7 @@ static void *dev_buf(const void *host, size_t bytes)
         cuda_must(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (to device)");
     else
         cuda_must(cudaMemset(d, 0xa5, bytes ? bytes : 1), "cudaMemset");
+    cuda_must(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after the upload)");
     return d;
 }
 
@@ -228,6 +232,7 @@ static void t_allgather(comm_dtype_t dt, size_t n, uint64_t seed, bool in_place)
         send = recv + (size_t)g_rank * n * es;
         if (n > 0)
             cuda_must(cudaMemcpy(send, hin, n * es, cudaMemcpyHostToDevice), "cudaMemcpy");
+        cuda_must(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after the upload)");
     } else {
         send = dev_buf(hin, n * es);
     }

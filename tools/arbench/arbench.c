@@ -45,7 +45,8 @@
 static const char usage[] =
     "usage: arbench [--coll COLL] [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR]\n"
     "               [-d DTYPE] [-o OP] [--inplace] [--graph] [--check] [--iters N] [--warmup N]\n"
-    "               [--rounds R] [--no-bind] [--device host|cuda] [--compare mpi|nccl]\n"
+    "               [--rounds R] [--no-bind] [--device host|cuda] [--transport NAME]\n"
+    "               [--compare mpi|nccl]\n"
     "               [--csv FILE] [--json FILE] [--plot FILE.png] [--mpi]\n"
     "Times arcomm's collectives over a sweep of sizes, like nccl-tests' *_perf.\n"
     "  --coll COLL        allreduce (default) broadcast reduce allgather reduce_scatter\n"
@@ -85,6 +86,9 @@ static const char usage[] =
     "                     round robin (threads here, arrun --bind core, mpirun's\n"
     "                     default binding): unbound ranks may share a core and wait\n"
     "  --device D         where the buffers live: host (default) or cuda (CUDA builds)\n"
+    "  --transport NAME   the communicator under test on this transport (shm, cuda,\n"
+    "                     cuda-p2p, ...; as its config's transport), the benchmark's own\n"
+    "                     host communicator automatic (ARCOMM_TRANSPORT would force both)\n"
     "  --compare mpi      the same sweep through Open MPI (arbench-mpi under mpirun:\n"
     "                     MPI_Allreduce, MPI_Bcast, MPI_Reduce, MPI_Allgather,\n"
     "                     MPI_Reduce_scatter_block, MPI_Alltoall), side by side;\n"
@@ -501,6 +505,7 @@ static void *thr_main(void *arg)
         cfg.id = sh->id;
         cfg.device = o->device;
         cfg.device_index = o->device == COMM_DEVICE_HOST ? -1 : t->rank;
+        cfg.transport = o->transport;
         comm_status_t st = comm_init(&comm, &cfg);
         if (st != COMM_OK)
             thr_fail(sh, init_failed(st));
@@ -747,7 +752,8 @@ static int proc_gpu(comm_device_t kind, int local)
 #endif
 }
 
-/* A communicator on opts->device over the same ranks, its id sent over host. */
+/* A communicator on opts->device (and opts->transport) over the same ranks, its id sent
+ * over host. */
 static comm_status_t device_comm(comm_t *host, const struct bench_opts *opts, comm_t **out)
 {
     int64_t words[COMM_ID_BYTES / 8] = {0};
@@ -772,6 +778,7 @@ static comm_status_t device_comm(comm_t *host, const struct bench_opts *opts, co
     cfg.rank = comm_rank(host);
     cfg.device = opts->device;
     cfg.device_index = proc_gpu(opts->device, local_rank(cfg.rank));
+    cfg.transport = opts->transport;
     return comm_init(out, &cfg);
 }
 
@@ -791,10 +798,11 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
         comm_destroy(comm);
         return code;
     }
-    /* The host communicator keeps the benchmark's books; a device under test gets a
-     * communicator of its own, whose id rank 0 makes and sends over the host one. */
+    /* The host communicator keeps the benchmark's books; a device or transport under test
+     * gets a communicator of its own, whose id rank 0 makes and sends over the host one. */
     comm_t *tested = comm;
-    if (opts.device != COMM_DEVICE_HOST && (st = device_comm(comm, &opts, &tested)) != COMM_OK) {
+    if ((opts.device != COMM_DEVICE_HOST || opts.transport != NULL) &&
+        (st = device_comm(comm, &opts, &tested)) != COMM_OK) {
         close_device(&dev);
         comm_destroy(comm);
         return init_failed(st);

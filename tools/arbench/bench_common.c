@@ -190,6 +190,7 @@ enum {
     OPT_COLL,
     OPT_MPI,
     OPT_GRAPH,
+    OPT_TRANSPORT,
 };
 
 static const struct option long_opts[] = {
@@ -214,6 +215,7 @@ static const struct option long_opts[] = {
     {"no-bind", no_argument, NULL, OPT_NO_BIND},
     {"mem-alloc", no_argument, NULL, OPT_MEM_ALLOC},
     {"graph", no_argument, NULL, OPT_GRAPH},
+    {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {"coll", required_argument, NULL, OPT_COLL},
@@ -324,6 +326,11 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
         case OPT_GRAPH:
             o->graph = true;
             break;
+        case OPT_TRANSPORT:
+            if (optarg[0] == '\0' || strlen(optarg) > 32)
+                return usage_error(prog, usage, "bad --transport", optarg);
+            o->transport = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 1;
@@ -389,6 +396,10 @@ int bench_sweep_args(const struct bench_opts *o, char **argv, char *buf, size_t 
         ADD("--mem-alloc");
     if (o->graph)
         ADD("--graph");
+    if (o->transport != NULL) {
+        ADD("--transport");
+        ADD("%s", o->transport);
+    }
     if (o->iters > 0) {
         ADD("--iters");
         ADD("%d", o->iters);

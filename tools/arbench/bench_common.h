@@ -63,6 +63,7 @@ struct bench_opts {
     bool no_bind;          /* --no-bind: ranks float (default: one core each) */
     bool mem_alloc;        /* --mem-alloc: buffers from comm_mem_alloc (host) */
     bool graph;            /* --graph: each timed call a replay of a CUDA graph of one call */
+    const char *transport; /* --transport: the communicator under test's (NULL: automatic) */
 };
 
 /* What one size measured; identical on every rank once bench_run_size returns. */

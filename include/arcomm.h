@@ -73,6 +73,11 @@ typedef struct comm_config {
     int device_index;      /* GPU ordinal / HTP session; -1 = derive from local rank */
     const char *transport; /* NULL = automatic; else a transport name ("shm", ...) */
     int timeout_ms;        /* 0 = default (ARCOMM_TIMEOUT_MS, else 120000); < 0 = never */
+    /* NULL, or defaults for this communicator's ARCOMM_* knobs in place of arcomm's own:
+     * "ARCOMM_BF16_THRESHOLD=off,ARCOMM_COPY_CHUNK_BYTES=1M" (commas, semicolons or
+     * blanks between items); the environment still overrides each.  Kept by comm_split's
+     * children.  Knobs marked "must agree" must get the same value on every rank. */
+    const char *knob_defaults;
 } comm_config_t;
 
 /* Fills *cfg with defaults (nranks 1, rank 0, host device, automatic transport). */

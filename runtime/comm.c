@@ -29,6 +29,15 @@ ARCOMM_API void comm_config_init(comm_config_t *cfg)
     cfg->device_index = -1;
     cfg->transport = NULL;
     cfg->timeout_ms = 0;
+    cfg->knob_defaults = NULL;
+}
+
+/* The config's knob defaults, where its size says it has the field (NULL: none). */
+static const char *knob_defaults_of(const comm_config_t *cfg)
+{
+    if (cfg->size < offsetof(comm_config_t, knob_defaults) + sizeof(cfg->knob_defaults))
+        return NULL;
+    return cfg->knob_defaults;
 }
 
 ARCOMM_API size_t comm_dtype_size(comm_dtype_t dtype)
@@ -191,7 +200,16 @@ static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg,
     c->device_index = cfg->device_index;
     c->id = cfg->id;
 
-    status = rt_knobs_load(&c->knobs, why, sizeof(why));
+    const char *defaults = knob_defaults_of(cfg);
+    if (defaults != NULL && strlen(defaults) >= sizeof(c->knob_defaults)) {
+        snprintf(why, sizeof(why), "the config's knob_defaults is %zu characters long: at most %zu",
+                 strlen(defaults), sizeof(c->knob_defaults) - 1);
+        status = COMM_ERR_INVALID;
+    } else {
+        if (defaults != NULL)
+            snprintf(c->knob_defaults, sizeof(c->knob_defaults), "%s", defaults);
+        status = rt_knobs_load_with(&c->knobs, defaults, why, sizeof(why));
+    }
     if (status == COMM_OK)
         status = rt_knobs_check(&c->knobs, c->nranks, why, sizeof(why));
     if (status != COMM_OK) {

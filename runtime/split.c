@@ -164,7 +164,8 @@ static struct split_group group_of(int r, int nranks, const int64_t *colors, con
     return g;
 }
 
-/* Joins this rank's group: the parent's device, device, transport choice and timeout. */
+/* Joins this rank's group: the parent's device, device, transport choice, timeout and
+ * knob defaults. */
 static comm_status_t child_init(const struct comm *c, uint32_t call, const struct split_group *g,
                                 struct comm **out)
 {
@@ -179,6 +180,7 @@ static comm_status_t child_init(const struct comm *c, uint32_t call, const struc
     /* A transport named by the config or ARCOMM_TRANSPORT; automatic stays automatic. */
     cfg.transport = c->knobs.transport[0] != '\0' ? c->knobs.transport : NULL;
     cfg.timeout_ms = c->timeout_ms < 0 ? -1 : (int)c->timeout_ms;
+    cfg.knob_defaults = c->knob_defaults[0] != '\0' ? c->knob_defaults : NULL;
     return comm_init(out, &cfg);
 }
 

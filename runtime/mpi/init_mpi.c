@@ -256,6 +256,7 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
     icfg.id = hello.id;
     icfg.timeout_ms = tc->timeout_ms < 0 ? -1 : (int)tc->timeout_ms;
     icfg.transport = cfg != NULL ? cfg->transport : NULL;
+    icfg.knob_defaults = cfg != NULL && cfg->size >= sizeof(*cfg) ? cfg->knob_defaults : NULL;
     if (cfg != NULL && cfg->device == COMM_DEVICE_CUDA) {
         /* The rank's GPU: as given, else its index on the host modulo the GPUs it sees
          * (process ranks may share one). */
@@ -304,6 +305,7 @@ static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **ou
     hcfg.nranks = tc->nranks;
     hcfg.rank = tc->rank;
     hcfg.timeout_ms = tc->timeout_ms < 0 ? -1 : (int)tc->timeout_ms;
+    hcfg.knob_defaults = tc->knob_defaults[0] != '\0' ? tc->knob_defaults : NULL;
     if (h->cuda != NULL) {
         hcfg.device = COMM_DEVICE_CUDA;
         hcfg.device_index = h->device_index;
@@ -360,7 +362,15 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     MPI_Comm_rank(mpi_comm, &tc->rank);
     MPI_Comm_size(mpi_comm, &tc->nranks);
     char why[RT_ERRMSG_BYTES];
-    comm_status_t mine = rt_knobs_load(&tc->knobs, why, sizeof(why));
+    const char *defaults = cfg != NULL && cfg->size >= sizeof(*cfg) ? cfg->knob_defaults : NULL;
+    comm_status_t mine = rt_knobs_load_with(&tc->knobs, defaults, why, sizeof(why));
+    if (mine == COMM_OK && defaults != NULL &&
+        (size_t)snprintf(tc->knob_defaults, sizeof(tc->knob_defaults), "%s", defaults) >=
+            sizeof(tc->knob_defaults)) {
+        snprintf(why, sizeof(why), "the config's knob_defaults is %zu characters long: at most %zu",
+                 strlen(defaults), sizeof(tc->knob_defaults) - 1);
+        mine = COMM_ERR_INVALID;
+    }
     if (mine != COMM_OK) {
         tc->knobs.log_level = RT_LOG_ERROR;
         rt_error(tc, mine, "comm_init_mpi: rank %d: %s", tc->rank, why);

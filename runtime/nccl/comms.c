@@ -310,6 +310,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId commId, 
     cfg.nranks = nranks;
     cfg.rank = rank;
     cfg.device = COMM_DEVICE_CUDA;
+    cfg.knob_defaults = NCCL_FACE_KNOB_DEFAULTS;
     cfg.device_index = device;
     struct ncclComm *comm = nccl_comm_new(nranks, rank, device, blocking);
     if (comm == NULL)
@@ -378,6 +379,7 @@ NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *de
     comm_config_t cfg;
     comm_config_init(&cfg);
     cfg.device = COMM_DEVICE_CUDA;
+    cfg.knob_defaults = NCCL_FACE_KNOB_DEFAULTS;
     comm_status_t st = comm_init_all(made, ndev, devlist, &cfg);
     if (st != COMM_OK) {
         r = nccl_fail_comm(NULL, "ncclCommInitAll", st);

@@ -17,6 +17,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The communicators' knob defaults: f32 keeps its precision, as NCCL's does (arcomm's
+ * own CUDA default sends f32 as bf16 from 1 MiB); ARCOMM_BF16_THRESHOLD still opts in. */
+#define NCCL_FACE_KNOB_DEFAULTS "ARCOMM_BF16_THRESHOLD=off"
+
 /* Every exported NCCL function, and its pnccl alias (NCCL's profiling names). */
 #define NCCL_API __attribute__((visibility("default")))
 #define NCCL_ALIAS(name)                                                                           \

@@ -880,6 +880,93 @@ static void init_all_sizes(void **s)
     run_init_all(3, &cfg);
 }
 
+/* ---- the config's knob defaults: applied, overridden by the environment, kept by
+ * comm_split's children ---- */
+
+static void *split_once(void *arg)
+{
+    comm_t **c = arg; /* c[0]: the parent; c[1] receives the child */
+    if (comm_split(c[0], 0, 0, &c[1]) != COMM_OK)
+        c[1] = NULL;
+    return NULL;
+}
+
+/* Lines of path containing what (0 when it is missing). */
+static int lines_with(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    char line[1024];
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        n += strstr(line, what) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+/* Two thread ranks made with defaults that log at info into path, each split once:
+ * the "joined communicator" lines written there (parents and children). */
+static int joined_lines(const char *defaults, const char *path)
+{
+    unlink(path);
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.knob_defaults = defaults;
+    comm_t *comms[2];
+    comm_status_t st = comm_init_all(comms, 2, NULL, &cfg);
+    if (st != COMM_OK)
+        fail_msg("comm_init_all: %s: %s", comm_status_string(st), comm_last_error(NULL));
+    comm_t *pair[2][2] = {{comms[0], NULL}, {comms[1], NULL}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, split_once, pair[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        if (pair[i][1] == NULL)
+            fail_msg("rank %d: comm_split: %s", i, comm_last_error(comms[i]));
+        assert_int_equal(comm_destroy(pair[i][1]), COMM_OK);
+        assert_int_equal(comm_destroy(comms[i]), COMM_OK);
+    }
+    int n = lines_with(path, "joined communicator");
+    unlink(path);
+    return n;
+}
+
+static void knob_defaults(void **s)
+{
+    (void)s;
+    char path[128], defaults[300];
+    snprintf(path, sizeof(path), "/tmp/arcomm-test-knobdefaults-%d.log", (int)getpid());
+    snprintf(defaults, sizeof(defaults), "ARCOMM_LOG_LEVEL=info; ARCOMM_LOG_FILE=%s", path);
+    char *saved = getenv("ARCOMM_LOG_LEVEL") ? strdup(getenv("ARCOMM_LOG_LEVEL")) : NULL;
+    unsetenv("ARCOMM_LOG_LEVEL");
+    /* Two parents and two children log that they joined. */
+    assert_int_equal(joined_lines(defaults, path), 4);
+    /* The environment overrides a default. */
+    setenv("ARCOMM_LOG_LEVEL", "error", 1);
+    assert_int_equal(joined_lines(defaults, path), 0);
+    if (saved != NULL) {
+        setenv("ARCOMM_LOG_LEVEL", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("ARCOMM_LOG_LEVEL");
+    }
+    /* A name that is no knob, or a value that does not parse: INVALID, said which. */
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    comm_t *comms[2] = {SENTINEL, SENTINEL};
+    cfg.knob_defaults = "ARCOMM_BF16_THRESHOLD=off,ARCOMM_NO_SUCH_KNOB=1";
+    assert_int_equal(comm_init_all(comms, 2, NULL, &cfg), COMM_ERR_INVALID);
+    assert_non_null(strstr(comm_last_error(NULL), "ARCOMM_NO_SUCH_KNOB"));
+    cfg.knob_defaults = "ARCOMM_TIMEOUT_MS=soon";
+    assert_int_equal(comm_init_all(comms, 2, NULL, &cfg), COMM_ERR_INVALID);
+    assert_non_null(strstr(comm_last_error(NULL), "ARCOMM_TIMEOUT_MS"));
+    assert_non_null(strstr(comm_last_error(NULL), "knob_defaults"));
+    assert_ptr_equal(comms[0], SENTINEL);
+    assert_ptr_equal(comms[1], SENTINEL);
+}
+
 /* arcomm-* names in /dev/shm created at or after since (ns), still there. */
 static int new_segments(long long since_s)
 {
@@ -956,6 +1043,7 @@ int main(void)
         cmocka_unit_test(nested_procs),
         cmocka_unit_test(dup_threads),
         cmocka_unit_test(dup_procs),
+        cmocka_unit_test(knob_defaults),
         cmocka_unit_test(mismatch_allreduce),
         cmocka_unit_test(mismatch_allreduce_procs),
         cmocka_unit_test(mismatch_barrier),

@@ -293,9 +293,48 @@ static void spin_default(void **s)
     assert_int_equal(rt_knobs_spin_ns(&k, false), 0);
 }
 
+/* The config's defaults: in place of the table's, the environment over them, and a
+ * list with an unknown name or a bad value refused whole, naming the item. */
+static void config_defaults(void **s)
+{
+    (void)s;
+    struct rt_knobs k;
+    char err[512] = "";
+    assert_int_equal(rt_knobs_load_with(&k, " ARCOMM_BF16_THRESHOLD=off;ARCOMM_TIMEOUT_MS=250,",
+                                        err, sizeof(err)),
+                     COMM_OK);
+    assert_true(k.bf16_threshold == RT_SIZE_OFF);
+    assert_int_equal(k.source[RT_KNOB_BF16_THRESHOLD], RT_SRC_CONFIG);
+    assert_int_equal(k.timeout_ms, 250);
+    assert_int_equal(k.source[RT_KNOB_TIMEOUT_MS], RT_SRC_CONFIG);
+    assert_int_equal(k.source[RT_KNOB_LOG_LEVEL], RT_SRC_DEFAULT);
+    /* The last item naming a knob wins. */
+    assert_int_equal(
+        rt_knobs_load_with(&k, "ARCOMM_TIMEOUT_MS=1 ARCOMM_TIMEOUT_MS=7", err, sizeof(err)),
+        COMM_OK);
+    assert_int_equal(k.timeout_ms, 7);
+    setenv("ARCOMM_TIMEOUT_MS", "999", 1);
+    assert_int_equal(rt_knobs_load_with(&k, "ARCOMM_TIMEOUT_MS=250", err, sizeof(err)), COMM_OK);
+    assert_int_equal(k.timeout_ms, 999);
+    assert_int_equal(k.source[RT_KNOB_TIMEOUT_MS], RT_SRC_ENV);
+    unsetenv("ARCOMM_TIMEOUT_MS");
+    static const char *const bad[] = {"ARCOMM_NOPE=1", "ARCOMM_TIMEOUT_MS", "TIMEOUT_MS=5",
+                                      "ARCOMM_TIMEOUT_MS=soon", "ARCOMM_BF16_THRESHOLD=lots"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        assert_int_equal(rt_knobs_load_with(&k, bad[i], err, sizeof(err)), COMM_ERR_INVALID);
+        assert_non_null(strstr(err, "knob_defaults"));
+        assert_non_null(strstr(err, i == 0 ? "ARCOMM_NOPE" : i == 2 ? "TIMEOUT_MS" : "ARCOMM_"));
+    }
+    /* NULL and "" are the table's defaults. */
+    assert_int_equal(rt_knobs_load_with(&k, "", err, sizeof(err)), COMM_OK);
+    assert_int_equal(k.source[RT_KNOB_TIMEOUT_MS], RT_SRC_DEFAULT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(config_defaults, setup),
         cmocka_unit_test_setup(defaults, setup),
         cmocka_unit_test_setup(sizes, setup),
         cmocka_unit_test_setup(environment, setup),

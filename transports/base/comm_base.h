@@ -38,9 +38,10 @@ struct comm {
     int device_index;
     comm_id_t id;
     struct rt_knobs knobs;
-    long timeout_ms;                    /* effective: config, else knob; < 0 = never */
-    const struct rt_topo_summary *topo; /* the host, as runtime/ found it (hwloc) */
-    int numa_node;                      /* NUMA node this rank ran on at comm_init, -1 unknown */
+    char knob_defaults[RT_KNOB_STR_MAX]; /* the config's (comm_split passes them on) */
+    long timeout_ms;                     /* effective: config, else knob; < 0 = never */
+    const struct rt_topo_summary *topo;  /* the host, as runtime/ found it (hwloc) */
+    int numa_node;                       /* NUMA node this rank ran on at comm_init, -1 unknown */
 
     const struct backend_ops *ops; /* the backend serving this communicator (collectives/) */
     const char *backend_name;      /* its name (shm, cuda, hexagon), for the layers below */

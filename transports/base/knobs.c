@@ -229,7 +229,52 @@ static bool knob_in_range(const struct rt_knob_desc *d, const struct rt_knobs *k
     return ok;
 }
 
+/*
+ * The value defaults gives knob d ("NAME=VALUE" items, separated by commas, semicolons
+ * or blanks), copied into val; false when it names d nowhere.  Every NAME must be a
+ * knob: one that is not fails the whole list (*bad set, err says which).
+ */
+static bool default_of(const char *defaults, const struct rt_knob_desc *d, char *val, size_t vlen,
+                       bool *bad, char *err, size_t errlen)
+{
+    bool found = false;
+    const char *p = defaults;
+    while (p != NULL && *p != '\0') {
+        p += strspn(p, ",; \t\n");
+        size_t len = strcspn(p, ",; \t\n");
+        if (len == 0)
+            break;
+        const char *eq = memchr(p, '=', len);
+        size_t nlen = eq != NULL ? (size_t)(eq - p) : len;
+        const struct rt_knob_desc *named = NULL;
+        for (size_t i = 0; i < rt_knob_count && named == NULL; i++)
+            if (strlen(rt_knob_table[i].name) == nlen &&
+                strncmp(rt_knob_table[i].name, p, nlen) == 0)
+                named = &rt_knob_table[i];
+        if (eq == NULL || named == NULL || len - nlen - 1 >= vlen) {
+            snprintf(err, errlen,
+                     "the config's knob_defaults item \"%.*s\" is not NAME=VALUE with NAME an "
+                     "ARCOMM_* knob (arinfo --knobs lists them) and VALUE under %zu characters",
+                     (int)(len < 80 ? len : 80), p, vlen);
+            *bad = true;
+            return false;
+        }
+        if (named == d) { /* the last item naming d wins */
+            memcpy(val, eq + 1, len - nlen - 1);
+            val[len - nlen - 1] = '\0';
+            found = true;
+        }
+        p += len;
+    }
+    return found;
+}
+
 comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen)
+{
+    return rt_knobs_load_with(k, NULL, err, errlen);
+}
+
+comm_status_t rt_knobs_load_with(struct rt_knobs *k, const char *defaults, char *err, size_t errlen)
 {
     memset(k, 0, sizeof(*k));
     for (size_t i = 0; i < rt_knob_count; i++) {
@@ -242,6 +287,25 @@ comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen)
         if (!knob_in_range(d, k, d->def, err, errlen))
             return COMM_ERR_INVALID;
         k->source[i] = RT_SRC_DEFAULT;
+        char given[RT_KNOB_STR_MAX];
+        bool bad = false;
+        if (default_of(defaults, d, given, sizeof(given), &bad, err, errlen)) {
+            if (!knob_parse(d, given, k)) {
+                snprintf(err, errlen,
+                         "the config's knob_defaults sets %s=\"%.64s\", which is not valid: "
+                         "expected %s (%s)",
+                         d->name, given, accepted_forms(d->type), d->doc);
+                return COMM_ERR_INVALID;
+            }
+            if (!knob_in_range(d, k, given, err, errlen))
+                return COMM_ERR_INVALID;
+            if ((d->flags & RT_KNOB_AUTO_DEFAULT) &&
+                *(size_t *)((char *)k + d->offset) == RT_SIZE_AUTO)
+                knob_parse(d, d->def, k);
+            k->source[i] = RT_SRC_CONFIG;
+        } else if (bad) {
+            return COMM_ERR_INVALID;
+        }
         const char *env = getenv(d->name);
         if (env == NULL)
             continue;

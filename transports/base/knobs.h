@@ -226,6 +226,12 @@ extern const size_t rt_knob_count;
  * forms) into err.
  */
 comm_status_t rt_knobs_load(struct rt_knobs *k, char *err, size_t errlen);
+/* rt_knobs_load with defaults ("ARCOMM_NAME=VALUE" items, separated by commas,
+ * semicolons or blanks; NULL: none) in place of the table's: the environment still
+ * overrides them.  A name that is no knob, or a value that does not parse, is
+ * COMM_ERR_INVALID with err saying which. */
+comm_status_t rt_knobs_load_with(struct rt_knobs *k, const char *defaults, char *err,
+                                 size_t errlen);
 
 /*
  * Checks the values that parse but cannot work for a communicator of nranks ranks (a

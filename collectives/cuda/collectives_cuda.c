@@ -12,10 +12,14 @@
  *                (nothing for a broadcast's non-roots), then 'ready' = b + k + 1
  *   H2D stream:  [every peer's 'ready' >= b + k + 1; the first
  *                step compares the calls]  what this rank needs of the peers' slots ->
- *                its recvbuf (data movement) or the device ring (reductions), then
- *                'h2d' = b + k + 1
- *   caller:      reductions: the add kernel of step k in rank order (as allreduce's copy
- *                path); at the end the caller's stream waits for both streams.
+ *                the device ring (slot k % tslots), then 'h2d' = b + k + 1
+ *   caller:      the add kernel of step k in rank order (reductions, as allreduce's copy
+ *                path) or the copy-out kernel of step k (data movement: the ring and
+ *                this rank's own part of sendbuf into recvbuf); at the end the caller's
+ *                stream waits for both streams.
+ * Only these kernels write recvbuf, and neither does once this rank recorded a
+ * failure: a mismatch (found by the first wait) leaves every recvbuf untouched, though
+ * the copies that were enqueued still run (into the ring).
  * Every rank moves both counters at every step, whatever it copies, so that every
  * wait of every rank asks the same question as allreduce's.  Slots of alltoall and
  * reduce_scatter hold one sub-slot per peer (the chunk for that peer).
@@ -41,6 +45,8 @@ static int peer_index(int p, int r)
     return p < r ? p : p - 1;
 }
 
+_Static_assert(CUDA_CCOPY_PARTS >= CUDA_MAX_RANKS, "a copy-out kernel takes every rank's part");
+
 /* Enqueues a device-to-device copy, unless it is empty or in place. */
 static comm_status_t copy_d2d(struct comm *c, void *dst, const void *src, size_t len,
                               cudaStream_t s)
@@ -49,6 +55,43 @@ static comm_status_t copy_d2d(struct comm *c, void *dst, const void *src, size_t
         return COMM_OK;
     int e = cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToDevice, s);
     return e != 0 ? cuda_launch_failed(c, "cudaMemcpyAsync (device to device)", e) : COMM_OK;
+}
+
+/*
+ * The parts of step k of a data movement that the copy-out kernel writes into recvbuf:
+ * each fetched peer's chunk from its ring slot, and this rank's own part of sendbuf
+ * (allgather and alltoall: its own block; broadcast: the root's, unless in place).
+ */
+static void movement_parts(const struct coll_call *call, int nranks, int me, const uint8_t *ring_k,
+                           uint64_t ring, uint64_t block, uint64_t off, size_t len,
+                           struct cuda_ccopy_args *a)
+{
+    const enum coll_kind kind = call->kind;
+    const int root = call->root;
+    const uint8_t *send = call->send;
+    uint8_t *recv = call->recv;
+    a->nparts = 0;
+    a->len = len;
+    for (int p = 0; p < nranks; p++) {
+        const uint8_t *from;
+        uint8_t *to;
+        if (kind == COLL_BROADCAST) {
+            if (p != root)
+                continue;
+            from = p == me ? send + off : ring_k + (uint64_t)peer_index(p, me) * ring;
+            to = recv + off;
+        } else {
+            from = p != me                 ? ring_k + (uint64_t)peer_index(p, me) * ring
+                   : kind == COLL_ALLTOALL ? send + (uint64_t)me * block + off
+                                           : send + off;
+            to = recv + (uint64_t)p * block + off;
+        }
+        if (from == to)
+            continue; /* the in-place forms: this rank's part is there already */
+        a->src[a->nparts] = from;
+        a->dst[a->nparts] = to;
+        a->nparts++;
+    }
 }
 
 /* One rank: every collective is a copy (or the reduction of one input). */
@@ -87,7 +130,6 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     struct cuda_cplan plan = cuda_cplan_compute(call->count, es, x->k.chunk_knob, slot_room);
     const uint64_t ring = (uint64_t)x->tslots * x->g.chunk_max;
     const uint8_t *send = call->send;
-    uint8_t *recv = call->recv;
     int e;
 
     /* The call's number and chunks; both copy streams after the caller's work so far
@@ -153,35 +195,18 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
         w.check_call = k == 0;
         if ((st = cuda_copy_step(c, &w, x->sh)) != COMM_OK)
             return st;
-        if (k == 0) {
-            /* This rank's own block of a data movement, after the call was compared. */
-            if (kind == COLL_BROADCAST && me == root)
-                st = copy_d2d(c, recv, send, (size_t)block, x->sh);
-            else if (kind == COLL_ALLGATHER)
-                st = copy_d2d(c, recv + (uint64_t)me * block, send, (size_t)block, x->sh);
-            else if (kind == COLL_ALLTOALL)
-                st = copy_d2d(c, recv + (uint64_t)me * block, send + (uint64_t)me * block,
-                              (size_t)block, x->sh);
-            if (st != COMM_OK)
-                return st;
-        }
         if (fetches) {
-            if (adds && k >= x->tslots && (e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
-                return cuda_launch_failed(c, "ordering the fetch after the ring slot's sum", e);
+            /* The ring slot is free once the kernel that read it last ended. */
+            if (k >= x->tslots && (e = cudaStreamWaitEvent(x->sh, x->ev_added[ts], 0)) != 0)
+                return cuda_launch_failed(c, "ordering the fetch after the ring slot's reader", e);
             for (int p = 0; p < c->nranks; p++) {
                 if (p == me || (kind == COLL_BROADCAST && p != root))
                     continue;
                 const uint8_t *from = x->regions + cuda_cslot_off(&x->g, p, k);
                 if (per_peer)
                     from += (uint64_t)peer_index(me, p) * plan.chunk_bytes;
-                uint8_t *to;
-                if (adds)
-                    to =
-                        x->tmp + (uint64_t)peer_index(p, me) * ring + (uint64_t)ts * x->g.chunk_max;
-                else if (kind == COLL_BROADCAST)
-                    to = recv + off;
-                else
-                    to = recv + (uint64_t)p * block + off;
+                uint8_t *to =
+                    x->tmp + (uint64_t)peer_index(p, me) * ring + (uint64_t)ts * x->g.chunk_max;
                 if ((e = cudaMemcpyAsync(to, from, len, cudaMemcpyHostToDevice, x->sh)) != 0)
                     return cuda_launch_failed(c, "cudaMemcpyAsync (staging to device)", e);
             }
@@ -205,6 +230,20 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
                 return cuda_launch_failed(c, "the reduction-kernel launch", e);
             if ((e = cudaEventRecord(x->ev_added[ts], stream)) != 0)
                 return cuda_launch_failed(c, "cudaEventRecord (ring slot reduced)", e);
+        } else if (!reduces) {
+            /* Data movement: into recvbuf on the caller's stream once the copies are in. */
+            struct cuda_ccopy_args m = {.c = base_wait.c};
+            movement_parts(call, c->nranks, me, x->tmp + (uint64_t)ts * x->g.chunk_max, ring, block,
+                           off, len, &m);
+            if (m.nparts == 0)
+                continue;
+            if ((e = cudaEventRecord(x->ev_fetched, x->sh)) != 0 ||
+                (e = cudaStreamWaitEvent(stream, x->ev_fetched, 0)) != 0)
+                return cuda_launch_failed(c, "ordering the copy-out after the copies", e);
+            if ((e = cuda_launch_ccopy(&m, stream)) != 0)
+                return cuda_launch_failed(c, "the copy-out kernel launch", e);
+            if ((e = cudaEventRecord(x->ev_added[ts], stream)) != 0)
+                return cuda_launch_failed(c, "cudaEventRecord (ring slot copied out)", e);
         }
     }
     /* The caller's stream after all of it. */

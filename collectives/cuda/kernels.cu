@@ -116,16 +116,48 @@ template <typename T, typename W> struct cadd_src {
     }
 };
 
-/* Runs after the chunk's own D2H and every peer's H2D (stream order): no waiting here. */
+/* Has this rank recorded a failure (any call: one enqueued after a failed call must not
+ * write either)?  The wait that recorded it is stream-ordered before (events).  Read
+ * from the device counters (L2), once per thread. */
+__device__ __forceinline__ bool failed_here(const cuda_kcommon &c)
+{
+    return __ldcg(&c.counters->failed) != 0;
+}
+
+/* Runs after the chunk's own D2H and every peer's H2D (stream order): no waiting here.
+ * Writes nothing after a failure (a mismatch: recvbuf untouched). */
 template <typename T, typename W, int OP>
 __global__ void __launch_bounds__(CADD_THREADS) cadd_kernel(const cuda_cadd_args a)
 {
+    if (failed_here(a.c))
+        return;
     cadd_src<T, W> src = {&a};
     const uint64_t stride = (uint64_t)gridDim.x * CADD_THREADS * 8;
     for (uint64_t i = ((uint64_t)blockIdx.x * CADD_THREADS + threadIdx.x) * 8; i < a.n;
          i += stride) {
         uint32_t n = a.n - i < 8 ? (uint32_t)(a.n - i) : 8;
         reduce_group<T, W, OP>(a.c, a.lo + i, n, src);
+    }
+}
+
+/* One chunk of a data movement out of the ring (blockIdx.y: the part); nothing after a
+ * failure.  16-byte accesses where the part allows them, bytes otherwise. */
+__global__ void __launch_bounds__(CADD_THREADS) ccopy_kernel(const cuda_ccopy_args a)
+{
+    if (failed_here(a.c))
+        return;
+    const uint8_t *src = a.src[blockIdx.y];
+    uint8_t *dst = a.dst[blockIdx.y];
+    const uint64_t tid = (uint64_t)blockIdx.x * CADD_THREADS + threadIdx.x;
+    const uint64_t stride = (uint64_t)gridDim.x * CADD_THREADS;
+    if ((((uintptr_t)src | (uintptr_t)dst | a.len) & 15) == 0) {
+        const uint4 *s = reinterpret_cast<const uint4 *>(src);
+        uint4 *d = reinterpret_cast<uint4 *>(dst);
+        for (uint64_t i = tid; i < a.len / 16; i += stride)
+            d[i] = __ldcg(s + i);
+    } else {
+        for (uint64_t i = tid; i < a.len; i += stride)
+            dst[i] = src[i];
     }
 }
 
@@ -290,6 +322,18 @@ extern "C" int cuda_launch_ll(const struct cuda_ll_args *a, unsigned blocks, voi
 extern "C" int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream)
 {
     return dispatch(a->c, cadd_launch{a, static_cast<cudaStream_t>(stream)});
+}
+
+extern "C" int cuda_launch_ccopy(const struct cuda_ccopy_args *a, void *stream)
+{
+    if (a->nparts == 0 || a->len == 0)
+        return 0;
+    if (a->nparts > CUDA_CCOPY_PARTS)
+        return cudaErrorInvalidValue;
+    uint64_t units = (a->len + 15) / 16, want = (units + CADD_THREADS - 1) / CADD_THREADS;
+    dim3 grid((unsigned)(want < 1 ? 1 : want > 132 ? 132 : want), a->nparts);
+    ccopy_kernel<<<grid, CADD_THREADS, 0, static_cast<cudaStream_t>(stream)>>>(*a);
+    return cudaGetLastError();
 }
 
 extern "C" int cuda_launch_begin(struct cuda_dcount *count, uint32_t chunks, void *mirror,

@@ -61,6 +61,23 @@ struct cuda_cadd_args {
 };
 
 /*
+ * Copy path: the copy-out kernel of one chunk of a data movement (broadcast, allgather,
+ * alltoall), stream-ordered after its copies: nparts pieces of len bytes, src[i] (a
+ * peer's chunk in the device ring, or this rank's own part of sendbuf) to dst[i] (in
+ * recvbuf).  It writes nothing once this rank recorded a failure (a mismatch found by
+ * the first wait, a peer's failure, a timeout): the copy engines only ever fill the
+ * ring, so recvbuf stays untouched then.
+ */
+#define CUDA_CCOPY_PARTS 8 /* CUDA_MAX_RANKS */
+struct cuda_ccopy_args {
+    struct cuda_kcommon c;
+    const uint8_t *src[CUDA_CCOPY_PARTS];
+    uint8_t *dst[CUDA_CCOPY_PARTS];
+    uint32_t nparts;
+    uint64_t len;
+};
+
+/*
  * A copy stream's step (one spinning thread, bounded): publish one of this rank's
  * counters, then wait for a counter of every peer.  Values are relative to the call's
  * first chunk (counters->cur_base, taken by the begin kernel), never absolute: a graph
@@ -83,6 +100,7 @@ int cuda_launch_begin(struct cuda_dcount *count, uint32_t chunks, void *mirror, 
 int cuda_launch_wait(const struct cuda_wait_args *a, void *stream);
 int cuda_launch_ll(const struct cuda_ll_args *a, unsigned blocks, void *stream);
 int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream);
+int cuda_launch_ccopy(const struct cuda_ccopy_args *a, void *stream);
 /* dst[i] = bf16(src[i]), round to nearest even, NaN kept NaN. */
 int cuda_launch_narrow(const float *src, void *dst, uint64_t count, void *stream);
 

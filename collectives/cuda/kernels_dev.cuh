@@ -400,6 +400,8 @@ __device__ int32_t check_fail(const cuda_kcommon &c, int32_t *who)
 __device__ void record_fail(const cuda_kcommon &c, int32_t status, int32_t stage, int32_t peer)
 {
     cuda_ctrl *me = ctrl_of(c, c.rank);
+    *(volatile uint32_t *)&c.counters->failed = 1;
+    __threadfence();
     if (*(volatile int32_t *)&me->dfail.status == 0) {
         /* One 16-byte store: the host never sees half a record. */
         asm volatile("st.volatile.global.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(&me->dfail),

@@ -18,9 +18,9 @@
  * reused), and the kernel path for every allreduce.
  *
  * Failures, each on a communicator of its own: ranks that disagree on the collective or
- * the root (COMM_ERR_MISMATCH), integer AVG (COMM_ERR_UNSUPPORTED, the communicator
- * stays usable), a call no peer makes (its GPU gives up at the timeout, or at comm_abort;
- * the next call says why, the peers hear of it).
+ * the root (COMM_ERR_MISMATCH, and no byte of any rank's recvbuf written), integer AVG
+ * (COMM_ERR_UNSUPPORTED, the communicator stays usable), a call no peer makes (its GPU gives up at
+ * the timeout, or at comm_abort; the next call says why, the peers hear of it).
  *
  *   test_cuda_coll         all of it (ARCOMM_TEST_ONLY=proc,threads,fail: parts;
  *                          ARCOMM_TEST_RANKS=N: N process ranks instead of 2 and 3)
@@ -911,9 +911,24 @@ static int child_main(int argc, char **argv)
     comm_destroy(r.comm);
     for (int s = 0; s < N_MISMATCH; s++) {
         r.comm = init_comm(rank, nranks, r.device, argv[7 + s], 5000);
+        /* recvbuf (all of db) poisoned: nothing may land there. */
+        cuda_ok(cudaMemset(r.db, 0x5a, r.cap), "poison");
+        cuda_ok(cudaDeviceSynchronize(), "poison");
         comm_status_t st = mismatch_call(&r, s);
         if (st == COMM_OK)
             st = mismatch_outcome(&r);
+        cuda_ok(cudaDeviceSynchronize(), "after the mismatch");
+        cuda_ok(cudaMemcpy(r.host, r.db, r.cap, cudaMemcpyDeviceToHost), "download");
+        size_t written = 0, first = 0;
+        for (size_t b = r.cap; b-- > 0;)
+            if (((const unsigned char *)r.host)[b] != 0x5a) {
+                written++;
+                first = b;
+            }
+        CHECK(written == 0,
+              "mismatch %s: rank %d: %zu bytes of recvbuf written after the mismatch (first at "
+              "byte %zu)",
+              mismatch_names[s], rank, written, first);
         printf("mismatch %d status %d\n", s, (int)st);
         uint64_t t0 = now_ms();
         comm_destroy(r.comm);

@@ -146,7 +146,11 @@ struct cuda_dcount {
     uint32_t done;     /* blocks of the running kernel-path launch that ended */
     uint32_t cur_seq;  /* the running copy-path call: its number, */
     uint32_t cur_base; /* and its first chunk */
-    uint32_t pad[2];
+    /* Non-zero once a kernel of this rank recorded a failure (record_fail): the kernels
+     * that write recvbuf check it here, in device memory, not the control line (host
+     * memory: a read per thread over PCIe made a copy-out kernel 100x slower). */
+    uint32_t failed;
+    uint32_t pad;
 };
 
 /* The control lines at the start of every rank's region. */

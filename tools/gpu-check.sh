@@ -4,7 +4,7 @@
 # unpack the deps, build with CUDA, run the CUDA tests, benchmark arcomm against NCCL
 # (default, and NCCL_P2P_DISABLE=1: NCCL through host memory), logs under $OUT.
 #
-#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|core|arcomm|graph|p2p|mpi]
+#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|core|arcomm|graph|movement|p2p|mpi]
 #
 # Mode p2p (also part of tests and full): the peer-to-peer transport, forced
 # (ARCOMM_TRANSPORT=cuda-p2p; not yet verified on a GPU, so auto never picks it): the
@@ -120,6 +120,29 @@ graph_check() {
 }
 if [ "$mode" = graph ]; then
   graph_check
+  exit $rc
+fi
+
+# Mode movement: the copy-engine path's collectives with process ranks under a private
+# MPS daemon (without it two processes on one GPU time-slice, ~2.7 ms a call): arbench
+# of every collective, 1 KiB - 16 MiB, every element checked, logs in $OUT/movement.log.
+# On 2026-12-01 (one H200, before the copy-out kernel) allgather took 201 us and
+# broadcast 156 us at 4 MiB.
+if [ "$mode" = movement ]; then
+  AB="$B/tools/arbench/arbench"
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/arcomm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/arcomm-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee "$OUT/movement.log"
+  for coll in allgather broadcast alltoall reduce_scatter allreduce; do
+    echo "### arbench --device cuda --procs -n 2 --coll $coll -b 1K -e 16M -f 8 --check" \
+      | tee -a "$OUT/movement.log"
+    timeout "${ARB_LIMIT:-60}" "$AB" --device cuda --procs -n 2 --coll $coll -b 1K -e 16M -f 8 \
+      --check 2>&1 | tee -a "$OUT/movement.log" | grep -E "^ +[0-9]|rror"
+    m=${PIPESTATUS[0]}
+    echo "arbench $coll exit status $m" | tee -a "$OUT/movement.log"
+    [ "$m" = 0 ] || rc=1
+  done
+  echo quit | nvidia-cuda-mps-control
   exit $rc
 fi
 

@@ -10,7 +10,9 @@
  * --direct: comm_allreduce instead of ncclAllReduce.  --both: the two side by side in
  * the same processes, on the same buffer and stream, one communicator each, in 8
  * interleaved rounds per size (direct, NCCL, direct, ...), so that drift between runs
- * does not count; the table then has both medians and their ratio.  Whichever
+ * does not count; the table then has both medians and their ratio.  Its direct
+ * communicator gets the library's knob defaults (f32 stays f32: ARCOMM_BF16_THRESHOLD=off)
+ * so that both do the same work; --direct alone has arcomm's own.  Whichever
  * libnccl.so.2 the loader finds is timed (LD_LIBRARY_PATH picks arcomm's or a real
  * NCCL).  Exit 77 without a GPU.
  */
@@ -73,6 +75,9 @@ static int make_direct(const struct opts *o, int rank, int ndev, const char *id,
     cfg.rank = rank;
     cfg.device = COMM_DEVICE_CUDA;
     cfg.device_index = rank % ndev;
+    /* As libarcomm_nccl makes its communicators (runtime/nccl/face.h). */
+    if (o->mode == M_BOTH)
+        cfg.knob_defaults = "ARCOMM_BF16_THRESHOLD=off";
     snprintf(cfg.id.str, sizeof(cfg.id.str), "%s", id);
     if (comm_init(c, &cfg) != COMM_OK) {
         fprintf(stderr, "rank %d: comm_init: %s\n", rank, comm_last_error(NULL));
@@ -244,7 +249,8 @@ int main(int argc, char **argv)
     int version = 0;
     ncclGetVersion(&version);
     static const char *const what[] = {"NCCL API (ncclAllReduce)", "arcomm's API (comm_allreduce)",
-                                       "arcomm's API and the NCCL API, interleaved"};
+                                       "arcomm's API and the NCCL API, interleaved (the same "
+                                       "knobs: f32 stays f32 in both)"};
     printf("# %s, %d process rank%s on %d GPU%s, f32 sum allreduce in place, median of %d\n",
            what[o.mode], o.n, o.n > 1 ? "s" : "", ndev, ndev > 1 ? "s" : "", o.iters);
     if (o.mode != M_DIRECT)

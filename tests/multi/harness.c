@@ -406,6 +406,7 @@ static void rank_main(struct h_rank *r, const struct h_job *job)
             return;
         }
     }
+    __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
     job->body(r);
     if (!job->no_init)
         comm_destroy(r->comm);
@@ -468,7 +469,7 @@ struct h_rank *h_run(const struct h_job *job)
             _exit(0);
         }
     }
-    double start = h_now_ms();
+    double start = h_now_ms(), ready_at = job->kill_after_ready ? -1 : 0;
     bool killed = false;
     int live = job->nranks;
     while (live > 0) {
@@ -484,7 +485,15 @@ struct h_rank *h_run(const struct h_job *job)
             }
         }
         double t = h_now_ms() - start;
-        if (!killed && job->kill_rank >= 0 && t >= job->kill_after_ms && pid[job->kill_rank] > 0) {
+        if (ready_at < 0) {
+            int ready = 0;
+            for (int r = 0; r < job->nranks; r++)
+                ready += __atomic_load_n(&results[r].ready, __ATOMIC_ACQUIRE) != 0;
+            if (ready == job->nranks)
+                ready_at = t;
+        }
+        if (!killed && job->kill_rank >= 0 && ready_at >= 0 && t - ready_at >= job->kill_after_ms &&
+            pid[job->kill_rank] > 0) {
             kill(pid[job->kill_rank], SIGKILL);
             results[job->kill_rank].elapsed_s = t / 1e3; /* when it was killed */
             killed = true;

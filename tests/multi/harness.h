@@ -25,10 +25,11 @@ struct h_rank {
     void *arg;    /* the job's arg */
     long errors;  /* the body adds its failures here */
     char first_error[512];
-    uint8_t *out;     /* H_OUT_BYTES to copy an output into, for bit comparison */
-    size_t out_len;   /* bytes the body stored in out */
-    int status;       /* a comm_status_t the body wants to report */
-    double elapsed_s; /* the body may time something */
+    uint8_t *out;       /* H_OUT_BYTES to copy an output into, for bit comparison */
+    size_t out_len;     /* bytes the body stored in out */
+    int status;         /* a comm_status_t the body wants to report */
+    volatile int ready; /* set by the harness as the body starts (after comm_init) */
+    double elapsed_s;   /* the body may time something */
 };
 
 typedef void (*h_body_fn)(struct h_rank *r);
@@ -40,8 +41,10 @@ struct h_job {
     int timeout_ms; /* communicator timeout (0 = 60 s) */
     h_body_fn body;
     void *arg;
-    int kill_rank;     /* procs: SIGKILL this rank ... (-1 = none) */
-    int kill_after_ms; /* ... this long after the start */
+    int kill_rank;         /* procs: SIGKILL this rank ... (-1 = none) */
+    int kill_after_ms;     /* ... this long after the start, */
+    bool kill_after_ready; /* ... or after every rank's body started (a loaded host may
+                              take longer than kill_after_ms to start the ranks) */
 };
 
 /* Runs the job; returns the per-rank results (valid until the next h_run). */

@@ -25,7 +25,8 @@
 enum kind { K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL };
 #define K_COUNT 5
 
-/* Late enough that every rank made calls already (sanitizer builds start slowly). */
+/* After every rank's body started (kill_after_ready): late enough that every rank made
+ * calls already, on a loaded host too (sanitizer builds run slowly). */
 #define KILL_AFTER_MS (h_quick() ? 800 : 200)
 
 static const char *const kind_names[K_COUNT] = {"broadcast", "reduce", "allgather",
@@ -105,6 +106,7 @@ static void run_kill(struct spec sp, int n)
                         .arg = &sp,
                         .kill_rank = 1,
                         .kill_after_ms = KILL_AFTER_MS,
+                        .kill_after_ready = true,
                         .timeout_ms = 60000};
     double start = h_now_ms();
     struct h_rank *res = h_run(&job);
@@ -219,6 +221,7 @@ static void kill_direct(void **s)
                             .arg = &sp,
                             .kill_rank = 1,
                             .kill_after_ms = KILL_AFTER_MS,
+                            .kill_after_ready = true,
                             .timeout_ms = 60000};
         double start = h_now_ms();
         struct h_rank *res = h_run(&job);

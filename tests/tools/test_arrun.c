@@ -674,11 +674,16 @@ static void test_report_bindings(void **state)
 
     /* Two cores a rank, under --label: the reports stay unlabelled, on arrun's stderr. */
     if (n >= 2) {
-        for (int i = 0; i < 2; i++)
-            snprintf(where[i], sizeof(where[i]), "%s %u-%u", word, objs[(2 * i) % n]->logical_index,
-                     objs[(2 * i + 1) % n]->logical_index);
-        if (n == 2) /* both ranks on cores 0-1 */
-            snprintf(where[1], sizeof(where[1]), "%s 0-1", word);
+        for (int i = 0; i < 2; i++) {
+            hwloc_bitmap_t idx = hwloc_bitmap_alloc();
+            char *list = NULL;
+            hwloc_bitmap_set(idx, objs[(2 * i) % n]->logical_index);
+            hwloc_bitmap_set(idx, objs[(2 * i + 1) % n]->logical_index);
+            hwloc_bitmap_list_asprintf(&list, idx);
+            snprintf(where[i], sizeof(where[i]), "%s %s", word, list);
+            free(list);
+            hwloc_bitmap_free(idx);
+        }
         run_arrun(&r, NULL, "-n", "2", "--cpus-per-rank", "2", "--label", "--report-bindings",
                   helper_path, "vars", NULL);
         assert_int_equal(r.status, 0);

@@ -10,6 +10,8 @@
  *   label LINES LEN     every rank writes LINES long lines to stdout and stderr in small
  *                       pieces, then a last line without a newline
  *   stdin               print the first line this rank reads from stdin, or (eof)
+ *   vars NAME...        print "rank=R pid=P cpus=LIST NAME=VALUE..." (VALUE "(unset)" when
+ *                       unset) on stdout and "err rank=R" on stderr
  *   shm R               rank 0 creates the job's segment names in /dev/shm, then rank R
  *                       exits 1 while the others sleep (a job dying during rendezvous)
  *
@@ -86,6 +88,27 @@ static int mode_env(void)
     printf("rank=%d size=%d local_rank=%d local_size=%d id=%s fds=%d pgid=%d cpus=%s\n",
            env_int("ARCOMM_RANK"), env_int("ARCOMM_SIZE"), env_int("ARCOMM_LOCAL_RANK"),
            env_int("ARCOMM_LOCAL_SIZE"), id ? id : "(unset)", stray_fds(), (int)getpgrp(), cpus);
+    return 0;
+}
+
+static int mode_vars(int rank, int argc, char **argv)
+{
+    cpu_set_t set;
+    char cpus[4096] = "";
+    size_t len = 0;
+
+    if (sched_getaffinity(0, sizeof(set), &set) < 0)
+        return 1;
+    for (int c = 0; c < CPU_SETSIZE && len < sizeof(cpus) - 16; c++)
+        if (CPU_ISSET(c, &set))
+            len += (size_t)snprintf(cpus + len, sizeof(cpus) - len, "%s%d", len ? "," : "", c);
+    printf("rank=%d pid=%d cpus=%s", rank, (int)getpid(), cpus);
+    for (int i = 2; i < argc; i++) {
+        const char *v = getenv(argv[i]);
+        printf(" %s=%s", argv[i], v ? v : "(unset)");
+    }
+    printf("\n");
+    fprintf(stderr, "err rank=%d\n", rank);
     return 0;
 }
 
@@ -198,6 +221,8 @@ int main(int argc, char **argv)
         printf("rank=%d stdin=%s\n", rank, n > 0 ? text : n == 0 ? "(eof)" : "(error)");
         return 0;
     }
+    if (strcmp(mode, "vars") == 0)
+        return mode_vars(rank, argc, argv);
     if (strcmp(mode, "shm") == 0 && argc == 3)
         return mode_shm(rank, atoi(argv[2]));
     fprintf(stderr, "arrun_helper: unknown mode '%s'\n", mode);

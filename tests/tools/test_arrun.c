@@ -383,6 +383,525 @@ static void test_label(void **state)
     run_free(&r);
 }
 
+/* ---- multi-threaded ranks ------------------------------------------------------------ */
+
+/* The value of " NAME=" on the line of rank `rank` in the `vars` mode's output. */
+static void rank_var(const char *out, int rank, const char *name, char *buf, size_t cap)
+{
+    char head[32], key[128];
+    const char *line = NULL, *v, *end;
+    int n = snprintf(head, sizeof(head), "rank=%d ", rank);
+
+    for (const char *p = out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, head, (size_t)n) == 0) {
+            line = p;
+            break;
+        }
+    }
+    if (!line)
+        fail_msg("no line from rank %d in:\n%s", rank, out);
+    end = strchrnul(line, '\n');
+    snprintf(key, sizeof(key), " %s=", name);
+    v = strstr(line, key);
+    if (!v || v > end)
+        fail_msg("rank %d printed no %s: %.*s", rank, name, (int)(end - line), line);
+    v += strlen(key);
+    n = (int)strcspn(v, " \n");
+    snprintf(buf, cap, "%.*s", n, v);
+}
+
+/* "0-2,5" as "0,1,2,5": hwloc's list form as the helper prints cpus. */
+static void expand_list(const char *list, char *buf, size_t cap)
+{
+    size_t len = 0;
+    const char *p = list;
+
+    buf[0] = '\0';
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        assert_true(end != p);
+        if (*end == '-')
+            b = strtol(end + 1, &end, 10);
+        for (long c = a; c <= b; c++)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%ld", len ? "," : "", c);
+        p = *end == ',' ? end + 1 : end;
+        assert_true(*end == ',' || *end == '\0');
+    }
+}
+
+/* The cores arrun counts (PUs where the topology has no cores), in hwloc's order. */
+static int cores_of(hwloc_topology_t topo, hwloc_obj_t *objs, int max)
+{
+    int n = objs_with_cpus(topo, HWLOC_OBJ_CORE, objs, max);
+    return n > 0 ? n : objs_with_cpus(topo, HWLOC_OBJ_PU, objs, max);
+}
+
+/*
+ * arrun -n nranks --cpus-per-rank per: each rank runs on cores [r*per, r*per+per) mod
+ * the cores, gets OMP_NUM_THREADS=per, and a warning says how many ranks share cores
+ * exactly when some do.
+ */
+static void check_cpus_per_rank(hwloc_obj_t *objs, int ncores, int nranks, int per)
+{
+    char nr[16], np[16], got[2048], want[2048], warn[160];
+    int users[1024] = {0}, sharing = 0;
+    struct run r;
+
+    snprintf(nr, sizeof(nr), "%d", nranks);
+    snprintf(np, sizeof(np), "%d", per);
+    run_arrun(&r, NULL, "-n", nr, "--cpus-per-rank", np, helper_path, "vars", "OMP_NUM_THREADS",
+              NULL);
+    if (r.status != 0)
+        fail_msg("-n %d --cpus-per-rank %d: arrun exited %d; stderr:\n%s", nranks, per, r.status,
+                 r.err);
+    for (int i = 0; i < nranks; i++) {
+        hwloc_bitmap_t set = hwloc_bitmap_alloc();
+        for (int j = 0; j < per; j++) {
+            hwloc_bitmap_or(set, set, objs[(i * per + j) % ncores]->cpuset);
+            users[(i * per + j) % ncores]++;
+        }
+        cpulist(set, want, sizeof(want));
+        hwloc_bitmap_free(set);
+        rank_var(r.out, i, "cpus", got, sizeof(got));
+        if (strcmp(got, want) != 0)
+            fail_msg("-n %d --cpus-per-rank %d: rank %d runs on cpus %s, expected %s", nranks, per,
+                     i, got, want);
+        rank_var(r.out, i, "OMP_NUM_THREADS", got, sizeof(got));
+        assert_string_equal(got, np);
+    }
+    for (int i = 0; i < nranks; i++) {
+        for (int j = 0; j < per; j++) {
+            if (users[(i * per + j) % ncores] > 1) {
+                sharing++;
+                break;
+            }
+        }
+    }
+    if (sharing == 0) {
+        if (!strstr(r.err, "err rank=0") || strstr(r.err, "warning"))
+            fail_msg("-n %d --cpus-per-rank %d: unexpected stderr:\n%s", nranks, per, r.err);
+    } else {
+        snprintf(warn, sizeof(warn), "ranks share cores");
+        if (!strstr(r.err, warn))
+            fail_msg("-n %d --cpus-per-rank %d: no warning about sharing:\n%s", nranks, per, r.err);
+        snprintf(warn, sizeof(warn), ": %d of the %d ranks share cores\n", sharing, nranks);
+        if (!strstr(r.err, warn))
+            fail_msg("-n %d --cpus-per-rank %d: the warning does not say '%s':\n%s", nranks, per,
+                     warn, r.err);
+        /* One warning for the whole job. */
+        assert_null(strstr(strstr(r.err, "warning") + 1, "warning"));
+    }
+    run_free(&r);
+}
+
+static void test_cpus_per_rank(void **state)
+{
+    (void)state;
+    struct run_opts omp_env = {.env = "OMP_NUM_THREADS=7"};
+    hwloc_topology_t topo;
+    hwloc_obj_t objs[1024], nodes[64];
+    char got[2048], want[2048], arg[16], msg[128];
+    int n, nnodes, node_cores;
+    struct run r;
+
+    assert_int_equal(hwloc_topology_init(&topo), 0);
+    assert_int_equal(hwloc_topology_load(topo), 0);
+    n = cores_of(topo, objs, 1024);
+    assert_true(n > 0);
+
+    check_cpus_per_rank(objs, n, n < 64 ? n : 64, 1); /* one core each, none shared */
+    check_cpus_per_rank(objs, n, n + 1, 1);           /* wraps: ranks 0 and n share */
+    if (n >= 2) {
+        check_cpus_per_rank(objs, n, 1, 2);
+        check_cpus_per_rank(objs, n, n / 2, 2);
+        check_cpus_per_rank(objs, n, n, 2); /* twice the cores there are */
+        check_cpus_per_rank(objs, n, 2, n);
+    }
+
+    /* More cores per rank than the host has: refused before any rank starts. */
+    snprintf(arg, sizeof(arg), "%d", n + 1);
+    run_arrun(&r, NULL, "-n", "1", "--cpus-per-rank", arg, helper_path, "vars", NULL);
+    assert_int_equal(r.status, 2);
+    snprintf(msg, sizeof(msg), "arrun: --cpus-per-rank %d: this host has %d ", n + 1, n);
+    if (!strstr(r.err, msg))
+        fail_msg("expected '%s' in:\n%s", msg, r.err);
+    assert_int_equal(r.out_len, 0);
+    run_free(&r);
+
+    /* A value the user set for OMP_NUM_THREADS wins: inherited, or through -x. */
+    run_arrun(&r, &omp_env, "-n", "1", "--cpus-per-rank", "1", helper_path, "vars",
+              "OMP_NUM_THREADS", NULL);
+    assert_int_equal(r.status, 0);
+    rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
+    assert_string_equal(got, "7");
+    run_free(&r);
+    run_arrun(&r, NULL, "-n", "1", "--cpus-per-rank", "1", "-x", "OMP_NUM_THREADS=5", helper_path,
+              "vars", "OMP_NUM_THREADS", NULL);
+    assert_int_equal(r.status, 0);
+    rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
+    assert_string_equal(got, "5");
+    run_free(&r);
+    /* Without --cpus-per-rank arrun leaves it alone. */
+    if (!getenv("OMP_NUM_THREADS")) {
+        run_arrun(&r, NULL, "-n", "1", helper_path, "vars", "OMP_NUM_THREADS", NULL);
+        assert_int_equal(r.status, 0);
+        rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
+        assert_string_equal(got, "(unset)");
+        run_free(&r);
+    }
+
+    /* --bind numa: the whole node, round robin; N counts the node's cores. */
+    nnodes = objs_with_cpus(topo, HWLOC_OBJ_NUMANODE, nodes, 64);
+    assert_true(nnodes > 0);
+    node_cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, nodes[0]->cpuset, HWLOC_OBJ_CORE);
+    if (node_cores <= 0)
+        node_cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, nodes[0]->cpuset, HWLOC_OBJ_PU);
+    run_arrun(&r, NULL, "-n", "2", "--bind", "numa", "--cpus-per-rank", "1", helper_path, "vars",
+              "OMP_NUM_THREADS", NULL);
+    if (r.status != 0)
+        fail_msg("--bind numa --cpus-per-rank 1 exited %d; stderr:\n%s", r.status, r.err);
+    for (int i = 0; i < 2; i++) {
+        cpulist(nodes[i % nnodes]->cpuset, want, sizeof(want));
+        rank_var(r.out, i, "cpus", got, sizeof(got));
+        assert_string_equal(got, want);
+        rank_var(r.out, i, "OMP_NUM_THREADS", got, sizeof(got));
+        assert_string_equal(got, "1");
+    }
+    run_free(&r);
+    snprintf(arg, sizeof(arg), "%d", node_cores + 1);
+    run_arrun(&r, NULL, "-n", "1", "--bind", "numa", "--cpus-per-rank", arg, helper_path, "vars",
+              NULL);
+    assert_int_equal(r.status, 2);
+    snprintf(msg, sizeof(msg), "arrun: --cpus-per-rank %d: NUMA node %u has %d ", node_cores + 1,
+             nodes[0]->logical_index, node_cores);
+    if (!strstr(r.err, msg))
+        fail_msg("expected '%s' in:\n%s", msg, r.err);
+    run_free(&r);
+    if (nnodes == 1 && node_cores < 64) {
+        /* The node's ranks ask for more cores than it has: they share, with a warning. */
+        snprintf(arg, sizeof(arg), "%d", node_cores + 1);
+        run_arrun(&r, NULL, "-n", arg, "--bind", "numa", "--cpus-per-rank", "1", helper_path,
+                  "vars", NULL);
+        assert_int_equal(r.status, 0);
+        snprintf(msg, sizeof(msg), ": %d of the %d ranks share cores\n", node_cores + 1,
+                 node_cores + 1);
+        if (!strstr(r.err, msg))
+            fail_msg("expected '%s' in:\n%s", msg, r.err);
+        run_free(&r);
+    }
+    hwloc_topology_destroy(topo);
+}
+
+/*
+ * Every "arrun: rank R (pid P): WHERE (PUs LIST)" line: one per rank, P the rank's pid,
+ * LIST the cpus it runs on, WHERE as want_where(R) says.
+ */
+static void check_reports(const struct run *r, int nranks, const char *const *want_where)
+{
+    int seen = 0;
+
+    for (const char *p = r->err; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        char where[256], pus[1024], cpus[2048], got[2048];
+        int rank, pid, k = 0;
+
+        if (strncmp(p, "arrun: rank ", 12) != 0)
+            continue;
+        if (sscanf(p, "arrun: rank %d (pid %d): %n", &rank, &pid, &k) != 2 || k == 0)
+            fail_msg("malformed report: %.100s", p);
+        const char *open = strstr(p + k, " (PUs ");
+        const char *nl = strchrnul(p, '\n');
+        assert_non_null(open);
+        assert_true(open < nl && nl[-1] == ')');
+        snprintf(where, sizeof(where), "%.*s", (int)(open - (p + k)), p + k);
+        snprintf(pus, sizeof(pus), "%.*s", (int)(nl - 1 - (open + 6)), open + 6);
+        assert_in_range(rank, 0, nranks - 1);
+        expand_list(pus, cpus, sizeof(cpus));
+        rank_var(r->out, rank, "cpus", got, sizeof(got));
+        if (strcmp(cpus, got) != 0)
+            fail_msg("rank %d: reported PUs %s, but it runs on %s", rank, pus, got);
+        rank_var(r->out, rank, "pid", got, sizeof(got));
+        assert_int_equal(atoi(got), pid);
+        if (strcmp(where, want_where[rank]) != 0)
+            fail_msg("rank %d: reported '%s', expected '%s'", rank, where, want_where[rank]);
+        seen++;
+    }
+    assert_int_equal(seen, nranks);
+}
+
+/* Drops the "[R] " at the start of every line, so that rank_var finds "rank=R ". */
+static void strip_labels(char *text)
+{
+    char *w = text;
+    bool line_start = true;
+
+    for (char *p = text; *p;) {
+        if (line_start && *p == '[') {
+            char *end = strstr(p, "] ");
+            assert_non_null(end);
+            p = end + 2;
+        }
+        line_start = *p == '\n';
+        *w++ = *p++;
+    }
+    *w = '\0';
+}
+
+static void test_report_bindings(void **state)
+{
+    (void)state;
+    hwloc_topology_t topo;
+    hwloc_obj_t objs[1024], nodes[64];
+    char where[3][256], nr[16];
+    const char *want[3] = {where[0], where[1], where[2]};
+    int n, nnodes;
+    struct run r;
+
+    assert_int_equal(hwloc_topology_init(&topo), 0);
+    assert_int_equal(hwloc_topology_load(topo), 0);
+    n = cores_of(topo, objs, 1024);
+    nnodes = objs_with_cpus(topo, HWLOC_OBJ_NUMANODE, nodes, 64);
+    const char *word =
+        hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) > 0 ? "cores" : "processing units";
+
+    /* Default binding, 3 ranks: core r mod n, the wrap included. */
+    for (int i = 0; i < 3; i++)
+        snprintf(where[i], sizeof(where[i]), "%s %u", word, objs[i % n]->logical_index);
+    run_arrun(&r, NULL, "-n", "3", "--report-bindings", helper_path, "vars", NULL);
+    assert_int_equal(r.status, 0);
+    check_reports(&r, 3, want);
+    run_free(&r);
+
+    /* Two cores a rank, under --label: the reports stay unlabelled, on arrun's stderr. */
+    if (n >= 2) {
+        for (int i = 0; i < 2; i++) {
+            hwloc_bitmap_t idx = hwloc_bitmap_alloc();
+            char *list = NULL;
+            hwloc_bitmap_set(idx, objs[(2 * i) % n]->logical_index);
+            hwloc_bitmap_set(idx, objs[(2 * i + 1) % n]->logical_index);
+            hwloc_bitmap_list_asprintf(&list, idx);
+            snprintf(where[i], sizeof(where[i]), "%s %s", word, list);
+            free(list);
+            hwloc_bitmap_free(idx);
+        }
+        run_arrun(&r, NULL, "-n", "2", "--cpus-per-rank", "2", "--label", "--report-bindings",
+                  helper_path, "vars", NULL);
+        assert_int_equal(r.status, 0);
+        strip_labels(r.out);
+        assert_non_null(strstr(r.err, "[0] err rank=0\n"));
+        check_reports(&r, 2, want);
+        run_free(&r);
+    }
+
+    /* NUMA nodes: the node and all its cores. */
+    for (int i = 0; i < 3; i++) {
+        hwloc_obj_t node = nodes[i % nnodes];
+        hwloc_bitmap_t idx = hwloc_bitmap_alloc();
+        hwloc_obj_t o = NULL;
+        char *list = NULL;
+        while ((o = hwloc_get_next_obj_inside_cpuset_by_type(
+                    topo, node->cpuset, strcmp(word, "cores") == 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU,
+                    o)) != NULL)
+            hwloc_bitmap_set(idx, o->logical_index);
+        hwloc_bitmap_list_asprintf(&list, idx);
+        snprintf(where[i], sizeof(where[i]), "NUMA node %u, %s %s", node->logical_index, word,
+                 list);
+        free(list);
+        hwloc_bitmap_free(idx);
+    }
+    run_arrun(&r, NULL, "-n", "3", "--bind", "numa", "--report-bindings", helper_path, "vars",
+              NULL);
+    assert_int_equal(r.status, 0);
+    check_reports(&r, 3, want);
+    run_free(&r);
+
+    /* Unbound: said so, with the cpus the rank inherited. */
+    for (int i = 0; i < 2; i++)
+        snprintf(where[i], sizeof(where[i]), "not bound");
+    snprintf(nr, sizeof(nr), "%d", 2);
+    run_arrun(&r, NULL, "-n", nr, "--bind", "none", "--report-bindings", helper_path, "vars", NULL);
+    assert_int_equal(r.status, 0);
+    check_reports(&r, 2, want);
+    run_free(&r);
+    hwloc_topology_destroy(topo);
+}
+
+static void test_env_x(void **state)
+{
+    (void)state;
+    struct run_opts from_arrun = {.env = "ARRUN_TEST_PASSED=from arrun"};
+    struct run_opts stale = {.env = "RANK=99"};
+    char got[256];
+    struct run r;
+
+    /* Both forms, an empty value, and a later -x of the same NAME winning. */
+    run_arrun(&r, &from_arrun, "-n", "2", "-x", "ARRUN_TEST_A=1", "-x", "ARRUN_TEST_PASSED", "-x",
+              "ARRUN_TEST_EMPTY=", "-x", "ARRUN_TEST_A=2=two", helper_path, "vars", "ARRUN_TEST_A",
+              "ARRUN_TEST_PASSED", "ARRUN_TEST_EMPTY", NULL);
+    if (r.status != 0)
+        fail_msg("arrun exited %d; stderr:\n%s", r.status, r.err);
+    for (int i = 0; i < 2; i++) {
+        rank_var(r.out, i, "ARRUN_TEST_A", got, sizeof(got));
+        assert_string_equal(got, "2=two");
+        /* rank_var stops at a space: the line holds the whole value. */
+        assert_non_null(strstr(r.out, " ARRUN_TEST_PASSED=from arrun "));
+        rank_var(r.out, i, "ARRUN_TEST_EMPTY", got, sizeof(got));
+        assert_string_equal(got, "");
+    }
+    run_free(&r);
+
+    /* torchrun's variables, per rank; arrun's values replace inherited ones. */
+    run_arrun(&r, &stale, "-n", "3", helper_path, "vars", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+              "LOCAL_WORLD_SIZE", "ARCOMM_RANK", NULL);
+    assert_int_equal(r.status, 0);
+    for (int i = 0; i < 3; i++) {
+        char want[16];
+        snprintf(want, sizeof(want), "%d", i);
+        rank_var(r.out, i, "RANK", got, sizeof(got));
+        assert_string_equal(got, want);
+        rank_var(r.out, i, "LOCAL_RANK", got, sizeof(got));
+        assert_string_equal(got, want);
+        rank_var(r.out, i, "ARCOMM_RANK", got, sizeof(got));
+        assert_string_equal(got, want);
+        rank_var(r.out, i, "WORLD_SIZE", got, sizeof(got));
+        assert_string_equal(got, "3");
+        rank_var(r.out, i, "LOCAL_WORLD_SIZE", got, sizeof(got));
+        assert_string_equal(got, "3");
+    }
+    run_free(&r);
+}
+
+/* Removes dir and what the tests put in it: rank.R/{stdout,stderr}, and dirs below. */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    if (!d) {
+        unlink(dir);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char path[1024];
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        remove_tree(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static char *read_whole(const char *path)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = fopen(path, "r");
+
+    if (!f)
+        fail_msg("cannot open %s: %s", path, strerror(errno));
+    buf = calloc(1, 1 << 16);
+    assert_non_null(buf);
+    len = fread(buf, 1, (1 << 16) - 1, f);
+    buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* DIR/rank.R/stdout holds exactly rank R's vars line, DIR/rank.R/stderr its err line. */
+static void check_rank_files(const char *dir, int nranks)
+{
+    for (int i = 0; i < nranks; i++) {
+        char path[1024], want[64], *text;
+        snprintf(path, sizeof(path), "%s/rank.%d/stdout", dir, i);
+        text = read_whole(path);
+        snprintf(want, sizeof(want), "rank=%d pid=", i);
+        if (strncmp(text, want, strlen(want)) != 0 || strchr(text, '\n') != text + strlen(text) - 1)
+            fail_msg("%s holds: %s", path, text);
+        free(text);
+        snprintf(path, sizeof(path), "%s/rank.%d/stderr", dir, i);
+        text = read_whole(path);
+        snprintf(want, sizeof(want), "err rank=%d\n", i);
+        assert_string_equal(text, want);
+        free(text);
+    }
+}
+
+/* test_output_filename's directory, removed by the teardown also when a check failed. */
+static char output_top[] = "/tmp/arrun-test-output-XXXXXX";
+
+static int remove_output_top(void **state)
+{
+    (void)state;
+    if (strchr(output_top, 'X') == NULL)
+        remove_tree(output_top);
+    return 0;
+}
+
+static void test_output_filename(void **state)
+{
+    (void)state;
+    char *top = output_top, dir[256], file[512], under[600];
+    struct stat st;
+    struct run r;
+    int fd;
+
+    assert_non_null(mkdtemp(top));
+    snprintf(dir, sizeof(dir), "%s/a/b", top); /* made, parents too */
+
+    run_arrun(&r, NULL, "-n", "3", "--output-filename", dir, helper_path, "vars", NULL);
+    if (r.status != 0)
+        fail_msg("arrun exited %d; stderr:\n%s", r.status, r.err);
+    assert_int_equal(r.out_len, 0); /* nothing on the terminal */
+    assert_string_equal(r.err, "");
+    check_rank_files(dir, 3);
+    run_free(&r);
+
+    /* Again with --label: the files as before (rewritten, not appended to), the terminal labelled.
+     */
+    run_arrun(&r, NULL, "-n", "2", "--label", "--output-filename", dir, helper_path, "vars", "RANK",
+              NULL);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "[0] rank=0 pid="));
+    assert_non_null(strstr(r.out, "[1] rank=1 pid="));
+    assert_non_null(strstr(r.err, "[1] err rank=1\n"));
+    check_rank_files(dir, 2);
+    snprintf(file, sizeof(file), "%s/rank.2/stdout", dir);
+    assert_int_equal(stat(file, &st), 0); /* rank 2's from the first run, left alone */
+    run_free(&r);
+
+    /* A DIR that cannot be a directory: a usage error, and no rank ran. */
+    snprintf(file, sizeof(file), "%s/file", top);
+    fd = open(file, O_CREAT | O_WRONLY, 0644);
+    assert_true(fd >= 0);
+    close(fd);
+    run_arrun(&r, NULL, "-n", "2", "--output-filename", file, helper_path, "vars", NULL);
+    assert_int_equal(r.status, 2);
+    assert_non_null(strstr(r.err, "arrun: --output-filename "));
+    assert_non_null(strstr(r.err, ": Not a directory"));
+    assert_int_equal(r.out_len, 0);
+    run_free(&r);
+    snprintf(under, sizeof(under), "%s/sub", file);
+    run_arrun(&r, NULL, "-n", "2", "--output-filename", under, helper_path, "vars", NULL);
+    assert_int_equal(r.status, 2);
+    assert_non_null(strstr(r.err, "cannot make directory"));
+    assert_null(strstr(r.err, "err rank="));
+    run_free(&r);
+    /* Unwritable (root may write anywhere, so only when not root). */
+    if (geteuid() != 0) {
+        snprintf(under, sizeof(under), "%s/ro", top);
+        assert_int_equal(mkdir(under, 0500), 0);
+        snprintf(dir, sizeof(dir), "%s/ro/out", top);
+        run_arrun(&r, NULL, "-n", "1", "--output-filename", dir, helper_path, "vars", NULL);
+        assert_int_equal(r.status, 2);
+        assert_non_null(strstr(r.err, "Permission denied"));
+        run_free(&r);
+        chmod(under, 0700);
+    }
+    remove_tree(top);
+    assert_int_not_equal(stat(top, &st), 0);
+}
+
 /* ---- usage --------------------------------------------------------------------------- */
 
 static void expect_usage_error(const char *what, struct run *r)
@@ -433,6 +952,30 @@ static void test_usage(void **state)
     expect_usage_error("--grace -1", &r);
     run_arrun(&r, NULL, "-n", "2", "--timeout", NULL);
     expect_usage_error("--timeout without a value", &r);
+    run_arrun(&r, NULL, "-n", "2", "--cpus-per-rank", "0", helper_path, "env", NULL);
+    expect_usage_error("--cpus-per-rank 0", &r);
+    run_arrun(&r, NULL, "-n", "2", "--cpus-per-rank", "two", helper_path, "env", NULL);
+    expect_usage_error("--cpus-per-rank two", &r);
+    run_arrun(&r, NULL, "-n", "2", "--bind", "none", "--cpus-per-rank", "1", helper_path, "env",
+              NULL);
+    expect_usage_error("--cpus-per-rank with --bind none", &r);
+    run_arrun(&r, NULL, "-n", "2", "-x", "ARRUN_TEST_SURELY_UNSET", helper_path, "env", NULL);
+    assert_non_null(
+        strstr(r.err, "-x ARRUN_TEST_SURELY_UNSET: ARRUN_TEST_SURELY_UNSET is not set"));
+    expect_usage_error("-x of an unset NAME", &r);
+    run_arrun(&r, NULL, "-n", "2", "-x", "=value", helper_path, "env", NULL);
+    expect_usage_error("-x with an empty NAME", &r);
+    run_arrun(&r, NULL, "-n", "2", "-x", "", helper_path, "env", NULL);
+    expect_usage_error("-x ''", &r);
+    run_arrun(&r, NULL, "-n", "2", "-x", "RANK=5", helper_path, "env", NULL);
+    assert_non_null(strstr(r.err, "arrun sets RANK itself"));
+    expect_usage_error("-x RANK", &r);
+    run_arrun(&r, NULL, "-n", "2", "-x", "ARCOMM_ID", helper_path, "env", NULL);
+    expect_usage_error("-x ARCOMM_ID", &r);
+    run_arrun(&r, NULL, "-n", "2", "-x", NULL);
+    expect_usage_error("-x without a value", &r);
+    run_arrun(&r, NULL, "-n", "2", "--output-filename", "", helper_path, "env", NULL);
+    expect_usage_error("--output-filename ''", &r);
     run_arrun(&r, NULL, "-n", "2", "arrun-test-no-such-program", NULL);
     expect_usage_error("program not in PATH", &r);
     run_arrun(&r, NULL, "-n", "2", "/nonexistent/arrun-test/prog", NULL);
@@ -548,6 +1091,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_signals_reach_ranks),
         cmocka_unit_test(test_arrun_sigkilled),
         cmocka_unit_test(test_label),
+        cmocka_unit_test(test_cpus_per_rank),
+        cmocka_unit_test(test_report_bindings),
+        cmocka_unit_test(test_env_x),
+        cmocka_unit_test_teardown(test_output_filename, remove_output_top),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_segments_removed),
     };

@@ -209,9 +209,10 @@ static void job_pump_output(struct job *j, const struct pollfd *pfds, int npfds)
                 label_stream_pump(s[m]);
                 /*
                  * arrun's own stdout or stderr is closed (| head): closing the pipe
-                 * gives the rank EPIPE, as it would get without --label.
+                 * gives the rank EPIPE, as it would get without --label.  Not while
+                 * its --output-filename file still takes the output.
                  */
-                if (s[m]->fd >= 0 && label_dest_broken(s[m]->dest)) {
+                if (s[m]->fd >= 0 && s[m]->copy < 0 && label_dest_broken(s[m]->dest)) {
                     close(s[m]->fd);
                     s[m]->fd = -1;
                 }
@@ -359,7 +360,7 @@ static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_b
         goto err_free;
     }
     for (int i = 0; i < opts->nranks; i++)
-        j.ranks[i].out.fd = j.ranks[i].err.fd = -1;
+        j.ranks[i].out.fd = j.ranks[i].err.fd = j.ranks[i].out.copy = j.ranks[i].err.copy = -1;
 
     /* Without a watcher the job still runs; only a SIGKILLed arrun would leave more. */
     arrun_watch_start(&watch, opts, id, &orig_mask);
@@ -430,14 +431,23 @@ int main(int argc, char **argv)
         arrun_msg("job id %s, %d rank%s of %s", id.str, opts.nranks, plural(opts.nranks),
                   opts.path);
 
-    if (arrun_binding_plan(&opts, &binding) < 0) {
-        status = ARRUN_EXIT_ERROR;
+    status = arrun_binding_plan(&opts, &binding);
+    if (status < 0) {
+        status = status == -EINVAL ? ARRUN_EXIT_USAGE : ARRUN_EXIT_ERROR;
         goto out;
+    }
+    /* Every rank's directory, before any rank starts: a bad DIR is a usage error. */
+    if (opts.output_dir) {
+        status = arrun_output_prepare(&opts);
+        if (status != 0) {
+            arrun_binding_free(&binding);
+            goto out;
+        }
     }
     fflush(NULL); /* nothing buffered by arrun may be written twice by a forked child */
     status = run_job(&opts, id.str, &binding);
     arrun_binding_free(&binding);
 out:
-    free(opts.path);
+    arrun_opts_free(&opts);
     return status;
 }

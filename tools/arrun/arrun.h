@@ -2,7 +2,8 @@
 /*
  * arrun — the launcher: what its parts share (arrun.c: the job's event loop,
  * options.c: the command line, spawn.c: one rank's process, label.c: "[rank] " output,
- * bind.c: hwloc placement).  Not installed; nothing outside tools/arrun includes it.
+ * bind.c: hwloc placement, output.c: --output-filename's files).  Not installed;
+ * nothing outside tools/arrun includes it.
  */
 #ifndef ARRUN_H
 #define ARRUN_H
@@ -25,15 +26,26 @@ enum arrun_bind {
     ARRUN_BIND_NUMA, /* rank i on the cpus of NUMA node i % nnodes */
 };
 
+/* One -x: NAME set to VALUE in every rank's environment. */
+struct arrun_env {
+    char *name;        /* malloc'd */
+    const char *value; /* points into argv, or into arrun's own environment (-x NAME) */
+};
+
 struct arrun_opts {
-    int nranks;           /* -n, >= 1 */
-    enum arrun_bind bind; /* --bind */
-    double timeout_s;     /* --timeout; 0 = none */
-    double grace_s;       /* --grace: SIGTERM to SIGKILL */
-    bool label;           /* --label */
-    char **argv;          /* PROGRAM ARGS..., NULL-terminated (points into main's argv) */
-    char *path;           /* PROGRAM resolved through PATH, as execvp would (malloc'd) */
-    int verbose;          /* 0 quiet, 1 info, 2 debug: from ARCOMM_LOG_LEVEL */
+    int nranks;             /* -n, >= 1 */
+    enum arrun_bind bind;   /* --bind */
+    int cpus_per_rank;      /* --cpus-per-rank; 0 = not given (one core per rank) */
+    bool report_bindings;   /* --report-bindings */
+    double timeout_s;       /* --timeout; 0 = none */
+    double grace_s;         /* --grace: SIGTERM to SIGKILL */
+    bool label;             /* --label */
+    const char *output_dir; /* --output-filename DIR, or NULL */
+    struct arrun_env *env;  /* -x, in command-line order (a later NAME wins) */
+    int nenv;
+    char **argv; /* PROGRAM ARGS..., NULL-terminated (points into main's argv) */
+    char *path;  /* PROGRAM resolved through PATH, as execvp would (malloc'd) */
+    int verbose; /* 0 quiet, 1 info, 2 debug: from ARCOMM_LOG_LEVEL */
 };
 
 /*
@@ -43,12 +55,15 @@ struct arrun_opts {
 struct arrun_binding {
     hwloc_topology_t topo;
     hwloc_bitmap_t *sets; /* nranks entries, or NULL */
+    char **where;         /* nranks entries ("cores 0-1", "NUMA node 0, cores 0-3"), or NULL */
     int nranks;
 };
 
 /* Returns -1 to go on with the job, else the status arrun exits with (usage: 2, help: 0). */
 int arrun_parse_options(int argc, char **argv, struct arrun_opts *o);
+void arrun_opts_free(struct arrun_opts *o);
 
+/* 0; -EINVAL for a --cpus-per-rank this host cannot give (message printed); -ENOMEM. */
 int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b);
 void arrun_binding_free(struct arrun_binding *b);
 
@@ -58,15 +73,17 @@ void arrun_binding_free(struct arrun_binding *b);
  * line leaves in one write(2) without another copy.
  */
 struct label_stream {
-    int fd;            /* read end of the rank's pipe; -1 once closed */
-    int dest;          /* STDOUT_FILENO or STDERR_FILENO of arrun */
-    char *buf;         /* prefix, then the pending partial line */
+    int fd;    /* read end of the rank's pipe; -1 once closed */
+    int dest;  /* STDOUT_FILENO or STDERR_FILENO of arrun */
+    int copy;  /* --output-filename: the rank's file, which gets the bytes unlabelled; or -1 */
+    char *buf; /* prefix, then the pending partial line */
     size_t prefix_len; /* strlen("[rank] ") */
     size_t len;        /* bytes used in buf, prefix included */
     size_t cap;        /* bytes allocated */
 };
 
-int label_stream_init(struct label_stream *s, int rank, int fd, int dest);
+/* Takes fd and copy (closed by label_stream_finish or label_stream_free). */
+int label_stream_init(struct label_stream *s, int rank, int fd, int dest, int copy);
 /* Reads what is there; returns 1 while the stream is open, 0 at EOF (fd closed), -1 on error. */
 int label_stream_pump(struct label_stream *s);
 /* Writes a pending partial line (with a newline added) and closes the fd. */
@@ -102,6 +119,13 @@ void arrun_watch_group(struct arrun_watch *w, pid_t pgid);
 void arrun_watch_done(struct arrun_watch *w);
 /* Unlinks every /dev/shm name that starts with "arcomm-" + the hex digits of id. */
 void arrun_remove_segments(const struct arrun_opts *o, const char *id);
+
+/*
+ * --output-filename (output.c): makes DIR and DIR/rank.R for every rank before any starts
+ * (0, or ARRUN_EXIT_USAGE with the message printed), then opens a rank's two files.
+ */
+int arrun_output_prepare(const struct arrun_opts *o);
+int arrun_output_open(const struct arrun_opts *o, int rank, int *out_fd, int *err_fd);
 
 /* What a child needs to turn itself into rank `rank`. */
 struct arrun_spawn {

@@ -4,6 +4,7 @@
  * write(2).  arrun is the only writer of its stdout and stderr while ranks are piped,
  * and a whole line per write keeps lines whole even when arrun's output is shared
  * with other writers (a terminal, a file opened O_APPEND, a pipe for short lines).
+ * With --output-filename too, the bytes also go, as the rank wrote them, to its file.
  */
 #include "arrun.h"
 
@@ -46,13 +47,14 @@ static void write_line(int dest, const char *p, size_t n)
     }
 }
 
-int label_stream_init(struct label_stream *s, int rank, int fd, int dest)
+int label_stream_init(struct label_stream *s, int rank, int fd, int dest, int copy)
 {
     char prefix[32];
     int n = snprintf(prefix, sizeof(prefix), "[%d] ", rank);
 
     s->fd = fd;
     s->dest = dest;
+    s->copy = copy;
     s->prefix_len = (size_t)n;
     s->cap = 256;
     s->buf = malloc(s->cap);
@@ -89,6 +91,25 @@ static void flush_pending(struct label_stream *s)
     s->len = s->prefix_len;
 }
 
+/* The rank's file gets every byte; a file that fails (disk full) is given up, once. */
+static void write_copy(struct label_stream *s, const char *p, size_t n)
+{
+    while (s->copy >= 0 && n > 0) {
+        ssize_t w = write(s->copy, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            arrun_msg("warning: cannot write a rank's output file: %s; no more goes there",
+                      w < 0 ? strerror(errno) : "short write");
+            close(s->copy);
+            s->copy = -1;
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
 /* Splits what was read into lines; complete ones leave at once, the rest waits. */
 static int consume(struct label_stream *s, const char *p, size_t n)
 {
@@ -122,6 +143,7 @@ int label_stream_pump(struct label_stream *s)
     for (;;) {
         ssize_t r = read(s->fd, chunk, sizeof(chunk));
         if (r > 0) {
+            write_copy(s, chunk, (size_t)r);
             if (consume(s, chunk, (size_t)r) < 0) {
                 arrun_msg("out of memory buffering output of a rank");
                 return -1;
@@ -151,6 +173,10 @@ void label_stream_finish(struct label_stream *s)
         close(s->fd);
         s->fd = -1;
     }
+    if (s->copy >= 0) {
+        close(s->copy);
+        s->copy = -1;
+    }
 }
 
 void label_stream_free(struct label_stream *s)
@@ -158,6 +184,10 @@ void label_stream_free(struct label_stream *s)
     if (s->fd >= 0) {
         close(s->fd);
         s->fd = -1;
+    }
+    if (s->copy >= 0) {
+        close(s->copy);
+        s->copy = -1;
     }
     free(s->buf);
     s->buf = NULL;

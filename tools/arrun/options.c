@@ -25,8 +25,10 @@
 #define ARRUN_MAX_RANKS 65536 /* a sanity bound: each rank is a process of this host */
 #define ARRUN_GRACE_S   3.0
 
-static const char usage_line[] = "usage: arrun -n N [--bind none|core|numa] [--timeout SEC] "
-                                 "[--grace SEC] [--label] [--] PROGRAM [ARGS...]\n";
+static const char usage_line[] =
+    "usage: arrun -n N [--bind none|core|numa] [--cpus-per-rank N] [--report-bindings]\n"
+    "             [-x NAME[=VALUE]]... [--output-filename DIR] [--timeout SEC] [--grace SEC]\n"
+    "             [--label] [--] PROGRAM [ARGS...]\n";
 
 static const char usage_text[] =
     "Starts N copies of PROGRAM as the ranks of one arcomm job on this host.\n"
@@ -34,6 +36,16 @@ static const char usage_text[] =
     "  -n N            number of ranks (1 or more)\n"
     "  --bind WHAT     where ranks run, through hwloc: core (default; one core per rank,\n"
     "                  round robin), numa (NUMA nodes, round robin) or none\n"
+    "  --cpus-per-rank N  N consecutive cores per rank (hwloc's order), wrapping around\n"
+    "                  with a warning; with --bind numa, the rank gets its whole node and\n"
+    "                  N only says how many of its cores it uses.  Sets OMP_NUM_THREADS=N\n"
+    "                  unless it is set already.  N above the cores there are: exit 2\n"
+    "  --report-bindings  print each rank's cores and cpus on stderr before it starts\n"
+    "  -x NAME=VALUE   set NAME in every rank's environment; -x NAME passes arrun's own\n"
+    "                  value (NAME must be set); repeatable\n"
+    "  --output-filename DIR  each rank's stdout and stderr go to DIR/rank.R/stdout and\n"
+    "                  DIR/rank.R/stderr instead of the terminal (with --label: to both,\n"
+    "                  the terminal's lines labelled, the files as the rank wrote them)\n"
     "  --timeout SEC   end the whole job after SEC seconds (fractions allowed); exit 124\n"
     "  --grace SEC     seconds between SIGTERM and SIGKILL when ending ranks (default 3)\n"
     "  --label         prefix every output line with \"[rank] \"\n"
@@ -41,7 +53,9 @@ static const char usage_text[] =
     "  --version       print the version and exit\n"
     "\n"
     "Each rank gets ARCOMM_RANK, ARCOMM_SIZE, ARCOMM_LOCAL_RANK, ARCOMM_LOCAL_SIZE and\n"
-    "ARCOMM_ID (a fresh id for every job), so comm_init_env() joins the job.\n"
+    "ARCOMM_ID (a fresh id for every job), so comm_init_env() joins the job, and\n"
+    "torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (the same numbers);\n"
+    "arrun's values replace inherited ones, and -x of one of these names is an error.\n"
     "When a rank fails, the others get SIGTERM, then SIGKILL after the grace period.\n"
     "\n"
     "Exit status: 0 when every rank exits 0; else the status of the first rank that\n"
@@ -238,6 +252,64 @@ static int log_verbosity(void)
     return 0;
 }
 
+/* The names arrun sets for each rank itself: -x cannot set them. */
+static const char *const rank_names[] = {
+    "ARCOMM_RANK", "ARCOMM_SIZE", "ARCOMM_LOCAL_RANK", "ARCOMM_LOCAL_SIZE", "ARCOMM_ID",
+    "RANK",        "WORLD_SIZE",  "LOCAL_RANK",        "LOCAL_WORLD_SIZE",
+};
+
+/* -x NAME=VALUE or -x NAME: returns -1 when added, else the status arrun exits with. */
+static int add_env(struct arrun_opts *o, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    struct arrun_env *env;
+    const char *value;
+    char *name;
+
+    if (name_len == 0)
+        return usage_error("-x needs NAME or NAME=VALUE, not '%s'", arg);
+    name = strndup(arg, name_len);
+    if (!name) {
+        arrun_msg("out of memory");
+        return ARRUN_EXIT_ERROR;
+    }
+    for (size_t i = 0; i < sizeof(rank_names) / sizeof(rank_names[0]); i++) {
+        if (strcmp(name, rank_names[i]) == 0) {
+            free(name);
+            return usage_error("-x %s: arrun sets %s itself, for each rank", rank_names[i],
+                               rank_names[i]);
+        }
+    }
+    value = eq ? eq + 1 : getenv(name);
+    if (!value) {
+        int status = usage_error("-x %s: %s is not set in arrun's environment (use -x %s=VALUE)",
+                                 name, name, name);
+        free(name);
+        return status;
+    }
+    env = realloc(o->env, ((size_t)o->nenv + 1) * sizeof(*env));
+    if (!env) {
+        free(name);
+        arrun_msg("out of memory");
+        return ARRUN_EXIT_ERROR;
+    }
+    o->env = env;
+    o->env[o->nenv++] = (struct arrun_env){.name = name, .value = value};
+    return -1;
+}
+
+void arrun_opts_free(struct arrun_opts *o)
+{
+    for (int i = 0; i < o->nenv; i++)
+        free(o->env[i].name);
+    free(o->env);
+    o->env = NULL;
+    o->nenv = 0;
+    free(o->path);
+    o->path = NULL;
+}
+
 /* Returns -1 to go on with the job, else the status arrun exits with. */
 int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
 {
@@ -246,6 +318,9 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
         {.name = "timeout", .has_arg = required_argument, .val = 't'},
         {.name = "grace", .has_arg = required_argument, .val = 'g'},
         {.name = "label", .has_arg = no_argument, .val = 'l'},
+        {.name = "cpus-per-rank", .has_arg = required_argument, .val = 'c'},
+        {.name = "report-bindings", .has_arg = no_argument, .val = 'r'},
+        {.name = "output-filename", .has_arg = required_argument, .val = 'o'},
         {.name = "help", .has_arg = no_argument, .val = 'h'},
         {.name = "version", .has_arg = no_argument, .val = 'V'},
         {0},
@@ -260,7 +335,7 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
 
     opterr = 0;
     /* '+': options end at PROGRAM, whose own options are its business. */
-    while ((c = getopt_long(argc, argv, "+:n:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:n:hx:", longopts, NULL)) != -1) {
         switch (c) {
         case 'n': {
             char *end;
@@ -296,6 +371,30 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
         case 'l':
             o->label = true;
             break;
+        case 'c': {
+            char *end;
+            long n;
+            errno = 0;
+            n = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end != '\0' || n < 1 || n > ARRUN_MAX_RANKS)
+                return usage_error("--cpus-per-rank needs a number of cores (1 or more), not '%s'",
+                                   optarg);
+            o->cpus_per_rank = (int)n;
+            break;
+        }
+        case 'r':
+            o->report_bindings = true;
+            break;
+        case 'o':
+            if (optarg[0] == '\0')
+                return usage_error("--output-filename needs a directory, not ''");
+            o->output_dir = optarg;
+            break;
+        case 'x':
+            status = add_env(o, optarg);
+            if (status >= 0)
+                return status;
+            break;
         case 'h':
             printf("%s%s", usage_line, usage_text);
             return 0;
@@ -315,6 +414,8 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
     }
     if (!have_n)
         return usage_error("the number of ranks is missing: -n N");
+    if (o->cpus_per_rank > 0 && o->bind == ARRUN_BIND_NONE)
+        return usage_error("--cpus-per-rank needs --bind core or numa, not --bind none");
     if (optind >= argc)
         return usage_error("no program to run");
     o->argv = argv + optind;

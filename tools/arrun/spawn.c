@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -30,6 +31,31 @@ static void set_env_int(const char *name, int value)
     char text[16];
     snprintf(text, sizeof(text), "%d", value);
     setenv(name, text, 1);
+}
+
+/* "0-3,8" for the cpus this process may run on (what sched_getaffinity says). */
+static void affinity_list(char *buf, size_t cap)
+{
+    cpu_set_t set;
+    size_t len = 0;
+
+    buf[0] = '\0';
+    if (sched_getaffinity(0, sizeof(set), &set) < 0) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    for (int c = 0; c < CPU_SETSIZE && len + 24 < cap; c++) {
+        int last = c;
+        if (!CPU_ISSET(c, &set))
+            continue;
+        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set))
+            last++;
+        if (last == c)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? "," : "", c);
+        else
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d-%d", len ? "," : "", c, last);
+        c = last;
+    }
 }
 
 /* No fd of arrun's, nor any stray one arrun inherited, reaches the program. */
@@ -65,6 +91,25 @@ child_exec(const struct arrun_spawn *sp, int rank, int report_fd, int out_fd, in
     if (setpgid(0, sp->pgid) < 0)
         child_fail(report_fd, errno);
 
+    /*
+     * Bound and reported before stdout and stderr are the rank's: a warning or the
+     * --report-bindings line goes to arrun's own stderr, unlabelled, before exec.
+     */
+    if (sp->binding->sets) {
+        /*
+         * Only this thread exists now; the binding is inherited by exec and by every
+         * thread the program starts, so binding the thread binds the whole rank.
+         */
+        if (hwloc_set_cpubind(sp->binding->topo, sp->binding->sets[rank], HWLOC_CPUBIND_THREAD) < 0)
+            arrun_msg("warning: rank %d: cannot bind to its cpus: %s", rank, strerror(errno));
+    }
+    if (o->report_bindings) {
+        char pus[1024];
+        affinity_list(pus, sizeof(pus));
+        arrun_msg("rank %d (pid %d): %s (PUs %s)", rank, (int)getpid(),
+                  sp->binding->where ? sp->binding->where[rank] : "not bound", pus);
+    }
+
     if (rank > 0 || sp->stdin_null) {
         int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0)
@@ -76,13 +121,14 @@ child_exec(const struct arrun_spawn *sp, int rank, int report_fd, int out_fd, in
         child_fail(report_fd, errno);
     cloexec_from_3();
 
-    if (sp->binding->sets) {
-        /*
-         * Only this thread exists now; the binding is inherited by exec and by every
-         * thread the program starts, so binding the thread binds the whole rank.
-         */
-        if (hwloc_set_cpubind(sp->binding->topo, sp->binding->sets[rank], HWLOC_CPUBIND_THREAD) < 0)
-            arrun_msg("warning: rank %d: cannot bind to its cpus: %s", rank, strerror(errno));
+    /* -x first, so that arrun's per-rank values below cannot be overridden. */
+    for (int i = 0; i < o->nenv; i++)
+        setenv(o->env[i].name, o->env[i].value, 1);
+    /* Thread pools size themselves from it; a value the user gave wins. */
+    if (o->cpus_per_rank > 0) {
+        char text[16];
+        snprintf(text, sizeof(text), "%d", o->cpus_per_rank);
+        setenv("OMP_NUM_THREADS", text, 0);
     }
 
     set_env_int("ARCOMM_RANK", rank);
@@ -91,6 +137,11 @@ child_exec(const struct arrun_spawn *sp, int rank, int report_fd, int out_fd, in
     set_env_int("ARCOMM_LOCAL_RANK", rank);
     set_env_int("ARCOMM_LOCAL_SIZE", o->nranks);
     setenv("ARCOMM_ID", sp->id, 1);
+    /* torchrun's names for the same numbers, so its programs start unchanged. */
+    set_env_int("RANK", rank);
+    set_env_int("WORLD_SIZE", o->nranks);
+    set_env_int("LOCAL_RANK", rank);
+    set_env_int("LOCAL_WORLD_SIZE", o->nranks);
 
     execv(o->path, o->argv);
     child_fail(report_fd, errno);
@@ -112,7 +163,7 @@ static int label_pipe(int fds[2])
 
 int arrun_spawn_rank(const struct arrun_spawn *sp, int rank, struct arrun_rank *r)
 {
-    int report[2], out[2] = {-1, -1}, err[2] = {-1, -1};
+    int report[2], out[2] = {-1, -1}, err[2] = {-1, -1}, file_out = -1, file_err = -1;
     int status, child_errno = 0;
     ssize_t n;
     pid_t pid;
@@ -121,6 +172,17 @@ int arrun_spawn_rank(const struct arrun_spawn *sp, int rank, struct arrun_rank *
         status = -errno;
         arrun_msg("cannot make a pipe for rank %d: %s", rank, strerror(errno));
         return status;
+    }
+    if (sp->opts->output_dir) {
+        status = arrun_output_open(sp->opts, rank, &file_out, &file_err);
+        if (status < 0)
+            goto err_close;
+        /* Without --label the rank writes its files itself; arrun is not in the way. */
+        if (!sp->opts->label) {
+            out[1] = file_out;
+            err[1] = file_err;
+            file_out = file_err = -1;
+        }
     }
     if (sp->opts->label) {
         status = label_pipe(out);
@@ -167,8 +229,13 @@ int arrun_spawn_rank(const struct arrun_spawn *sp, int rank, struct arrun_rank *
     }
 
     if (sp->opts->label) {
-        if (label_stream_init(&r->out, rank, out[0], STDOUT_FILENO) < 0 ||
-            label_stream_init(&r->err, rank, err[0], STDERR_FILENO) < 0) {
+        int rc_out = label_stream_init(&r->out, rank, out[0], STDOUT_FILENO, file_out);
+        int rc_err;
+
+        file_out = -1; /* the stream owns it now */
+        rc_err = label_stream_init(&r->err, rank, err[0], STDERR_FILENO, file_err);
+        file_err = -1;
+        if (rc_out < 0 || rc_err < 0) {
             status = -ENOMEM;
             arrun_msg("out of memory for the output of rank %d", rank);
             goto err_close;
@@ -190,5 +257,9 @@ err_close:
         close(err[0]);
     if (err[1] >= 0)
         close(err[1]);
+    if (file_out >= 0)
+        close(file_out);
+    if (file_err >= 0)
+        close(file_err);
     return status;
 }

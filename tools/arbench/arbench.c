@@ -15,6 +15,7 @@
  * per rank, all at once); each row's ceil column is the collective's least memory
  * traffic (bench_min_traffic) over its time, as a fraction of that ceiling.
  */
+#include "arcomm_side.h"
 #include "bench_common.h"
 #include "bench_launch.h"
 #include "bench_multihost.h"
@@ -116,84 +117,6 @@ static const char usage[] =
     "of 41 batches: the least a call every rank must enter and agree on can take.\n"
     "Exit status: 0 ok, 1 a call failed or #wrong > 0, 2 usage.\n";
 
-/* The library under test, and the stream its calls are ordered on (NULL on the host). */
-struct arcomm_ctx {
-    comm_t *comm;
-    void *stream;
-};
-
-static int arcomm_failed(const struct arcomm_ctx *x, comm_status_t st, const char *what,
-                         size_t count)
-{
-    if (st == COMM_OK)
-        return 0;
-    fprintf(stderr, "arbench: rank %d: %s(count %zu) failed: %s: %s\n", comm_rank(x->comm), what,
-            count, comm_status_string(st), comm_last_error(x->comm));
-    return -1;
-}
-
-static int coll_allreduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                          comm_op_t op)
-{
-    const struct arcomm_ctx *x = ctx;
-    return arcomm_failed(x, comm_allreduce(x->comm, send, recv, count, dtype, op, x->stream),
-                         "comm_allreduce", count);
-}
-
-static int coll_broadcast(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                          int root)
-{
-    const struct arcomm_ctx *x = ctx;
-    return arcomm_failed(x, comm_broadcast(x->comm, send, recv, count, dtype, root, x->stream),
-                         "comm_broadcast", count);
-}
-
-static int coll_reduce(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype,
-                       comm_op_t op, int root)
-{
-    const struct arcomm_ctx *x = ctx;
-    return arcomm_failed(x, comm_reduce(x->comm, send, recv, count, dtype, op, root, x->stream),
-                         "comm_reduce", count);
-}
-
-static int coll_allgather(void *ctx, const void *send, void *recv, size_t sendcount,
-                          comm_dtype_t dtype)
-{
-    const struct arcomm_ctx *x = ctx;
-    return arcomm_failed(x, comm_allgather(x->comm, send, recv, sendcount, dtype, x->stream),
-                         "comm_allgather", sendcount);
-}
-
-static int coll_reduce_scatter(void *ctx, const void *send, void *recv, size_t recvcount,
-                               comm_dtype_t dtype, comm_op_t op)
-{
-    const struct arcomm_ctx *x = ctx;
-    return arcomm_failed(x,
-                         comm_reduce_scatter(x->comm, send, recv, recvcount, dtype, op, x->stream),
-                         "comm_reduce_scatter", recvcount);
-}
-
-static int coll_alltoall(void *ctx, const void *send, void *recv, size_t count, comm_dtype_t dtype)
-{
-    const struct arcomm_ctx *x = ctx;
-    return arcomm_failed(x, comm_alltoall(x->comm, send, recv, count, dtype, x->stream),
-                         "comm_alltoall", count);
-}
-
-/* arcomm's collectives as a struct bench_coll over x. */
-static struct bench_coll arcomm_coll(struct arcomm_ctx *x)
-{
-    return (struct bench_coll){
-        .allreduce = coll_allreduce,
-        .broadcast = coll_broadcast,
-        .reduce = coll_reduce,
-        .allgather = coll_allgather,
-        .reduce_scatter = coll_reduce_scatter,
-        .alltoall = coll_alltoall,
-        .ctx = x,
-    };
-}
-
 #if ARBENCH_HAVE_MPI
 /* arbench --mpi: the collectives over a communicator of comm_init_mpi (host buffers). */
 static struct arcomm_ctx mpi_actx;
@@ -201,79 +124,9 @@ static struct bench_coll coll_of_comm(comm_t *comm)
 {
     mpi_actx.comm = comm;
     mpi_actx.stream = NULL;
-    return arcomm_coll(&mpi_actx);
+    return bench_arcomm_coll(&mpi_actx);
 }
 #endif
-
-/*
- * The buffer backend of one rank: host memory, or (CUDA builds) the device memory of the
- * rank's GPU (ordinal = local rank) with its own stream.  0, or an exit code.
- */
-static int open_device(comm_device_t kind, int ordinal, struct bench_device *out)
-{
-    if (kind == COMM_DEVICE_HOST) {
-        *out = bench_device_host;
-        return 0;
-    }
-#if ARBENCH_HAVE_CUDA
-    if (kind == COMM_DEVICE_CUDA) {
-        int n = bench_cuda_count();
-        if (ordinal >= n) {
-            fprintf(stderr, "arbench: rank %d needs GPU %d, but this process sees %d GPU%s\n",
-                    ordinal, ordinal, n, n == 1 ? "" : "s");
-            return BENCH_EXIT_USAGE;
-        }
-        return bench_cuda_open(ordinal, out) ? BENCH_EXIT_FAIL : 0;
-    }
-#else
-    (void)ordinal;
-#endif
-    fprintf(stderr, "arbench: device %s: this arbench has no buffer backend for it\n",
-            bench_device_name(kind));
-    return BENCH_EXIT_USAGE;
-}
-
-/* --mem-alloc: the buffers under test come from the communicator's segment, where
- * process ranks reach each other's (the one-pass paths). */
-static int seg_alloc(void *ctx, size_t bytes, void **ptr)
-{
-    comm_t *comm = ctx;
-    comm_status_t st = comm_mem_alloc(comm, bytes ? bytes : 64, ptr);
-    if (st != COMM_OK) {
-        fprintf(stderr, "arbench: --mem-alloc: %s\n", comm_last_error(comm));
-        return -1;
-    }
-    return 0;
-}
-
-static void seg_free(void *ctx, void *ptr)
-{
-    comm_mem_free(ctx, ptr);
-}
-
-static void use_segment(struct bench_device *dev, comm_t *comm)
-{
-    dev->alloc = seg_alloc;
-    dev->free = seg_free;
-    dev->ctx = comm;
-}
-
-/* What main refuses before any rank starts, so that each mistake is said once. */
-static int check_device(comm_device_t kind)
-{
-    if (kind == COMM_DEVICE_HEXAGON) {
-        fprintf(stderr, "arbench: --device hexagon is not supported: arbench has no Hexagon "
-                        "buffer backend yet (tests/hexagon exercise the emulated HTP); use "
-                        "--device host or cuda\n");
-        return BENCH_EXIT_USAGE;
-    }
-    if (kind == COMM_DEVICE_CUDA && !ARBENCH_HAVE_CUDA) {
-        fprintf(stderr, "arbench: --device cuda: this arbench was built without CUDA "
-                        "(configure with nvcc in PATH, -Dcuda=enabled)\n");
-        return BENCH_EXIT_USAGE;
-    }
-    return 0;
-}
 
 /*
  * Every output file must be writable before the sweep, not found unwritable after it:
@@ -335,382 +188,6 @@ static int check_outputs(const struct bench_opts *o)
         return BENCH_EXIT_USAGE;
     }
     return 0;
-}
-
-static void close_device(struct bench_device *d)
-{
-#if ARBENCH_HAVE_CUDA
-    if (d->kind == COMM_DEVICE_CUDA)
-        bench_cuda_close(d);
-#else
-    (void)d;
-#endif
-}
-
-static void *device_stream(const struct bench_device *d)
-{
-#if ARBENCH_HAVE_CUDA
-    if (d->kind == COMM_DEVICE_CUDA)
-        return bench_cuda_stream(d);
-#else
-    (void)d;
-#endif
-    return NULL;
-}
-
-static int init_failed(comm_status_t st)
-{
-    static atomic_flag said = ATOMIC_FLAG_INIT; /* every thread rank may fail alike */
-
-    /* comm_last_error(NULL) is per thread: this is the failing thread's reason. */
-    if (!atomic_flag_test_and_set(&said))
-        fprintf(stderr, "arbench: %s (%s)\n", comm_last_error(NULL), comm_status_string(st));
-    return st == COMM_ERR_UNSUPPORTED ? BENCH_EXIT_USAGE : BENCH_EXIT_FAIL;
-}
-
-/* ---- thread ranks ---- */
-
-struct thr_shared {
-    const struct bench_opts *opts;
-    cpu_set_t cpus; /* the process's CPUs, dealt out to the ranks in turn */
-    int ncpus;
-    comm_id_t id;
-    pthread_barrier_t bar;
-    void **ptrs; /* each rank's published buffer, for struct bench_sync */
-    const size_t *sizes;
-    size_t nsizes;
-    struct bench_result *res;  /* rank 0 writes one per size */
-    struct bench_report *live; /* print rows as they come (rank 0), or NULL */
-    char transport[64];
-    atomic_int exit_code; /* first failure wins; the others see it */
-    bool nccl;            /* this pass runs NCCL (--compare nccl), not arcomm */
-    unsigned char nccl_id[128];
-    size_t ceiling_bytes; /* the ceiling pass: its buffer size, and what it measured */
-    double ceiling_gbs;
-    double floor_us; /* and the exchange floor (floor_pass) */
-    struct floor_line *lines;
-};
-
-/* One rank's word of the floor pass, on a cache line of its own. */
-struct floor_line {
-    _Alignas(64) _Atomic uint64_t round;
-};
-
-struct thr_rank {
-    struct thr_shared *sh;
-    int rank;
-};
-
-/* Shared memory and a barrier: the benchmark's bookkeeping never uses the library. */
-static int thr_reduce(void *ctx, void *vals, size_t n, enum bench_red red)
-{
-    struct thr_rank *t = ctx;
-    struct thr_shared *sh = t->sh;
-    size_t esz = red == BENCH_MAX_F64 ? sizeof(double) : sizeof(int64_t);
-    void *tmp = malloc(n > 0 ? n * esz : 1);
-    if (!tmp) {
-        fprintf(stderr, "arbench: out of memory\n");
-        exit(BENCH_EXIT_FAIL);
-    }
-    sh->ptrs[t->rank] = vals;
-    pthread_barrier_wait(&sh->bar);
-    memcpy(tmp, sh->ptrs[0], n * esz);
-    for (int r = 1; r < sh->opts->nranks; r++) {
-        for (size_t i = 0; i < n; i++) {
-            if (red == BENCH_MAX_F64) {
-                double *d = tmp, x = ((const double *)sh->ptrs[r])[i];
-                d[i] = x > d[i] ? x : d[i];
-            } else {
-                int64_t *d = tmp, x = ((const int64_t *)sh->ptrs[r])[i];
-                d[i] = red == BENCH_SUM_I64   ? (int64_t)((uint64_t)d[i] + (uint64_t)x)
-                       : red == BENCH_MAX_I64 ? (x > d[i] ? x : d[i])
-                                              : (x < d[i] ? x : d[i]);
-            }
-        }
-    }
-    pthread_barrier_wait(&sh->bar); /* everyone has read every rank's values */
-    memcpy(vals, tmp, n * esz);
-    free(tmp);
-    return 0;
-}
-
-static int thr_same_bytes(void *ctx, const void *buf, size_t bytes, bool *same)
-{
-    struct thr_rank *t = ctx;
-    struct thr_shared *sh = t->sh;
-    int64_t differ = 0;
-
-    sh->ptrs[t->rank] = (void *)buf;
-    pthread_barrier_wait(&sh->bar);
-    /* Each rank compares itself with rank 0: thread ranks see each other's memory. */
-    differ = memcmp(buf, sh->ptrs[0], bytes) != 0;
-    pthread_barrier_wait(&sh->bar);
-    thr_reduce(ctx, &differ, 1, BENCH_SUM_I64);
-    *same = differ == 0;
-    return 0;
-}
-
-static void thr_fail(struct thr_shared *sh, int code)
-{
-    int zero = 0;
-    atomic_compare_exchange_strong(&sh->exit_code, &zero, code);
-    /* A rank that gave up leaves the others blocked in barriers: end the process. */
-    fflush(stdout);
-    exit(atomic_load(&sh->exit_code));
-}
-
-static void pin_rank(const struct thr_shared *sh, int rank)
-{
-    if (sh->opts->no_bind || sh->ncpus <= 0)
-        return;
-    /* Like arrun --bind core: two spinning ranks that the scheduler put on one core
-     * would measure the scheduler, not the library. */
-    int want = rank % sh->ncpus, cpu = -1;
-    for (int c = 0; c < CPU_SETSIZE && want >= 0; c++)
-        if (CPU_ISSET(c, &sh->cpus) && want-- == 0)
-            cpu = c;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-}
-
-static void *thr_main(void *arg)
-{
-    struct thr_rank *t = arg;
-    struct thr_shared *sh = t->sh;
-    const struct bench_opts *o = sh->opts;
-    comm_config_t cfg;
-    comm_t *comm = NULL;
-
-    pin_rank(sh, t->rank);
-    struct bench_device dev;
-    int code = open_device(o->device, t->rank, &dev);
-    if (code)
-        thr_fail(sh, code);
-    struct arcomm_ctx actx = {.stream = device_stream(&dev)};
-    struct bench_coll coll = arcomm_coll(&actx);
-#if ARBENCH_HAVE_CUDA
-    struct bench_nccl_ctx nctx = {.stream = device_stream(&dev)};
-    if (sh->nccl) {
-        if (bench_nccl_init(&nctx.comm, o->nranks, sh->nccl_id, t->rank, t->rank))
-            thr_fail(sh, BENCH_EXIT_FAIL);
-        coll = bench_nccl_coll(&nctx);
-    }
-#endif
-    if (!sh->nccl) {
-        comm_config_init(&cfg);
-        cfg.nranks = o->nranks;
-        cfg.rank = t->rank;
-        cfg.id = sh->id;
-        cfg.device = o->device;
-        cfg.device_index = o->device == COMM_DEVICE_HOST ? -1 : t->rank;
-        cfg.transport = o->transport;
-        comm_status_t st = comm_init(&comm, &cfg);
-        if (st != COMM_OK)
-            thr_fail(sh, init_failed(st));
-        actx.comm = comm;
-        if (o->mem_alloc)
-            use_segment(&dev, comm);
-    }
-    struct bench_sync sync = {.reduce = thr_reduce, .same_bytes = thr_same_bytes, .ctx = t};
-    struct bench_rank r = {.rank = t->rank,
-                           .nranks = o->nranks,
-                           .opts = o,
-                           .coll = &coll,
-                           .sync = &sync,
-                           .dev = &dev,
-                           .bf16_wire = o->device == COMM_DEVICE_CUDA && !sh->nccl,
-                           .fixed_order = !sh->nccl};
-    if (t->rank == 0) {
-        snprintf(sh->transport, sizeof(sh->transport), "%s",
-                 sh->nccl ? "nccl" : comm_transport_name(comm));
-        if (sh->live) {
-            snprintf(sh->live->meta.transport, sizeof(sh->live->meta.transport), "%s",
-                     sh->transport);
-            bench_print_header(stdout, sh->live);
-        }
-    }
-    for (size_t i = 0; i < sh->nsizes; i++) {
-        struct bench_result res;
-        if (t->rank == 0)
-            bench_progress("arbench", i, sh->nsizes, sh->sizes[i]);
-        if (bench_run_size(&r, sh->sizes[i], &res))
-            thr_fail(sh, BENCH_EXIT_FAIL);
-        if (t->rank != 0)
-            continue;
-        sh->res[i] = res;
-        if (sh->live) {
-            bench_progress_end();
-            bench_print_row(stdout, sh->live, &(struct bench_row){.a = res, .coll = o->coll});
-        }
-    }
-    if (t->rank == 0)
-        bench_progress_end();
-    comm_destroy(comm);
-#if ARBENCH_HAVE_CUDA
-    if (sh->nccl)
-        bench_nccl_destroy(nctx.comm);
-#endif
-    close_device(&dev);
-    return NULL;
-}
-
-static int run_threads(const struct bench_opts *o, const size_t *sizes, size_t nsizes,
-                       struct bench_result *res, struct bench_report *live, char *transport,
-                       bool nccl)
-{
-    struct thr_shared sh = {
-        .opts = o, .sizes = sizes, .nsizes = nsizes, .res = res, .live = live, .nccl = nccl};
-#if ARBENCH_HAVE_CUDA
-    if (nccl && (bench_nccl_load() || bench_nccl_unique_id(sh.nccl_id)))
-        return BENCH_EXIT_USAGE;
-#endif
-    struct thr_rank *ranks = calloc((size_t)o->nranks, sizeof(*ranks));
-    pthread_t *tids = calloc((size_t)o->nranks, sizeof(*tids));
-    sh.ptrs = calloc((size_t)o->nranks, sizeof(*sh.ptrs));
-    if (!ranks || !tids || !sh.ptrs) {
-        fprintf(stderr, "arbench: out of memory\n");
-        return BENCH_EXIT_FAIL;
-    }
-    comm_status_t st = comm_id_new(&sh.id);
-    if (st != COMM_OK) {
-        fprintf(stderr, "arbench: comm_id_new: %s: %s\n", comm_status_string(st),
-                comm_last_error(NULL));
-        return BENCH_EXIT_FAIL;
-    }
-    if (sched_getaffinity(0, sizeof(sh.cpus), &sh.cpus) == 0)
-        sh.ncpus = CPU_COUNT(&sh.cpus);
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)o->nranks);
-    for (int i = 0; i < o->nranks; i++) {
-        ranks[i] = (struct thr_rank){.sh = &sh, .rank = i};
-        int err = pthread_create(&tids[i], NULL, thr_main, &ranks[i]);
-        if (err) {
-            fprintf(stderr, "arbench: pthread_create: %s\n", strerror(err));
-            exit(BENCH_EXIT_FAIL); /* the started ranks wait in comm_init */
-        }
-    }
-    for (int i = 0; i < o->nranks; i++)
-        pthread_join(tids[i], NULL);
-    pthread_barrier_destroy(&sh.bar);
-    snprintf(transport, 64, "%s", sh.transport);
-    free(sh.ptrs);
-    free(tids);
-    free(ranks);
-    return BENCH_EXIT_OK;
-}
-
-/*
- * The exchange floor: rounds in which every rank's thread (pinned as in a sweep)
- * publishes the round number on its own cache line and waits for every other rank's.
- * No call that every rank must enter and agree on before any returns can take less
- * than one such round; arbench prints it beside the ceiling.  Batches of about 0.2 ms
- * (short, so that a batch in which another process took a core is an outlier), the
- * median of 41, in microseconds per round.  Threads that outnumber the cores yield.
- */
-static void floor_rounds(struct floor_line *lines, const struct bench_rank *r, uint64_t *round,
-                         long k, bool yield)
-{
-    for (long i = 0; i < k; i++) {
-        ++*round;
-        atomic_store_explicit(&lines[r->rank].round, *round, memory_order_release);
-        for (int p = 0; p < r->nranks; p++)
-            while (atomic_load_explicit(&lines[p].round, memory_order_acquire) < *round) {
-                if (yield)
-                    sched_yield();
-#if defined(__x86_64__) || defined(__i386__)
-                else
-                    __builtin_ia32_pause(); /* as arcomm's own waits spin */
-#endif
-            }
-    }
-}
-
-static int floor_pass(struct thr_rank *t, const struct bench_rank *r, double *us)
-{
-    enum { BATCHES = 41 };
-    struct floor_line *lines = t->sh->lines;
-    bool yield = t->sh->ncpus > 0 && r->nranks > t->sh->ncpus;
-    uint64_t round = 0;
-    double per[BATCHES];
-    long k = 1;
-    for (int b = -1; b < BATCHES; b++) {
-        for (;;) {
-            double dt = 0.0;
-            if (r->sync->reduce(r->sync->ctx, &dt, 1, BENCH_MAX_F64))
-                return -1;
-            double t0 = bench_now();
-            floor_rounds(lines, r, &round, k, yield);
-            dt = bench_now() - t0;
-            if (r->sync->reduce(r->sync->ctx, &dt, 1, BENCH_MAX_F64))
-                return -1;
-            /* b == -1 sizes the batches: every rank doubles k alike (dt is the max). */
-            if (b >= 0) {
-                per[b] = dt / (double)k * 1e6;
-                break;
-            }
-            if (dt >= 2e-4 || k >= (1L << 20))
-                break;
-            k *= 2;
-        }
-    }
-    *us = bench_median(per, BATCHES);
-    return 0;
-}
-
-/* The ceiling pass: the ranks' threads, pinned as in a sweep, copying at once. */
-static void *thr_ceiling(void *arg)
-{
-    struct thr_rank *t = arg;
-    struct thr_shared *sh = t->sh;
-
-    pin_rank(sh, t->rank);
-    struct bench_sync sync = {.reduce = thr_reduce, .same_bytes = thr_same_bytes, .ctx = t};
-    struct bench_rank r = {
-        .rank = t->rank, .nranks = sh->opts->nranks, .opts = sh->opts, .sync = &sync};
-    double gbs = 0.0;
-    double us = 0.0;
-    if (bench_ceiling(&r, sh->ceiling_bytes, &gbs) || floor_pass(t, &r, &us))
-        thr_fail(sh, BENCH_EXIT_FAIL);
-    if (t->rank == 0) {
-        sh->ceiling_gbs = gbs;
-        sh->floor_us = us;
-    }
-    return NULL;
-}
-
-static int measure_ceiling(const struct bench_opts *o, size_t bytes, double *gbs, double *floor_us)
-{
-    struct thr_shared sh = {.opts = o, .ceiling_bytes = bytes};
-    struct thr_rank *ranks = calloc((size_t)o->nranks, sizeof(*ranks));
-    pthread_t *tids = calloc((size_t)o->nranks, sizeof(*tids));
-    sh.ptrs = calloc((size_t)o->nranks, sizeof(*sh.ptrs));
-    sh.lines = aligned_alloc(64, (size_t)o->nranks * sizeof(*sh.lines));
-    if (!ranks || !tids || !sh.ptrs || !sh.lines) {
-        fprintf(stderr, "arbench: out of memory\n");
-        return BENCH_EXIT_FAIL;
-    }
-    if (sched_getaffinity(0, sizeof(sh.cpus), &sh.cpus) == 0)
-        sh.ncpus = CPU_COUNT(&sh.cpus);
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)o->nranks);
-    for (int i = 0; i < o->nranks; i++) {
-        ranks[i] = (struct thr_rank){.sh = &sh, .rank = i};
-        int err = pthread_create(&tids[i], NULL, thr_ceiling, &ranks[i]);
-        if (err) {
-            fprintf(stderr, "arbench: pthread_create: %s\n", strerror(err));
-            exit(BENCH_EXIT_FAIL);
-        }
-    }
-    for (int i = 0; i < o->nranks; i++)
-        pthread_join(tids[i], NULL);
-    pthread_barrier_destroy(&sh.bar);
-    *gbs = sh.ceiling_gbs;
-    *floor_us = sh.floor_us;
-    free(sh.lines);
-    free(sh.ptrs);
-    free(tids);
-    free(ranks);
-    return BENCH_EXIT_OK;
 }
 
 /* ---- a process rank under arrun ---- */
@@ -787,13 +264,13 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     comm_t *comm = NULL;
     comm_status_t st = comm_init_env(&comm);
     if (st != COMM_OK)
-        return init_failed(st);
+        return bench_init_failed(st);
     int rank = comm_rank(comm), rc = BENCH_EXIT_OK;
     struct bench_opts opts = *o;
     opts.nranks = comm_size(comm);
 
     struct bench_device dev;
-    int code = open_device(opts.device, proc_gpu(opts.device, local_rank(rank)), &dev);
+    int code = bench_device_open(opts.device, proc_gpu(opts.device, local_rank(rank)), &dev);
     if (code) {
         comm_destroy(comm);
         return code;
@@ -803,16 +280,16 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     comm_t *tested = comm;
     if ((opts.device != COMM_DEVICE_HOST || opts.transport != NULL) &&
         (st = device_comm(comm, &opts, &tested)) != COMM_OK) {
-        close_device(&dev);
+        bench_device_close(&dev);
         comm_destroy(comm);
-        return init_failed(st);
+        return bench_init_failed(st);
     }
     struct bench_report *rep = calloc(1, sizeof(*rep));
     size_t sizes[BENCH_MAX_SIZES], n = bench_sizes(&opts, sizes, BENCH_MAX_SIZES);
     if (opts.mem_alloc)
-        use_segment(&dev, tested);
-    struct arcomm_ctx actx = {.comm = tested, .stream = device_stream(&dev)};
-    struct bench_coll coll = arcomm_coll(&actx);
+        bench_device_use_segment(&dev, tested);
+    struct arcomm_ctx actx = {.comm = tested, .stream = bench_device_stream(&dev)};
+    struct bench_coll coll = bench_arcomm_coll(&actx);
     struct bench_sync sync = {.reduce = bench_comm_reduce, .same_bytes = NULL, .ctx = comm};
     struct bench_rank r = {.rank = rank,
                            .nranks = opts.nranks,
@@ -826,7 +303,7 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
         if (tested != comm)
             comm_destroy(tested);
         comm_destroy(comm);
-        close_device(&dev);
+        bench_device_close(&dev);
         return BENCH_EXIT_FAIL;
     }
     rep->opts = &opts;
@@ -873,7 +350,7 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     if (tested != comm)
         comm_destroy(tested);
     comm_destroy(comm);
-    close_device(&dev);
+    bench_device_close(&dev);
     return rc;
 }
 
@@ -922,7 +399,8 @@ static int run_sweeps(const struct bench_opts *o, struct bench_report *all, bool
             if (bench_run_procs(o, ar, nsizes, rep->meta.transport))
                 return BENCH_EXIT_FAIL;
         } else {
-            rc = run_threads(o, sizes, nsizes, ar, live ? rep : NULL, rep->meta.transport, false);
+            rc = bench_run_threads(o, sizes, nsizes, ar, live ? rep : NULL, rep->meta.transport,
+                                   false);
             if (rc)
                 return rc;
         }
@@ -934,7 +412,8 @@ static int run_sweeps(const struct bench_opts *o, struct bench_report *all, bool
             /* NCCL over the same GPUs, thread ranks, the same timing and check. */
             char ignored[64];
             note("nccl", round, o->rounds);
-            rc = run_threads(o, sizes, nsizes, p + (size_t)round * nsizes, NULL, ignored, true);
+            rc = bench_run_threads(o, sizes, nsizes, p + (size_t)round * nsizes, NULL, ignored,
+                                   true);
             if (rc)
                 return rc;
         }
@@ -1000,7 +479,7 @@ static int run_all(const struct bench_opts *o, int argc, char **argv)
                 top = sizes[n - 1];
         }
         all->ceiling_bytes = top < 64 ? 64 : top;
-        if ((rc = measure_ceiling(o, top, &all->ceiling_gbs, &all->floor_us)))
+        if ((rc = bench_measure_ceiling(o, top, &all->ceiling_gbs, &all->floor_us)))
             goto out;
     }
     if (o->coll == BENCH_COLL_ALL && o->inplace)
@@ -1051,7 +530,7 @@ int main(int argc, char **argv)
         return BENCH_EXIT_USAGE;
 #endif
     }
-    if ((rc = check_device(o.device)))
+    if ((rc = bench_device_check(o.device)))
         return rc;
     if (o.mem_alloc && o.device != COMM_DEVICE_HOST) {
         fprintf(stderr, "arbench: --mem-alloc: comm_mem_alloc gives host buffers; leave out "
@@ -1066,7 +545,7 @@ int main(int argc, char **argv)
         setenv("ARCOMM_MEM_POOL_BYTES", pool, 1);
     }
     struct arcomm_ctx none = {0};
-    struct bench_coll have = arcomm_coll(&none);
+    struct bench_coll have = bench_arcomm_coll(&none);
     for (int c = 0; c < BENCH_NCOLLS; c++) {
         bool wanted = o.coll == (enum bench_coll_kind)c ||
                       (o.coll == BENCH_COLL_ALL && !(c == BENCH_ALLTOALL && o.inplace));

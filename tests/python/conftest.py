@@ -8,6 +8,7 @@ import glob
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -84,7 +85,9 @@ def _shm() -> set[str]:
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """Every test: no new thread and no new /dev/shm/arcomm-* name survives it."""
+    """Every test: no new thread and no new /dev/shm/arcomm-* name survives it.  Other
+    jobs on the host (a parallel meson test) make names of their own that live for a
+    moment, so a new name counts as left behind only once it has lasted 3 s."""
     shm0 = _shm()
     threads0 = threading.active_count()
     yield
@@ -92,8 +95,23 @@ def nothing_left_behind():
 
     gc.collect()
     assert threading.active_count() == threads0, "a test left a thread running"
+    deadline = time.monotonic() + 3.0
     left = _shm() - shm0
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left &= _shm()
     assert not left, f"left in /dev/shm: {sorted(left)}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Every test skipped (no GPU, no torch...): exit 77, which meson counts as skipped."""
+    rep = session.config.pluginmanager.get_plugin("terminalreporter")
+    if rep is None or exitstatus != 0:
+        return
+    stats = rep.stats
+    ran = sum(len(stats.get(k, [])) for k in ("passed", "failed", "error", "xfailed", "xpassed"))
+    if ran == 0 and stats.get("skipped"):
+        session.exitstatus = 77
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 import arcomm
 from conftest import run_each, run_ranks
-from refs import check_equal
+from refs import DTYPES, arcomm_dtype, check_equal, check_reduced, data, poison
 from sweep import compare_digests, sweep
 
 
@@ -61,6 +61,23 @@ class _DLPackOnly:
 
     def __dlpack_device__(self):
         return self.a.__dlpack_device__()
+
+
+def test_dlpack_every_dtype(comms3):
+    """Buffers seen only through DLPack (the capsule path): every dtype, sum and max."""
+
+    def body(c):
+        me, n = c.rank, c.size
+        for dt in DTYPES:
+            kw = {"dtype": arcomm_dtype(dt)} if arcomm_dtype(dt) else {}
+            for op in ("sum", "max"):
+                xs = [data(dt, 257, np.random.default_rng([3, r, len(dt)]), op) for r in range(n)]
+                out = poison(np.empty_like(xs[me]), dt)
+                c.allreduce(_DLPackOnly(xs[me]), _DLPackOnly(out), op, **kw)
+                check_reduced(out, xs, dt, op, f"DLPack {dt} {op}")
+        return True
+
+    assert run_ranks(comms3, body) == [True] * 3
 
 
 def test_buffer_kinds(comms3):

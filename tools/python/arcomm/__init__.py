@@ -15,7 +15,12 @@ from ctypes import byref, c_int, c_void_p
 from typing import Any, Sequence
 
 from . import _buffers, _lib
+from ._buffers import NP_CODES as _NP_CODES
 from ._buffers import DTYPE_NAMES, dtype_code
+
+_ndarray = _buffers.np.ndarray
+_addressof = ctypes.addressof
+_c_char = ctypes.c_char
 
 __all__ = ["Comm", "Error", "new_id", "version", "library_path", "DTYPE_NAMES", "OPS"]
 
@@ -361,6 +366,17 @@ class Comm:
     # ---- buffers ----
 
     def _buf(self, obj: Any, writable: bool, role: str, dtype: Any, stream: int | None) -> tuple:
+        # Fast path: a non-empty numpy array of an arcomm dtype on a host communicator.
+        # ctypes' from_buffer asks for a writable C-contiguous buffer, so it fails for
+        # read-only or strided arrays, which the general path then handles (or refuses).
+        if type(obj) is _ndarray and dtype is None and self._dev == 0:
+            code = _NP_CODES.get(obj.dtype)
+            n = obj.size
+            if code is not None and n:
+                try:
+                    return (_addressof(_c_char.from_buffer(obj)), n, code, 0, -1, None, None)
+                except (TypeError, ValueError):
+                    pass
         b = _buffers.resolve(
             obj, writable, role, stream, None if dtype is None else dtype_code(dtype)
         )
@@ -409,6 +425,28 @@ class Comm:
         opc = OPS.get(op)
         if opc is None:
             _op(op)
+        # Fast path (see _buf): two numpy arrays of one dtype and size, on the host.
+        if (
+            type(send) is _ndarray
+            and type(recv) is _ndarray
+            and dtype is None
+            and stream is None
+            and self._dev == 0
+            and send.dtype is recv.dtype
+        ):
+            code = _NP_CODES.get(send.dtype)
+            n = send.size
+            if code is not None and n and recv.size == n:
+                try:
+                    sp = _addressof(_c_char.from_buffer(send))
+                    rp = _addressof(_c_char.from_buffer(recv))
+                except (TypeError, ValueError):
+                    pass
+                else:
+                    st = self._allreduce(h, sp, rp, n, code, opc, None)
+                    if st:
+                        _raise(st, h, "allreduce")
+                    return recv
         if recv is None:
             s = self._buf(send, True, "send (in place)", dtype, stream)
             r = s

@@ -323,3 +323,32 @@ def test_abort_from_another_thread():
     assert _statuses(errors) == ["COMM_ERR_ABORTED", "COMM_ERR_PEER"]
     assert abort_s < 2.0
     assert ticks[0] > 50, f"only {ticks[0]} ticks while rank 0 blocked: GIL held?"
+
+
+def test_allreduce_same_arrays_again(comms3):
+    """The fast path's cache of the last pair: new contents, a dtype changed in place and
+    a recv made read-only are all seen on the next call."""
+
+    def body(c):
+        n, me = c.size, c.rank
+        s = np.full(64, me + 1, np.float32)
+        r = np.zeros(64, np.float32)
+        c.allreduce(s, r)
+        assert (r == sum(range(1, n + 1))).all()
+        s[:] = 2 * (me + 1)
+        c.allreduce(s, r, "max")
+        assert (r == 2 * n).all()
+        s.dtype = np.int32  # the same object, now 64 int32s
+        r.dtype = np.int32
+        s[:] = me
+        c.allreduce(s, r)
+        assert (r == sum(range(n))).all()
+        r.flags.writeable = False
+        with pytest.raises(ValueError, match="writable"):
+            c.allreduce(s, r)
+        r2 = np.zeros(64, np.int32)
+        c.allreduce(s, r2)
+        assert (r2 == sum(range(n))).all()
+        return True
+
+    assert run_ranks(comms3, body) == [True] * 3

@@ -87,6 +87,10 @@ class _Rank:
 def _arcomm_call(c: arcomm.Comm, coll: str, s: np.ndarray, r: np.ndarray, inplace: bool,
                  op: str, kw: dict) -> Callable[[], Any]:
     me, n = c.rank, c.size
+    if not kw and coll == "allreduce":  # the plain call, as a user writes it
+        if inplace:
+            return lambda: c.allreduce(r)
+        return lambda: c.allreduce(s, r, op)
     if coll == "allreduce":
         if inplace:
             return lambda: c.allreduce(r, None, op, **kw)

@@ -16,4 +16,4 @@ ARCOMM_LIBRARY=$build/libarcomm.so
 PYTHONDONTWRITEBYTECODE=1
 export ARCOMM_BUILD_DIR ARCOMM_LIBRARY PYTHONDONTWRITEBYTECODE
 cd "$(dirname "$0")" || exit 1
-exec "$py" -m pytest -q -p no:cacheprovider -rs "$@"
+exec "$py" -m pytest -q -p no:cacheprovider -rfEs "$@"

@@ -514,7 +514,8 @@ class Comm:
             raise ValueError(
                 f"arcomm: allreduce_add: addend's {a[1]} elements must divide send's {s[1]}"
             )
-        st = self._allreduce_add(h, s[0], r[0], a[0], a[1], s[1], s[2], self._stream(stream, s, r, a))
+        strm = None if stream is None and self._dev == 0 else self._stream(stream, s, r, a)
+        st = self._allreduce_add(h, s[0], r[0], a[0], a[1], s[1], s[2], strm)
         if st:
             _raise(st, h, "allreduce_add")
         return recv
@@ -547,7 +548,8 @@ class Comm:
                 if r[1] != s[1]:
                     raise ValueError(f"arcomm: broadcast: recv has {r[1]} elements, send {s[1]}")
                 self._same_dtype(s, r, "broadcast")
-        st = self._broadcast(h, s[0], r[0], r[1], r[2], root, self._stream(stream, r))
+        strm = None if stream is None and self._dev == 0 else self._stream(stream, r)
+        st = self._broadcast(h, s[0], r[0], r[1], r[2], root, strm)
         if st:
             _raise(st, h, "broadcast")
         return recv
@@ -578,7 +580,8 @@ class Comm:
             if r[1] != s[1]:
                 raise ValueError(f"arcomm: reduce: recv has {r[1]} elements, send {s[1]}")
             self._same_dtype(s, r, "reduce")
-        st = self._reduce(h, s[0], r[0], s[1], s[2], opc, root, self._stream(stream, s))
+        strm = None if stream is None and self._dev == 0 else self._stream(stream, s)
+        st = self._reduce(h, s[0], r[0], s[1], s[2], opc, root, strm)
         if st:
             _raise(st, h, "reduce")
         return recv if is_root else None
@@ -614,7 +617,8 @@ class Comm:
                 )
             count = s[1]
             sp = s[0]
-        st = self._allgather(h, sp, r[0], count, r[2], self._stream(stream, r))
+        strm = None if stream is None and self._dev == 0 else self._stream(stream, r)
+        st = self._allgather(h, sp, r[0], count, r[2], strm)
         if st:
             _raise(st, h, "allgather")
         return recv
@@ -643,7 +647,8 @@ class Comm:
                 )
             count = s[1] // n
             rp = None if s[0] is None else s[0] + self._rank * count * _buffers.ITEMSIZE[s[2]]
-            st = self._reduce_scatter(h, s[0], rp, count, s[2], opc, self._stream(stream, s))
+            strm = None if stream is None and self._dev == 0 else self._stream(stream, s)
+            st = self._reduce_scatter(h, s[0], rp, count, s[2], opc, strm)
             if st:
                 _raise(st, h, "reduce_scatter")
             if hasattr(send, "reshape") and hasattr(send, "__getitem__"):
@@ -660,7 +665,8 @@ class Comm:
                 f"arcomm: reduce_scatter: send must have nranks * recv = {n} * {r[1]} = "
                 f"{n * r[1]} elements, has {s[1]}"
             )
-        st = self._reduce_scatter(h, s[0], r[0], r[1], r[2], opc, self._stream(stream, s, r))
+        strm = None if stream is None and self._dev == 0 else self._stream(stream, s, r)
+        st = self._reduce_scatter(h, s[0], r[0], r[1], r[2], opc, strm)
         if st:
             _raise(st, h, "reduce_scatter")
         return recv
@@ -685,7 +691,8 @@ class Comm:
                 f"arcomm: alltoall: send and recv must both have nranks * count elements "
                 f"({n} ranks; send has {s[1]}, recv {r[1]})"
             )
-        st = self._alltoall(h, s[0], r[0], s[1] // n, s[2], self._stream(stream, s, r))
+        strm = None if stream is None and self._dev == 0 else self._stream(stream, s, r)
+        st = self._alltoall(h, s[0], r[0], s[1] // n, s[2], strm)
         if st:
             _raise(st, h, "alltoall")
         return recv

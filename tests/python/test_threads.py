@@ -352,3 +352,43 @@ def test_allreduce_same_arrays_again(comms3):
         return True
 
     assert run_ranks(comms3, body) == [True] * 3
+
+
+def test_every_collective_same_arrays_again(comms3):
+    """The fast path's last pair for each collective: the same arrays twice with new
+    contents, then a size that no longer fits (the general path's ValueError)."""
+
+    def body(c):
+        n, me = c.size, c.rank
+        for k in (1, 2):
+            s = np.full(6, k * (me + 1), np.int64)
+            r = np.zeros(6, np.int64)
+            for _ in range(2):
+                s[:] = k * (me + 1)
+                r[:] = -1
+                c.broadcast(s, r, 1)
+                assert (r == k * 2).all()
+                r[:] = -1
+                c.reduce(s, r, "sum", 2)
+                if me == 2:
+                    assert (r == k * sum(range(1, n + 1))).all()
+            g = np.zeros(6 * n, np.int64)
+            for _ in range(2):
+                g[:] = -1
+                c.allgather(s, g)
+                assert (g == np.repeat(k * np.arange(1, n + 1), 6)).all()
+            big = np.arange(6 * n, dtype=np.int64) * k
+            for _ in range(2):
+                r[:] = -1
+                c.reduce_scatter(big, r, "max")
+                assert (r == big[me * 6 : (me + 1) * 6]).all()
+            a = np.zeros(6 * n, np.int64)
+            for _ in range(2):
+                a[:] = -1
+                c.alltoall(g, a)
+                assert (a == me * k + k).all()
+        with pytest.raises(ValueError, match="nranks \\* send"):
+            c.allgather(s, g[:-1])
+        return True
+
+    assert run_ranks(comms3, body) == [True] * 3

@@ -55,8 +55,6 @@ def do_death(c: arcomm.Comm, how: str) -> None:
         if how == "exit":
             os._exit(0)
         os.kill(os.getpid(), signal.SIGKILL)
-    # arrun ends the job with SIGTERM when a rank dies of a signal: report first.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     t0 = time.monotonic()
     try:
         c.allreduce(x)
@@ -87,6 +85,10 @@ def do_cuda(c: arcomm.Comm, module: str) -> None:
 
 def main() -> int:
     mode = sys.argv[1]
+    if mode in ("exit", "sigkill"):
+        # arrun ends the job with SIGTERM once a rank dies of a signal: the survivors
+        # ignore it (from before they join) so that they report what they raised.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if mode.startswith("mpi-"):
         from mpi4py import MPI
 

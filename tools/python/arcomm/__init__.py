@@ -183,7 +183,7 @@ class Comm:
         self._lock = threading.Lock()
         self._h = handle
         self._dev = device
-        self._last: tuple | None = None  # allreduce's last numpy pair (see allreduce)
+        self._last: tuple | None = None  # the fast path's last numpy pair (see _pair)
         self._rank = lib.comm_rank(handle)
         self._size = lib.comm_size(handle)
         self._allreduce = lib.comm_allreduce
@@ -389,6 +389,40 @@ class Comm:
             )
         return b
 
+    def _pair(self, send: Any, recv: Any) -> tuple | None:
+        """The fast path's (send, recv, send ptr, recv ptr, dtype, send count, recv count,
+        code) for two non-empty numpy arrays of one arcomm dtype on a host communicator,
+        else None (the general path then checks and explains).  The last pair is kept,
+        with references to the arrays (so they cannot be resized in place): the same
+        objects again skip the buffer exports when dtype, sizes and recv's writability
+        are unchanged."""
+        last = self._last
+        if last is not None and last[0] is send and last[1] is recv:
+            dt = last[4]
+            if (
+                send.dtype is dt
+                and recv.dtype is dt
+                and send.size == last[5]
+                and recv.size == last[6]
+                and recv.flags.writeable
+            ):
+                return last
+        if type(send) is _ndarray and type(recv) is _ndarray and self._dev == 0:
+            dt = send.dtype
+            code = _NP_CODES.get(dt)
+            ns = send.size
+            nr = recv.size
+            if code is not None and recv.dtype is dt and ns and nr:
+                try:
+                    sp = _addressof(_c_char.from_buffer(send))
+                    rp = _addressof(_c_char.from_buffer(recv))
+                except (TypeError, ValueError):
+                    return None
+                last = (send, recv, sp, rp, dt, ns, nr, code)
+                self._last = last
+                return last
+        return None
+
     def _stream(self, stream: int | None, *bufs: tuple | None) -> int | None:
         if self._dev == 0:
             if stream:
@@ -442,7 +476,7 @@ class Comm:
                 and recv.flags.writeable
                 and stream is None
             ):
-                st = self._allreduce(h, last[2], last[3], last[5], last[6], opc, None)
+                st = self._allreduce(h, last[2], last[3], last[5], last[7], opc, None)
                 if st:
                     _raise(st, h, "allreduce")
                 return recv
@@ -463,7 +497,7 @@ class Comm:
                 except (TypeError, ValueError):
                     pass
                 else:
-                    self._last = (send, recv, sp, rp, send.dtype, n, code)
+                    self._last = (send, recv, sp, rp, send.dtype, n, n, code)
                     st = self._allreduce(h, sp, rp, n, code, opc, None)
                     if st:
                         _raise(st, h, "allreduce")
@@ -533,6 +567,13 @@ class Comm:
         is the source on root and the destination elsewhere).  ``send`` is read on root
         only and may be None elsewhere.  Returns the result buffer."""
         h = self._handle()
+        if recv is not None and send is not None and dtype is None and stream is None:
+            p = self._pair(send, recv)
+            if p is not None and p[5] == p[6]:
+                st = self._broadcast(h, p[2], p[3], p[6], p[7], root, None)
+                if st:
+                    _raise(st, h, "broadcast")
+                return recv
         if recv is None:
             if send is None:
                 raise ValueError("arcomm: broadcast needs send or recv")
@@ -568,6 +609,14 @@ class Comm:
         None: in place on root (into ``send``), ignored elsewhere.  Returns the result
         buffer on root, None elsewhere."""
         h = self._handle()
+        if recv is not None and dtype is None and stream is None:
+            opc = OPS.get(op)
+            p = self._pair(send, recv) if opc is not None else None
+            if p is not None and p[5] == p[6]:
+                st = self._reduce(h, p[2], p[3], p[5], p[7], opc, root, None)
+                if st:
+                    _raise(st, h, "reduce")
+                return recv if self._rank == root else None
         opc = _op(op)
         is_root = self._rank == root
         if recv is None:
@@ -598,6 +647,13 @@ class Comm:
         elements).  ``send`` None, or the view of block ``rank`` of ``recv``: in place.
         Returns ``recv``."""
         h = self._handle()
+        if send is not None and dtype is None and stream is None:
+            p = self._pair(send, recv)
+            if p is not None and p[6] == self._size * p[5]:
+                st = self._allgather(h, p[2], p[3], p[5], p[7], None)
+                if st:
+                    _raise(st, h, "allgather")
+                return recv
         r = self._buf(recv, True, "recv", dtype, stream)
         n = self._size
         if send is None:
@@ -637,6 +693,14 @@ class Comm:
         ``send``): in place, into that block of ``send``; returns the result buffer (in
         place: a view of that block where ``send`` is a numpy array, else ``send``)."""
         h = self._handle()
+        if recv is not None and dtype is None and stream is None:
+            opc = OPS.get(op)
+            p = self._pair(send, recv) if opc is not None else None
+            if p is not None and p[5] == self._size * p[6]:
+                st = self._reduce_scatter(h, p[2], p[3], p[6], p[7], opc, None)
+                if st:
+                    _raise(st, h, "reduce_scatter")
+                return recv
         opc = _op(op)
         n = self._size
         if recv is None:
@@ -682,6 +746,13 @@ class Comm:
         """Block p of this rank's ``send`` lands in block ``rank`` of rank p's ``recv``;
         both have size * count elements.  Out of place only.  Returns ``recv``."""
         h = self._handle()
+        if dtype is None and stream is None:
+            p = self._pair(send, recv)
+            if p is not None and p[5] == p[6] and p[5] % self._size == 0:
+                st = self._alltoall(h, p[2], p[3], p[5] // self._size, p[7], None)
+                if st:
+                    _raise(st, h, "alltoall")
+                return recv
         n = self._size
         s = self._buf(send, False, "send", dtype, stream)
         r = self._buf(recv, True, "recv", dtype, stream)

@@ -9,8 +9,10 @@ and :meth:`Comm.abort` works from another thread.  See README.md, section "Pytho
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import threading
+import weakref
 from ctypes import byref, c_int, c_void_p
 from typing import Any, Sequence
 
@@ -129,6 +131,18 @@ def _op(op: str) -> int:
         raise ValueError(f"arcomm: op {op!r} is not one of {', '.join(OPS)}") from None
 
 
+_mpi_comms: "weakref.WeakSet[Comm]" = weakref.WeakSet()
+_mpi_atexit = False
+
+
+def _close_mpi_comms() -> None:
+    for c in list(_mpi_comms):
+        try:
+            c.close()
+        except Error:
+            pass
+
+
 class Comm:
     """One rank's communicator (a ``comm_t``).
 
@@ -223,7 +237,8 @@ class Comm:
     ) -> "Comm":
         """A communicator over every rank of an mpi4py communicator (``comm_init_mpi`` in
         libarcomm_mpi.so; collective over ``mpi_comm``).  Ranks keep their MPI rank.
-        ``split`` and ``dup`` are unsupported on it.  Close it before MPI_Finalize."""
+        ``split`` and ``dup`` are unsupported on it.  Close it before MPI_Finalize; one
+        still open at exit is closed before mpi4py finalizes MPI."""
         from mpi4py import MPI
 
         mlib = _lib.mpi_lib()
@@ -237,7 +252,15 @@ class Comm:
         del keep
         if st:
             _raise(st, None, "comm_init_mpi")
-        return cls._wrap(h.value, _DEVICES[device])
+        c = cls._wrap(h.value, _DEVICES[device])
+        global _mpi_atexit
+        if not _mpi_atexit:
+            # atexit runs last-registered first: this runs before mpi4py's MPI_Finalize
+            # (registered when mpi4py was imported), destroying what is still open.
+            atexit.register(_close_mpi_comms)
+            _mpi_atexit = True
+        _mpi_comms.add(c)
+        return c
 
     @classmethod
     def init_all(

@@ -117,3 +117,25 @@ def test_mpirun_mismatch():
     assert rc == 0, out
     for r in range(2):
         assert got[r].startswith("COMM_ERR_MISMATCH untouched=True"), out
+
+
+def _py(code: str, **env: str) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if k != "ARCOMM_LIBRARY"}
+    e["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "tools" / "python")
+    e.update(env)
+    return subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60, env=e)
+
+
+def test_library_search_order():
+    """ARCOMM_LIBRARY first (an error if it does not load), else the build tree above the
+    package."""
+    p = _py("import arcomm; arcomm.new_id()", ARCOMM_LIBRARY="/nonexistent/libarcomm.so")
+    assert p.returncode != 0 and "ARCOMM_LIBRARY=/nonexistent/libarcomm.so does not load" in p.stderr
+    lib = str(build_dir() / "libarcomm.so")
+    p = _py("import arcomm; print(arcomm.library_path())", ARCOMM_LIBRARY=lib)
+    assert p.returncode == 0 and p.stdout.strip() == lib, p.stdout + p.stderr
+    p = _py("import arcomm; print(arcomm.library_path())")
+    assert p.returncode == 0, p.stderr
+    found = Path(p.stdout.strip())
+    assert found.name == "libarcomm.so" and found.parent.name.startswith("build"), found
+    assert found.parent.parent == Path(__file__).resolve().parents[2], found

@@ -392,3 +392,52 @@ def test_every_collective_same_arrays_again(comms3):
         return True
 
     assert run_ranks(comms3, body) == [True] * 3
+
+
+def test_ml_dtypes_bfloat16(comms3):
+    """numpy arrays of ml_dtypes' bfloat16 (when installed) are bf16 buffers."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+
+    def body(c):
+        n, me = c.size, c.rank
+        xs = [data("bf16", 999, np.random.default_rng([9, r]), "sum") for r in range(n)]
+        send = xs[me].view(ml_dtypes.bfloat16)
+        recv = poison(np.empty(999, np.uint16), "bf16").view(ml_dtypes.bfloat16)
+        c.allreduce(send, recv)
+        check_reduced(recv.view(np.uint16), xs, "bf16", "sum", "ml_dtypes bfloat16")
+        g = np.zeros(999 * n, ml_dtypes.bfloat16)
+        c.allgather(send, g)
+        check_equal(g.view(np.uint16), np.concatenate(xs), "ml_dtypes allgather")
+        return True
+
+    assert run_ranks(comms3, body) == [True] * 3
+
+
+class _FakeCAI:
+    """A __cuda_array_interface__ object over host memory: parsed, then refused by a
+    host communicator (the CUDA path itself is test_cuda.py's, on a GPU)."""
+
+    def __init__(self, a: np.ndarray, typestr: str | None = None, strides=None) -> None:
+        self.a = a
+        self.__cuda_array_interface__ = {
+            "data": (a.ctypes.data, False),
+            "shape": a.shape,
+            "typestr": typestr or a.dtype.str,
+            "strides": strides,
+            "version": 3,
+            "stream": 1,
+        }
+
+
+def test_cuda_array_interface_checks():
+    (c,) = arcomm.Comm.init_all(1)
+    with c:
+        a = np.zeros(8, np.float32)
+        with pytest.raises(ValueError, match="send \\(in place\\) is CUDA memory; this communicator's device is host"):
+            c.allreduce(_FakeCAI(a))
+        with pytest.raises(TypeError, match="typestr '<c8'"):
+            c.allreduce(_FakeCAI(a, "<c8"))
+        with pytest.raises(ValueError, match="C-contiguous"):
+            c.allreduce(_FakeCAI(np.zeros((4, 2), np.float32), strides=(4, 16)))
+        with pytest.raises(TypeError, match="2-byte elements; send \\(in place\\) has 4-byte"):
+            c.allreduce(_FakeCAI(a), dtype="bf16")

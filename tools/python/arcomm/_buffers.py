@@ -206,7 +206,10 @@ def _numpy(a: np.ndarray, writable: bool, role: str, override: int | None = None
         raise ValueError(f"arcomm: {role} must be C-contiguous (got strides {a.strides})")
     n = a.size
     if a.flags.writeable and n:
-        return (_addressof(_c_char.from_buffer(a)), n, code, 0, -1, None, None)
+        try:
+            return (_addressof(_c_char.from_buffer(a)), n, code, 0, -1, None, None)
+        except ValueError:  # no buffer export for this dtype (ml_dtypes' bfloat16)
+            return (a.ctypes.data, n, code, 0, -1, None, None)
     if writable and not a.flags.writeable:
         raise ValueError(f"arcomm: {role} must be writable (a read-only array was given)")
     return ((a.ctypes.data or None) if n else None, n, code, 0, -1, None, None)

@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 # Tools and libraries: the build (meson, hwloc, libnuma, cmocka), the Open MPI peer of
 # arbench, gnuplot for its plots, python3 for the JSON tests, the Hexagon cross
 # toolchain plus qemu for the DSP-side tests, clang-format for the style check, cmake
-# for the install test (find_package(arcomm) against the installed tree).
+# for the install test (find_package(arcomm) against the installed tree), numpy, pytest
+# and mpi4py for the Python package's tests (tests/python).
 pkgs=(build-essential meson ninja-build pkg-config libhwloc-dev hwloc libnuma-dev
       libcmocka-dev openmpi-bin libopenmpi-dev gnuplot-nox python3 clang lld
-      qemu-user-static clang-format cmake)
+      qemu-user-static clang-format cmake python3-numpy python3-pytest python3-mpi4py)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

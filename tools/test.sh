@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Sets up, builds and runs every test: a release build with -Werror (all suites), an
+# Sets up, builds and runs every test: a release build with -Werror (all suites, the
+# Python package's (tests/python, suite python) among them), an
 # ASan+UBSan build (runtime, kernels, tools, Hexagon) and a TSan build (the threaded
 # paths: runtime and Hexagon emulation), with lighter sweeps, and a build without the
 # Hexagon and CUDA backends (-Dhexagon=disabled -Dcuda=disabled: the library alone, its

@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: MIT
+"""Finding and loading libarcomm.so, and the ctypes prototypes of the public C API.
+
+The library is looked for, in this order:
+
+1. ``ARCOMM_LIBRARY``: the path of ``libarcomm.so`` (an error if it does not load);
+2. the build tree: from this file's directory upwards, ``build/libarcomm.so``, then any
+   other ``build*/libarcomm.so`` (newest first), the first that loads (a sanitizer build
+   does not load into a plain interpreter and is passed over);
+3. an installed prefix: ``ctypes.util.find_library("arcomm")`` (the loader's search path
+   and ldconfig's cache), then ``/usr/local/lib``, ``/usr/local/lib64``, ``/usr/lib`` and
+   ``/usr/lib64`` (also their multiarch subdirectory).
+
+``libarcomm_mpi.so`` (for :meth:`arcomm.Comm.from_mpi`) is ``ARCOMM_MPI_LIBRARY`` when set,
+else the file of that name next to the ``libarcomm.so`` that was loaded, else
+``find_library("arcomm_mpi")``.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sysconfig
+import threading
+from ctypes import POINTER, c_char_p, c_int, c_size_t, c_void_p
+from pathlib import Path
+
+COMM_ID_BYTES = 64
+
+
+class CommId(ctypes.Structure):
+    """comm_id_t."""
+
+    _fields_ = [("str", ctypes.c_char * COMM_ID_BYTES)]
+
+
+class CommConfig(ctypes.Structure):
+    """comm_config_t (its size field is set by comm_config_init)."""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("nranks", c_int),
+        ("rank", c_int),
+        ("id", CommId),
+        ("device", c_int),
+        ("device_index", c_int),
+        ("transport", c_char_p),
+        ("timeout_ms", c_int),
+        ("knob_defaults", c_char_p),
+    ]
+
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_lib_path: str | None = None
+_mpi_lib: ctypes.CDLL | None = None
+
+
+def _try_load(path: str) -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        return None
+
+
+def _build_tree_candidates() -> list[Path]:
+    found: list[Path] = []
+    for d in Path(__file__).resolve().parents:
+        first = d / "build" / "libarcomm.so"
+        if first.is_file():
+            found.append(first)
+        others = [p for p in d.glob("build*/libarcomm.so") if p != first and p.is_file()]
+        others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        found.extend(others)
+    return found
+
+
+def _installed_candidates() -> list[str]:
+    found: list[str] = []
+    name = ctypes.util.find_library("arcomm")
+    if name:
+        found.append(name)
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    for d in ("/usr/local/lib", "/usr/local/lib64", "/usr/lib", "/usr/lib64"):
+        for sub in ([multiarch] if multiarch else []) + [""]:
+            p = os.path.join(d, sub, "libarcomm.so.0")
+            if os.path.isfile(p):
+                found.append(p)
+            p = os.path.join(d, sub, "libarcomm.so")
+            if os.path.isfile(p):
+                found.append(p)
+    return found
+
+
+def _locate() -> tuple[ctypes.CDLL, str]:
+    env = os.environ.get("ARCOMM_LIBRARY")
+    if env:
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise OSError(f"arcomm: ARCOMM_LIBRARY={env} does not load: {e}") from e
+    tried: list[str] = []
+    for p in [str(p) for p in _build_tree_candidates()] + _installed_candidates():
+        tried.append(p)
+        lib = _try_load(p)
+        if lib is not None:
+            return lib, p
+    raise OSError(
+        "arcomm: libarcomm.so not found (set ARCOMM_LIBRARY to its path, build arcomm "
+        "in a checkout above this package, or install it); tried: "
+        + (", ".join(tried) if tried else "nothing")
+    )
+
+
+def _prototype(lib: ctypes.CDLL) -> None:
+    p_comm = c_void_p
+    pp_comm = POINTER(c_void_p)
+    st = c_int
+    sigs = {
+        "comm_config_init": (None, [POINTER(CommConfig)]),
+        "comm_id_new": (st, [POINTER(CommId)]),
+        "comm_init": (st, [pp_comm, POINTER(CommConfig)]),
+        "comm_init_env": (st, [pp_comm]),
+        "comm_allreduce": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p]),
+        "comm_allreduce_add": (
+            st,
+            [p_comm, c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, c_int, c_void_p],
+        ),
+        "comm_barrier": (st, [p_comm]),
+        "comm_broadcast": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p]),
+        "comm_reduce": (
+            st,
+            [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p],
+        ),
+        "comm_allgather": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_void_p]),
+        "comm_reduce_scatter": (
+            st,
+            [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p],
+        ),
+        "comm_alltoall": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_void_p]),
+        "comm_split": (st, [p_comm, c_int, c_int, pp_comm]),
+        "comm_dup": (st, [p_comm, pp_comm]),
+        "comm_init_all": (st, [pp_comm, c_int, POINTER(c_int), POINTER(CommConfig)]),
+        "comm_abort": (st, [p_comm]),
+        "comm_destroy": (st, [p_comm]),
+        "comm_rank": (c_int, [p_comm]),
+        "comm_size": (c_int, [p_comm]),
+        "comm_transport_name": (c_char_p, [p_comm]),
+        "comm_status_string": (c_char_p, [c_int]),
+        "comm_last_error": (c_char_p, [p_comm]),
+        "comm_dtype_size": (c_size_t, [c_int]),
+        "comm_get_version": (None, [POINTER(c_int), POINTER(c_int), POINTER(c_int)]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded libarcomm (loaded and prototyped on first use)."""
+    global _lib, _lib_path
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                loaded, path = _locate()
+                _prototype(loaded)
+                _lib_path = path
+                _lib = loaded
+    return _lib
+
+
+def lib_path() -> str:
+    """The path libarcomm was loaded from."""
+    lib()
+    assert _lib_path is not None
+    return _lib_path
+
+
+def mpi_lib() -> ctypes.CDLL:
+    """libarcomm_mpi (for comm_init_mpi), loaded on first use."""
+    global _mpi_lib
+    if _mpi_lib is not None:
+        return _mpi_lib
+    base = lib_path()
+    with _lock:
+        if _mpi_lib is not None:
+            return _mpi_lib
+        candidates: list[str] = []
+        env = os.environ.get("ARCOMM_MPI_LIBRARY")
+        if env:
+            candidates.append(env)
+        else:
+            d = os.path.dirname(os.path.abspath(base))
+            for n in ("libarcomm_mpi.so", "libarcomm_mpi.so.0"):
+                if os.path.isfile(os.path.join(d, n)):
+                    candidates.append(os.path.join(d, n))
+            name = ctypes.util.find_library("arcomm_mpi")
+            if name:
+                candidates.append(name)
+        errors = []
+        for c in candidates:
+            try:
+                m = ctypes.CDLL(c, mode=ctypes.RTLD_GLOBAL)
+            except OSError as e:
+                errors.append(f"{c}: {e}")
+                continue
+            m.comm_init_mpi.restype = c_int
+            _mpi_lib = m
+            return m
+        raise OSError(
+            "arcomm: libarcomm_mpi.so not found (arcomm built without MPI? set "
+            "ARCOMM_MPI_LIBRARY); " + ("; ".join(errors) if errors else "no candidate")
+        )

@@ -5,8 +5,9 @@ The library is looked for, in this order:
 
 1. ``ARCOMM_LIBRARY``: the path of ``libarcomm.so`` (an error if it does not load);
 2. the build tree: from this file's directory upwards, ``build/libarcomm.so``, then any
-   other ``build*/libarcomm.so`` (newest first), the first that loads (a sanitizer build
-   does not load into a plain interpreter and is passed over);
+   other ``build*/libarcomm.so`` (newest first), the first that loads and has every
+   function the package calls (a sanitizer build does not load into a plain interpreter,
+   and a stale build of an older arcomm lacks functions: both are passed over);
 3. an installed prefix: ``ctypes.util.find_library("arcomm")`` (the loader's search path
    and ldconfig's cache), then ``/usr/local/lib``, ``/usr/local/lib64``, ``/usr/lib`` and
    ``/usr/lib64`` (also their multiarch subdirectory).
@@ -101,10 +102,10 @@ def _locate() -> tuple[ctypes.CDLL, str]:
             raise OSError(f"arcomm: ARCOMM_LIBRARY={env} does not load: {e}") from e
     tried: list[str] = []
     for p in [str(p) for p in _build_tree_candidates()] + _installed_candidates():
-        tried.append(p)
         lib = _try_load(p)
-        if lib is not None:
+        if lib is not None and _has_api(lib):
             return lib, p
+        tried.append(p if lib is None else p + " (an older arcomm: lacks this API)")
     raise OSError(
         "arcomm: libarcomm.so not found (set ARCOMM_LIBRARY to its path, build arcomm "
         "in a checkout above this package, or install it); tried: "
@@ -112,7 +113,20 @@ def _locate() -> tuple[ctypes.CDLL, str]:
     )
 
 
+def _has_api(lib: ctypes.CDLL) -> bool:
+    """Does lib define every function the package calls (a stale build does not)?"""
+    return all(hasattr(lib, name) for name in _signatures())
+
+
 def _prototype(lib: ctypes.CDLL) -> None:
+    for name, (res, args) in _signatures().items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+
+
+def _signatures() -> dict:
+    """The C API's functions the package calls: name -> (restype, argtypes)."""
     p_comm = c_void_p
     pp_comm = POINTER(c_void_p)
     st = c_int
@@ -151,10 +165,7 @@ def _prototype(lib: ctypes.CDLL) -> None:
         "comm_dtype_size": (c_size_t, [c_int]),
         "comm_get_version": (None, [POINTER(c_int), POINTER(c_int), POINTER(c_int)]),
     }
-    for name, (res, args) in sigs.items():
-        f = getattr(lib, name)
-        f.restype = res
-        f.argtypes = args
+    return sigs
 
 
 def lib() -> ctypes.CDLL:

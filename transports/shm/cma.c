@@ -87,6 +87,11 @@ static comm_status_t cma_copy(struct comm *c, int peer, void *local, uint64_t re
             continue;
         /* No progress and no error: the remote range ends here. */
         int err = got < 0 ? errno : EFAULT;
+        /* A peer that left because another rank failed (it published why before it
+         * exited) is not the cause: name the rank that is, as every wait does. */
+        comm_status_t cause = shm_check_peers(c);
+        if (cause != COMM_OK)
+            return cause;
         rt_error(c, COMM_ERR_PEER,
                  "rank %d: %s %s of peer rank %d (pid %d) at 0x%llx failed after %zu of %zu "
                  "bytes in call %u: %s (%s)",

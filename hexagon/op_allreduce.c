@@ -203,6 +203,12 @@ static int32_t fence_wait(struct hex_session *s, const struct hex_op_args *a, ui
             if (hex_seq_reached(pseq, seq))
                 break;
             int32_t pst = atomic_load_explicit(&peer->status, memory_order_acquire);
+            /* The peer may have reached the fence, completed and left (comm_destroy)
+             * between the two loads: its seq was written before that status, so the
+             * acquire above makes a second look at seq see it. */
+            if (pst != HEX_OK &&
+                hex_seq_reached(atomic_load_explicit(&peer->seq, memory_order_acquire), seq))
+                break;
             if (pst != HEX_OK) {
                 r->peer = (int32_t)q;
                 r->peer_status = pst;

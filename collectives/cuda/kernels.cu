@@ -82,21 +82,6 @@ __global__ void __launch_bounds__(CUDA_LL_THREADS) ll_kernel(const cuda_ll_args 
 
 #define CADD_THREADS 512
 
-/* Unsigned integers of S bytes (for loads of any element type's bits). */
-template <int S> struct uint_n;
-template <> struct uint_n<1> {
-    typedef unsigned char t;
-};
-template <> struct uint_n<2> {
-    typedef unsigned short t;
-};
-template <> struct uint_n<4> {
-    typedef unsigned int t;
-};
-template <> struct uint_n<8> {
-    typedef unsigned long long t;
-};
-
 template <typename T, typename W> struct cadd_src {
     const cuda_cadd_args *a;
     typedef typename acc_of<T>::type A;

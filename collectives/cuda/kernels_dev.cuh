@@ -25,6 +25,21 @@
 namespace
 {
 
+/* Unsigned integers of S bytes (for loads of any element type's bits). */
+template <int S> struct uint_n;
+template <> struct uint_n<1> {
+    typedef unsigned char t;
+};
+template <> struct uint_n<2> {
+    typedef unsigned short t;
+};
+template <> struct uint_n<4> {
+    typedef unsigned int t;
+};
+template <> struct uint_n<8> {
+    typedef unsigned long long t;
+};
+
 __device__ __forceinline__ uint64_t now_ns()
 {
     uint64_t t;

@@ -142,20 +142,6 @@ struct p2p_ll_launch {
 
 #define TS_THREADS 256 /* 512 capped registers at 128 and spilled (ptxas, sm_90) */
 
-template <int S> struct ts_uint;
-template <> struct ts_uint<1> {
-    typedef unsigned char t;
-};
-template <> struct ts_uint<2> {
-    typedef unsigned short t;
-};
-template <> struct ts_uint<4> {
-    typedef unsigned int t;
-};
-template <> struct ts_uint<8> {
-    typedef unsigned long long t;
-};
-
 /* The peers' RS pushes of this rank's slice, in this rank's own region. */
 template <typename T, typename W> struct ts_src {
     const uint8_t *mine;
@@ -175,7 +161,7 @@ template <typename T, typename W> struct ts_src {
     }
     __device__ __forceinline__ A load1(int p, uint64_t i) const
     {
-        typedef typename ts_uint<sizeof(W)>::t U;
+        typedef typename uint_n<sizeof(W)>::t U;
         return wire<T, W>::val(__ldcg(reinterpret_cast<const U *>(at(p, i))));
     }
 };
@@ -185,7 +171,7 @@ template <typename T, typename W>
 __device__ __forceinline__ void ts_push_wire(const T *src, W *dst, uint64_t lo, uint64_t hi,
                                              bool vec)
 {
-    typedef typename ts_uint<sizeof(W)>::t U;
+    typedef typename uint_n<sizeof(W)>::t U;
     for (uint64_t i = lo + (uint64_t)threadIdx.x * 8; i < hi; i += (uint64_t)blockDim.x * 8) {
         if (vec && i + 8 <= hi) {
             uint32_t w[2 * sizeof(T)];
@@ -215,7 +201,7 @@ __device__ __forceinline__ void ts_push_wire(const T *src, W *dst, uint64_t lo, 
 template <typename T, bool CG>
 __device__ __forceinline__ void ts_copy(const T *src, T *dst, uint64_t lo, uint64_t hi, bool vec)
 {
-    typedef typename ts_uint<sizeof(T)>::t U;
+    typedef typename uint_n<sizeof(T)>::t U;
     for (uint64_t i = lo + (uint64_t)threadIdx.x * 8; i < hi; i += (uint64_t)blockDim.x * 8) {
         if (vec && i + 8 <= hi) {
             uint32_t w[2 * sizeof(T)];

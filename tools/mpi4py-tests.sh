@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# mpi4py's own test suite as a client of libarcomm_pmpi nobody here wrote.  Installs
-# mpi4py from PyPI's source distribution (built against the Open MPI on PATH, in a venv
-# outside the repository, reused when already there), then runs its whole suite (less
-# test_dynproc and test_spawn, which need a name server and process spawning: no
-# collective of the library is in them) on 1, 2 and 3 processes, once without and once
-# with LD_PRELOAD=libarcomm_pmpi.so.  Passes when every test that passes without the
-# library passes with it and arcomm served calls; prints a table and the library's counts.
+# mpi4py's own test suite as a client of libarcomm_pmpi nobody here wrote.  Takes the
+# mpi4py of /usr/bin/python3 (Debian's python3-mpi4py, which tools/setup.sh installs)
+# with the test/ of PyPI's source distribution of the same version; where python3 has
+# no mpi4py, builds the newest from PyPI's source distribution against the Open MPI on
+# PATH in a venv (about 3 minutes on a 2-core VM).  Either is kept outside the
+# repository and reused.  Then runs its whole suite (less test_dynproc and test_spawn,
+# which need a name server and process spawning: no collective of the library is in
+# them) on 1, 2 and 3 processes, once without and once with LD_PRELOAD=libarcomm_pmpi.so.
+# Passes when every test that passes without the library passes with it and arcomm
+# served calls; prints a table and the library's counts.
 # ARCOMM_PMPI_MIN_BYTES=0: arcomm serves every size (its defaults leave small calls to MPI).
 #   tools/mpi4py-tests.sh [LIBARCOMM_PMPI] (default build/runtime/pmpi/libarcomm_pmpi.so)
 # Exit 0 passed, 1 failed, 77 skipped (no mpirun/mpicc, no pip or network, no library).
@@ -23,21 +26,45 @@ for tool in mpirun mpicc python3; do
 done
 [ -n "$lib" ] && [ -f "$lib" ] || skip "no libarcomm_pmpi.so (${1:-build/runtime/pmpi})"
 
-# Install (once): the sdist carries test/, the wheel build compiles against mpicc.
-mkdir -p "$dir"
-py=$dir/venv/bin/python
-if ! { [ -x "$py" ] && "$py" -c 'import mpi4py' 2>/dev/null && [ -d "$dir/src/test" ]; }; then
-    python3 -m venv "$dir/venv" >/dev/null 2>&1 || skip "python3 -m venv failed"
+# The sdist carries test/.  fetch VERSION-SPEC: its source unpacked into $dir/src.
+fetch() {
+    local pip_py=
+    for c in python3 /usr/bin/python3; do
+        "$c" -m pip --version >/dev/null 2>&1 && { pip_py=$c; break; }
+    done
+    [ -n "$pip_py" ] || skip "no pip (python3 -m pip)"
     rm -rf "$dir/sdist" "$dir/src"
-    "$py" -m pip download -q --no-deps --no-binary :all: mpi4py -d "$dir/sdist" \
-        >"$dir/download.log" 2>&1 || skip "pip download mpi4py failed (no network?): $dir/download.log"
+    "$pip_py" -m pip download -q --no-deps --no-binary :all: "$1" -d "$dir/sdist" \
+        >"$dir/download.log" 2>&1 || skip "pip download $1 failed (no network?): $dir/download.log"
     tarball=$(ls "$dir"/sdist/mpi4py-*.tar.gz | head -n 1)
     mkdir -p "$dir/src"
     tar xzf "$tarball" -C "$dir/src" --strip-components=1
-    echo "mpi4py-tests: building $(basename "$tarball") (a few minutes)" >&2
-    nice -n 10 "$py" -m pip install -q "$tarball" >"$dir/build.log" 2>&1 ||
-        skip "pip install mpi4py failed: $dir/build.log"
+}
+mkdir -p "$dir"
+# Debian's python3 is /usr/bin/python3 (PATH may put another first, e.g. pyenv's).
+sys_py=/usr/bin/python3
+[ -x "$sys_py" ] || sys_py=$(command -v python3)
+system=$("$sys_py" -c 'import mpi4py; print(mpi4py.__version__)' 2>/dev/null || true)
+if [ -n "$system" ]; then
+    py=$sys_py
+    [ "$(cat "$dir/src.version" 2>/dev/null)" = "$system" ] && [ -d "$dir/src/test" ] ||
+        fetch "mpi4py==$system"
+    echo "$system" >"$dir/src.version"
+else
+    # No mpi4py in python3: the newest, built in a venv (once).
+    py=$dir/venv/bin/python
+    if ! { [ -x "$py" ] && "$py" -c 'import mpi4py' 2>/dev/null && [ -d "$dir/src/test" ] &&
+        [ "$(cat "$dir/src.version" 2>/dev/null)" = venv ]; }; then
+        python3 -m venv "$dir/venv" >/dev/null 2>&1 || skip "python3 -m venv failed"
+        fetch mpi4py
+        echo "mpi4py-tests: building $(basename "$tarball") (a few minutes)" >&2
+        nice -n 10 "$py" -m pip install -q "$tarball" >"$dir/build.log" 2>&1 ||
+            skip "pip install mpi4py failed: $dir/build.log"
+        echo venv >"$dir/src.version"
+    fi
 fi
+echo "mpi4py-tests: mpi4py $("$py" -c 'import mpi4py; print(mpi4py.__version__)') ($py)," \
+    "its test/ from PyPI's source distribution"
 
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT

@@ -381,6 +381,8 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     if (tc->timeout_ms < 0)
         tc->timeout_ms = -1;
     uint64_t deadline = rt_comm_deadline(tc);
+    /* Before this rank's first byte to another host. */
+    mpi_link_ignore_sigpipe(tc);
     if (mine == COMM_OK)
         mine = check_args(tc, comm, cfg);
     comm_status_t st = agree(tc, mpi_comm, mine, deadline, "comm_init_mpi (the ranks' arguments)");

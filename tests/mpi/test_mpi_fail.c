@@ -5,16 +5,20 @@
  * rank (INVALID there, PEER elsewhere), a rank that never calls (every other rank
  * TIMEOUT or PEER within the timeout), comm_abort before a call and during one, an
  * abort that reaches every other rank at once (its failure notice), and
- * comm_destroy then MPI_Finalize with nothing left in /dev/shm.  A fresh communicator
- * for each case: a failure breaks it on every rank.
+ * comm_destroy then MPI_Finalize with nothing left in /dev/shm; SIGPIPE ignored after
+ * comm_init_mpi where it was at its default, a program's own handler kept.  A fresh
+ * communicator for each case: a failure breaks it on every rank.
  */
 #include "mpi_check.h"
 
 #include <arcomm_mpi.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -206,6 +210,46 @@ static void t_abort_spreads(void)
     comm_destroy(c);
 }
 
+/* A rank whose MPI writes to the socket of a peer that died must not die of SIGPIPE:
+ * comm_init_mpi ignores it where it is at its default (even ranks), and keeps a handler
+ * the program installed (odd ranks).  Then a write to a socket whose other end is
+ * closed fails with EPIPE (and runs the handler) instead of ending the rank. */
+static volatile sig_atomic_t g_pipes;
+
+static void on_pipe(int sig)
+{
+    (void)sig;
+    g_pipes++;
+}
+
+static void t_sigpipe(void)
+{
+    bool own = g_rank % 2 == 1;
+    signal(SIGPIPE, own ? on_pipe : SIG_DFL);
+    comm_t *c = fresh();
+    struct sigaction now;
+    sigaction(SIGPIPE, NULL, &now);
+    if (own && now.sa_handler != on_pipe)
+        fail("sigpipe", "comm_init_mpi replaced the program's SIGPIPE handler", COMM_OK, "");
+    if (!own && now.sa_handler != SIG_IGN)
+        fail("sigpipe", "SIGPIPE is still at its default after comm_init_mpi", COMM_OK, "");
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+        fail("sigpipe", "socketpair failed", COMM_OK, strerror(errno));
+    } else {
+        close(sv[1]);
+        ssize_t w = write(sv[0], "x", 1); /* SIG_DFL would end this rank here */
+        int e = errno;
+        if (w != -1 || e != EPIPE)
+            fail("sigpipe", "a write to a closed socket did not fail with EPIPE", COMM_OK,
+                 strerror(e));
+        if (own && g_pipes != 1)
+            fail("sigpipe", "the program's SIGPIPE handler did not run", COMM_OK, "");
+        close(sv[0]);
+    }
+    comm_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -215,6 +259,8 @@ int main(int argc, char **argv)
     char before[256][96];
     int nbefore = mc_shm_list(before, 256);
 
+    t_sigpipe(); /* first: before any comm_init_mpi of this process */
+    MPI_Barrier(MPI_COMM_WORLD);
     for (int what = 0; what < 5; what++) {
         t_mismatch(what);
         MPI_Barrier(MPI_COMM_WORLD);

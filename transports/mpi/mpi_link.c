@@ -6,8 +6,10 @@
 #include "mpi_link.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 MPI_Datatype mpi_link_dtype(comm_dtype_t dtype)
@@ -215,6 +217,25 @@ comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_pol
             sched_yield();
         }
     }
+}
+
+void mpi_link_ignore_sigpipe(const struct comm *c)
+{
+    struct sigaction now;
+    if (sigaction(SIGPIPE, NULL, &now) != 0 || (now.sa_flags & SA_SIGINFO) ||
+        now.sa_handler != SIG_DFL)
+        return;
+    struct sigaction ign;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    if (sigaction(SIGPIPE, &ign, NULL) == 0)
+        rt_log(c, RT_LOG_INFO,
+               "rank %d: SIGPIPE is ignored from now on in this process (it was at its default, "
+               "which ends the process): a write by MPI to the socket of a peer that died then "
+               "fails as an error that this rank reports, instead of ending it; a program that "
+               "wants SIGPIPE sets its handler after comm_init_mpi",
+               c->rank);
 }
 
 int mpi_link_status_start(MPI_Comm mc, int rank, comm_status_t mine, struct mpi_status_word *in,

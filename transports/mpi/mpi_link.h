@@ -118,6 +118,15 @@ int mpi_link_status_start(MPI_Comm mc, int rank, comm_status_t mine, struct mpi_
 comm_status_t mpi_link_status_check(struct comm *c, comm_status_t st,
                                     const struct mpi_status_word *out, const char *what);
 
+/*
+ * SIGPIPE at its default (end the process) becomes ignored, once per process; a handler
+ * or an ignore the program set stays.  MPI's TCP transport writes to its peers' sockets
+ * without MSG_NOSIGNAL: a rank whose write meets the socket of a peer that died (a
+ * transfer to it in flight) would die of SIGPIPE, silently, instead of seeing the broken
+ * connection and returning COMM_ERR_PEER with the rest.  Says so at info level on c.
+ */
+void mpi_link_ignore_sigpipe(const struct comm *c);
+
 /* Frees the communicators, ops and notices of l that exist (skipped once MPI is
  * finalized): the posted receive is cancelled; notices not yet sent are left to MPI. */
 void mpi_link_free(struct mpi_link *l);

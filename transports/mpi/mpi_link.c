@@ -159,6 +159,40 @@ comm_status_t mpi_link_wait(struct comm *c, struct mpi_link *l, MPI_Request *req
     return mpi_link_wait_for(c, l, testall, &a, deadline, abortable, what);
 }
 
+/*
+ * A step failed (pst, its message on c): when MPI failed it, most often because a rank
+ * died with a transfer to it in flight.  The rank that saw the death (its host's peers, within a
+ * liveness period) tells every rank; wait up to 3 periods (never past deadline) for that
+ * notice, or for this host's watch to find the dead rank itself, and report that
+ * (COMM_ERR_PEER, MPI's error after it) rather than MPI's bare error.
+ */
+static comm_status_t explain_mpi_failure(struct comm *c, struct mpi_link *l, comm_status_t pst,
+                                         uint64_t deadline, const char *what)
+{
+    if (l == NULL)
+        return pst;
+    char mpi_said[RT_ERRMSG_BYTES];
+    snprintf(mpi_said, sizeof(mpi_said), "%s", c->errmsg);
+    uint64_t until = rt_now_ns() + 3 * RT_LIVENESS_PERIOD_NS;
+    for (;;) {
+        comm_status_t st = notice_check(c, l, what);
+        if (st == COMM_OK && l->watch != NULL)
+            st = l->watch(c, l->watch_arg);
+        if (st != COMM_OK) {
+            size_t n = strlen(c->errmsg);
+            snprintf(c->errmsg + n, sizeof(c->errmsg) - n, " (MPI also failed: %s)", mpi_said);
+            return st;
+        }
+        uint64_t now = rt_now_ns();
+        if (rt_passed(until, now) || rt_passed(deadline, now))
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    snprintf(c->errmsg, sizeof(c->errmsg), "%s", mpi_said);
+    return pst;
+}
+
 comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_poll_fn poll,
                                 void *arg, uint64_t deadline, bool abortable, const char *what)
 {
@@ -166,6 +200,8 @@ comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_pol
     for (unsigned polls = 0;; polls++) {
         bool done = false;
         comm_status_t pst = poll(c, arg, &done);
+        if (pst == COMM_ERR_SYSTEM)
+            return explain_mpi_failure(c, l, pst, deadline, what);
         if (pst != COMM_OK)
             return pst;
         if (done)

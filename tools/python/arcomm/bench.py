@@ -58,6 +58,19 @@ def _size(text: str) -> int:
     return int(t[:-1] if mult > 1 else t) * mult
 
 
+def _buffer(a: "np.ndarray", align: int) -> "np.ndarray":
+    """a's contents in an array whose data starts at a multiple of align bytes (arbench's
+    buffers are 64-byte aligned; numpy's large arrays only 16, which costs the host's
+    staged path 3-5%: docs/PERFORMANCE.md); align 0: a itself."""
+    if align <= 0 or a.ctypes.data % align == 0:
+        return a
+    raw = np.empty(a.nbytes + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    out = raw[off:off + a.nbytes].view(a.dtype)
+    out[...] = a
+    return out
+
+
 def _counts(coll: str, size: int, esize: int, n: int) -> tuple[int, int, int]:
     """(per-rank count the call takes, send elements, recv elements) of a size."""
     if coll in ("allreduce", "broadcast", "reduce"):
@@ -194,10 +207,10 @@ def _run(rank: _Rank, a: argparse.Namespace, out: Callable[[str], None]) -> None
         while size <= a.max_bytes:
             count, ns, nr = _counts(coll, size, esize, n)
             if dt in ("f32", "f64", "f16"):
-                s = rng.uniform(-1, 1, ns).astype(_NP[dt])
+                s = _buffer(rng.uniform(-1, 1, ns).astype(_NP[dt]), a.align)
             else:
-                s = rng.integers(0, 4, ns).astype(_NP[dt])
-            r = np.zeros(nr, _NP[dt])
+                s = _buffer(rng.integers(0, 4, ns).astype(_NP[dt]), a.align)
+            r = _buffer(np.zeros(nr, _NP[dt]), a.align)
             if a.inplace and coll in ("allreduce", "broadcast", "reduce"):
                 r[...] = s[:nr]
             fn = _arcomm_call(c, coll, s, r, a.inplace, a.op, kw)
@@ -231,6 +244,7 @@ def _header(a: argparse.Namespace, c: arcomm.Comm, how: str, out: Callable[[str]
     out("# time: each call timed on every rank (perf_counter_ns), back to back; per call the slowest rank; median and p90 over calls")
     out("# size: as arbench (allgather: recv buffer; reduce_scatter: send buffer; alltoall: each buffer); algbw = size / time; busbw = algbw * nccl-tests' factor")
     out("# ratio = mpi4py time / arcomm time (mpi4py: comm.Allreduce etc. on the same numpy buffers)")
+    out(f"# buffers: numpy arrays, {f'{a.align}-byte aligned' if a.align > 0 else 'as numpy allocates them'} (--align)")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -246,6 +260,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--compare", default="mpi", choices=["mpi", "none"], help="under mpirun")
+    p.add_argument("--align", type=int, default=64,
+                   help="byte alignment of the buffers (default 64, as arbench's); 0: numpy's own "
+                        "(16 bytes for large arrays)")
     return p.parse_args(argv)
 
 

@@ -77,6 +77,7 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     mine.send = out[0];
     mine.recv = out[1];
     mine.addend = call->addend ? out[2] : 0;
+    mine.align = (uint32_t)((uintptr_t)call->recv & 63);
     mine.flags |= (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u);
     coll_arrive(c, &mine);
     comm_status_t st = coll_wait_arrivals(c, "allreduce (bulk path handshake)");

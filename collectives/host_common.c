@@ -56,6 +56,7 @@ void coll_arrive(struct comm *c, const struct shm_arrival *mine)
     a->coll = mine->coll;
     a->root = mine->root;
     a->flags = mine->flags;
+    a->align = mine->align;
     /* An inline message takes the place of the buffer fields; written last before the
      * word, so that the line is written in one burst (a waiter polling it in between
      * would take it away from this core and back). */

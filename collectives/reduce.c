@@ -198,8 +198,44 @@ static void reduce_emit_addend(const struct coll_reduce_ops *ops,
     }
 }
 
+/*
+ * A long reduction whose first destination is element-aligned but not line-aligned:
+ * its head up to the next line of dst[0], then the rest on aligned stores (and on
+ * aligned loads from every source co-aligned with it: the staged path places its
+ * regions so).  Elementwise, so the bits are those of one call.  Returns false when
+ * nothing is to be split.
+ */
+static bool reduce_split_head(const struct coll_reduce_args *args, size_t esz, size_t src_esz)
+{
+    uintptr_t d = (uintptr_t)args->dst[0];
+    size_t head = (size_t)((64 - (d & 63)) & 63);
+    if (head == 0 || head % esz != 0 || args->count * esz < 4096)
+        return false;
+    head /= esz;
+    struct coll_reduce_args a = *args;
+    a.count = head;
+    coll_reduce(&a);
+    void *dst[args->ndst];
+    const void *src[args->nsrc];
+    for (int j = 0; j < args->ndst; j++)
+        dst[j] = (unsigned char *)args->dst[j] + head * esz;
+    for (int k = 0; k < args->nsrc; k++)
+        src[k] = (const unsigned char *)args->src[k] + head * src_esz;
+    a = *args;
+    a.dst = dst;
+    a.src = src;
+    a.count = args->count - head;
+    a.offset = args->offset + head;
+    a.acc_out = args->acc_out ? args->acc_out + head : NULL;
+    coll_reduce(&a);
+    return true;
+}
+
 void coll_reduce(const struct coll_reduce_args *args)
 {
+    if (reduce_split_head(args, reduce_dtype_size(args->dst_dtype),
+                          reduce_dtype_size(args->src_dtype)))
+        return;
     const struct coll_reduce_ops *ops = coll_reduce_ops_current();
     const comm_dtype_t dtype = args->dst_dtype;
     const size_t esz = reduce_dtype_size(dtype);

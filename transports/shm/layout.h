@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      5u
+#define SHM_VERSION      6u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -157,7 +157,7 @@ struct shm_arrival {
     uint8_t coll;           /* ... the collective (collectives/coll.h enum coll_kind) */
     uint32_t flags;         /* SHM_BUF_* */
     int32_t root;           /* ... broadcast's and reduce's root (0 for the others) */
-    uint32_t reserved;
+    uint32_t align;         /* recvbuf's address mod 64 (bulk paths; peers mask it) */
     union {
         struct {
             uint64_t send;         /* sendbuf: pointer or offset (flags say which) */

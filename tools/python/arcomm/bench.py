@@ -59,9 +59,9 @@ def _size(text: str) -> int:
 
 
 def _buffer(a: "np.ndarray", align: int) -> "np.ndarray":
-    """a's contents in an array whose data starts at a multiple of align bytes (arbench's
-    buffers are 64-byte aligned; numpy's large arrays only 16, which costs the host's
-    staged path 3-5%: docs/PERFORMANCE.md); align 0: a itself."""
+    """a's contents in an array whose data starts at a multiple of align bytes, as
+    arbench's buffers do (64); numpy's large arrays start 16 bytes past a line
+    (docs/PERFORMANCE.md has both); align 0: a itself."""
     if align <= 0 or a.ctypes.data % align == 0:
         return a
     raw = np.empty(a.nbytes + align, np.uint8)

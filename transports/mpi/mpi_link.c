@@ -161,10 +161,10 @@ comm_status_t mpi_link_wait(struct comm *c, struct mpi_link *l, MPI_Request *req
 
 /*
  * A step failed (pst, its message on c): when MPI failed it, most often because a rank
- * died with a transfer to it in flight.  The rank that saw the death (its host's peers, within a
- * liveness period) tells every rank; wait up to 3 periods (never past deadline) for that
- * notice, or for this host's watch to find the dead rank itself, and report that
- * (COMM_ERR_PEER, MPI's error after it) rather than MPI's bare error.
+ * died with a transfer to it in flight.  The rank that saw the death (its host's peers,
+ * within a liveness period) tells every rank; wait up to 3 periods (never past deadline)
+ * for that notice, or for this host's watch to find the dead rank itself, and report
+ * that (COMM_ERR_PEER, MPI's error after it) rather than MPI's bare error.
  */
 static comm_status_t explain_mpi_failure(struct comm *c, struct mpi_link *l, comm_status_t pst,
                                          uint64_t deadline, const char *what)

@@ -76,8 +76,10 @@ comm_status_t mpi_link_error(struct comm *c, int err, const char *call);
  * yielding between polls.  COMM_ERR_ABORTED when comm_abort was called on c (when
  * abortable: a rank carrying its failure to the peers finishes the exchange),
  * COMM_ERR_TIMEOUT past deadline (message names what and the peers in who), SYSTEM
- * when MPI fails.  The requests left pending on an error are abandoned (a nonblocking
- * collective cannot be cancelled; freeing the communicator later is still allowed).
+ * when MPI fails, unless a failure notice or l's watch explains it within 3 liveness
+ * periods (then COMM_ERR_PEER naming that failure, MPI's error after it).  The requests
+ * left pending on an error are abandoned (a nonblocking collective cannot be cancelled;
+ * freeing the communicator later is still allowed).
  */
 comm_status_t mpi_link_wait(struct comm *c, struct mpi_link *l, MPI_Request *reqs, int n,
                             uint64_t deadline, bool abortable, const char *what);

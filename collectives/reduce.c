@@ -207,9 +207,11 @@ static void reduce_emit_addend(const struct coll_reduce_ops *ops,
  */
 static bool reduce_split_head(const struct coll_reduce_args *args, size_t esz, size_t src_esz)
 {
+    if (args->count * esz < 4096) /* first: the flag path's small calls leave at once */
+        return false;
     uintptr_t d = (uintptr_t)args->dst[0];
     size_t head = (size_t)((64 - (d & 63)) & 63);
-    if (head == 0 || head % esz != 0 || args->count * esz < 4096)
+    if (head == 0 || head % esz != 0)
         return false;
     head /= esz;
     struct coll_reduce_args a = *args;

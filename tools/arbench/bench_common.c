@@ -309,6 +309,22 @@ static int call(const struct bench_rank *r, const void *send, void *recv, size_t
 }
 
 /*
+ * reduce and reduce_scatter are compared bit for bit with an allreduce of the same
+ * inputs (same_as_allreduce); on CUDA an f32 sum allreduce from ARCOMM_BF16_THRESHOLD
+ * rounds every input to bf16 on the wire while reduce and reduce_scatter keep f32.  Their
+ * check inputs are then values bf16 represents exactly: the rounding changes nothing and
+ * the comparison holds at every size, whatever the threshold.
+ */
+static void bf16_exact_inputs(const struct bench_rank *r, void *in, size_t count)
+{
+    const struct bench_opts *o = r->opts;
+
+    if (r->bf16_wire && r->fixed_order && o->dtype == COMM_F32 && o->op == COMM_SUM &&
+        (o->coll == BENCH_REDUCE || o->coll == BENCH_REDUCE_SCATTER))
+        bench_round_bf16(in, count);
+}
+
+/*
  * The inputs of the --check call in host memory: hsend is the send buffer out of place,
  * the one buffer in place.  Outputs that are not also inputs are poisoned first.
  */
@@ -335,6 +351,7 @@ static void check_inputs(const struct bench_rank *r, const struct layout *l, uin
             break;
         default: /* allreduce, reduce, reduce_scatter: the whole buffer is input */
             bench_fill(buf, bytes / es, o->dtype, seed, r->rank, 0);
+            bf16_exact_inputs(r, buf, bytes / es);
             break;
         }
         return;
@@ -348,6 +365,7 @@ static void check_inputs(const struct bench_rank *r, const struct layout *l, uin
         break;
     default:
         bench_fill(hsend, l->send_bytes / es, o->dtype, seed, r->rank, 0);
+        bf16_exact_inputs(r, hsend, l->send_bytes / es);
         break;
     }
     bench_poison(hrecv, l->recv_bytes, o->dtype);
@@ -412,6 +430,7 @@ static int same_as_allreduce(const struct bench_rank *r, const struct layout *l,
         host_alloc(NULL, bytes, (void **)&hin) || host_alloc(NULL, bytes, (void **)&hout))
         goto out;
     bench_fill(hin, bytes / es, o->dtype, seed, r->rank, 0);
+    bf16_exact_inputs(r, hin, bytes / es);
     if (d->to_device(d->ctx, send, hin, bytes))
         goto out;
     if (r->coll->allreduce(r->coll->ctx, send, recv, bytes / es, o->dtype, o->op) ||

@@ -234,6 +234,8 @@ double bench_value(comm_dtype_t dtype, uint64_t seed, int rank, size_t j);
 uint64_t bench_seed(size_t bytes, comm_dtype_t dtype, comm_op_t op);
 /* buf[j] = bench_value(dtype, seed, rank, first + j) for j < count. */
 void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank, size_t first);
+/* Rounds f32 values to bf16 in place (round to nearest even), kept as f32. */
+void bench_round_bf16(float *buf, size_t count);
 /* Elements of out outside the dtype's tolerance of the float64 reference
  * op over ranks r of bench_value(seed, r, first + j). */
 int64_t bench_check_reduce(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,

@@ -188,6 +188,12 @@ void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int 
         store_elem(buf, j, dtype, bench_value(dtype, seed, rank, first + j));
 }
 
+void bench_round_bf16(float *buf, size_t count)
+{
+    for (size_t j = 0; j < count; j++)
+        buf[j] = bf16_to_f32(f32_to_bf16(buf[j]));
+}
+
 /*
  * Poison: NaN bytes for floats; for ints a value no sum of bench_value can reach
  * (0x7f.. is the largest signed value, 0xff.. the largest unsigned one).

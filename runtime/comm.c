@@ -168,7 +168,9 @@ static comm_status_t check_config(const comm_config_t *cfg, char *why, size_t le
  * made ready, with its state in xport (no pick, no segment); its failures are not
  * published through the segment, since the caller agrees on them with its peers.
  */
-static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg,
+/* local_rank: the rank on this host (comm_init_env's ARCOMM_LOCAL_RANK), where a
+ * device_index of -1 derives the device from; -1 takes the rank. */
+static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int local_rank,
                                const struct backend_ops *forced, void *xport)
 {
     char why[RT_ERRMSG_BYTES];
@@ -198,6 +200,7 @@ static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg,
     c->nranks = cfg->nranks;
     c->device = cfg->device;
     c->device_index = cfg->device_index;
+    c->local_rank = local_rank >= 0 ? local_rank : cfg->rank;
     c->id = cfg->id;
 
     const char *defaults = knob_defaults_of(cfg);
@@ -289,7 +292,7 @@ err_free:
 
 ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
 {
-    return init_with(comm, cfg, NULL, NULL);
+    return init_with(comm, cfg, -1, NULL, NULL);
 }
 
 ARCOMM_HOOK comm_status_t rt_hook_init_backend(comm_t **comm, const comm_config_t *cfg,
@@ -299,7 +302,7 @@ ARCOMM_HOOK comm_status_t rt_hook_init_backend(comm_t **comm, const comm_config_
         rt_init_error(NULL, COMM_ERR_INVALID, "rt_hook_init_backend: ops is NULL");
         return COMM_ERR_INVALID;
     }
-    return init_with(comm, cfg, ops, xport);
+    return init_with(comm, cfg, -1, ops, xport);
 }
 
 ARCOMM_HOOK void rt_hook_init_error(const char *msg)
@@ -382,8 +385,9 @@ ARCOMM_API comm_status_t comm_init_env(comm_t **comm)
             goto err_invalid;
         }
     }
-    cfg.device_index = local_rank;
-    return comm_init(comm, &cfg);
+    /* The device follows the local rank modulo the devices the process sees (the
+     * transport's rule for device_index -1): process ranks may share a GPU. */
+    return init_with(comm, &cfg, local_rank, NULL, NULL);
 
 err_invalid:
     rt_init_error(NULL, COMM_ERR_INVALID, "comm_init_env: %s", why);

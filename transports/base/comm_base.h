@@ -35,7 +35,8 @@ struct comm {
     int rank;
     int nranks;
     comm_device_t device;
-    int device_index;
+    int device_index; /* the config's; -1: the backend derives it from local_rank */
+    int local_rank;   /* this rank on its host: the rank, or comm_init_env's ARCOMM_LOCAL_RANK */
     comm_id_t id;
     struct rt_knobs knobs;
     char knob_defaults[RT_KNOB_STR_MAX]; /* the config's (comm_split passes them on) */

@@ -247,7 +247,7 @@ comm_status_t cuda_setup(struct comm *c, const struct cuda_knobs *k)
                  c->rank, CUDA_MAX_RANKS, c->nranks, CUDA_MAX_RANKS);
         return COMM_ERR_UNSUPPORTED;
     }
-    int dev = c->device_index >= 0 ? c->device_index : c->rank % ndev;
+    int dev = c->device_index >= 0 ? c->device_index : c->local_rank % ndev;
     if (dev >= ndev) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank %d: device_index %d, but this process sees %d CUDA device%s "

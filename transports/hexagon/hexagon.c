@@ -221,7 +221,7 @@ comm_status_t hex_setup(struct comm *c)
     rt_log(c, RT_LOG_INFO,
            "rank %d: HTP session %d (emulated, %u threads, %u KiB VTCM, %s buffers), fences "
            "start at %u",
-           c->rank, c->device_index < 0 ? c->rank : c->device_index, hx->threads,
+           c->rank, c->device_index < 0 ? c->local_rank : c->device_index, hx->threads,
            hx->vtcm_bytes >> 10, hex_mem_kind_name(hx->mem_kind), hx->seq_last);
     return COMM_OK;
 

@@ -482,6 +482,13 @@ int main(int argc, char **argv)
         sweep(nranks, "copy path only, 64 KiB chunks", "0", "off", "64K", never, 2);
         sweep(nranks, "copy path only, bf16 everywhere", "0", "0", NULL, 0, 0);
     }
+    if (all || strstr(only, "sweep")) {
+        /* One rank: no peer, the result straight from its own input (and the addend). */
+        const size_t mib = 1u << 20, never = SIZE_MAX;
+        sweep(1, "one rank, default knobs", NULL, NULL, NULL, mib, 0);
+        sweep(1, "one rank, bf16 off", NULL, "off", NULL, never, 1);
+        sweep(1, "one rank, bf16 everywhere", NULL, "0", NULL, 0, 0);
+    }
     if (threads && (all || strstr(only, "fail"))) {
         test_unsupported(nranks);
         test_timeout(nranks, 1000);

@@ -4,7 +4,8 @@
  * number of hosts.  The ranks of each host form an intra-host arcomm communicator (its
  * id made by the host's leader and broadcast over the host's MPI communicator); the
  * inter-host steps run on MPI communicators of its own; the hierarchical backend
- * (collectives/hier) serves the calls.  Every rank ends with the same status: the
+ * (collectives/hier) serves the calls.  With every rank on one host and host buffers,
+ * the host's communicator is returned itself: no descriptor exchange through MPI.  Every rank ends with the same status: the
  * outcome is agreed over MPI, nonblocking and bounded by the timeout, at the start
  * (the arguments) and at the end (every part of the setup).
  */
@@ -405,8 +406,26 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     int leader = 0;
     comm_t *c = NULL;
     st = make_comms(tc, mpi_comm, h, deadline);
+    /* Every rank on one host, host buffers: the host's communicator is the communicator
+     * (its ranks in the MPI communicator's order), and no call goes through MPI. */
+    bool one_host = st == COMM_OK && h->nlocal == tc->nranks && h->local == tc->rank &&
+                    (cfg == NULL || cfg->device == COMM_DEVICE_HOST);
     if (st == COMM_OK)
         st = make_intra(tc, h, cfg, &leader);
+    if (one_host) {
+        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the host's communicator)");
+        if (st == COMM_OK) {
+            c = h->intra;
+            h->intra = NULL;
+            rt_log(c, RT_LOG_INFO,
+                   "rank %d: joined a communicator of %d ranks on one host: the host's own "
+                   "communicator (%s), no MPI in its calls",
+                   c->rank, c->nranks, comm_transport_name(c));
+            *comm = c;
+        }
+        hier_free(tc, h);
+        goto out;
+    }
     if (st == COMM_OK)
         st = map_ranks(tc, h, leader, deadline);
     if (st == COMM_OK) {

@@ -12,6 +12,7 @@
 #include "mpi_check.h"
 
 #include <arcomm_mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,9 +256,20 @@ int main(int argc, char **argv)
                 comm_last_error(NULL));
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (comm_rank(g_comm) != g_rank || comm_size(g_comm) != g_size ||
-        strstr(comm_transport_name(g_comm), "+mpi") == NULL)
-        fail("identity", COMM_F32, COMM_SUM, 0, comm_transport_name(g_comm));
+    /* One host (MPI's shared-memory split, or ARCOMM_MPI_RANKS_PER_HOST covering every
+     * rank): the host's own communicator, no "+mpi"; several: the hierarchical one. */
+    MPI_Comm node;
+    int node_size = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    const char *per = getenv("ARCOMM_MPI_RANKS_PER_HOST");
+    bool one_host = per != NULL && atoi(per) > 0 ? atoi(per) >= g_size : node_size == g_size;
+    bool hier = strstr(comm_transport_name(g_comm), "+mpi") != NULL;
+    if (comm_rank(g_comm) != g_rank || comm_size(g_comm) != g_size || hier == one_host)
+        fail(one_host ? "identity (one host: the host's communicator)"
+                      : "identity (several hosts: the hierarchical communicator)",
+             COMM_F32, COMM_SUM, 0, comm_transport_name(g_comm));
 
     static const comm_dtype_t red_types[] = {COMM_F32,  COMM_F64, COMM_I32,
                                              COMM_BF16, COMM_F16, COMM_U8};

@@ -19,8 +19,10 @@
  * the host, as the host path does.  Every call is ordered on the device after the
  * previous call of the communicator (ev_end), whatever stream each used; the pinned
  * buffers are rewritten only once the copies that read them are done (ev_in).
- * comm_allreduce_add is not served (its addend is each rank's own: the sum would have
- * to come back to every rank in f32).  docs/multihost.md has what this costs.
+ * comm_allreduce_add: the allreduce's sum comes back to every rank unrounded (in f32 for
+ * f16 and bf16), every rank copies it and its own addend to the host, adds them there
+ * and rounds once, as the host path does, and copies the result in: every rank waits
+ * for its stream.  docs/multihost.md has what this costs.
  */
 #include "hier_inter.h"
 
@@ -367,13 +369,14 @@ static comm_status_t leader_chunks(struct comm *c, size_t n, comm_dtype_t wd, co
 
 /*
  * The reduction over every rank of n elements of call's dtype at call->send (device),
- * with call's op, in dst (device, n elements of the dtype) on every rank, on the stream:
- * reduce to the leader (in the work dtype), the leader stages it out, allreduces it
- * among the leaders, rounds it (f16, bf16; AVG divides) and stages it into its dst, then
- * broadcasts it within the host.
+ * with call's op, in dst (device, n elements of odt: the call's dtype, or its work dtype
+ * for a sum left unrounded) on every rank, on the stream: reduce to the leader (in the
+ * work dtype), the leader stages it out, allreduces it among the leaders, rounds it into
+ * odt (f16, bf16; AVG divides) and stages it into its dst, then broadcasts it within
+ * the host.
  */
 static comm_status_t reduce_to(struct comm *c, const struct coll_call *call, size_t n, void *dst,
-                               uint64_t deadline)
+                               comm_dtype_t odt, uint64_t deadline)
 {
     struct hier_comm *h = hier_of(c);
     cudaStream_t stream = call->stream;
@@ -409,19 +412,53 @@ static comm_status_t reduce_to(struct comm *c, const struct coll_call *call, siz
     st = h->iops->reduce(h->intra, dsend, work, n, wd, wop, 0, stream);
     st = hier_intra_failed(c, st, "the reduce to the leader");
     if (leader) {
-        /* half: PIN_A holds n elements of dt already (the input's copy, done with). */
-        char *out = half ? pinned(c, PIN_A, n * es) : pw;
-        st = leader_chunks(c, n, wd, wop, work, pw, st, deadline, dt, div, out, dst, stream);
+        /* Rounded into dt: PIN_A (for half it held n elements of dt already, the input's
+         * copy, done with); left in wd: in place. */
+        char *out = odt != wd ? pinned(c, PIN_A, n * es) : pw;
+        if (out == NULL)
+            return COMM_ERR_NOMEM;
+        st = leader_chunks(c, n, wd, wop, work, pw, st, deadline, odt, div, out, dst, stream);
     }
     if (st != COMM_OK)
         return st;
-    st = h->iops->broadcast(h->intra, leader ? dst : NULL, dst, n, dt, 0, stream);
+    st = h->iops->broadcast(h->intra, leader ? dst : NULL, dst, n, odt, 0, stream);
     return hier_intra_failed(c, st, "the broadcast from the leader");
 }
 
 static comm_status_t cuda_allreduce(struct comm *c, const struct coll_call *call, uint64_t deadline)
 {
-    return reduce_to(c, call, call->count, call->recv, deadline);
+    return reduce_to(c, call, call->count, call->recv, call->dtype, deadline);
+}
+
+/* The sum unrounded on every rank's GPU, then on the host: plus this rank's addend,
+ * rounded once, copied into recv. */
+static comm_status_t cuda_allreduce_add(struct comm *c, const struct coll_call *call,
+                                        uint64_t deadline)
+{
+    cudaStream_t stream = call->stream;
+    comm_dtype_t dt = call->dtype, wd = hier_work_dtype(dt);
+    size_t n = call->count, na = call->addend_count;
+    size_t es = rt_dtype_size(dt), wes = rt_dtype_size(wd);
+    void *wide = device_buf(c, DEV_RESULT, n * wes);
+    if (wide == NULL)
+        return COMM_ERR_NOMEM;
+    comm_status_t st = reduce_to(c, call, n, wide, wd, deadline);
+    if (st != COMM_OK)
+        return st;
+    /* The copies that read these pinned buffers earlier in the call are ahead of the
+     * copies out below on the stream, which the host waits for before writing them. */
+    void *sum = pinned(c, PIN_B, n * wes), *out = pinned(c, PIN_A, (n > na ? n : na) * es);
+    if (sum == NULL || out == NULL)
+        return COMM_ERR_NOMEM;
+    st = stage_out(c, out, call->addend, na * es, stream, deadline,
+                   "the copy of the addend to the host");
+    if (st == COMM_OK)
+        st = stage_out(c, sum, wide, n * wes, stream, deadline, "the copy of the sum to the host");
+    if (st != COMM_OK)
+        return st;
+    hier_add(sum, dt, out, na, n);
+    hier_narrow(sum, dt, out, n, 1);
+    return stage_in(c, call->recv, out, n * es, stream);
 }
 
 static comm_status_t cuda_reduce(struct comm *c, const struct coll_call *call, uint64_t deadline)
@@ -430,7 +467,7 @@ static comm_status_t cuda_reduce(struct comm *c, const struct coll_call *call, u
     void *dst = c->rank == call->root ? call->recv : device_buf(c, DEV_RESULT, bytes);
     if (dst == NULL)
         return COMM_ERR_NOMEM;
-    return reduce_to(c, call, call->count, dst, deadline);
+    return reduce_to(c, call, call->count, dst, call->dtype, deadline);
 }
 
 static comm_status_t cuda_reduce_scatter(struct comm *c, const struct coll_call *call,
@@ -440,7 +477,7 @@ static comm_status_t cuda_reduce_scatter(struct comm *c, const struct coll_call 
     char *all = device_buf(c, DEV_RESULT, n * es);
     if (all == NULL)
         return COMM_ERR_NOMEM;
-    comm_status_t st = reduce_to(c, call, n, all, deadline);
+    comm_status_t st = reduce_to(c, call, n, all, call->dtype, deadline);
     if (st != COMM_OK)
         return st;
     return copy_d2d(c, call->recv, all + (size_t)c->rank * call->count * es, call->count * es,
@@ -619,6 +656,11 @@ static comm_status_t hc_allreduce(struct comm *c, const struct coll_call *call)
     return run_call(c, call, cuda_allreduce);
 }
 
+static comm_status_t hc_allreduce_add(struct comm *c, const struct coll_call *call)
+{
+    return run_call(c, call, cuda_allreduce_add);
+}
+
 static comm_status_t hc_reduce(struct comm *c, const struct coll_call *call)
 {
     return run_call(c, call, cuda_reduce);
@@ -696,7 +738,7 @@ void hier_cuda_adapt(struct backend_ops *ops)
     ops->device = COMM_DEVICE_CUDA;
     ops->validate = hc_validate;
     ops->allreduce = hc_allreduce;
-    ops->allreduce_add = NULL; /* COMM_ERR_UNSUPPORTED on every rank alike */
+    ops->allreduce_add = hc_allreduce_add;
     ops->broadcast = hc_broadcast;
     ops->reduce = hc_reduce;
     ops->allgather = hc_allgather;

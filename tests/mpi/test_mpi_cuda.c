@@ -13,13 +13,14 @@
  * With a GPU: every collective the communicator serves on device buffers, on a stream of
  * the test's own and on the default stream: allreduce, reduce and reduce_scatter of every
  * dtype with sum, max, min and prod (avg for the float types), broadcast, allgather and
- * alltoall, counts 0, 1, 97 and about a million; random inputs, float64 (exact for
+ * alltoall, comm_allreduce_add (f32, bf16, f16, f64, i32; residual and bias row, in place
+ * and not), counts 0, 1, 97 and about a million; random inputs, float64 (exact for
  * integers) references, outputs poisoned first, every element checked after a
  * cudaStreamSynchronize, and every rank's bits compared for the allreduces,
  * broadcasts and allgathers.  Failures: a count that differs on the last rank (its
  * host is another one under ARCOMM_MPI_RANKS_PER_HOST): MISMATCH on every rank and no
  * byte of any output written; comm_abort before a call (ABORTED, PEER elsewhere);
- * comm_allreduce_add (UNSUPPORTED on every rank, the communicator usable after); a call
+ * comm_allreduce_add on one rank against comm_allreduce (MISMATCH everywhere); a call
  * on a stream being captured on rank 1 (INVALID there, PEER elsewhere).  Exits non-zero
  * on any failure.
  *
@@ -142,6 +143,37 @@ static void *input(size_t n, uint64_t seed, int r, comm_dtype_t dt, comm_op_t op
     void *h = host_buf(n * comm_dtype_size(dt));
     mc_fill(h, n, seed, r, dt, op, first);
     return h;
+}
+
+/* A sum plus this rank's own addend (a residual, ac == n, or a bias row, ac divides n):
+ * every element against the float64 sum plus the addend, rounded once. */
+static void t_allreduce_add(comm_dtype_t dt, size_t n, size_t ac, uint64_t seed, bool in_place)
+{
+    size_t es = comm_dtype_size(dt);
+    void *hin = input(n, seed, g_rank, dt, COMM_SUM, 0);
+    void *hadd = input(ac, seed + 1000003, g_rank, dt, COMM_SUM, 0);
+    void *send = dev_buf(hin, n * es), *recv = in_place ? send : dev_buf(NULL, n * es);
+    void *add = dev_buf(hadd, ac * es);
+    void *s = next_stream();
+    comm_status_t st = comm_allreduce_add(g_comm, send, recv, add, ac, n, dt, s);
+    void *out = to_host(recv, n * es, s);
+    for (size_t i = 0; call_ok(st, "allreduce_add", dt, COMM_SUM, n) && i < n; i++) {
+        double sumabs, ref = mc_reduce_ref(seed, g_size, i, dt, COMM_SUM, &sumabs);
+        double a = mc_load(hadd, i % ac, dt), got = mc_load(out, i, dt);
+        if (!mc_close(got, ref + a, sumabs + (a < 0 ? -a : a), dt, COMM_SUM)) {
+            char why[128];
+            snprintf(why, sizeof(why), "element %zu is %.9g, expected %.9g", i, got, ref + a);
+            fail("allreduce_add", dt, COMM_SUM, n, why);
+            break;
+        }
+    }
+    free(out);
+    free(hadd);
+    free(hin);
+    cudaFree(add);
+    if (!in_place)
+        cudaFree(recv);
+    cudaFree(send);
 }
 
 static void t_allreduce(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed, bool in_place)
@@ -378,16 +410,15 @@ static void t_failures(void)
     cudaStreamSynchronize(g_stream);
     comm_destroy(c);
 
-    /* comm_allreduce_add is not served: UNSUPPORTED everywhere, usable after. */
+    /* comm_allreduce_add on one rank, comm_allreduce on the others: MISMATCH everywhere
+     * (the addend is part of the call). */
     c = fresh(COMM_DEVICE_CUDA, -1, &st);
-    st = comm_allreduce_add(c, send, recv, send, n, n, COMM_F32, g_stream);
-    expect("comm_allreduce_add", st, COMM_ERR_UNSUPPORTED, c);
-    st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, g_stream);
-    expect("an allreduce after UNSUPPORTED", st, COMM_OK, c);
-    out = to_host(recv, n * es, g_stream);
-    if (st == COMM_OK)
-        check_reduced("an allreduce after UNSUPPORTED", out, n, 0, 77, COMM_F32, COMM_SUM);
-    free(out);
+    if (g_rank == 0)
+        st = comm_allreduce_add(c, send, recv, send, n, n, COMM_F32, g_stream);
+    else
+        st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, g_stream);
+    expect("comm_allreduce_add against comm_allreduce", st, COMM_ERR_MISMATCH, c);
+    cudaStreamSynchronize(g_stream);
     comm_destroy(c);
 
     /* Rank 1 calls on a stream being captured into a graph. */
@@ -488,6 +519,12 @@ int main(int argc, char **argv)
             t_alltoall(moved[d], move_counts[k], seed++);
         }
     t_allgather(COMM_F32, 97, seed++, true);
+    static const comm_dtype_t add_types[] = {COMM_F32, COMM_BF16, COMM_F16, COMM_F64, COMM_I32};
+    for (size_t d = 0; d < sizeof(add_types) / sizeof(add_types[0]); d++) {
+        t_allreduce_add(add_types[d], 97, 97, seed++, false);
+        t_allreduce_add(add_types[d], 96, 8, seed++, true);
+        t_allreduce_add(add_types[d], 0, 1, seed++, false);
+    }
     if (comm_barrier(g_comm) != COMM_OK)
         fail("barrier", COMM_U8, COMM_SUM, 0, comm_last_error(g_comm));
     void *mem = NULL; /* as on one host: CUDA buffers are the caller's cudaMalloc */
@@ -498,6 +535,7 @@ int main(int argc, char **argv)
     t_allreduce(COMM_F32, COMM_SUM, BIG, seed++, false);
     t_allreduce(COMM_BF16, COMM_SUM, BIG, seed++, false);
     t_allreduce(COMM_I32, COMM_SUM, BIG, seed++, true);
+    t_allreduce_add(COMM_BF16, BIG - 1, 4, seed++, false);
     t_reduce(COMM_F64, COMM_SUM, BIG, seed++);
     t_reduce_scatter(COMM_F32, COMM_SUM, BIG / (size_t)g_size, seed++);
     t_broadcast(COMM_F64, BIG, seed++);

@@ -7,8 +7,9 @@
  *            copies every slot into its output
  *   one-pass every rank copies its block straight into every rank's recvbuf (which
  *            must be reachable), then waits until every rank is done
- *   staged   slot by slot: every rank stages its chunk, synchronise, every rank
- *            copies the peers' chunks into its output
+ *   staged   a pipeline of chunks through a ring of places in every rank's two
+ *            slots: every rank stages its chunk k, then copies the peers' chunk k
+ *            into its output while they may already stage chunk k + 1
  *   CMA      every rank pulls every peer's sendbuf into its recvbuf (process_vm_readv:
  *            one copy per byte), then waits until every rank is done
  */
@@ -61,28 +62,48 @@ static comm_status_t direct(struct comm *c, const struct coll_call *call)
     return coll_sync(c, "allgather (one-pass path, completion)");
 }
 
+/*
+ * The staged pipeline with every rank producing and consuming (coll_pipe, no root): in
+ * round k a rank fills place k of its ring with its chunk k (once every rank drained
+ * round k - places from it), publishes a step, copies its own chunk into its output,
+ * waits until every rank produced round k and copies their chunks, and publishes a step
+ * again: 2 steps a round on every rank, so that step 2k + 1 says "produced round k" and
+ * 2k + 2 "consumed round k".  A rank fills round k + 1 while its peers still copy round
+ * k; it returns once every rank consumed the last round (the next call may write any
+ * place).
+ */
 static comm_status_t staged(struct comm *c, const struct coll_call *call)
 {
     size_t esize = rt_dtype_size(call->dtype);
     size_t bytes = call->count * esize;
-    size_t chunk = (size_t)c->shm->slot_bytes / esize;
-    for (size_t lo = 0; lo < call->count; lo += chunk) {
-        size_t len = (call->count - lo < chunk ? call->count - lo : chunk) * esize;
-        uint32_t slot = coll_next_stage_slot(c);
+    struct coll_pipe pp;
+    coll_pipe_begin(&pp, c, -1, call->count, esize);
+    for (size_t k = 0; k < pp.rounds; k++) {
+        size_t lo = k * pp.chunk;
+        size_t len = (call->count - lo < pp.chunk ? call->count - lo : pp.chunk) * esize;
         const char *from = (const char *)call->send + lo * esize;
         char *own = (char *)call->recv + (size_t)c->rank * bytes + lo * esize;
-        memcpy(shm_slot(c->shm, c->rank, slot), from, len);
+        comm_status_t st;
+        if (k >= pp.places) {
+            st = coll_pipe_wait(&pp, false, 2 * (k - pp.places) + 2, "allgather (staged path)");
+            if (st != COMM_OK)
+                return st;
+        }
+        memcpy(coll_pipe_place(&pp, c->rank, k), from, len);
+        shm_progress_publish(c);
         if (own != from)
             memcpy(own, from, len);
-        comm_status_t st = coll_sync(c, "allgather (staged path)");
+        st = coll_pipe_wait(&pp, false, 2 * k + 1, "allgather (staged path)");
         if (st != COMM_OK)
             return st;
-        for (int p = 0; p < c->nranks; p++)
-            if (p != c->rank)
-                memcpy((char *)call->recv + (size_t)p * bytes + lo * esize,
-                       shm_slot(c->shm, p, slot), len);
+        for (int i = 1; i < c->nranks; i++) {
+            int p = (c->rank + i) % c->nranks;
+            memcpy((char *)call->recv + (size_t)p * bytes + lo * esize, coll_pipe_place(&pp, p, k),
+                   len);
+        }
+        shm_progress_publish(c);
     }
-    return COMM_OK;
+    return coll_pipe_wait(&pp, false, 2 * pp.rounds, "allgather (staged path, completion)");
 }
 
 static comm_status_t cma(struct comm *c, const struct coll_call *call)

@@ -324,7 +324,8 @@ struct coll_pipe {
 void coll_pipe_begin(struct coll_pipe *pp, struct comm *c, int root, size_t count, size_t esize);
 /* Rank p's place for round k. */
 void *coll_pipe_place(const struct coll_pipe *pp, int p, size_t k);
-/* Waits until the root (root_side) or every other rank has published step base + steps. */
+/* Waits until the root (root_side) or every other rank has published step base + steps
+ * (root -1, allgather's pipeline where every rank produces and consumes: every rank). */
 comm_status_t coll_pipe_wait(const struct coll_pipe *pp, bool root_side, uint64_t steps,
                              const char *what);
 

@@ -258,6 +258,20 @@ int mc_finish(int failed, char before[][96], int nbefore)
     return any ? 1 : 0;
 }
 
+bool mc_first_wrong_add(const void *out, const void *addend, size_t n, size_t addend_count,
+                        uint64_t seed, int nranks, comm_dtype_t dtype, char *why, size_t len)
+{
+    for (size_t i = 0; i < n; i++) {
+        double sumabs, ref = mc_reduce_ref(seed, nranks, i, dtype, COMM_SUM, &sumabs);
+        double a = mc_load(addend, i % addend_count, dtype), got = mc_load(out, i, dtype);
+        if (!mc_close(got, ref + a, sumabs + (a < 0 ? -a : a), dtype, COMM_SUM)) {
+            snprintf(why, len, "element %zu is %.9g, expected %.9g", i, got, ref + a);
+            return true;
+        }
+    }
+    return false;
+}
+
 bool mc_first_wrong(const void *out, size_t n, size_t first, uint64_t seed, int nranks,
                     comm_dtype_t dtype, comm_op_t op, char *why, size_t len)
 {

@@ -38,6 +38,9 @@ bool mc_same_everywhere(uint64_t h);
  * of every rank's input, with why; false when all are right. */
 bool mc_first_wrong(const void *out, size_t n, size_t first, uint64_t seed, int nranks,
                     comm_dtype_t dtype, comm_op_t op, char *why, size_t len);
+/* The same for comm_allreduce_add: the sum plus addend[i % addend_count] (this rank's). */
+bool mc_first_wrong_add(const void *out, const void *addend, size_t n, size_t addend_count,
+                        uint64_t seed, int nranks, comm_dtype_t dtype, char *why, size_t len);
 const char *mc_dtype_name(comm_dtype_t dtype);
 
 /* The /dev/shm/arcomm-* entries now (count, names into names[max]). */

@@ -88,16 +88,9 @@ static void t_allreduce_add(comm_dtype_t dt, size_t n, size_t ac, uint64_t seed)
     mc_fill(send, n, seed, g_rank, dt, COMM_SUM, 0);
     mc_fill(add, ac, seed + 1000003, g_rank, dt, COMM_SUM, 0);
     comm_status_t st = comm_allreduce_add(g_comm, send, recv, add, ac, n, dt, NULL);
-    for (size_t i = 0; st == COMM_OK && i < n; i++) {
-        double sumabs, ref = mc_reduce_ref(seed, g_size, i, dt, COMM_SUM, &sumabs);
-        double a = mc_load(add, i % ac, dt), got = mc_load(recv, i, dt);
-        if (!mc_close(got, ref + a, sumabs + (a < 0 ? -a : a), dt, COMM_SUM)) {
-            char why[128];
-            snprintf(why, sizeof(why), "element %zu is %.9g, expected %.9g", i, got, ref + a);
-            fail("allreduce_add", dt, COMM_SUM, n, why);
-            break;
-        }
-    }
+    char why[128];
+    if (st == COMM_OK && mc_first_wrong_add(recv, add, n, ac, seed, g_size, dt, why, sizeof(why)))
+        fail("allreduce_add", dt, COMM_SUM, n, why);
     call_ok(st, "allreduce_add", dt, COMM_SUM, n);
     free(add);
     free(recv);

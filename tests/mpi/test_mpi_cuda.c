@@ -157,16 +157,10 @@ static void t_allreduce_add(comm_dtype_t dt, size_t n, size_t ac, uint64_t seed,
     void *s = next_stream();
     comm_status_t st = comm_allreduce_add(g_comm, send, recv, add, ac, n, dt, s);
     void *out = to_host(recv, n * es, s);
-    for (size_t i = 0; call_ok(st, "allreduce_add", dt, COMM_SUM, n) && i < n; i++) {
-        double sumabs, ref = mc_reduce_ref(seed, g_size, i, dt, COMM_SUM, &sumabs);
-        double a = mc_load(hadd, i % ac, dt), got = mc_load(out, i, dt);
-        if (!mc_close(got, ref + a, sumabs + (a < 0 ? -a : a), dt, COMM_SUM)) {
-            char why[128];
-            snprintf(why, sizeof(why), "element %zu is %.9g, expected %.9g", i, got, ref + a);
-            fail("allreduce_add", dt, COMM_SUM, n, why);
-            break;
-        }
-    }
+    char why[128];
+    if (call_ok(st, "allreduce_add", dt, COMM_SUM, n) &&
+        mc_first_wrong_add(out, hadd, n, ac, seed, g_size, dt, why, sizeof(why)))
+        fail("allreduce_add", dt, COMM_SUM, n, why);
     free(out);
     free(hadd);
     free(hin);

@@ -164,12 +164,12 @@ static comm_status_t check_config(const comm_config_t *cfg, char *why, size_t le
 }
 
 /*
- * comm_init's work.  forced: the backend a library layered on this one (libarcomm_mpi)
- * made ready, with its state in xport (no pick, no segment); its failures are not
- * published through the segment, since the caller agrees on them with its peers.
+ * comm_init's work.  local_rank: the rank on this host (comm_init_env's
+ * ARCOMM_LOCAL_RANK), from which a device_index of -1 derives the device; -1 takes the
+ * rank.  forced: the backend a library layered on this one (libarcomm_mpi) made ready,
+ * with its state in xport (no pick, no segment); its failures are not published
+ * through the segment, since the caller agrees on them with its peers.
  */
-/* local_rank: the rank on this host (comm_init_env's ARCOMM_LOCAL_RANK), where a
- * device_index of -1 derives the device from; -1 takes the rank. */
 static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int local_rank,
                                const struct backend_ops *forced, void *xport)
 {

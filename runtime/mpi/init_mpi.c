@@ -5,9 +5,10 @@
  * id made by the host's leader and broadcast over the host's MPI communicator); the
  * inter-host steps run on MPI communicators of its own; the hierarchical backend
  * (collectives/hier) serves the calls.  With every rank on one host and host buffers,
- * the host's communicator is returned itself: no descriptor exchange through MPI.  Every rank ends
- * with the same status: the outcome is agreed over MPI, nonblocking and bounded by the timeout, at
- * the start (the arguments) and at the end (every part of the setup).
+ * the host's communicator is returned itself: no descriptor exchange through MPI.
+ * Every rank ends with the same status: the outcome is agreed over MPI, nonblocking and
+ * bounded by the timeout, at the start (the arguments) and at the end (every part of
+ * the setup).
  */
 #include "arcomm_mpi.h"
 #include "rt_hooks.h"

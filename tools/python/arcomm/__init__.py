@@ -371,7 +371,8 @@ class Comm:
 
     @property
     def transport(self) -> str:
-        """The transport's name (``comm_transport_name``: "shm", "thread", "shm+mpi"...)."""
+        """The transport's name (``comm_transport_name``: "shm", "thread", "shm+mpi" for
+        ``from_mpi`` on several hosts...)."""
         return (_lib.lib().comm_transport_name(self._handle()) or b"").decode()
 
     @property

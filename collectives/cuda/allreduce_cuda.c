@@ -499,7 +499,9 @@ comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *cal
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     /* bf16 on the wire for f32 sums only (an addend is a sum's). */
     bool narrow = call->dtype == COMM_F32 && call->op == COMM_SUM && bytes >= x->k.bf16_threshold;
-    if (bytes >= x->k.copy_threshold && c->nranks > 1)
+    if (c->nranks == 1)
+        st = cuda_single_rank(c, call); /* exact: nothing travels */
+    else if (bytes >= x->k.copy_threshold)
         st = large(c, call, narrow);
     else
         st = small(c, call, narrow);

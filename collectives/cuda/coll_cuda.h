@@ -27,14 +27,17 @@ comm_status_t coll_cuda_p2p_reduce(struct comm *c, const struct coll_call *call)
 /* An allreduce path: enqueues a call (narrow: f32 sums as bf16 on the wire). */
 typedef comm_status_t (*cuda_allreduce_path)(struct comm *c, const struct coll_call *call,
                                              bool narrow);
-/* Allreduce on a transport's two paths: small below ARCOMM_COPY_THRESHOLD, large from it
- * (with more than one rank); the device's reports checked, the call ordered, narrowing
+/* Allreduce on a transport's two paths: small below ARCOMM_COPY_THRESHOLD, large from it;
+ * one rank: cuda_single_rank.  The device's reports checked, the call ordered, narrowing
  * chosen from ARCOMM_BF16_THRESHOLD.  coll_cuda_allreduce is this over the kernel and
  * copy-engine paths. */
 comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
                                      cuda_allreduce_path small, cuda_allreduce_path large);
 /* Broadcast, reduce, allgather, reduce_scatter and alltoall (call->kind says which). */
 comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call);
+/* A call of a one-rank communicator, enqueued after cuda_call_begin: a device copy, or
+ * (reductions, allreduce with its addend) the add kernel over the one input. */
+comm_status_t cuda_single_rank(struct comm *c, const struct coll_call *call);
 
 /*
  * What this rank's GPU or a peer reported since the last call: COMM_OK, or the

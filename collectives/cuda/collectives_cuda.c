@@ -94,12 +94,11 @@ static void movement_parts(const struct coll_call *call, int nranks, int me, con
     }
 }
 
-/* One rank: every collective is a copy (or the reduction of one input). */
-static comm_status_t single_rank(struct comm *c, const struct coll_call *call)
+comm_status_t cuda_single_rank(struct comm *c, const struct coll_call *call)
 {
     struct cuda_comm *x = cuda_of(c);
     size_t bytes = call->count * rt_dtype_size(call->dtype);
-    if (!kind_reduces(call->kind))
+    if (!kind_reduces(call->kind) && call->kind != COLL_ALLREDUCE)
         return copy_d2d(c, call->recv, call->send, bytes, call->stream);
     /* The add kernel with no peers applies the op's end (AVG / 1) and the rounding. */
     struct cuda_cadd_args a = {.tmp = x->tmp, .peer_stride = 0, .lo = 0, .n = call->count};
@@ -259,6 +258,6 @@ comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call)
     st = cuda_call_begin(c, call, &prev);
     if (st != COMM_OK)
         return st;
-    st = c->nranks == 1 ? single_rank(c, call) : staged(c, call);
+    st = c->nranks == 1 ? cuda_single_rank(c, call) : staged(c, call);
     return cuda_call_end(c, call, st, prev);
 }

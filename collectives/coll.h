@@ -163,6 +163,13 @@ static inline size_t coll_host_flag_bytes(enum coll_kind kind, size_t bytes_per_
  */
 bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank);
 
+/*
+ * Where ARCOMM_CMA_THRESHOLD=auto also takes CMA for a bulk call on a host where the
+ * single copy is fast (cma_calibrate.h): the windows where it was measured faster than
+ * the staging slots on such a host.  Bulk calls only: it never moves the flag path.
+ */
+bool coll_host_cma_fast_window(enum coll_kind kind, int nranks, size_t bytes_per_rank);
+
 /* Does a call of kind moving bytes_per_rank take the flag path (else the bulk path)?
  * Where ARCOMM_CMA_THRESHOLD=auto sends it through CMA, the bulk path. */
 static inline bool coll_host_kind_flag(enum coll_kind kind, const struct rt_knobs *k,
@@ -223,24 +230,28 @@ uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const 
 
 /* Does a call of kind moving bytes_per_rank between nranks ranks take the CMA path
  * where the buffers allow it, on resolved knobs (cma_threshold is off for thread ranks
- * and where some rank cannot reach its peers)? */
+ * and where some rank cannot reach its peers)?  fast: the ranks agreed at join that the
+ * single copy is fast (struct shm_comm.cma_fast). */
 static inline bool coll_host_cma_size(enum coll_kind kind, const struct rt_knobs *k,
-                                      size_t bytes_per_rank, int nranks)
+                                      size_t bytes_per_rank, int nranks, bool fast)
 {
     size_t t = k->cma_threshold;
     if (t == RT_SIZE_OFF)
         return false;
     if (t == RT_SIZE_AUTO)
-        return coll_host_cma_auto(kind, nranks, bytes_per_rank);
+        return coll_host_cma_auto(kind, nranks, bytes_per_rank) ||
+               (fast && coll_host_cma_fast_window(kind, nranks, bytes_per_rank));
     return bytes_per_rank >= t;
 }
 
 /* Does a bulk call of kind moving bytes_per_rank offer the CMA path?  Every rank
- * decides alike: the knob is agreed at join (RT_KNOB_AGREE), and so is whether every
- * rank reaches every peer (the segment's probe, c->shm->cma). */
+ * decides alike: the knob is agreed at join (RT_KNOB_AGREE), and so are whether every
+ * rank reaches every peer (the segment's probe, c->shm->cma) and whether all found the
+ * single copy fast (c->shm->cma_fast). */
 static inline bool coll_host_cma(const struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
 {
-    return c->shm->cma && coll_host_cma_size(kind, &c->knobs, bytes_per_rank, c->nranks);
+    return c->shm->cma &&
+           coll_host_cma_size(kind, &c->knobs, bytes_per_rank, c->nranks, c->shm->cma_fast);
 }
 
 /*

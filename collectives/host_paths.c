@@ -230,6 +230,33 @@ bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank)
     }
 }
 
+bool coll_host_cma_fast_window(enum coll_kind kind, int nranks, size_t bytes_per_rank)
+{
+    /*
+     * Measured with 2 process ranks on the Intel development VM (Xeon, AVX-512; readv at
+     * 0.55-0.79 of memcpy's rate), CMA against the staging slots, four alternated rounds
+     * of `arbench -n 2 --procs --coll all -b 1M -e 64M -f 2` in two states of the VM
+     * (docs/PERFORMANCE.md, "single copy by measurement"), staged time / CMA time:
+     * broadcast 1.02-1.53 and alltoall 1.01-1.71 at every size; allgather 1.0-1.7;
+     * allreduce 1.08-1.56 up to 16 MiB per rank, 0.88-1.1 beyond; reduce 1.14-1.35 at
+     * 1 MiB, 0.95-1.2 up to 8 MiB, 0.64-1.2 beyond; reduce_scatter 1.2-1.7 at 512 KiB,
+     * 0.93-1.4 up to 8 MiB, 0.87-1.2 beyond.  Below 512 KiB per rank (the smallest bulk
+     * call measured) and with more than 2 process ranks (not measured on a host with
+     * the cores for them): today's paths.
+     */
+    if (nranks != 2 || bytes_per_rank < (512u << 10))
+        return false;
+    switch (kind) {
+    case COLL_ALLREDUCE:
+        return bytes_per_rank <= (16u << 20);
+    case COLL_REDUCE:
+    case COLL_REDUCE_SCATTER:
+        return bytes_per_rank <= (8u << 20);
+    default:
+        return true;
+    }
+}
+
 comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, const uint64_t *in,
                               const void *own, size_t count, void *dst, const uint64_t *out,
                               const char *what)

@@ -17,7 +17,8 @@ import sys
 
 TOP_KEYS = ['schema', 'arcomm_version', 'build', 'nranks', 'host', 'topology',
             'pci_accelerators', 'cuda', 'hexagon', 'transports', 'transport_pick', 'paths',
-            'collective_paths', 'streaming_stores', 'config', 'unknown_environment']
+            'collective_paths', 'streaming_stores', 'single_copy', 'config',
+            'unknown_environment']
 # The collectives of collective_paths, in their order for each size.
 COLLECTIVES = ['broadcast', 'reduce', 'allgather', 'reduce_scatter', 'alltoall']
 # Those whose flag path stages nranks blocks of the size (their whole sendbuf).
@@ -47,10 +48,13 @@ def check_collective_paths(d, flag_threshold=None):
         for r in group:
             assert set(r) == {'size', 'bytes', 'collective', 'device', 'flag_stage_bytes',
                               'path', 'path_thread_ranks', 'process_ranks_bulk'}, r
-            # Process ranks' bulk path with private buffers; where ARCOMM_CMA_THRESHOLD
-            # sends a call through CMA, it takes the bulk path whatever its size.
+            # Process ranks' bulk path with private buffers; where ARCOMM_CMA_THRESHOLD's
+            # windows of every host send a call through CMA (auto: allgather of 2 ranks,
+            # 1-4 MiB), it takes the bulk path whatever its size; the windows of a host
+            # where the single copy is fast only choose among bulk calls.
             assert r['process_ranks_bulk'] in ('staged', 'cma'), r
-            cma = r['process_ranks_bulk'] == 'cma'
+            cma = (r['process_ranks_bulk'] == 'cma' and r['collective'] == 'allgather' and
+                   n == 2 and 1 << 20 <= r['bytes'] <= 4 << 20)
             assert not cma or r['path'] == 'bulk', r
             assert (r['size'], r['bytes'], r['device']) == (p['size'], p['bytes'], 'host'), r
             assert r['path'] in ('flag', 'bulk') and r['path_thread_ranks'] in ('flag', 'bulk')
@@ -113,6 +117,34 @@ def check_streaming(d, knob):
         assert ss['threshold_bytes'] <= cal['crossover_bytes'], ss
 
 
+def check_single_copy(d, knob):
+    """single_copy: ARCOMM_CMA_THRESHOLD, and what this process measured of the single copy."""
+    sc = d['single_copy']
+    assert set(sc) == {'threshold', 'source', 'fast', 'fast_source', 'calibration'}, sc
+    assert sc['source'] == ('auto' if knob['value'] == 'auto' else 'set'), (sc, knob)
+    cal = sc['calibration']
+    if sc['source'] == 'set':
+        assert cal is None and sc['threshold'] == knob['effective'], (sc, knob)
+        assert sc['fast'] is None and sc['fast_source'] is None, sc
+        return
+    assert sc['threshold'] == 'auto', sc
+    if sc['fast_source'] == 'set':
+        assert cal is None and isinstance(sc['fast'], bool), sc
+        return
+    assert sc['fast_source'] == 'measured' and sc['fast'] == cal['fast'], sc
+    assert set(cal) == {'outcome', 'why', 'readv_gbps', 'memcpy_gbps', 'ratio', 'wall_ms',
+                        'fast_ratio', 'fast'}, cal
+    assert cal['outcome'] in ('measured', 'failed', 'skipped'), cal
+    assert (cal['why'] is not None) == (cal['outcome'] == 'failed'), cal
+    measured = cal['outcome'] == 'measured'
+    for key in ('readv_gbps', 'memcpy_gbps', 'ratio', 'wall_ms'):
+        assert (cal[key] is not None) == measured, cal
+    if measured:
+        assert cal['readv_gbps'] > 0 and cal['memcpy_gbps'] > 0, cal
+        assert abs(cal['ratio'] - cal['readv_gbps'] / cal['memcpy_gbps']) < 0.02, cal
+    assert cal['fast'] == (measured and cal['ratio'] >= cal['fast_ratio']), cal
+
+
 def walk(node):
     yield node
     for key in ('memory_children', 'children'):
@@ -159,12 +191,16 @@ def check_full(d, this_system):
         assert x['probe_ok'] == (x['probe_reason'] is None)
     sizes = [p['bytes'] for p in d['paths']]
     assert sizes == [4, 64, 1 << 10, 16 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20], sizes
+    # Process ranks' allreduce takes the single copy up to 16 MiB where it was measured
+    # fast (2 ranks, ARCOMM_CMA_THRESHOLD auto), the staging slots otherwise.
+    fast = bool(d['single_copy']['fast']) and d['nranks'] == 2
     for p in d['paths']:
         assert p['path'] in ('flag', 'bulk') and p['device'] == 'host'
         assert (p['bulk_variant'] is not None) == (p['path'] == 'bulk')
         if p['bulk_variant']:
+            procs = 'cma' if fast and p['bytes'] <= 16 << 20 else 'staged'
             assert p['bulk_variant'] == {'thread_ranks_or_comm_mem': 'one-pass',
-                                         'process_ranks': 'staged'}
+                                         'process_ranks': procs}, (p, d['single_copy'])
         assert isinstance(p['f32_as_bf16'], bool)
     # Paths are ordered by size, so the flag path comes first and never after bulk.
     kinds = [p['path'] for p in d['paths']]
@@ -172,6 +208,7 @@ def check_full(d, this_system):
     cfg = {c['name']: c for c in d['config']}
     check_collective_paths(d, size_of(cfg['ARCOMM_FLAG_THRESHOLD']['effective']))
     check_streaming(d, cfg['ARCOMM_NT_THRESHOLD'])
+    check_single_copy(d, cfg['ARCOMM_CMA_THRESHOLD'])
     for c in d['config']:
         assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'table',
                           'used_by', 'doc'}
@@ -218,6 +255,7 @@ def main():
     # The streaming-store threshold follows the XML's 16 MiB L3, not this machine's.
     assert cfg['ARCOMM_NT_THRESHOLD']['effective'] == '16M', cfg['ARCOMM_NT_THRESHOLD']
     assert d['streaming_stores']['calibration']['outcome'] == 'skipped', d['streaming_stores']
+    assert d['single_copy']['calibration']['outcome'] == 'skipped', d['single_copy']
     assert sum(c['source'] == 'environment' for c in d['config']) == 2
     assert d['unknown_environment'] == ['ARCOMM_BOGUS_KNOB'], d['unknown_environment']
     assert 'ARCOMM_BOGUS_KNOB' in err and 'ARCOMM_RANK' not in err, err
@@ -232,12 +270,25 @@ def main():
                                      'source': 'set', 'origin': None,
                                      'calibration': None}, d['streaming_stores']
 
+    # So does ARCOMM_CMA_THRESHOLD: set, no calibration; off, no CMA anywhere.
+    d, _ = run(arinfo, ['--only', 'config,paths'], {b'ARCOMM_CMA_THRESHOLD': b'off'})
+    assert d['single_copy'] == {'threshold': 'off', 'source': 'set', 'fast': None,
+                                'fast_source': None, 'calibration': None}, d['single_copy']
+    assert all(r['process_ranks_bulk'] == 'staged' for r in d['collective_paths'])
+    # ARCOMM_CMA_FAST=1: the wider windows without a calibration.
+    d, _ = run(arinfo, ['--only', 'config,paths'], {b'ARCOMM_CMA_FAST': b'1'})
+    assert d['single_copy'] == {'threshold': 'auto', 'source': 'auto', 'fast': True,
+                                'fast_source': 'set', 'calibration': None}, d['single_copy']
+    rows = {(r['bytes'], r['collective']): r['process_ranks_bulk'] for r in d['collective_paths']}
+    assert rows[(1 << 20, 'broadcast')] == 'cma' and rows[(256 << 20, 'alltoall')] == 'cma'
+    assert rows[(16 << 20, 'reduce_scatter')] == 'staged', rows
+
     # --no-host and --only narrow the document; the header keys stay.
     d, _ = run(arinfo, ['--topology', xml, '--no-host'])
     assert 'host' not in d and 'config' in d
     d, _ = run(arinfo, ['--topology', xml, '--only', 'pci,paths', '--sizes', '1G', '-n', '4'])
     assert list(d) == ['schema', 'arcomm_version', 'build', 'nranks', 'pci_accelerators',
-                       'paths', 'collective_paths', 'streaming_stores'], list(d)
+                       'paths', 'collective_paths', 'streaming_stores', 'single_copy'], list(d)
     assert d['nranks'] == 4 and [p['bytes'] for p in d['paths']] == [1 << 30]
     check_collective_paths(d)
 

@@ -12,6 +12,7 @@
 #include "coll.h"
 #include "comm_internal.h"
 #include "knobs.h"
+#include "shm/cma_calibrate.h"
 #include "nt_calibrate.h"
 
 #include <errno.h>
@@ -474,6 +475,7 @@ int main(int argc, char **argv)
      * processes' calibrations need not agree. */
     setenv("ARINFO_NO_CALIBRATION", "1", 1);
     coll_nt_calibration_skip();
+    shm_cma_calibration_skip();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(config_lists_every_knob),
         cmocka_unit_test(malformed_knob_exits_2),

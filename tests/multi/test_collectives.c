@@ -345,18 +345,11 @@ static void sweep_body(struct h_rank *r)
     r->out_len = x.nh * sizeof(uint64_t);
 }
 
-/* Runs the sweep and checks it; returns rank 0's hashes (malloc'd, *len bytes). */
-static uint64_t *run_sweep_hashes(int nranks, bool procs, struct sweep sw,
-                                  const char *flag_threshold, const char *cma_threshold,
-                                  size_t *len)
+/* Runs a sweep job and checks it; returns rank 0's hashes (malloc'd, *len bytes). */
+static uint64_t *run_job_hashes(const struct h_job *job, size_t *len)
 {
-    if (flag_threshold)
-        h_env_push("ARCOMM_FLAG_THRESHOLD", flag_threshold);
-    if (cma_threshold)
-        h_env_push("ARCOMM_CMA_THRESHOLD", cma_threshold);
-    struct h_job job = {
-        .nranks = nranks, .procs = procs, .body = sweep_body, .arg = &sw, .kill_rank = -1};
-    struct h_rank *res = h_run(&job);
+    int nranks = job->nranks;
+    struct h_rank *res = h_run(job);
     h_env_pop();
     for (int r = 0; r < nranks; r++)
         if (res[r].errors)
@@ -373,6 +366,20 @@ static uint64_t *run_sweep_hashes(int nranks, bool procs, struct sweep sw,
     memcpy(hashes, res[0].out, res[0].out_len);
     *len = res[0].out_len;
     return hashes;
+}
+
+/* Runs the sweep and checks it; returns rank 0's hashes (malloc'd, *len bytes). */
+static uint64_t *run_sweep_hashes(int nranks, bool procs, struct sweep sw,
+                                  const char *flag_threshold, const char *cma_threshold,
+                                  size_t *len)
+{
+    if (flag_threshold)
+        h_env_push("ARCOMM_FLAG_THRESHOLD", flag_threshold);
+    if (cma_threshold)
+        h_env_push("ARCOMM_CMA_THRESHOLD", cma_threshold);
+    struct h_job job = {
+        .nranks = nranks, .procs = procs, .body = sweep_body, .arg = &sw, .kill_rank = -1};
+    return run_job_hashes(&job, len);
 }
 
 static void run_sweep(int nranks, bool procs, struct sweep sw, const char *flag_threshold)
@@ -460,6 +467,55 @@ static void procs_3_cma(void **s)
     free(run_sweep_hashes(3, true, (struct sweep){.allreduce = true, .large_only = h_quick()},
                           "off", "0", &len));
 }
+/*
+ * Ranks that disagree on whether the single copy is fast (ARCOMM_CMA_FAST is each
+ * process's own, as the calibration is): rank 0 says yes, rank 1 no.  The communicator
+ * takes the wider windows only if every rank said yes (agreed at join), and a call
+ * takes CMA only where every rank offered it: one path for both (the staging slots),
+ * the staged path's bits, no rank on a path its peer is not on.
+ */
+static void disagree_body(struct h_rank *r)
+{
+    setenv("ARCOMM_CMA_FAST", r->rank == 0 ? "1" : "0", 1);
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = r->nranks;
+    cfg.rank = r->rank;
+    cfg.id = r->id;
+    cfg.timeout_ms = 20000;
+    comm_status_t st = comm_init(&r->comm, &cfg);
+    if (st != COMM_OK) {
+        h_fail(r, "comm_init: %s: %s", comm_status_string(st), comm_last_error(NULL));
+        return;
+    }
+    sweep_body(r);
+    comm_destroy(r->comm);
+}
+
+static void procs_2_cma_disagree(void **s)
+{
+    (void)s;
+    struct sweep sw = {.allreduce = true, .large_only = true};
+    size_t len, len_staged;
+    h_env_push("ARCOMM_CMA_THRESHOLD", "auto");
+    struct h_job job = {.nranks = 2,
+                        .procs = true,
+                        .no_init = true,
+                        .body = disagree_body,
+                        .arg = &sw,
+                        .kill_rank = -1};
+    uint64_t *got = run_job_hashes(&job, &len);
+    uint64_t *staged = run_sweep_hashes(2, true, sw, NULL, "off", &len_staged);
+    assert_int_equal(len, len_staged);
+    for (size_t i = 0; i < len / sizeof(uint64_t); i++)
+        if (got[i] != staged[i])
+            fail_msg("call %zu: ranks that disagree on ARCOMM_CMA_FAST got other bits than "
+                     "the staged path",
+                     i);
+    free(got);
+    free(staged);
+}
+
 /* Four ranks: small calls on the flag path, CMA from 64 KiB on. */
 static void procs_4_cma(void **s)
 {
@@ -889,6 +945,7 @@ int main(void)
         cmocka_unit_test(procs_3_cma),
         cmocka_unit_test(procs_4_cma),
         cmocka_unit_test(procs_3_cma_vs_staged),
+        cmocka_unit_test(procs_2_cma_disagree),
         cmocka_unit_test(mismatch_pairs),
         cmocka_unit_test(mismatch_fields),
         cmocka_unit_test(invalid_one_rank),

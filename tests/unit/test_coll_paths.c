@@ -4,8 +4,11 @@
  * arinfo share): the flag path while what a rank stages fits the flag threshold (its
  * block for broadcast, reduce and allgather, its nranks blocks for reduce_scatter and
  * alltoall), allreduce exactly as coll_host_path_name, "off" never; and which buffers a
- * rank uses of each call (coll_call_shape, the rule validation and the paths share).
+ * rank uses of each call (coll_call_shape, the rule validation and the paths share);
+ * ARCOMM_CMA_THRESHOLD=auto's windows on hosts where the single copy is slow (this
+ * process skips its calibration) and fast, and the rule that reads the calibration.
  */
+#include "shm/cma_calibrate.h"
 #include "coll.h"
 
 #include <setjmp.h>
@@ -53,6 +56,8 @@ static void flag_threshold_per_collective(void **s)
 static void cma_windows(void **s)
 {
     (void)s;
+    /* The windows of every host (fast = false: the ranks did not all find the single
+     * copy fast). */
     struct rt_knobs k = knobs_with(1u << 20);
     k.cma_threshold = RT_SIZE_AUTO;
     size_t mib = 1u << 20;
@@ -64,25 +69,110 @@ static void cma_windows(void **s)
     assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib / 2, 2), "flag");
     assert_string_equal(coll_host_path(COLL_ALLTOALL, &k, mib / 2, 2), "flag");
     assert_string_equal(coll_host_path(COLL_REDUCE_SCATTER, &k, mib / 2, 2), "flag");
-    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, mib, 2));
-    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib, 2));
-    assert_true(coll_host_cma_size(COLL_ALLGATHER, &k, 4 * mib, 2));
-    assert_false(coll_host_cma_size(COLL_ALLREDUCE, &k, 4 * mib, 2));
-    assert_false(coll_host_cma_size(COLL_ALLTOALL, &k, 4 * mib, 2));
+    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, mib, 2, false));
+    assert_false(coll_host_cma_size(COLL_BROADCAST, &k, 8 * mib, 2, false));
+    assert_true(coll_host_cma_size(COLL_ALLGATHER, &k, 4 * mib, 2, false));
+    assert_false(coll_host_cma_size(COLL_ALLREDUCE, &k, 4 * mib, 2, false));
+    assert_false(coll_host_cma_size(COLL_ALLTOALL, &k, 4 * mib, 2, false));
     for (int n = 3; n <= 4; n++)
         for (int kind = COLL_ALLREDUCE; kind < COLL_BARRIER; kind++) {
             assert_string_equal(coll_host_path(kind, &k, 1024, n), "flag");
-            assert_false(coll_host_cma_size(kind, &k, 4 * mib, n));
+            assert_false(coll_host_cma_size(kind, &k, 4 * mib, n, false));
+            assert_false(coll_host_cma_size(kind, &k, 4 * mib, n, true));
         }
+    /* Where they did: the wider windows, for bulk calls (the flag path stays). */
+    assert_true(coll_host_cma_size(COLL_BROADCAST, &k, mib, 2, true));
+    assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib, 2), "flag");
+    assert_true(coll_host_cma_size(COLL_ALLREDUCE, &k, 16 * mib, 2, true));
+    assert_false(coll_host_cma_size(COLL_ALLREDUCE, &k, 32 * mib, 2, true));
+    assert_false(coll_host_cma_size(COLL_REDUCE, &k, 16 * mib, 2, true));
+    assert_true(coll_host_cma_size(COLL_ALLTOALL, &k, 64 * mib, 2, true));
+    assert_true(coll_host_cma_size(COLL_ALLGATHER, &k, 64 * mib, 2, true));
     k.cma_threshold = RT_SIZE_OFF;
     for (int kind = COLL_ALLREDUCE; kind < COLL_BARRIER; kind++) {
         assert_string_equal(coll_host_path(kind, &k, 1024, 2), "flag");
-        assert_false(coll_host_cma_size(kind, &k, 64 * mib, 2));
+        assert_false(coll_host_cma_size(kind, &k, 64 * mib, 2, false));
+        assert_false(coll_host_cma_size(kind, &k, 64 * mib, 2, true));
     }
     k.cma_threshold = 65536;
     assert_string_equal(coll_host_path(COLL_BROADCAST, &k, mib, 2), "flag");
-    assert_true(coll_host_cma_size(COLL_ALLTOALL, &k, 65536, 4));
-    assert_false(coll_host_cma_size(COLL_ALLTOALL, &k, 65535, 4));
+    assert_true(coll_host_cma_size(COLL_ALLTOALL, &k, 65536, 4, false));
+    assert_false(coll_host_cma_size(COLL_ALLTOALL, &k, 65535, 4, true));
+}
+
+/* What each rank says at join: ARCOMM_CMA_FAST where set, else its calibration (skipped
+ * in this process: slow). */
+static void cma_fast_here(void **s)
+{
+    (void)s;
+    shm_cma_calibration_skip();
+    assert_int_equal(shm_cma_calibration()->outcome, SHM_CMA_SKIPPED);
+    struct rt_knobs k = knobs_with(1u << 20);
+    k.cma_fast = -1;
+    assert_false(shm_cma_fast_here(&k));
+    k.cma_fast = 1;
+    assert_true(shm_cma_fast_here(&k));
+    k.cma_fast = 0;
+    assert_false(shm_cma_fast_here(&k));
+}
+
+/* Where the single copy is fast: 2 ranks from 512 KiB per rank, allreduce up to 16 MiB,
+ * reduce and reduce_scatter up to 8 MiB; never with more ranks. */
+static void cma_fast_windows(void **s)
+{
+    (void)s;
+    size_t mib = 1u << 20;
+    for (int kind = COLL_ALLREDUCE; kind < COLL_BARRIER; kind++) {
+        assert_false(coll_host_cma_fast_window(kind, 2, mib / 2 - 4));
+        assert_true(coll_host_cma_fast_window(kind, 2, mib / 2));
+        assert_true(coll_host_cma_fast_window(kind, 2, 8 * mib));
+        for (int n = 3; n <= 8; n++)
+            assert_false(coll_host_cma_fast_window(kind, n, 4 * mib));
+        assert_false(coll_host_cma_fast_window(kind, 1, 4 * mib));
+    }
+    assert_true(coll_host_cma_fast_window(COLL_ALLREDUCE, 2, 16 * mib));
+    assert_false(coll_host_cma_fast_window(COLL_ALLREDUCE, 2, 16 * mib + 4));
+    assert_false(coll_host_cma_fast_window(COLL_REDUCE_SCATTER, 2, 8 * mib + 4));
+    assert_false(coll_host_cma_fast_window(COLL_REDUCE, 2, 8 * mib + 4));
+    assert_true(coll_host_cma_fast_window(COLL_BROADCAST, 2, 256 * mib));
+    assert_true(coll_host_cma_fast_window(COLL_ALLGATHER, 2, 256 * mib));
+    assert_true(coll_host_cma_fast_window(COLL_ALLTOALL, 2, 256 * mib));
+}
+
+/* The rule on made-up calibrations: readv's rate over memcpy's against 0.45. */
+static struct shm_cma_calibration cal_of(double readv_gbps, double memcpy_gbps)
+{
+    struct shm_cma_calibration c = {.outcome = SHM_CMA_MEASURED};
+    c.readv_ns = (double)SHM_CMA_CAL_BYTES / readv_gbps;
+    c.memcpy_ns = (double)SHM_CMA_CAL_BYTES / memcpy_gbps;
+    return c;
+}
+
+static void cma_rule(void **s)
+{
+    (void)s;
+    /* The Intel development VM: readv 8.2-11.0 GB/s, memcpy 13.2-14.2. */
+    struct shm_cma_calibration intel = cal_of(10.5, 14.1);
+    assert_true(shm_cma_is_fast(&intel));
+    assert_true(shm_cma_ratio(&intel) > 0.74 && shm_cma_ratio(&intel) < 0.75);
+    struct shm_cma_calibration slow_intel = cal_of(8.2, 14.0);
+    assert_true(shm_cma_is_fast(&slow_intel));
+    /* The AMD one: readv 7.7 GB/s, memcpy 27.6-36.7. */
+    struct shm_cma_calibration amd = cal_of(7.7, 27.6);
+    assert_false(shm_cma_is_fast(&amd));
+    struct shm_cma_calibration edge = cal_of(4.5, 10.0);
+    assert_true(shm_cma_is_fast(&edge));
+    struct shm_cma_calibration below = cal_of(4.4, 10.0);
+    assert_false(shm_cma_is_fast(&below));
+    /* Not measured: slow, ratio 0. */
+    struct shm_cma_calibration failed = intel, skipped = intel, empty = intel;
+    failed.outcome = SHM_CMA_FAILED;
+    skipped.outcome = SHM_CMA_SKIPPED;
+    empty.readv_ns = 0;
+    assert_false(shm_cma_is_fast(&failed));
+    assert_false(shm_cma_is_fast(&skipped));
+    assert_false(shm_cma_is_fast(&empty));
+    assert_true(shm_cma_ratio(&failed) == 0);
 }
 
 static void shapes(void **s)
@@ -115,6 +205,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flag_threshold_per_collective),
         cmocka_unit_test(cma_windows),
+        cmocka_unit_test(cma_fast_here),
+        cmocka_unit_test(cma_fast_windows),
+        cmocka_unit_test(cma_rule),
         cmocka_unit_test(shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

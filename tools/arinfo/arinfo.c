@@ -13,6 +13,7 @@
  */
 #include "arinfo.h"
 #include "arcomm_build.h"
+#include "shm/cma_calibrate.h"
 #include "nt_calibrate.h"
 
 #include <errno.h>
@@ -230,8 +231,10 @@ int main(int argc, char **argv)
     }
     /* The golden tests: the streaming-store threshold must not depend on this machine's
      * timing (the library itself has no such switch). */
-    if (getenv("ARINFO_NO_CALIBRATION") != NULL)
+    if (getenv("ARINFO_NO_CALIBRATION") != NULL) {
         coll_nt_calibration_skip();
+        shm_cma_calibration_skip();
+    }
     arinfo_knobs_load(&ai);
     arinfo_warn_unknown_env(&ai);
     /* A topology file given is always loaded: the runtime's fallback for one it cannot

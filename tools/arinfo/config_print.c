@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "coll.h"
 #include "comm_internal.h"
+#include "shm/cma_calibrate.h"
 #include "nt_calibrate.h"
 
 #include <ctype.h>
@@ -261,12 +262,19 @@ static const char *cell(const char *path, const char *bulk)
     return strcmp(path, "bulk") == 0 ? bulk : path;
 }
 
+/* Would a communicator of n process ranks here agree that the single copy is fast (as
+ * every rank of it asks at join: ARCOMM_CMA_FAST, else this process's calibration)? */
+static bool cma_fast(const struct rt_knobs *k, int n)
+{
+    return k->cma_threshold == RT_SIZE_AUTO && n == 2 && shm_cma_fast_here(k);
+}
+
 /* The bulk path of process ranks with private buffers: single-copy CMA where
  * ARCOMM_CMA_THRESHOLD sends the call there (and comm_init found every peer readable
  * through process_vm_readv), else staged. */
 static const char *procs_bulk(enum coll_kind kind, const struct rt_knobs *k, size_t bytes, int n)
 {
-    return coll_host_cma_size(kind, k, bytes, n) ? "cma" : "staged";
+    return coll_host_cma_size(kind, k, bytes, n, cma_fast(k, n)) ? "cma" : "staged";
 }
 
 /*
@@ -434,6 +442,83 @@ static void print_streaming(struct arinfo *ai)
     fputc('\n', ai->out);
 }
 
+static const char *const cma_outcome_names[] = {
+    [SHM_CMA_MEASURED] = "measured",
+    [SHM_CMA_FAILED] = "failed",
+    [SHM_CMA_SKIPPED] = "skipped",
+};
+
+/*
+ * ARCOMM_CMA_THRESHOLD: a value set, or "auto" and what this process measured of the
+ * single copy (cma_calibrate.h), which decides the windows where process ranks' bulk
+ * calls take it (text: one line; JSON: single_copy).
+ */
+static void print_single_copy(struct arinfo *ai)
+{
+    const struct rt_knobs *k = &ai->resolved;
+    struct json *js = &ai->js;
+    bool automatic = k->cma_threshold == RT_SIZE_AUTO;
+    bool set_fast = k->cma_fast >= 0; /* ARCOMM_CMA_FAST: no calibration */
+    const struct shm_cma_calibration *cal = automatic && !set_fast ? shm_cma_calibration() : NULL;
+    bool measured = cal && cal->outcome == SHM_CMA_MEASURED;
+    double rv = measured ? (double)SHM_CMA_CAL_BYTES / cal->readv_ns : 0;
+    double mc = measured ? (double)SHM_CMA_CAL_BYTES / cal->memcpy_ns : 0;
+    bool fast = automatic && shm_cma_fast_here(k);
+    char thr[32];
+    fmt_threshold(k->cma_threshold, thr, sizeof(thr));
+    if (ai->json) {
+        json_object_begin(js, "single_copy");
+        json_string(js, "threshold", automatic ? "auto" : thr);
+        json_string(js, "source", automatic ? "auto" : "set");
+        if (automatic)
+            json_bool(js, "fast", fast);
+        else
+            json_null(js, "fast");
+        json_string(js, "fast_source", !automatic ? NULL : set_fast ? "set" : "measured");
+        if (cal) {
+            json_object_begin(js, "calibration");
+            json_string(js, "outcome", cma_outcome_names[cal->outcome]);
+            json_string(js, "why", cal->why);
+            if (measured) {
+                json_double(js, "readv_gbps", rv, 2);
+                json_double(js, "memcpy_gbps", mc, 2);
+                json_double(js, "ratio", shm_cma_ratio(cal), 3);
+                json_double(js, "wall_ms", cal->wall_ms, 2);
+            } else {
+                json_null(js, "readv_gbps");
+                json_null(js, "memcpy_gbps");
+                json_null(js, "ratio");
+                json_null(js, "wall_ms");
+            }
+            json_double(js, "fast_ratio", SHM_CMA_FAST_RATIO, 2);
+            json_bool(js, "fast", shm_cma_is_fast(cal));
+            json_object_end(js);
+        } else {
+            json_null(js, "calibration");
+        }
+        json_object_end(js);
+        return;
+    }
+    if (!automatic) {
+        fprintf(ai->out, "  single copy (CMA) for process ranks: set: %s%s\n",
+                k->cma_threshold == RT_SIZE_OFF ? "" : "every bulk call from ", thr);
+        return;
+    }
+    fprintf(ai->out, "  single copy (CMA) for 2 process ranks: auto: ");
+    if (set_fast)
+        fprintf(ai->out, "ARCOMM_CMA_FAST=%ld: ", k->cma_fast);
+    else if (measured)
+        fprintf(ai->out,
+                "readv %.1f GB/s, %.2f of memcpy's %.1f (%s %.2f; %.1f ms at first use): ", rv,
+                shm_cma_ratio(cal), mc, fast ? ">=" : "<", SHM_CMA_FAST_RATIO, cal->wall_ms);
+    else
+        fprintf(ai->out, "%s: ", cal->outcome == SHM_CMA_FAILED ? cal->why : "not measured");
+    fprintf(ai->out, "%s\n",
+            fast ? "bulk calls from 512K per rank (allreduce up to 16M, reduce and reduce_scatter "
+                   "up to 8M)"
+                 : "allgather 1M-4M per rank only");
+}
+
 void print_paths(struct arinfo *ai)
 {
     const struct rt_knobs *k = &ai->resolved;
@@ -458,6 +543,7 @@ void print_paths(struct arinfo *ai)
                 "use streaming stores\n",
                 flag, flag_threads, bf16, nt);
         print_streaming(ai);
+        print_single_copy(ai);
         fprintf(ai->out, "  %-10s %-12s %-38s %s\n", "SIZE", "F32 AS BF16", "PROCESS RANKS",
                 "THREAD RANKS");
     }
@@ -490,17 +576,20 @@ void print_paths(struct arinfo *ai)
         } else {
             const char *tpath = coll_host_path_name(&threads, bytes);
             fprintf(ai->out, "  %-10s %-12s %-38s %s\n", size, narrow ? "yes" : "no",
-                    !bulk                                                      ? path
-                    : coll_host_cma_size(COLL_ALLREDUCE, k, bytes, ai->nranks) ? bulk_cma_text
-                                                                               : bulk_procs_text,
+                    !bulk ? path
+                    : strcmp(procs_bulk(COLL_ALLREDUCE, k, bytes, ai->nranks), "cma") == 0
+                        ? bulk_cma_text
+                        : bulk_procs_text,
                     strcmp(tpath, "bulk") == 0 ? "bulk: one-pass" : tpath);
         }
     }
     if (ai->json)
         json_array_end(js);
     print_collective_paths(ai, &threads);
-    if (ai->json)
+    if (ai->json) {
         print_streaming(ai);
+        print_single_copy(ai);
+    }
 }
 
 /* The value as loaded, and as the library will use it (the first backend that reads the

@@ -100,7 +100,10 @@ enum rt_knob_source {
       "stores")                                                                                    \
     X(CMA_THRESHOLD, RT_KNOB_SIZE, "auto", cma_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,         \
       "host: process ranks' bulk calls of at least this many bytes copy straight between "         \
-      "private buffers (process_vm_readv/writev; auto: where measured faster; off: never)")
+      "private buffers (process_vm_readv/writev; auto: where measured faster; off: never)")        \
+    X(CMA_FAST, RT_KNOB_INT, "-1", cma_fast, -1, 1, 0,                                             \
+      "host: is the single copy fast here, for CMA_THRESHOLD=auto's wider windows: -1 = "          \
+      "measured at first use, 1 = yes, 0 = no (each process its own)")
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \
@@ -162,6 +165,7 @@ struct rt_knobs {
     size_t mem_pool_bytes;           /* comm_mem_alloc arena per rank */
     size_t nt_threshold;             /* bulk outputs at or above: streaming stores */
     size_t cma_threshold;            /* host: CMA bulk path at or above (process ranks) */
+    long cma_fast;                   /* host: -1 = measure whether CMA is fast, 0 no, 1 yes */
     long spin_ns;                    /* busy-poll this long before yielding */
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */

@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      6u
+#define SHM_VERSION      7u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -59,7 +59,8 @@ struct shm_header {
     _Atomic int32_t init_rank;   /* the rank that set init_status */
     _Atomic uint32_t cma_probed; /* ranks that finished the CMA probe (after attached) */
     _Atomic uint32_t cma_off;    /* nonzero: some rank cannot use CMA, or has it off */
-    uint8_t pad2[44];
+    _Atomic uint32_t cma_slow;   /* nonzero: some rank found the single copy slow */
+    uint8_t pad2[40];
     /* --- line 3: the doorbell that sleeping waiters block on (futex) --- */
     alignas(SHM_CACHE_LINE) _Atomic uint32_t bell; /* bumped when a sleeper must wake */
     _Atomic uint32_t sleepers;                     /* waiters blocked on bell right now */

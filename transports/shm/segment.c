@@ -10,6 +10,7 @@
  * they know: rendezvous.c says how and who removes it.
  */
 #include "shm.h"
+#include "cma_calibrate.h"
 #include "rendezvous.h"
 #include "topo.h"
 #include "arcomm_build.h"
@@ -707,11 +708,17 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
                 goto err_leave;
         }
         /* Once every rank joined, every rank probes every peer for CMA and counts
-         * itself in cma_probed: the communicator's choice is made when all have. */
+         * itself in cma_probed: the communicator's choice is made when all have.  Two
+         * process ranks with ARCOMM_CMA_THRESHOLD=auto also say whether they found the
+         * single copy fast (measured once per process, about 10 ms; cma_calibrate.h):
+         * the wider windows are the communicator's only if all did. */
         if (atomic_load(&h->attached) == (uint32_t)c->nranks) {
             if (!probed) {
                 if (c->knobs.cma_threshold == RT_SIZE_OFF || !shm_cma_probe(c, s))
                     atomic_fetch_or(&h->cma_off, 1u);
+                else if (c->knobs.cma_threshold == RT_SIZE_AUTO &&
+                         (c->nranks != 2 || !shm_cma_fast_here(&c->knobs)))
+                    atomic_fetch_or(&h->cma_slow, 1u);
                 atomic_fetch_add(&h->cma_probed, 1);
                 probed = true;
             }
@@ -761,6 +768,7 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
         c->shm->same_process = c->shm->same_process && s->ranks[r].pid == me->pid;
     /* Every rank read the same word after every rank's last write to it. */
     c->shm->cma = !c->shm->same_process && atomic_load(&h->cma_off) == 0;
+    c->shm->cma_fast = c->shm->cma && atomic_load(&h->cma_slow) == 0;
     return COMM_OK;
 
 err_leave:

@@ -51,6 +51,9 @@ struct shm_comm {
     bool same_process;   /* every rank lives in this process */
     bool cma;            /* every rank reaches every peer's memory through CMA (agreed at
                           * join: the same on every rank) */
+    bool cma_fast;       /* and 2 ranks that all found the single copy fast (agreed at
+                          * join; cma_calibrate.h): ARCOMM_CMA_THRESHOLD=auto's wider
+                          * windows */
     void *cma_scratch;   /* private scratch of the CMA reductions, freed at detach */
     bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
     long spin_ns;        /* effective spin phase */

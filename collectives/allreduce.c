@@ -72,8 +72,10 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
                       call->addend ? call->addend_count * rt_dtype_size(call->dtype) : 0};
     uint64_t out[3];
     /* Narrowed and fused-add calls have no CMA path. */
-    bool cma = !narrow && call->addend == NULL && coll_host_cma(c, COLL_ALLREDUCE, bytes);
-    mine.flags = coll_reach(c, 3, bufs, lens, cma, out);
+    struct coll_cma_pick pick = {0};
+    if (!narrow && call->addend == NULL)
+        pick = coll_host_cma_pick(c, COLL_ALLREDUCE, bytes);
+    mine.flags = coll_reach(c, 3, bufs, lens, pick.offer, out);
     mine.send = out[0];
     mine.recv = out[1];
     mine.addend = call->addend ? out[2] : 0;
@@ -93,9 +95,11 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
         return coll_allreduce_direct(c, call, narrow);
     /* Private buffers of process ranks: one copy through the kernel where every rank
      * offered it, else through the staging slots. */
-    if (all & SHM_BUF_CMA)
-        return coll_allreduce_cma(c, call);
-    return coll_allreduce_staged(c, call, narrow);
+    bool cma = (all & SHM_BUF_CMA) != 0;
+    st = cma ? coll_allreduce_cma(c, call) : coll_allreduce_staged(c, call, narrow);
+    if (st == COMM_OK)
+        coll_host_cma_done(c, &pick, cma, bytes);
+    return st;
 }
 
 comm_status_t coll_host_allreduce(struct comm *c, const struct coll_call *call)

@@ -244,15 +244,33 @@ static inline bool coll_host_cma_size(enum coll_kind kind, const struct rt_knobs
     return bytes_per_rank >= t;
 }
 
-/* Does a bulk call of kind moving bytes_per_rank offer the CMA path?  Every rank
- * decides alike: the knob is agreed at join (RT_KNOB_AGREE), and so are whether every
- * rank reaches every peer (the segment's probe, c->shm->cma) and whether all found the
- * single copy fast (c->shm->cma_fast). */
-static inline bool coll_host_cma(const struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
-{
-    return c->shm->cma &&
-           coll_host_cma_size(kind, &c->knobs, bytes_per_rank, c->nranks, c->shm->cma_fast);
-}
+/*
+ * Does a bulk call of kind moving bytes_per_rank offer the CMA path (host_paths.c)?
+ * The windows are the same on every rank: the knob is agreed at join (RT_KNOB_AGREE),
+ * and so are whether every rank reaches every peer (c->shm->cma) and whether all found
+ * the single copy fast (c->shm->cma_fast).  Inside the windows of ARCOMM_CMA_THRESHOLD=
+ * auto each call is tuned, per collective and size class: the first COLL_CMA_BURST calls
+ * run on CMA and the next COLL_CMA_BURST on the staging slots, then every
+ * COLL_CMA_EXPLORE calls a burst of COLL_CMA_BURST runs on the path not in use, and the
+ * rest on the one with the lower time per byte as this rank measured it (the first call
+ * of a burst not counted).  Ranks that measure differently still agree: the call takes
+ * CMA only if every rank offered it.  coll_host_cma_done records the call's time.
+ */
+#define COLL_CMA_EXPLORE 64
+#define COLL_CMA_BURST   3
+/* The tuner's rule for call n of a size class (pure, for the tests): offer CMA? */
+bool coll_cma_tune_offer(uint64_t n, double staged_ns, double cma_ns);
+/* Does call n's time count (not the first of a burst)? */
+bool coll_cma_tune_counts(uint64_t n);
+struct coll_cma_pick {
+    bool offer;  /* offer CMA in this call's handshake */
+    void *cell;  /* the tuned size class, or NULL: not tuned */
+    uint64_t t0; /* when the call started (tuned calls) */
+};
+struct coll_cma_pick coll_host_cma_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank);
+/* After a tuned call that ran on the staged (cma false) or the CMA path. */
+void coll_host_cma_done(struct comm *c, const struct coll_cma_pick *p, bool cma,
+                        size_t bytes_per_rank);
 
 /*
  * The CMA reduction of one range (host_paths.c): count elements of every rank's input

@@ -167,9 +167,11 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
                       algo->expose_recv ? recv_elems * esize : 0};
     uint64_t out[2];
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);
-    bool cma =
-        algo->cma != NULL && coll_host_cma(c, call->kind, call->count * rt_dtype_size(call->dtype));
-    mine.flags = coll_reach(c, 2, bufs, lens, cma, out);
+    size_t bytes = call->count * esize;
+    struct coll_cma_pick pick = {0};
+    if (algo->cma != NULL)
+        pick = coll_host_cma_pick(c, call->kind, bytes);
+    mine.flags = coll_reach(c, 2, bufs, lens, pick.offer, out);
     /* With SHM_BUF_CMA alone both are raw pointers, exposed or not: the CMA paths read
      * the peers' other buffer too (allgather pulls each peer's sendbuf). */
     mine.send = out[0];
@@ -184,7 +186,11 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
         all &= shm_arrival_at(c->shm, c->seq, p)->flags;
     if (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG))
         return algo->direct(c, call);
-    return all & SHM_BUF_CMA ? algo->cma(c, call) : algo->staged(c, call);
+    bool cma = (all & SHM_BUF_CMA) != 0;
+    st = cma ? algo->cma(c, call) : algo->staged(c, call);
+    if (st == COMM_OK)
+        coll_host_cma_done(c, &pick, cma, bytes);
+    return st;
 }
 
 comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
@@ -198,6 +204,80 @@ comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
     if (st == COMM_OK)
         shm_complete(c);
     return st;
+}
+
+/* The tuner of the CMA windows: per collective and size class (bytes per rank: below
+ * 1 MiB, then by powers of two up to 64 MiB and beyond), the calls seen and each
+ * path's time per byte (0: not measured yet), smoothed over its calls. */
+#define CMA_TUNE_CLASSES 8
+struct cma_tune_cell {
+    uint64_t calls;
+    double ns_per_byte[2]; /* [0] staged, [1] CMA */
+};
+struct cma_tune {
+    struct cma_tune_cell cell[COLL_KIND_END][CMA_TUNE_CLASSES];
+};
+
+static int tune_class(size_t bytes_per_rank)
+{
+    int k = 0;
+    for (size_t v = bytes_per_rank >> 20; v > 0 && k < CMA_TUNE_CLASSES - 1; v >>= 1)
+        k++;
+    return k;
+}
+
+bool coll_cma_tune_offer(uint64_t n, double staged_ns, double cma_ns)
+{
+    bool best = cma_ns <= staged_ns;
+    if (n < 2 * COLL_CMA_BURST)
+        return n < COLL_CMA_BURST; /* a burst on each path */
+    if (n % COLL_CMA_EXPLORE < COLL_CMA_BURST)
+        return !best; /* a burst on the other path */
+    return best;
+}
+
+bool coll_cma_tune_counts(uint64_t n)
+{
+    /* The first call of a burst runs cold (the other path's buffers in the caches). */
+    return n % COLL_CMA_BURST != 0;
+}
+
+struct coll_cma_pick coll_host_cma_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
+{
+    struct coll_cma_pick p = {0};
+    struct shm_comm *s = c->shm;
+    const struct rt_knobs *k = &c->knobs;
+    if (!s->cma || !coll_host_cma_size(kind, k, bytes_per_rank, c->nranks, s->cma_fast))
+        return p;
+    p.offer = true;
+    if (k->cma_threshold != RT_SIZE_AUTO)
+        return p; /* a size set: every call from it, untuned */
+    if (s->cma_tune == NULL && (s->cma_tune = calloc(1, sizeof(struct cma_tune))) == NULL)
+        return p; /* no memory for the tuner: the windows as they are */
+    struct cma_tune_cell *t =
+        &((struct cma_tune *)s->cma_tune)->cell[kind][tune_class(bytes_per_rank)];
+    /* Every rank sees the same calls, so the same numbering: the exploring calls are
+     * the same calls on every rank (coll_cma_tune_offer). */
+    uint64_t n = t->calls++;
+    p.offer = coll_cma_tune_offer(n, t->ns_per_byte[0], t->ns_per_byte[1]);
+    p.cell = coll_cma_tune_counts(n) ? t : NULL;
+    p.t0 = rt_now_ns();
+    return p;
+}
+
+void coll_host_cma_done(struct comm *c, const struct coll_cma_pick *p, bool cma,
+                        size_t bytes_per_rank)
+{
+    (void)c;
+    if (p->cell == NULL || bytes_per_rank == 0)
+        return;
+    struct cma_tune_cell *t = p->cell;
+    double v = (double)(rt_now_ns() - p->t0) / (double)bytes_per_rank;
+    double *m = &t->ns_per_byte[cma ? 1 : 0];
+    /* Half the weight on the newest call: the VM this was measured on flips between
+     * two speeds of its caches within seconds, and an explored path is seen once in
+     * COLL_CMA_EXPLORE calls. */
+    *m = *m == 0 ? v : 0.5 * *m + 0.5 * v;
 }
 
 /* Bytes of one peer's chunk in a CMA reduction: a round's chunks (every peer's and

@@ -175,6 +175,38 @@ static void cma_rule(void **s)
     assert_true(shm_cma_ratio(&failed) == 0);
 }
 
+/* The tuner's schedule: a burst of 3 on CMA, 3 on the slots, then the faster path with a
+ * burst of 3 on the other one every 64 calls; the first call of a burst not counted. */
+static void cma_tuner(void **s)
+{
+    (void)s;
+    for (uint64_t n = 0; n < 3; n++)
+        assert_true(coll_cma_tune_offer(n, 0, 0));
+    for (uint64_t n = 3; n < 6; n++) {
+        assert_false(coll_cma_tune_offer(n, 0, 0));
+        assert_false(coll_cma_tune_offer(n, 2.0, 1.0));
+    }
+    int cma = 0, slots = 0;
+    for (uint64_t n = 6; n < 6 + 64 * 4; n++) {
+        /* CMA measured faster: on CMA but for a burst of 3 in every 64. */
+        if (coll_cma_tune_offer(n, 2.0, 1.0))
+            cma++;
+        else
+            slots++;
+        /* Slots faster: the mirror image. */
+        assert_true(coll_cma_tune_offer(n, 1.0, 2.0) != coll_cma_tune_offer(n, 2.0, 1.0));
+    }
+    assert_int_equal(slots, 4 * 3);
+    assert_int_equal(cma, 4 * 61);
+    assert_true(coll_cma_tune_offer(64, 2.0, 1.0) == false);
+    assert_true(coll_cma_tune_offer(66, 2.0, 1.0) == false);
+    assert_true(coll_cma_tune_offer(67, 2.0, 1.0) == true);
+    /* Equal times: CMA (one copy). */
+    assert_true(coll_cma_tune_offer(100, 1.0, 1.0));
+    for (uint64_t n = 0; n < 12; n++)
+        assert_int_equal(coll_cma_tune_counts(n), n % 3 != 0);
+}
+
 static void shapes(void **s)
 {
     (void)s;
@@ -207,6 +239,7 @@ int main(void)
         cmocka_unit_test(cma_windows),
         cmocka_unit_test(cma_fast_here),
         cmocka_unit_test(cma_fast_windows),
+        cmocka_unit_test(cma_tuner),
         cmocka_unit_test(cma_rule),
         cmocka_unit_test(shapes),
     };

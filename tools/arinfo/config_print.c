@@ -513,10 +513,13 @@ static void print_single_copy(struct arinfo *ai)
                 shm_cma_ratio(cal), mc, fast ? ">=" : "<", SHM_CMA_FAST_RATIO, cal->wall_ms);
     else
         fprintf(ai->out, "%s: ", cal->outcome == SHM_CMA_FAILED ? cal->why : "not measured");
-    fprintf(ai->out, "%s\n",
+    fprintf(ai->out,
+            "%s; in them each call takes the path measured faster (%d calls in %d on "
+            "the other)\n",
             fast ? "bulk calls from 512K per rank (allreduce up to 16M, reduce and reduce_scatter "
                    "up to 8M)"
-                 : "allgather 1M-4M per rank only");
+                 : "allgather 1M-4M per rank only",
+            COLL_CMA_BURST, COLL_CMA_EXPLORE);
 }
 
 void print_paths(struct arinfo *ai)

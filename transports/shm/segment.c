@@ -798,6 +798,7 @@ void shm_segment_detach(struct comm *c)
     mapping_release(s);
     free(s->scratch);
     free(s->cma_scratch);
+    free(s->cma_tune);
     free(s);
     c->shm = NULL;
 }

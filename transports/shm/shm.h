@@ -55,6 +55,8 @@ struct shm_comm {
                           * join; cma_calibrate.h): ARCOMM_CMA_THRESHOLD=auto's wider
                           * windows */
     void *cma_scratch;   /* private scratch of the CMA reductions, freed at detach */
+    void *cma_tune;      /* the collectives' measured times of the staged and CMA paths
+                          * (host_paths.c), freed at detach */
     bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
     long spin_ns;        /* effective spin phase */
 

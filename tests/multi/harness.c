@@ -391,21 +391,26 @@ long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype
     return wrong;
 }
 
+bool h_comm_init(struct h_rank *r, int timeout_ms)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = r->nranks;
+    cfg.rank = r->rank;
+    cfg.id = r->id;
+    cfg.timeout_ms = timeout_ms ? timeout_ms : 60000;
+    comm_status_t st = comm_init(&r->comm, &cfg);
+    if (st != COMM_OK) {
+        h_fail(r, "comm_init: %s: %s", comm_status_string(st), comm_last_error(NULL));
+        return false;
+    }
+    return true;
+}
+
 static void rank_main(struct h_rank *r, const struct h_job *job)
 {
-    if (!job->no_init) {
-        comm_config_t cfg;
-        comm_config_init(&cfg);
-        cfg.nranks = r->nranks;
-        cfg.rank = r->rank;
-        cfg.id = r->id;
-        cfg.timeout_ms = job->timeout_ms ? job->timeout_ms : 60000;
-        comm_status_t st = comm_init(&r->comm, &cfg);
-        if (st != COMM_OK) {
-            h_fail(r, "comm_init: %s: %s", comm_status_string(st), comm_last_error(NULL));
-            return;
-        }
-    }
+    if (!job->no_init && !h_comm_init(r, job->timeout_ms))
+        return;
     __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
     job->body(r);
     if (!job->no_init)

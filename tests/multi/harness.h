@@ -50,6 +50,11 @@ struct h_job {
 /* Runs the job; returns the per-rank results (valid until the next h_run). */
 struct h_rank *h_run(const struct h_job *job);
 
+/* comm_init of r's communicator into r->comm (rank, size and id from r; timeout_ms 0 =
+ * 60 s), as the harness does unless job.no_init; false (the failure recorded in r)
+ * when it fails. */
+bool h_comm_init(struct h_rank *r, int timeout_ms);
+
 /* Records a failure in r (keeps the first message). */
 void h_fail(struct h_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

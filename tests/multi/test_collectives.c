@@ -477,17 +477,8 @@ static void procs_3_cma(void **s)
 static void disagree_body(struct h_rank *r)
 {
     setenv("ARCOMM_CMA_FAST", r->rank == 0 ? "1" : "0", 1);
-    comm_config_t cfg;
-    comm_config_init(&cfg);
-    cfg.nranks = r->nranks;
-    cfg.rank = r->rank;
-    cfg.id = r->id;
-    cfg.timeout_ms = 20000;
-    comm_status_t st = comm_init(&r->comm, &cfg);
-    if (st != COMM_OK) {
-        h_fail(r, "comm_init: %s: %s", comm_status_string(st), comm_last_error(NULL));
+    if (!h_comm_init(r, 20000))
         return;
-    }
     sweep_body(r);
     comm_destroy(r->comm);
 }

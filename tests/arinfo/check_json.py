@@ -18,7 +18,7 @@ import sys
 TOP_KEYS = ['schema', 'arcomm_version', 'build', 'nranks', 'host', 'topology',
             'pci_accelerators', 'cuda', 'hexagon', 'transports', 'transport_pick', 'paths',
             'collective_paths', 'streaming_stores', 'single_copy', 'config',
-            'unknown_environment']
+            'other_variables', 'unknown_environment']
 # The collectives of collective_paths, in their order for each size.
 COLLECTIVES = ['broadcast', 'reduce', 'allgather', 'reduce_scatter', 'alltoall']
 # Those whose flag path stages nranks blocks of the size (their whole sendbuf).
@@ -226,7 +226,8 @@ def main():
     arinfo, xml = sys.argv[1], sys.argv[2]
     # ARINFO_NO_CALIBRATION: the streaming-store threshold from the XML's caches alone.
     extra = {b'ARCOMM_TIMEOUT_MS': b'4321', b'ARCOMM_LOG_FILE': LOG_FILE,
-             b'ARCOMM_BOGUS_KNOB': b'1', b'ARCOMM_RANK': b'0', b'ARINFO_NO_CALIBRATION': b'1'}
+             b'ARCOMM_BOGUS_KNOB': b'1', b'ARCOMM_RANK': b'0', b'ARINFO_NO_CALIBRATION': b'1',
+             b'ARCOMM_PMPI': b'off'}
     d, err = run(arinfo, ['--topology', xml], extra)
     check_full(d, this_system=False)
     assert d['host'] == {'name': 'golden-host', 'os': 'Linux', 'os_release': '6.1.0-golden',
@@ -259,6 +260,16 @@ def main():
     assert sum(c['source'] == 'environment' for c in d['config']) == 2
     assert d['unknown_environment'] == ['ARCOMM_BOGUS_KNOB'], d['unknown_environment']
     assert 'ARCOMM_BOGUS_KNOB' in err and 'ARCOMM_RANK' not in err, err
+    # The other components' variables: listed with their value, never taken for typos.
+    other = {v['name']: v for v in d['other_variables']}
+    assert set(other) == {'ARCOMM_PMPI', 'ARCOMM_PMPI_MIN_BYTES', 'ARCOMM_LIBRARY',
+                          'ARCOMM_MPI_LIBRARY'}, other
+    for v in other.values():
+        assert set(v) == {'name', 'component', 'value', 'default', 'doc'} and v['doc'], v
+    assert other['ARCOMM_PMPI']['value'] == 'off' and other['ARCOMM_PMPI']['component'] == \
+        'libarcomm_pmpi', other
+    assert other['ARCOMM_PMPI_MIN_BYTES']['value'] is None, other
+    assert 'ARCOMM_PMPI' not in err, err
 
     # This machine: whatever it has, the document has the same shape.
     d, _ = run(arinfo, [])

@@ -26,6 +26,23 @@ static const char *const arrun_vars[] = {
 };
 #define N_ARRUN_VARS (sizeof(arrun_vars) / sizeof(arrun_vars[0]))
 
+/* Variables of arcomm's other components, read outside the knob table (each by its
+ * own component, at its own start): shown by --config, and not typos. */
+static const struct {
+    const char *name, *component, *def, *doc;
+} other_vars[] = {
+    {"ARCOMM_PMPI", "libarcomm_pmpi", "on",
+     "off (0, no, false): every MPI call goes to Open MPI untouched, nothing counted"},
+    {"ARCOMM_PMPI_MIN_BYTES", "libarcomm_pmpi", "per call, measured",
+     "smallest message (bytes, K or M suffix) arcomm serves, for every call; smaller ones "
+     "go to Open MPI (docs/pmpi.md)"},
+    {"ARCOMM_LIBRARY", "python", "the build tree's, then an installed one",
+     "the libarcomm.so the Python package loads"},
+    {"ARCOMM_MPI_LIBRARY", "python", "beside the libarcomm loaded, then an installed one",
+     "the libarcomm_mpi.so the Python package loads for Comm.from_mpi"},
+};
+#define N_OTHER_VARS (sizeof(other_vars) / sizeof(other_vars[0]))
+
 /* Switches of arcomm's own test suite (ARCOMM_TEST_QUICK): not the library's. */
 #define TEST_PREFIX "ARCOMM_TEST_"
 
@@ -128,6 +145,9 @@ static bool known_var(const char *name)
             return true;
     for (size_t i = 0; i < N_ARRUN_VARS; i++)
         if (strcmp(name, arrun_vars[i]) == 0)
+            return true;
+    for (size_t i = 0; i < N_OTHER_VARS; i++)
+        if (strcmp(name, other_vars[i].name) == 0)
             return true;
     return false;
 }
@@ -682,6 +702,17 @@ void print_config(struct arinfo *ai)
             json_object_end(js);
         }
         json_array_end(js);
+        json_array_begin(js, "other_variables");
+        for (size_t i = 0; i < N_OTHER_VARS; i++) {
+            json_object_begin(js, NULL);
+            json_string(js, "name", other_vars[i].name);
+            json_string(js, "component", other_vars[i].component);
+            json_string(js, "value", getenv(other_vars[i].name));
+            json_string(js, "default", other_vars[i].def);
+            json_string(js, "doc", other_vars[i].doc);
+            json_object_end(js);
+        }
+        json_array_end(js);
         json_array_begin_inline(js, "unknown_environment");
         for (size_t i = 0; i < ai->unknown_count; i++)
             json_string(js, NULL, ai->unknown_env[i]);
@@ -712,6 +743,16 @@ void print_config(struct arinfo *ai)
         arinfo_put_clean(ai->out, shown);
         fprintf(ai->out, "%*s  %-*s  %-7s  %s\n", (int)(wvalue - strlen(shown)), "", (int)wsrc,
                 rt_knob_source_name(ai->knobs.source[i]), rt_knob_group_name(d->group), d->doc);
+    }
+    fprintf(ai->out, "  read by other components (not comm_init):\n");
+    for (size_t i = 0; i < N_OTHER_VARS; i++) {
+        const char *v = getenv(other_vars[i].name);
+        fprintf(ai->out, "  %-*s  ", (int)wname, other_vars[i].name);
+        if (v != NULL)
+            arinfo_put_clean(ai->out, v);
+        else
+            fprintf(ai->out, "(%s)", other_vars[i].def);
+        fprintf(ai->out, "  %s: %s\n", other_vars[i].component, other_vars[i].doc);
     }
     if (ai->unknown_count > 0) {
         fprintf(ai->out, "  not knobs, yet set:");

@@ -614,6 +614,16 @@ comm_status_t shm_segment_create_or_attach(struct comm *c)
     return shm_segment_join(c, &sizes);
 }
 
+/* Are all ranks threads of this process (their pids, published before they joined)?
+ * Then no call takes CMA, and the single copy need not be measured. */
+static bool all_in_this_process(const struct comm *c, const struct shm_comm *s)
+{
+    for (int r = 0; r < c->nranks; r++)
+        if (s->ranks[r].pid != s->ranks[c->rank].pid)
+            return false;
+    return true;
+}
+
 comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
 {
     struct shm_comm *s = calloc(1, sizeof(*s));
@@ -717,7 +727,8 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
                 if (c->knobs.cma_threshold == RT_SIZE_OFF || !shm_cma_probe(c, s))
                     atomic_fetch_or(&h->cma_off, 1u);
                 else if (c->knobs.cma_threshold == RT_SIZE_AUTO &&
-                         (c->nranks != 2 || !shm_cma_fast_here(&c->knobs)))
+                         (c->nranks != 2 || all_in_this_process(c, s) ||
+                          !shm_cma_fast_here(&c->knobs)))
                     atomic_fetch_or(&h->cma_slow, 1u);
                 atomic_fetch_add(&h->cma_probed, 1);
                 probed = true;

@@ -61,8 +61,16 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     bool narrow = coll_narrows(&c->knobs, call->dtype, bytes);
-    if (coll_host_kind_flag(COLL_ALLREDUCE, &c->knobs, bytes, c->nranks))
-        return coll_allreduce_flag(c, call, narrow);
+    /* Rank 0's choice may send a flag-sized call through CMA (coll_choice_take): not a
+     * narrowed or fused-add one, which have no CMA path. */
+    struct coll_choice ch = {0};
+    if (coll_host_kind_flag(COLL_ALLREDUCE, &c->knobs, bytes, c->nranks) &&
+        (narrow || call->addend != NULL || !coll_choice_take(c, COLL_ALLREDUCE, bytes, &ch))) {
+        comm_status_t st = coll_allreduce_flag(c, call, narrow);
+        if (st == COMM_OK)
+            coll_choice_done(c, &ch, bytes);
+        return st;
+    }
 
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);
     mine.addend_count = call->addend ? call->addend_count : 0;
@@ -73,7 +81,9 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     uint64_t out[3];
     /* Narrowed and fused-add calls have no CMA path. */
     struct coll_cma_pick pick = {0};
-    if (!narrow && call->addend == NULL)
+    if (ch.cma)
+        pick.offer = true; /* rank 0's choice for every rank */
+    else if (!narrow && call->addend == NULL)
         pick = coll_host_cma_pick(c, COLL_ALLREDUCE, bytes);
     mine.flags = coll_reach(c, 3, bufs, lens, pick.offer, out);
     mine.send = out[0];
@@ -97,8 +107,10 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
      * offered it, else through the staging slots. */
     bool cma = (all & SHM_BUF_CMA) != 0;
     st = cma ? coll_allreduce_cma(c, call) : coll_allreduce_staged(c, call, narrow);
-    if (st == COMM_OK)
+    if (st == COMM_OK) {
         coll_host_cma_done(c, &pick, cma, bytes);
+        coll_choice_done(c, &ch, bytes);
+    }
     return st;
 }
 

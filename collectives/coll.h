@@ -258,6 +258,37 @@ static inline bool coll_host_cma_size(enum coll_kind kind, const struct rt_knobs
  */
 #define COLL_CMA_EXPLORE 64
 #define COLL_CMA_BURST   3
+/*
+ * The flag path or CMA, for calls of 2 process ranks that agreed at join that the single
+ * copy is fast (c->shm->cma_fast) and that the flag path would take: every kind but
+ * reduce from COLL_CHOICE_MIN bytes per rank.  Whether flag or bulk must be the same on
+ * every rank before the call, so rank 0 alone measures and chooses, and publishes each
+ * choice in the segment (shm_header.choice, one word per kind and size class) as
+ * {old, new, from}: new from call number `from` on, old before.  Rank 0 writes a word
+ * only at the end of a call s, with from = s + 2 and old = the choice in force for s + 1:
+ * a rank still in call s + 1 reads the same choice from either word, and a rank in call
+ * s + 2 has seen rank 0 arrive in call s + 1, which it did after the write.
+ */
+#define COLL_CHOICE_MIN     (16u << 10)
+#define COLL_CHOICE_CLASSES 8
+uint64_t coll_choice_pack(uint32_t from, bool old, bool now);
+/* The choice a word gives call number seq (wrapping call numbers compared as such). */
+bool coll_choice_at(uint64_t word, uint32_t seq);
+/* One call's part in it. */
+struct coll_choice {
+    bool active; /* a call the choice covers */
+    bool cma;    /* CMA (the bulk path, CMA offered) instead of the flag path */
+    unsigned index;
+    uint32_t seq;
+    uint64_t t0; /* rank 0: when the call started */
+};
+/* Takes the choice in force for this call (c->seq) of kind moving bytes_per_rank, which
+ * the flag path would take; true: CMA instead. */
+bool coll_choice_take(struct comm *c, enum coll_kind kind, size_t bytes_per_rank,
+                      struct coll_choice *ch);
+/* After the call, on rank 0: its time counted, the choice for later calls published. */
+void coll_choice_done(struct comm *c, const struct coll_choice *ch, size_t bytes_per_rank);
+
 /* The tuner's rule for call n of a size class (pure, for the tests): offer CMA? */
 bool coll_cma_tune_offer(uint64_t n, double staged_ns, double cma_ns);
 /* Does call n's time count (not the first of a burst)? */

@@ -9,6 +9,7 @@
 #include "reduce.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Does [p, p + len) lie in the comm_mem_alloc pools, where peers accept offsets? */
 static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
@@ -158,7 +159,7 @@ static comm_status_t run_flag(struct comm *c, const struct coll_call *call,
 }
 
 static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
-                              const struct coll_host_algo *algo)
+                              const struct coll_host_algo *algo, bool force_cma)
 {
     size_t esize = rt_dtype_size(call->dtype), send_elems, recv_elems;
     coll_call_shape(call, c->rank, c->nranks, &send_elems, &recv_elems);
@@ -169,7 +170,9 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);
     size_t bytes = call->count * esize;
     struct coll_cma_pick pick = {0};
-    if (algo->cma != NULL)
+    if (algo->cma != NULL && force_cma)
+        pick.offer = true; /* rank 0's choice for every rank (coll_choice_take) */
+    else if (algo->cma != NULL)
         pick = coll_host_cma_pick(c, call->kind, bytes);
     mine.flags = coll_reach(c, 2, bufs, lens, pick.offer, out);
     /* With SHM_BUF_CMA alone both are raw pointers, exposed or not: the CMA paths read
@@ -197,13 +200,52 @@ comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
                             const struct coll_host_algo *algo)
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
-    comm_status_t st = coll_host_kind_flag(call->kind, &c->knobs, bytes, c->nranks)
-                           ? run_flag(c, call, algo)
-                           : run_bulk(c, call, algo);
+    struct coll_choice ch = {0};
+    bool flag = coll_host_kind_flag(call->kind, &c->knobs, bytes, c->nranks) &&
+                !coll_choice_take(c, call->kind, bytes, &ch);
+    comm_status_t st = flag ? run_flag(c, call, algo) : run_bulk(c, call, algo, ch.cma);
     /* A rank that completed this call never fails a peer's. */
-    if (st == COMM_OK)
+    if (st == COMM_OK) {
+        coll_choice_done(c, &ch, bytes);
         shm_complete(c);
+    }
     return st;
+}
+
+uint64_t coll_choice_pack(uint32_t from, bool old, bool now)
+{
+    return (uint64_t)from << 32 | (uint64_t)old << 1 | (uint64_t)now;
+}
+
+bool coll_choice_at(uint64_t word, uint32_t seq)
+{
+    uint32_t from = (uint32_t)(word >> 32);
+    return (int32_t)(seq - from) >= 0 ? (word & 1u) != 0 : (word & 2u) != 0;
+}
+
+static struct cma_tune *tune_of(struct shm_comm *s);
+
+bool coll_choice_take(struct comm *c, enum coll_kind kind, size_t bytes_per_rank,
+                      struct coll_choice *ch)
+{
+    struct shm_comm *s = c->shm;
+    if (!s->cma_fast || c->knobs.cma_threshold != RT_SIZE_AUTO || kind == COLL_REDUCE ||
+        kind < COLL_ALLREDUCE || kind > COLL_ALLTOALL || bytes_per_rank < COLL_CHOICE_MIN)
+        return false;
+    if (c->rank == 0 && tune_of(s) == NULL)
+        return false; /* rank 0 cannot keep times: no word ever changes, so every rank
+                       * reads the flag path too */
+    int k = 0;
+    for (size_t v = bytes_per_rank / COLL_CHOICE_MIN; v > 1 && k < COLL_CHOICE_CLASSES - 1; v >>= 1)
+        k++;
+    ch->index = (unsigned)(kind - COLL_ALLREDUCE) * COLL_CHOICE_CLASSES + (unsigned)k;
+    ch->seq = c->seq;
+    ch->active = true;
+    uint64_t w = atomic_load_explicit(&s->hdr->choice[ch->index], memory_order_acquire);
+    ch->cma = coll_choice_at(w, c->seq);
+    if (c->rank == 0)
+        ch->t0 = rt_now_ns();
+    return ch->cma;
 }
 
 /* The tuner of the CMA windows: per collective and size class (bytes per rank: below
@@ -216,7 +258,45 @@ struct cma_tune_cell {
 };
 struct cma_tune {
     struct cma_tune_cell cell[COLL_KIND_END][CMA_TUNE_CLASSES];
+    /* Rank 0's times of the lagged choices (coll_choice_done): [0] flag, [1] CMA. */
+    struct cma_tune_cell choice[SHM_CHOICES];
+    int8_t choice_last[SHM_CHOICES]; /* the path of the class's last call, -1: none */
 };
+_Static_assert((COLL_ALLTOALL - COLL_ALLREDUCE + 1) * COLL_CHOICE_CLASSES <= SHM_CHOICES,
+               "a choice word per kind and class");
+
+static struct cma_tune *tune_of(struct shm_comm *s)
+{
+    if (s->cma_tune == NULL && (s->cma_tune = calloc(1, sizeof(struct cma_tune))) != NULL)
+        memset(((struct cma_tune *)s->cma_tune)->choice_last, -1, SHM_CHOICES);
+    return s->cma_tune;
+}
+
+void coll_choice_done(struct comm *c, const struct coll_choice *ch, size_t bytes_per_rank)
+{
+    if (!ch->active || c->rank != 0 || bytes_per_rank == 0)
+        return;
+    struct shm_comm *s = c->shm;
+    struct cma_tune *tu = tune_of(s);
+    struct cma_tune_cell *t = &tu->choice[ch->index];
+    int path = ch->cma ? 1 : 0;
+    /* The first call after a change of path runs cold: not counted. */
+    if (tu->choice_last[ch->index] == path) {
+        double v = (double)(rt_now_ns() - ch->t0) / (double)bytes_per_rank;
+        double *m = &t->ns_per_byte[path];
+        *m = *m == 0 ? v : 0.5 * *m + 0.5 * v;
+    }
+    tu->choice_last[ch->index] = (int8_t)path;
+    /* The bulk tuner's schedule, two calls late: the choice for the class's call n + 2
+     * is its rule's for call n. */
+    bool want = coll_cma_tune_offer(t->calls++, t->ns_per_byte[0], t->ns_per_byte[1]);
+    _Atomic uint64_t *word = &s->hdr->choice[ch->index];
+    uint64_t w = atomic_load_explicit(word, memory_order_relaxed); /* rank 0's own */
+    if (coll_choice_at(w, ch->seq + 2) != want)
+        atomic_store_explicit(word,
+                              coll_choice_pack(ch->seq + 2, coll_choice_at(w, ch->seq + 1), want),
+                              memory_order_release);
+}
 
 static int tune_class(size_t bytes_per_rank)
 {
@@ -252,7 +332,7 @@ struct coll_cma_pick coll_host_cma_pick(struct comm *c, enum coll_kind kind, siz
     p.offer = true;
     if (k->cma_threshold != RT_SIZE_AUTO)
         return p; /* a size set: every call from it, untuned */
-    if (s->cma_tune == NULL && (s->cma_tune = calloc(1, sizeof(struct cma_tune))) == NULL)
+    if (tune_of(s) == NULL)
         return p; /* no memory for the tuner: the windows as they are */
     struct cma_tune_cell *t =
         &((struct cma_tune *)s->cma_tune)->cell[kind][tune_class(bytes_per_rank)];

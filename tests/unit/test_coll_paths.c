@@ -207,6 +207,32 @@ static void cma_tuner(void **s)
         assert_int_equal(coll_cma_tune_counts(n), n % 3 != 0);
 }
 
+/* Rank 0's lagged choices: a word says old before call `from`, new from it on (call
+ * numbers wrap); written at the end of call s with from = s + 2 and old = the choice for
+ * s + 1, it gives call s + 1 the same choice as the word before it. */
+static void lagged_choice(void **s)
+{
+    (void)s;
+    assert_false(coll_choice_at(0, 0)); /* a fresh segment: the flag path */
+    assert_false(coll_choice_at(0, 0x90000000u));
+    uint64_t w = coll_choice_pack(100, false, true);
+    assert_false(coll_choice_at(w, 99));
+    assert_true(coll_choice_at(w, 100));
+    assert_true(coll_choice_at(w, 101));
+    /* Across the wrap of the call numbers. */
+    uint64_t wrap = coll_choice_pack(1, true, false);
+    assert_true(coll_choice_at(wrap, 0xffffffffu));
+    assert_false(coll_choice_at(wrap, 1));
+    /* The next word, written at the end of call 150 (want the flag path from 152). */
+    uint32_t at = 150;
+    uint64_t next = coll_choice_pack(at + 2, coll_choice_at(w, at + 1), false);
+    assert_int_equal(coll_choice_at(next, at + 1), coll_choice_at(w, at + 1));
+    assert_false(coll_choice_at(next, at + 2));
+    /* Written before w took effect (at the end of call 98): call 99 still reads old. */
+    uint64_t early = coll_choice_pack(100, coll_choice_at(w, 99), true);
+    assert_int_equal(coll_choice_at(early, 99), coll_choice_at(w, 99));
+}
+
 static void shapes(void **s)
 {
     (void)s;
@@ -240,6 +266,7 @@ int main(void)
         cmocka_unit_test(cma_fast_here),
         cmocka_unit_test(cma_fast_windows),
         cmocka_unit_test(cma_tuner),
+        cmocka_unit_test(lagged_choice),
         cmocka_unit_test(cma_rule),
         cmocka_unit_test(shapes),
     };

@@ -18,7 +18,8 @@
 static void header(void **s)
 {
     (void)s;
-    assert_int_equal(sizeof(struct shm_header), 960);
+    assert_int_equal(sizeof(struct shm_header), 1344);
+    assert_int_equal(offsetof(struct shm_header, choice), 960);
     assert_int_equal(offsetof(struct shm_header, magic), 0);
     assert_int_equal(offsetof(struct shm_header, off_arrival), 64);
     assert_int_equal(offsetof(struct shm_header, attached), 128);

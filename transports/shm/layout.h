@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      7u
+#define SHM_VERSION      8u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -33,6 +33,7 @@
 #define SHM_INIT_DONE_WORDS 4 /* bits for 256 ranks (RT_MAX_RANKS) */
 #define SHM_AGREE_MAX       16
 #define SHM_INIT_MSG_BYTES  SHM_ERRMSG_BYTES /* whole, like a call's */
+#define SHM_CHOICES         48               /* words of shm_header.choice */
 
 /* Header: written by rank 0 before it publishes magic; read-only afterwards, except
  * the lines marked otherwise. */
@@ -79,6 +80,9 @@ struct shm_header {
     alignas(SHM_CACHE_LINE) uint64_t agree[SHM_AGREE_MAX];
     /* --- lines 7..14: the message of the init failure, valid once init_published --- */
     alignas(SHM_CACHE_LINE) char init_msg[SHM_INIT_MSG_BYTES];
+    /* --- lines 15..20: choices rank 0 makes for every rank, each valid from a call
+     * number on (the collectives' lagged choices, host_paths.c); zero at creation --- */
+    alignas(SHM_CACHE_LINE) _Atomic uint64_t choice[SHM_CHOICES];
 };
 
 /* Per-rank state: line 0 is written once at join; line 1 by its owner during calls. */
@@ -170,7 +174,8 @@ struct shm_arrival {
     };
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
-_Static_assert(sizeof(struct shm_header) == 15 * SHM_CACHE_LINE, "header is fifteen lines");
+_Static_assert(sizeof(struct shm_header) == 21 * SHM_CACHE_LINE, "header is 21 lines");
+_Static_assert(offsetof(struct shm_header, choice) == 15 * SHM_CACHE_LINE, "line 15");
 _Static_assert(sizeof(struct shm_header) <= SHM_PAGE, "a failure stub is one page");
 _Static_assert(offsetof(struct shm_header, init_done) == 4 * SHM_CACHE_LINE, "line 4");
 _Static_assert(offsetof(struct shm_header, agree) == 5 * SHM_CACHE_LINE, "line 5");

@@ -260,8 +260,8 @@ static inline bool coll_host_cma_size(enum coll_kind kind, const struct rt_knobs
 #define COLL_CMA_BURST   3
 /*
  * The flag path or CMA, for calls of 2 process ranks that agreed at join that the single
- * copy is fast (c->shm->cma_fast) and that the flag path would take: every kind but
- * reduce from COLL_CHOICE_MIN bytes per rank.  Whether flag or bulk must be the same on
+ * copy is fast (c->shm->cma_fast) and that the flag path would take: every kind from
+ * COLL_CHOICE_MIN bytes per rank.  Whether flag or bulk must be the same on
  * every rank before the call, so rank 0 alone measures and chooses, and publishes each
  * choice in the segment (shm_header.choice, one word per kind and size class) as
  * {old, new, from}: new from call number `from` on, old before.  Rank 0 writes a word

@@ -229,8 +229,8 @@ bool coll_choice_take(struct comm *c, enum coll_kind kind, size_t bytes_per_rank
                       struct coll_choice *ch)
 {
     struct shm_comm *s = c->shm;
-    if (!s->cma_fast || c->knobs.cma_threshold != RT_SIZE_AUTO || kind == COLL_REDUCE ||
-        kind < COLL_ALLREDUCE || kind > COLL_ALLTOALL || bytes_per_rank < COLL_CHOICE_MIN)
+    if (!s->cma_fast || c->knobs.cma_threshold != RT_SIZE_AUTO || kind < COLL_ALLREDUCE ||
+        kind > COLL_ALLTOALL || bytes_per_rank < COLL_CHOICE_MIN)
         return false;
     if (c->rank == 0 && tune_of(s) == NULL)
         return false; /* rank 0 cannot keep times: no word ever changes, so every rank

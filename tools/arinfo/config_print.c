@@ -540,7 +540,7 @@ static void print_single_copy(struct arinfo *ai)
                    "up to 8M)"
                  : "allgather 1M-4M per rank only",
             COLL_CMA_BURST, COLL_CMA_EXPLORE,
-            fast ? "; calls the flag path would take, from 16K per rank (all but reduce): the "
+            fast ? "; calls the flag path would take, from 16K per rank: the "
                    "flag path or CMA as rank 0 measures them, for every rank"
                  : "");
 }

@@ -196,6 +196,30 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
     return st;
 }
 
+/* The tuner of the CMA windows: per collective and size class (bytes per rank: below
+ * 1 MiB, then by powers of two up to 64 MiB and beyond), the calls seen and each
+ * path's time per byte (0: not measured yet), smoothed over its calls. */
+#define CMA_TUNE_CLASSES 8
+struct cma_tune_cell {
+    uint64_t calls;
+    double ns_per_byte[2]; /* [0] staged, [1] CMA */
+};
+struct cma_tune {
+    struct cma_tune_cell cell[COLL_KIND_END][CMA_TUNE_CLASSES];
+    /* Rank 0's times of the lagged choices (coll_choice_done): [0] flag, [1] CMA. */
+    struct cma_tune_cell choice[SHM_CHOICES];
+    int8_t choice_last[SHM_CHOICES]; /* the path of the class's last call, -1: none */
+};
+_Static_assert((COLL_ALLTOALL - COLL_ALLREDUCE + 1) * COLL_CHOICE_CLASSES <= SHM_CHOICES,
+               "a choice word per kind and class");
+
+static struct cma_tune *tune_of(struct shm_comm *s)
+{
+    if (s->cma_tune == NULL && (s->cma_tune = calloc(1, sizeof(struct cma_tune))) != NULL)
+        memset(((struct cma_tune *)s->cma_tune)->choice_last, -1, SHM_CHOICES);
+    return s->cma_tune;
+}
+
 comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
                             const struct coll_host_algo *algo)
 {
@@ -223,8 +247,6 @@ bool coll_choice_at(uint64_t word, uint32_t seq)
     return (int32_t)(seq - from) >= 0 ? (word & 1u) != 0 : (word & 2u) != 0;
 }
 
-static struct cma_tune *tune_of(struct shm_comm *s);
-
 bool coll_choice_take(struct comm *c, enum coll_kind kind, size_t bytes_per_rank,
                       struct coll_choice *ch)
 {
@@ -246,30 +268,6 @@ bool coll_choice_take(struct comm *c, enum coll_kind kind, size_t bytes_per_rank
     if (c->rank == 0)
         ch->t0 = rt_now_ns();
     return ch->cma;
-}
-
-/* The tuner of the CMA windows: per collective and size class (bytes per rank: below
- * 1 MiB, then by powers of two up to 64 MiB and beyond), the calls seen and each
- * path's time per byte (0: not measured yet), smoothed over its calls. */
-#define CMA_TUNE_CLASSES 8
-struct cma_tune_cell {
-    uint64_t calls;
-    double ns_per_byte[2]; /* [0] staged, [1] CMA */
-};
-struct cma_tune {
-    struct cma_tune_cell cell[COLL_KIND_END][CMA_TUNE_CLASSES];
-    /* Rank 0's times of the lagged choices (coll_choice_done): [0] flag, [1] CMA. */
-    struct cma_tune_cell choice[SHM_CHOICES];
-    int8_t choice_last[SHM_CHOICES]; /* the path of the class's last call, -1: none */
-};
-_Static_assert((COLL_ALLTOALL - COLL_ALLREDUCE + 1) * COLL_CHOICE_CLASSES <= SHM_CHOICES,
-               "a choice word per kind and class");
-
-static struct cma_tune *tune_of(struct shm_comm *s)
-{
-    if (s->cma_tune == NULL && (s->cma_tune = calloc(1, sizeof(struct cma_tune))) != NULL)
-        memset(((struct cma_tune *)s->cma_tune)->choice_last, -1, SHM_CHOICES);
-    return s->cma_tune;
 }
 
 void coll_choice_done(struct comm *c, const struct coll_choice *ch, size_t bytes_per_rank)

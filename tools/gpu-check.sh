@@ -200,7 +200,7 @@ mpi_check() {
     return
   fi
   local np rph m
-  for c in 2:1 2:2 4:2 3:2; do
+  for c in 2:1 2:2 3:3 4:2 3:2; do
     np=${c%:*} rph=${c#*:}
     echo "### test_mpi_cuda: mpirun -np $np, ARCOMM_MPI_RANKS_PER_HOST=$rph" | tee -a "$OUT/mpi.log"
     ARCOMM_LOG_LEVEL=none ARCOMM_MPI_RANKS_PER_HOST=$rph \

@@ -4,8 +4,8 @@
  * number of hosts.  The ranks of each host form an intra-host arcomm communicator (its
  * id made by the host's leader and broadcast over the host's MPI communicator); the
  * inter-host steps run on MPI communicators of its own; the hierarchical backend
- * (collectives/hier) serves the calls.  With every rank on one host and host buffers,
- * the host's communicator is returned itself: no descriptor exchange through MPI.
+ * (collectives/hier) serves the calls.  With every rank on one host, the host's
+ * communicator (host or CUDA buffers) is returned itself: no call goes through MPI.
  * Every rank ends with the same status: the outcome is agreed over MPI, nonblocking and
  * bounded by the timeout, at the start (the arguments) and at the end (every part of
  * the setup).
@@ -233,7 +233,7 @@ static const struct hier_intra_ops intra_ops = {
 
 /* The intra-host communicator, its id from the host's leader. */
 static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm_config_t *cfg,
-                                int *leader)
+                                bool alone, int *leader)
 {
     struct host_hello hello;
     memset(&hello, 0, sizeof(hello));
@@ -280,7 +280,8 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
                  h->nlocal, comm_last_error(NULL));
         return st;
     }
-    if (cfg != NULL && cfg->device == COMM_DEVICE_CUDA)
+    /* The inter-host staging; a host alone in the job is the communicator itself. */
+    if (cfg != NULL && cfg->device == COMM_DEVICE_CUDA && !alone)
         st = hier_cuda_open(tc, h, icfg.device_index);
     return st;
 }
@@ -407,12 +408,17 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     int leader = 0;
     comm_t *c = NULL;
     st = make_comms(tc, mpi_comm, h, deadline);
-    /* Every rank on one host, host buffers: the host's communicator is the communicator
-     * (its ranks in the MPI communicator's order), and no call goes through MPI. */
-    bool one_host = st == COMM_OK && h->nlocal == tc->nranks && h->local == tc->rank &&
-                    (cfg == NULL || cfg->device == COMM_DEVICE_HOST);
+    /* Every rank on one host: the host's communicator is the communicator (its ranks in
+     * the MPI communicator's order), and no call goes through MPI; for CUDA buffers its
+     * calls are a single-host CUDA communicator's (kernels and copies on the stream, graph
+     * capture), with nothing staged through the host.  The GPU-less test build of the CUDA
+     * path keeps the hierarchical one: its host communicator stands in for a CUDA one. */
+    bool one_host = st == COMM_OK && h->nlocal == tc->nranks && h->local == tc->rank;
+#ifdef HIER_FAKE_CUDA
+    one_host = one_host && (cfg == NULL || cfg->device == COMM_DEVICE_HOST);
+#endif
     if (st == COMM_OK)
-        st = make_intra(tc, h, cfg, &leader);
+        st = make_intra(tc, h, cfg, one_host, &leader);
     if (one_host) {
         st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the host's communicator)");
         if (st == COMM_OK) {

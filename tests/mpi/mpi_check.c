@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -270,6 +271,35 @@ bool mc_first_wrong_add(const void *out, const void *addend, size_t n, size_t ad
         }
     }
     return false;
+}
+
+bool mc_first_wrong_bf16_wire(const void *out, size_t n, uint64_t seed, int nranks, char *why,
+                              size_t len)
+{
+    for (size_t i = 0; i < n; i++) {
+        double sumabs, ref = mc_reduce_ref(seed, nranks, i, COMM_F32, COMM_SUM, &sumabs);
+        double got = mc_load(out, i, COMM_F32);
+        /* bf16 keeps 8 significant bits: the inputs, the partial sums and the result
+         * each off by at most 2^-9 of themselves when they cross (mc_close's bf16 rule). */
+        if (fabs(got - ref) > (fabs(ref) + sumabs) / 128 + 1e-30) {
+            snprintf(why, len, "element %zu is %.9g, expected %.9g (bf16 on the wire)", i, got,
+                     ref);
+            return true;
+        }
+    }
+    return false;
+}
+
+bool mc_one_host(void)
+{
+    MPI_Comm node;
+    int node_size = 0, size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    const char *per = getenv("ARCOMM_MPI_RANKS_PER_HOST");
+    return per != NULL && atoi(per) > 0 ? atoi(per) >= size : node_size == size;
 }
 
 bool mc_first_wrong(const void *out, size_t n, size_t first, uint64_t seed, int nranks,

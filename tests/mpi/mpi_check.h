@@ -41,7 +41,14 @@ bool mc_first_wrong(const void *out, size_t n, size_t first, uint64_t seed, int 
 /* The same for comm_allreduce_add: the sum plus addend[i % addend_count] (this rank's). */
 bool mc_first_wrong_add(const void *out, const void *addend, size_t n, size_t addend_count,
                         uint64_t seed, int nranks, comm_dtype_t dtype, char *why, size_t len);
+/* The same with the tolerance of an f32 sum that crossed as bf16 (a CUDA communicator's
+ * allreduce from ARCOMM_BF16_THRESHOLD on): each input rounded to bf16 once. */
+bool mc_first_wrong_bf16_wire(const void *out, size_t n, uint64_t seed, int nranks, char *why,
+                              size_t len);
 const char *mc_dtype_name(comm_dtype_t dtype);
+/* Is every rank of MPI_COMM_WORLD on one host, as comm_init_mpi groups them (MPI's
+ * shared-memory split, or ARCOMM_MPI_RANKS_PER_HOST covering every rank)? */
+bool mc_one_host(void);
 
 /* The /dev/shm/arcomm-* entries now (count, names into names[max]). */
 int mc_shm_list(char names[][96], int max);

@@ -251,13 +251,7 @@ int main(int argc, char **argv)
     }
     /* One host (MPI's shared-memory split, or ARCOMM_MPI_RANKS_PER_HOST covering every
      * rank): the host's own communicator, no "+mpi"; several: the hierarchical one. */
-    MPI_Comm node;
-    int node_size = 0;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
-    const char *per = getenv("ARCOMM_MPI_RANKS_PER_HOST");
-    bool one_host = per != NULL && atoi(per) > 0 ? atoi(per) >= g_size : node_size == g_size;
+    bool one_host = mc_one_host();
     bool hier = strstr(comm_transport_name(g_comm), "+mpi") != NULL;
     if (comm_rank(g_comm) != g_rank || comm_size(g_comm) != g_size || hier == one_host)
         fail(one_host ? "identity (one host: the host's communicator)"

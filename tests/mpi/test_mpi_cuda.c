@@ -19,10 +19,18 @@
  * cudaStreamSynchronize, and every rank's bits compared for the allreduces,
  * broadcasts and allgathers.  Failures: a count that differs on the last rank (its
  * host is another one under ARCOMM_MPI_RANKS_PER_HOST): MISMATCH on every rank and no
- * byte of any output written; comm_abort before a call (ABORTED, PEER elsewhere);
+ * byte of any output written; comm_abort before a call (ABORTED, PEER elsewhere, at
+ * the next call where the host's CUDA communicator took the call first);
  * comm_allreduce_add on one rank against comm_allreduce (MISMATCH everywhere); a call
  * on a stream being captured on rank 1 (INVALID there, PEER elsewhere).  Exits non-zero
  * on any failure.
+ *
+ * Every rank on one host (mc_one_host): comm_init_mpi returns the host's CUDA
+ * communicator itself (no "+mpi" in its name), whose f32 sums from 1 MiB cross as bf16
+ * (ARCOMM_BF16_THRESHOLD's default: checked within bf16's rounding), whose mismatches
+ * may surface at the next call (as on any CUDA communicator: expect_mismatch) and whose
+ * calls may be captured: instead of the refusal, every rank captures an allreduce into a
+ * graph and replays it twice on fresh inputs, each result checked.
  *
  * Built with HIER_FAKE_CUDA against tests/mpi/fake_cuda and libarcomm_mpi_fakecuda
  * (test_mpi_cuda_fake), the same program runs the CUDA path's staging and algorithms
@@ -52,6 +60,7 @@ static int g_rank, g_size, g_failed;
 static comm_t *g_comm;
 static cudaStream_t g_stream;
 static bool g_default_stream; /* alternate: the test's stream, the default one */
+static bool g_direct;         /* one host: the host's own CUDA communicator */
 
 static void fail(const char *what, comm_dtype_t dtype, comm_op_t op, size_t count, const char *why)
 {
@@ -178,8 +187,15 @@ static void t_allreduce(comm_dtype_t dt, comm_op_t op, size_t n, uint64_t seed, 
     void *s = next_stream();
     comm_status_t st = comm_allreduce(g_comm, send, recv, n, dt, op, s);
     void *out = to_host(recv, n * es, s);
-    if (call_ok(st, "allreduce", dt, op, n))
-        check_reduced("allreduce", out, n, 0, seed, dt, op);
+    char why[160];
+    if (call_ok(st, "allreduce", dt, op, n)) {
+        if (g_direct && dt == COMM_F32 && op == COMM_SUM && n * es >= (1u << 20)) {
+            if (mc_first_wrong_bf16_wire(out, n, seed, g_size, why, sizeof(why)))
+                fail("allreduce", dt, op, n, why);
+        } else {
+            check_reduced("allreduce", out, n, 0, seed, dt, op);
+        }
+    }
     same_bits("allreduce", out, n * es, dt, op, n);
     free(out);
     free(hin);
@@ -321,6 +337,28 @@ static void expect(const char *what, comm_status_t got, comm_status_t want, cons
     }
 }
 
+/*
+ * A mismatched call on g_stream: MISMATCH on every rank of the hierarchical communicator.
+ * The host's CUDA communicator (one host) may return at the enqueue, as on one host
+ * without MPI: the device finds the mismatch and the next call says it (MISMATCH, or
+ * PEER where a peer said it first; test_cuda_coll's rule).  Some rank says MISMATCH.
+ */
+static void expect_mismatch(const char *what, comm_status_t st, comm_t *c)
+{
+    if (g_direct && st == COMM_OK) {
+        cuda_must(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize (after a mismatch)");
+        st = comm_barrier(c);
+        if (st != COMM_ERR_MISMATCH && st != COMM_ERR_PEER)
+            expect(what, st, COMM_ERR_MISMATCH, c);
+    } else {
+        expect(what, st, COMM_ERR_MISMATCH, c);
+    }
+    int said = st == COMM_ERR_MISMATCH;
+    MPI_Allreduce(MPI_IN_PLACE, &said, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (said == 0)
+        fail(what, COMM_F32, COMM_SUM, 0, "no rank returned COMM_ERR_MISMATCH");
+}
+
 /* What needs no GPU: the arguments comm_init_mpi refuses, the same way on every rank. */
 static void t_refusals(void)
 {
@@ -366,6 +404,78 @@ static void t_no_gpu(void)
         comm_destroy(c);
 }
 
+/* Several hosts: rank 1 calls on a stream being captured into a graph, which the
+ * hierarchical communicator refuses (INVALID there, PEER elsewhere). */
+static void t_capture_refused(void *send, void *recv, size_t n)
+{
+    comm_status_t st;
+    comm_t *c = fresh(COMM_DEVICE_CUDA, -1, &st);
+    cudaStream_t cs;
+    cuda_must(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (g_rank == 1)
+        cuda_must(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed), "BeginCapture");
+    st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, cs);
+    if (g_rank == 1) {
+        cudaGraph_t graph = NULL;
+        cuda_must(cudaStreamEndCapture(cs, &graph), "cudaStreamEndCapture");
+        if (graph != NULL)
+            cudaGraphDestroy(graph);
+    }
+    expect("a call on a capturing stream (rank 1)", st,
+           g_rank == 1 ? COMM_ERR_INVALID : COMM_ERR_PEER, c);
+    cudaStreamSynchronize(cs);
+    comm_destroy(c);
+    cudaStreamDestroy(cs);
+}
+
+/* One host: every rank captures an allreduce into a graph and replays it twice, with
+ * fresh inputs before each replay: every result checked (a replay is a fresh call). */
+static void t_graph(void *send, void *recv, size_t n)
+{
+#if FAKE
+    (void)send, (void)recv, (void)n;
+#else
+    comm_status_t st;
+    size_t es = sizeof(float);
+    comm_t *c = fresh(COMM_DEVICE_CUDA, -1, &st);
+    if (st != COMM_OK) {
+        fail("graph capture", COMM_F32, COMM_SUM, n, comm_last_error(NULL));
+        return;
+    }
+    cudaStream_t cs;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cuda_must(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_must(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), "BeginCapture");
+    st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, cs);
+    cuda_must(cudaStreamEndCapture(cs, &graph), "cudaStreamEndCapture");
+    expect("an allreduce captured into a graph", st, COMM_OK, c);
+    if (st == COMM_OK)
+        cuda_must(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (uint64_t k = 0; k < 2 && st == COMM_OK; k++) {
+        uint64_t seed = 9100 + k;
+        void *hin = input(n, seed, g_rank, COMM_F32, COMM_SUM, 0);
+        cuda_must(cudaMemcpy(send, hin, n * es, cudaMemcpyHostToDevice), "cudaMemcpy");
+        cuda_must(cudaMemset(recv, 0xa5, n * es), "cudaMemset");
+        cuda_must(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before the replay)");
+        cuda_must(cudaGraphLaunch(exec, cs), "cudaGraphLaunch");
+        void *out = to_host(recv, n * es, cs);
+        check_reduced(k == 0 ? "graph replay 1" : "graph replay 2", out, n, 0, seed, COMM_F32,
+                      COMM_SUM);
+        same_bits("graph replay", out, n * es, COMM_F32, COMM_SUM, n);
+        free(out);
+        free(hin);
+    }
+    if (exec != NULL)
+        cudaGraphExecDestroy(exec);
+    if (graph != NULL)
+        cudaGraphDestroy(graph);
+    if (comm_destroy(c) != COMM_OK)
+        fail("comm_destroy after the replays", COMM_F32, COMM_SUM, n, comm_last_error(NULL));
+    cudaStreamDestroy(cs);
+#endif
+}
+
 /* The failures of a CUDA communicator: a fresh one for each (a failure breaks it). */
 static void t_failures(void)
 {
@@ -382,7 +492,7 @@ static void t_failures(void)
     }
     st = comm_allreduce(c, send, recv, g_rank == g_size - 1 ? n - 1 : n, COMM_F32, COMM_SUM,
                         g_stream);
-    expect("a count mismatch across hosts", st, COMM_ERR_MISMATCH, c);
+    expect_mismatch("a count mismatch across hosts", st, c);
     void *out = to_host(recv, n * es, g_stream);
     for (size_t i = 0; i < n * es; i++)
         if (((unsigned char *)out)[i] != 0xa5) {
@@ -400,6 +510,11 @@ static void t_failures(void)
     if (g_rank == 0)
         comm_abort(c);
     st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, g_stream);
+    if (g_direct && g_rank != 0 && st == COMM_OK) {
+        /* Enqueued before this rank saw the abort: the device sees it, the next call says. */
+        cuda_must(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize (after an abort)");
+        st = comm_barrier(c);
+    }
     expect("comm_abort before a call", st, g_rank == 0 ? COMM_ERR_ABORTED : COMM_ERR_PEER, c);
     cudaStreamSynchronize(g_stream);
     comm_destroy(c);
@@ -411,28 +526,14 @@ static void t_failures(void)
         st = comm_allreduce_add(c, send, recv, send, n, n, COMM_F32, g_stream);
     else
         st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, g_stream);
-    expect("comm_allreduce_add against comm_allreduce", st, COMM_ERR_MISMATCH, c);
+    expect_mismatch("comm_allreduce_add against comm_allreduce", st, c);
     cudaStreamSynchronize(g_stream);
     comm_destroy(c);
 
-    /* Rank 1 calls on a stream being captured into a graph. */
-    c = fresh(COMM_DEVICE_CUDA, -1, &st);
-    cudaStream_t cs;
-    cuda_must(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (g_rank == 1)
-        cuda_must(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed), "BeginCapture");
-    st = comm_allreduce(c, send, recv, n, COMM_F32, COMM_SUM, cs);
-    if (g_rank == 1) {
-        cudaGraph_t graph = NULL;
-        cuda_must(cudaStreamEndCapture(cs, &graph), "cudaStreamEndCapture");
-        if (graph != NULL)
-            cudaGraphDestroy(graph);
-    }
-    expect("a call on a capturing stream (rank 1)", st,
-           g_rank == 1 ? COMM_ERR_INVALID : COMM_ERR_PEER, c);
-    cudaStreamSynchronize(cs);
-    comm_destroy(c);
-    cudaStreamDestroy(cs);
+    if (g_direct)
+        t_graph(send, recv, n);
+    else
+        t_capture_refused(send, recv, n);
 out:
     free(hin);
     cudaFree(recv);
@@ -468,6 +569,7 @@ int main(int argc, char **argv)
     }
 
     cuda_must(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    g_direct = !FAKE && mc_one_host();
     comm_status_t st;
     g_comm = fresh(COMM_DEVICE_CUDA, -1, &st);
     if (st != COMM_OK) {
@@ -476,9 +578,12 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     const char *name = comm_transport_name(g_comm);
-    if (comm_rank(g_comm) != g_rank || comm_size(g_comm) != g_size ||
-        strstr(name, "+mpi") == NULL || (!FAKE && strstr(name, "cuda") == NULL))
-        fail("identity", COMM_F32, COMM_SUM, 0, name);
+    bool hier = strstr(name, "+mpi") != NULL;
+    if (comm_rank(g_comm) != g_rank || comm_size(g_comm) != g_size || hier == g_direct ||
+        (!FAKE && strstr(name, "cuda") == NULL))
+        fail(g_direct ? "identity (one host: the host's CUDA communicator)"
+                      : "identity (the hierarchical communicator)",
+             COMM_F32, COMM_SUM, 0, name);
     if (g_rank == 0)
         printf("# %d ranks, %d GPUs visible to rank 0, transport %s\n", g_size, ngpu, name);
 

@@ -58,7 +58,9 @@ static const char usage[] =
     "  --procs            process ranks (arbench re-launches itself as arrun -n N arbench)\n"
     "  --mpi              started by mpirun (mpirun -np N arbench --mpi ...): one rank a\n"
     "                     process, over comm_init_mpi (several hosts); with --compare mpi\n"
-    "                     the same processes time MPI's collectives too (builds with MPI)\n"
+    "                     the same processes time MPI's collectives too (builds with MPI;\n"
+    "                     host buffers); --device cuda: each rank on the GPU of its index\n"
+    "                     on its host, modulo the GPUs it sees\n"
     "  -b, -e SIZE        first and last size in bytes (default 4 and 64M; K, M, G\n"
     "                     suffixes are powers of 1024), as nccl-tests counts it: allreduce,\n"
     "                     broadcast, reduce count*esize per rank; allgather the receive\n"
@@ -118,12 +120,12 @@ static const char usage[] =
     "Exit status: 0 ok, 1 a call failed or #wrong > 0, 2 usage.\n";
 
 #if ARBENCH_HAVE_MPI
-/* arbench --mpi: the collectives over a communicator of comm_init_mpi (host buffers). */
+/* arbench --mpi: the collectives over a communicator of comm_init_mpi. */
 static struct arcomm_ctx mpi_actx;
-static struct bench_coll coll_of_comm(comm_t *comm)
+static struct bench_coll coll_of_comm(comm_t *comm, void *stream)
 {
     mpi_actx.comm = comm;
-    mpi_actx.stream = NULL;
+    mpi_actx.stream = stream;
     return bench_arcomm_coll(&mpi_actx);
 }
 #endif
@@ -216,19 +218,6 @@ static int local_rank(int rank)
     return v ? atoi(v) : rank;
 }
 
-/* A process rank's GPU: its local rank, or, with fewer GPUs than ranks, local rank
- * modulo the GPUs (process ranks may share a GPU; thread ranks may not). */
-static int proc_gpu(comm_device_t kind, int local)
-{
-#if ARBENCH_HAVE_CUDA
-    int n = kind == COMM_DEVICE_CUDA ? bench_cuda_count() : 0;
-    return n > 0 ? local % n : local;
-#else
-    (void)kind;
-    return local;
-#endif
-}
-
 /* A communicator on opts->device (and opts->transport) over the same ranks, its id sent
  * over host. */
 static comm_status_t device_comm(comm_t *host, const struct bench_opts *opts, comm_t **out)
@@ -254,7 +243,7 @@ static comm_status_t device_comm(comm_t *host, const struct bench_opts *opts, co
     cfg.nranks = comm_size(host);
     cfg.rank = comm_rank(host);
     cfg.device = opts->device;
-    cfg.device_index = proc_gpu(opts->device, local_rank(cfg.rank));
+    cfg.device_index = bench_device_ordinal(opts->device, local_rank(cfg.rank));
     cfg.transport = opts->transport;
     return comm_init(out, &cfg);
 }
@@ -270,7 +259,8 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
     opts.nranks = comm_size(comm);
 
     struct bench_device dev;
-    int code = bench_device_open(opts.device, proc_gpu(opts.device, local_rank(rank)), &dev);
+    int code =
+        bench_device_open(opts.device, bench_device_ordinal(opts.device, local_rank(rank)), &dev);
     if (code) {
         comm_destroy(comm);
         return code;
@@ -524,6 +514,8 @@ int main(int argc, char **argv)
     }
     if (o.mpi) {
 #if ARBENCH_HAVE_MPI
+        if ((rc = bench_device_check(o.device)))
+            return rc;
         return bench_mpi_main(&o, argc, argv, coll_of_comm);
 #else
         fprintf(stderr, "arbench: --mpi needs a build with MPI (libarcomm_mpi)\n");

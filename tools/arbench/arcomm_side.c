@@ -116,6 +116,17 @@ int bench_device_open(comm_device_t kind, int ordinal, struct bench_device *out)
     return BENCH_EXIT_USAGE;
 }
 
+int bench_device_ordinal(comm_device_t kind, int local)
+{
+#if ARBENCH_HAVE_CUDA
+    int n = kind == COMM_DEVICE_CUDA ? bench_cuda_count() : 0;
+    return n > 0 ? local % n : local;
+#else
+    (void)kind;
+    return local;
+#endif
+}
+
 /* --mem-alloc: the buffers under test come from the communicator's segment, where
  * process ranks reach each other's (the one-pass paths). */
 static int seg_alloc(void *ctx, size_t bytes, void **ptr)

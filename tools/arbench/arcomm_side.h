@@ -29,6 +29,9 @@ struct bench_coll bench_arcomm_coll(struct arcomm_ctx *x);
  * GPU ordinal with its own stream.  0, or an exit code.
  */
 int bench_device_open(comm_device_t kind, int ordinal, struct bench_device *out);
+/* A process rank's GPU: its index on its host, or, with fewer GPUs than ranks, that
+ * index modulo the GPUs (process ranks may share a GPU; thread ranks may not). */
+int bench_device_ordinal(comm_device_t kind, int local);
 /* The buffers under test from comm's comm_mem_alloc (--mem-alloc, host). */
 void bench_device_use_segment(struct bench_device *dev, comm_t *comm);
 /* 0 when this build and host can serve kind, else an exit code (said on stderr). */

@@ -153,6 +153,12 @@ void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
 /* The kernel path: one LL launch per round of at most a sub-slot's payload. */
 static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, bool narrow)
 {
+    return cuda_kernel_path_as(c, call, call, narrow);
+}
+
+comm_status_t cuda_kernel_path_as(struct comm *c, const struct coll_call *call,
+                                  const struct coll_call *as, bool narrow)
+{
     struct cuda_comm *x = cuda_of(c);
     uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
     struct cuda_kplan plan = cuda_kplan_compute(call->count, wsize, x->g.kslot_bytes);
@@ -161,6 +167,11 @@ static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, b
         .kslot_bytes = x->g.kslot_bytes,
     };
     cuda_fill_common(c, call, narrow, CUDA_PATH_KERNEL, &a.c);
+    if (as != call) {
+        struct cuda_kcommon id;
+        cuda_fill_common(c, as, narrow, CUDA_PATH_KERNEL, &id);
+        a.c.desc = id.desc; /* what the ranks compare: the caller's call */
+    }
     for (uint32_t j = 0; j < plan.rounds; j++) {
         a.rlo = (uint64_t)j * plan.round_elems;
         a.rn = call->count - a.rlo < plan.round_elems ? call->count - a.rlo : plan.round_elems;

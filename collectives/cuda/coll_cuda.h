@@ -33,6 +33,11 @@ typedef comm_status_t (*cuda_allreduce_path)(struct comm *c, const struct coll_c
  * copy-engine paths. */
 comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
                                      cuda_allreduce_path small, cuda_allreduce_path large);
+/* Allreduce's kernel path for call (an allreduce), the ranks comparing the call as
+ * instead (the collective a caller made, served through it): enqueued after
+ * cuda_call_begin. */
+comm_status_t cuda_kernel_path_as(struct comm *c, const struct coll_call *call,
+                                  const struct coll_call *as, bool narrow);
 /* Broadcast, reduce, allgather, reduce_scatter and alltoall (call->kind says which). */
 comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call);
 /* A call of a one-rank communicator, enqueued after cuda_call_begin: a device copy, or

@@ -3,6 +3,7 @@
  * The CUDA collectives beyond allreduce: broadcast, reduce, allgather, reduce_scatter
  * and alltoall, host-staged through the pinned segment with the copy-engine path's
  * machinery (allreduce_cuda.c): the host never waits, everything is enqueued at once.
+ * Small ones go through allreduce's LL kernel instead (small_via_kernel, below).
  *
  * A call is cut into steps (chunks of a block of count elements); step k of the call uses
  * staging slot k % cslots of every rank, and its counters count from the call's first
@@ -105,6 +106,110 @@ comm_status_t cuda_single_rank(struct comm *c, const struct coll_call *call)
     cuda_fill_common(c, call, false, CUDA_PATH_COPY, &a.c);
     int e = cuda_launch_cadd(&a, call->stream);
     return e != 0 ? cuda_launch_failed(c, "the reduction-kernel launch", e) : COMM_OK;
+}
+
+/*
+ * Small messages through allreduce's kernel path (one LL launch): the copy-engine
+ * pipeline's device-side waits cost 36-57 us a call whatever the size on one H200 shared
+ * by 2 process ranks, the kernel path 15 us.  Every rank's part lies at its place in a
+ * buffer that is zero elsewhere and the ranks sum it: data movement as an unsigned
+ * integer sum with zeros (exact, bit for bit), reductions as the allreduce of the same
+ * inputs (the bits allreduce gives, as the API asks).  The ranks compare the caller's
+ * call (its collective, count, root), never the allreduce serving it.  Only kernels
+ * write recvbuf: the LL kernel, and the copy-out kernel, which writes nothing once this
+ * rank recorded a failure (a mismatch leaves recvbuf untouched).  The buffers are the
+ * copy path's ring (x->tmp), free here: calls on a communicator run one after another.
+ * Up to CUDA_SMALL_LL_BYTES of the allreduce, and below ARCOMM_COPY_THRESHOLD (0 keeps
+ * every call on the copy engines).
+ */
+#define CUDA_SMALL_LL_BYTES (64u << 10)
+
+/* The allreduce's bytes serving call through the kernel path, or 0 when it does not. */
+static uint64_t small_ll_bytes(const struct comm *c, const struct coll_call *call)
+{
+    const struct cuda_comm *x = cuda_of(c);
+    uint64_t n = (uint64_t)c->nranks, m = (uint64_t)call->count * rt_dtype_size(call->dtype);
+    uint64_t total = call->kind == COLL_ALLTOALL                                         ? n * n * m
+                     : call->kind == COLL_ALLGATHER || call->kind == COLL_REDUCE_SCATTER ? n * m
+                                                                                         : m;
+    uint64_t ring = (n - 1) * (uint64_t)x->tslots * x->g.chunk_max;
+    bool fits = total <= CUDA_SMALL_LL_BYTES && total < x->k.copy_threshold && 2 * total <= ring;
+    return fits ? total : 0;
+}
+
+static comm_status_t small_via_kernel(struct comm *c, const struct coll_call *call, uint64_t total)
+{
+    struct cuda_comm *x = cuda_of(c);
+    cudaStream_t s = call->stream;
+    const int me = c->rank;
+    const uint64_t n = (uint64_t)c->nranks;
+    const uint64_t m = (uint64_t)call->count * rt_dtype_size(call->dtype);
+    uint8_t *in = x->tmp, *out = x->tmp + total;
+    struct coll_call ar = *call;
+    ar.kind = COLL_ALLREDUCE;
+    ar.addend = NULL;
+    ar.addend_count = 0;
+    ar.recv = out;
+    int e = 0;
+    switch (call->kind) { /* in: zeros, this rank's part at its place */
+    case COLL_BROADCAST:
+        ar.recv = call->recv;
+        ar.send = me == call->root ? call->send : in;
+        if (me != call->root)
+            e = cudaMemsetAsync(in, 0, total, s);
+        break;
+    case COLL_ALLGATHER:
+        ar.send = in;
+        ar.recv = call->recv;
+        if ((e = cudaMemsetAsync(in, 0, total, s)) == 0)
+            e = cudaMemcpyAsync(in + (uint64_t)me * m, call->send, m, cudaMemcpyDeviceToDevice, s);
+        break;
+    case COLL_ALLTOALL: /* block (p, q) of the sum: rank p's block for rank q */
+        ar.send = in;
+        if ((e = cudaMemsetAsync(in, 0, total, s)) == 0)
+            e = cudaMemcpyAsync(in + (uint64_t)me * n * m, call->send, n * m,
+                                cudaMemcpyDeviceToDevice, s);
+        break;
+    case COLL_REDUCE:
+        if (me == call->root)
+            ar.recv = call->recv;
+        break;
+    default: /* COLL_REDUCE_SCATTER: the sum of every block, then this rank's */
+        ar.count = (size_t)(n * call->count);
+        break;
+    }
+    if (e != 0)
+        return cuda_launch_failed(c, "staging a small call for the kernel path", e);
+    if (call->kind == COLL_BROADCAST || call->kind == COLL_ALLGATHER ||
+        call->kind == COLL_ALLTOALL) {
+        /* Moved data: an unsigned sum, in words where this rank's buffers allow it.  Ranks
+         * may differ here (alignment is their own) and need not agree: the wire holds the
+         * same bytes either way (u32 or 4 u8 per word, little-endian, the same units and
+         * rounds), and with one non-zero addend per byte no sum carries. */
+        bool words = total % 4 == 0 && ((uintptr_t)ar.send % 4 | (uintptr_t)ar.recv % 4) == 0;
+        ar.dtype = words ? COMM_U32 : COMM_U8;
+        ar.op = COMM_SUM;
+        ar.count = (size_t)(total / (words ? 4 : 1));
+    }
+    comm_status_t st = cuda_kernel_path_as(c, &ar, call, false);
+    if (st != COMM_OK || ar.recv != out || call->kind == COLL_REDUCE)
+        return st;
+    /* From the sum into recvbuf: alltoall every peer's block for this rank,
+     * reduce_scatter this rank's block. */
+    struct cuda_ccopy_args k = {.len = m};
+    cuda_fill_common(c, call, false, CUDA_PATH_KERNEL, &k.c);
+    if (call->kind == COLL_ALLTOALL) {
+        for (uint64_t p = 0; p < n; p++) {
+            k.src[k.nparts] = out + (p * n + (uint64_t)me) * m;
+            k.dst[k.nparts++] = (uint8_t *)call->recv + p * m;
+        }
+    } else {
+        k.src[k.nparts] = out + (uint64_t)me * m;
+        k.dst[k.nparts++] = call->recv;
+    }
+    if ((e = cuda_launch_ccopy(&k, s)) != 0)
+        return cuda_launch_failed(c, "the copy-out kernel launch", e);
+    return COMM_OK;
 }
 
 static comm_status_t staged(struct comm *c, const struct coll_call *call)
@@ -258,6 +363,9 @@ comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call)
     st = cuda_call_begin(c, call, &prev);
     if (st != COMM_OK)
         return st;
-    st = c->nranks == 1 ? cuda_single_rank(c, call) : staged(c, call);
+    uint64_t small = c->nranks > 1 ? small_ll_bytes(c, call) : 0;
+    st = c->nranks == 1 ? cuda_single_rank(c, call)
+         : small > 0    ? small_via_kernel(c, call, small)
+                        : staged(c, call);
     return cuda_call_end(c, call, st, prev);
 }

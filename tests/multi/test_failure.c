@@ -302,12 +302,16 @@ static void kill_body(struct h_rank *r)
 
 static void run_kill(size_t count, int n)
 {
+    /* 300 ms after every rank's body started (kill_after_ready), not after the start:
+     * under load (a sanitizer build beside other work) starting the processes alone took
+     * longer, and rank 0 had not made its 2 calls before the kill. */
     struct h_job job = {.nranks = n,
                         .procs = true,
                         .body = kill_body,
                         .arg = &count,
                         .kill_rank = 1,
                         .kill_after_ms = 300,
+                        .kill_after_ready = true,
                         .timeout_ms = 60000};
     double start = h_now_ms();
     struct h_rank *res = h_run(&job);

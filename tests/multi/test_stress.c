@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Endurance: 10,000 back-to-back calls (every result checked), paths alternating call
- * by call (slot reuse across paths), two communicators used at once, and 8 ranks on
- * the machine's 2 cores.
+ * by call (slot reuse across paths), random sequences of allreduce and of every
+ * collective, two communicators used at once, and 8 ranks on the machine's 2 cores.
  */
 #include "harness.h"
 
@@ -260,6 +260,236 @@ static void random_procs_3(void **s)
     random_sequence(3, true);
 }
 
+/* ---- every collective in one random sequence ---- */
+
+enum rk { RK_ALLREDUCE, RK_BROADCAST, RK_REDUCE, RK_ALLGATHER, RK_REDUCE_SCATTER, RK_ALLTOALL };
+static const char *const rk_names[] = {"allreduce", "broadcast",      "reduce",
+                                       "allgather", "reduce_scatter", "alltoall"};
+
+struct colls_cfg {
+    bool mem; /* buffers from comm_mem_alloc (the one-pass paths between processes) */
+};
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Does buf hold h_fill_op(count, dt, op, seed, rank) exactly? */
+static bool holds(const void *buf, size_t count, comm_dtype_t dt, comm_op_t op, uint64_t seed,
+                  int rank, void *scratch)
+{
+    h_fill_op(scratch, count, dt, op, seed, rank);
+    return memcmp(scratch, buf, count * comm_dtype_size(dt)) == 0;
+}
+
+/* Is buf[0..bytes) still the poison h_poison(dt) left? */
+static bool still_poison(const uint8_t *buf, size_t bytes, comm_dtype_t dt)
+{
+    uint8_t want = h_dtype_is_int(dt) ? 0x5b : 0xff;
+    for (size_t i = 0; i < bytes; i++)
+        if (buf[i] != want)
+            return false;
+    return true;
+}
+
+static void *colls_alloc(struct h_rank *r, bool mem, size_t bytes)
+{
+    void *p = NULL;
+    if (!mem)
+        return malloc(bytes);
+    if (comm_mem_alloc(r->comm, bytes, &p) != COMM_OK)
+        h_fail(r, "comm_mem_alloc(%zu): %s", bytes, comm_last_error(r->comm));
+    return p;
+}
+
+/*
+ * A random sequence of every collective, the same on every rank (seeded alike): counts
+ * across the inline, flag, one-pass, staged, pipelined and CMA paths, every dtype and
+ * the ops each allows, random roots, the in-place forms, barriers between; every
+ * element of every output checked (data movement exactly, reductions against float64),
+ * the element after each output untouched, and what every rank must hold alike hashed
+ * for the parent to compare.
+ */
+static void random_colls_body(struct h_rank *r)
+{
+    static const comm_dtype_t dts[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, COMM_I32,
+                                       COMM_I64, COMM_I8,  COMM_U8,   COMM_U32, COMM_U64};
+    const struct colls_cfg *cfg = r->arg;
+    int n = r->nranks, me = r->rank;
+    size_t max_bytes = 96u << 10; /* per block */
+    size_t room = (size_t)n * max_bytes + 64 * 8;
+    uint8_t *x = colls_alloc(r, cfg->mem, room), *y = colls_alloc(r, cfg->mem, room);
+    uint8_t *scratch = malloc(room);
+    uint64_t rng = 4242, hash = 1469598103934665603ull;
+    int calls = h_quick() ? 120 : 700;
+    for (int i = 0; i < calls && r->errors == 0 && x && y; i++) {
+        uint64_t v = h_rand(&rng), w = h_rand(&rng);
+        if (w % 11 == 0) {
+            if (comm_barrier(r->comm) != COMM_OK)
+                h_fail(r, "call %d: barrier: %s", i, comm_last_error(r->comm));
+            continue;
+        }
+        enum rk k = (enum rk)(v % 6);
+        comm_dtype_t dt = dts[(v >> 8) % 10];
+        size_t es = comm_dtype_size(dt), maxc = max_bytes / es;
+        size_t count = v % 5 == 0   ? (v >> 16) % 40
+                       : v % 5 == 1 ? (v >> 16) % 3000 % maxc
+                                    : (size_t)(v >> 16) % maxc;
+        bool reduces = k == RK_ALLREDUCE || k == RK_REDUCE || k == RK_REDUCE_SCATTER;
+        comm_op_t op = reduces ? (comm_op_t)((w >> 8) % 5) : COMM_SUM;
+        if (op == COMM_AVG && h_dtype_is_int(dt))
+            op = COMM_MAX;
+        int root = (int)((w >> 16) % (uint64_t)n);
+        bool inplace = ((w >> 24) & 1) && k != RK_ALLTOALL;
+        size_t off = (w >> 32) % 3; /* elements: buffers off the line */
+        uint64_t seed = 9000 + 17u * (uint64_t)i;
+        size_t blk = count * es, all = (size_t)n * blk;
+
+        /* Buffers: x holds sendbuf, y recvbuf; in place both lie in y. */
+        uint8_t *sb = x + off * es, *rb = y + off * es, *send = sb, *recv = rb;
+        h_poison(y, room / es, dt);
+        if (inplace) {
+            send = k == RK_ALLGATHER ? rb + (size_t)me * blk : rb;
+            recv = k == RK_REDUCE_SCATTER ? rb + (size_t)me * blk : rb;
+        }
+        bool blocks_in = k == RK_REDUCE_SCATTER || k == RK_ALLTOALL;
+        for (int b = 0; b < (blocks_in ? n : 1); b++)
+            h_fill_op(send + (size_t)b * blk, count, dt, op, seed + 101u * (uint64_t)b, me);
+        comm_status_t st = COMM_OK;
+        switch (k) {
+        case RK_ALLREDUCE:
+            st = comm_allreduce(r->comm, send, recv, count, dt, op, NULL);
+            break;
+        case RK_BROADCAST:
+            st = comm_broadcast(r->comm, me == root ? send : NULL, recv, count, dt, root, NULL);
+            break;
+        case RK_REDUCE:
+            st = comm_reduce(r->comm, send, me == root ? recv : NULL, count, dt, op, root, NULL);
+            break;
+        case RK_ALLGATHER:
+            st = comm_allgather(r->comm, send, recv, count, dt, NULL);
+            break;
+        case RK_REDUCE_SCATTER:
+            st = comm_reduce_scatter(r->comm, send, recv, count, dt, op, NULL);
+            break;
+        case RK_ALLTOALL:
+            st = comm_alltoall(r->comm, send, recv, count, dt, NULL);
+            break;
+        }
+        if (st != COMM_OK) {
+            h_fail(r, "call %d: %s(count %zu dtype %s op %s root %d in place %d): %s", i,
+                   rk_names[k], count, h_dtype_name(dt), h_op_name(op), root, inplace,
+                   comm_last_error(r->comm));
+            break;
+        }
+        const char *wrong = NULL;
+        size_t out_bytes = blk;
+        switch (k) {
+        case RK_ALLREDUCE:
+            h_check(r, recv, count, dt, op, seed, n, NULL, 0, false);
+            hash = fnv1a(hash, recv, blk);
+            break;
+        case RK_BROADCAST:
+            if (!holds(recv, count, dt, op, seed, root, scratch))
+                wrong = "the output is not the root's input";
+            hash = fnv1a(hash, recv, blk);
+            break;
+        case RK_REDUCE:
+            if (me == root)
+                h_check(r, recv, count, dt, op, seed, n, NULL, 0, false);
+            else if (!inplace && !still_poison(rb, blk, dt))
+                wrong = "a non-root's recvbuf was written";
+            break;
+        case RK_ALLGATHER:
+            for (int p = 0; p < n && !wrong; p++)
+                if (!holds(recv + (size_t)p * blk, count, dt, op, seed, p, scratch))
+                    wrong = "a block is not its rank's input";
+            hash = fnv1a(hash, recv, all);
+            out_bytes = all;
+            break;
+        case RK_REDUCE_SCATTER:
+            h_check(r, recv, count, dt, op, seed + 101u * (uint64_t)me, n, NULL, 0, false);
+            for (int b = 0; inplace && b < n && !wrong; b++)
+                if (b != me && !holds(rb + (size_t)b * blk, count, dt, op,
+                                      seed + 101u * (uint64_t)b, me, scratch))
+                    wrong = "in place, another block of sendbuf changed";
+            out_bytes = inplace ? all - (size_t)me * blk : blk;
+            break;
+        case RK_ALLTOALL:
+            for (int p = 0; p < n && !wrong; p++)
+                if (!holds(recv + (size_t)p * blk, count, dt, op, seed + 101u * (uint64_t)me, p,
+                           scratch))
+                    wrong = "a block is not its sender's block for this rank";
+            out_bytes = all;
+            break;
+        }
+        /* The element after the output stays poisoned (reduce writes on the root only). */
+        if (!wrong && count && (k != RK_REDUCE || me == root) &&
+            !still_poison(recv + out_bytes, es, dt))
+            wrong = "the element after the output was written";
+        if (wrong)
+            h_fail(r, "call %d: %s(count %zu dtype %s op %s root %d in place %d off %zu): %s", i,
+                   rk_names[k], count, h_dtype_name(dt), h_op_name(op), root, inplace, off, wrong);
+    }
+    memcpy(r->out, &hash, sizeof hash);
+    r->out_len = sizeof hash;
+    if (cfg->mem) {
+        comm_mem_free(r->comm, x);
+        comm_mem_free(r->comm, y);
+    } else {
+        free(x);
+        free(y);
+    }
+    free(scratch);
+}
+
+static void random_colls(int n, bool procs, bool mem, const char *cma)
+{
+    struct colls_cfg cfg = {.mem = mem};
+    h_env_push("ARCOMM_SHM_SLOT_BYTES", "64K");
+    h_env_push("ARCOMM_FLAG_THRESHOLD", "2K");
+    if (cma)
+        h_env_push("ARCOMM_CMA_THRESHOLD", cma);
+    struct h_job job = {
+        .nranks = n, .procs = procs, .body = random_colls_body, .arg = &cfg, .kill_rank = -1};
+    struct h_rank *res = h_run(&job);
+    h_env_pop();
+    expect_clean(res, n);
+    for (int p = 1; p < n; p++)
+        if (res[p].out_len != res[0].out_len || memcmp(res[p].out, res[0].out, res[0].out_len))
+            fail_msg("rank %d's outputs differ from rank 0's (hash of every allreduce, "
+                     "broadcast and allgather output)",
+                     p);
+}
+
+static void random_colls_threads_3(void **s)
+{
+    (void)s;
+    random_colls(3, false, false, NULL);
+}
+
+static void random_colls_procs_3(void **s)
+{
+    (void)s;
+    random_colls(3, true, false, NULL);
+}
+
+static void random_colls_procs_2_cma(void **s)
+{
+    (void)s;
+    random_colls(2, true, false, "0");
+}
+
+static void random_colls_procs_3_mem(void **s)
+{
+    (void)s;
+    random_colls(3, true, true, NULL);
+}
+
 /* comm_barrier returns only once every rank entered it. */
 static void barrier_body(struct h_rank *r)
 {
@@ -297,11 +527,20 @@ static void barrier_procs(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(back_to_back_threads), cmocka_unit_test(back_to_back_procs),
-        cmocka_unit_test(oversubscribed_8),     cmocka_unit_test(mixed_threads_3),
-        cmocka_unit_test(mixed_procs_3),        cmocka_unit_test(two_comms),
-        cmocka_unit_test(barrier_threads),      cmocka_unit_test(barrier_procs),
-        cmocka_unit_test(random_threads_3),     cmocka_unit_test(random_procs_3),
+        cmocka_unit_test(back_to_back_threads),
+        cmocka_unit_test(back_to_back_procs),
+        cmocka_unit_test(oversubscribed_8),
+        cmocka_unit_test(mixed_threads_3),
+        cmocka_unit_test(mixed_procs_3),
+        cmocka_unit_test(two_comms),
+        cmocka_unit_test(barrier_threads),
+        cmocka_unit_test(barrier_procs),
+        cmocka_unit_test(random_threads_3),
+        cmocka_unit_test(random_procs_3),
+        cmocka_unit_test(random_colls_threads_3),
+        cmocka_unit_test(random_colls_procs_3),
+        cmocka_unit_test(random_colls_procs_2_cma),
+        cmocka_unit_test(random_colls_procs_3_mem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,8 @@
 # (ARCOMM_TRANSPORT=cuda-p2p; not yet verified on a GPU, so auto never picks it): the
 # transport choice (test_cuda_select), test_cuda, test_cuda_coll and test_cuda_graph on
 # cuda-p2p (process ranks on one GPU where one is lent), then arbench cuda-p2p against the
-# host-staged cuda, eager and in graphs, logs in $OUT/p2p.log and $OUT/p2p-bench.log.
+# host-staged cuda, eager and in graphs (under a private MPS daemon where one GPU is
+# lent), logs in $OUT/p2p.log and $OUT/p2p-bench.log.
 # P2P_LIMIT bounds each test (default 300 s), P2P_BENCH=0 skips arbench.
 #
 # TEST_LIMIT (seconds, default 300) bounds test_cuda; DIAG=0 skips diag_staging and
@@ -83,6 +84,27 @@ fi
 # CUDA graphs: capture and replay with process ranks (tests/cuda/test_cuda_graph), and
 # arbench's kernel-path latency, eager against graph replays, in one run (mode graph:
 # only this, after the build).
+# Process ranks sharing one GPU time-slice without MPS (a call then costs a slice, ~2.7
+# ms): mps_start starts a private MPS daemon (no GPU setting changes) and sets mps=1,
+# mps_stop quits it and keeps its log under $OUT/mps-log.
+mps=0
+mps_start() {
+  command -v nvidia-cuda-mps-control >/dev/null || return 0
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/arcomm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/arcomm-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && mps=1
+  echo "MPS daemon started: $mps" | tee -a "$1"
+}
+mps_stop() {
+  [ $mps = 1 ] || return 0
+  echo quit | nvidia-cuda-mps-control
+  cp -r "$CUDA_MPS_LOG_DIRECTORY" "$OUT/mps-log" 2>/dev/null
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  mps=0
+}
+# How many GPUs this machine lends (process ranks share one where it is 1).
+ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+
 graph_check() {
   echo "== graphs" | tee "$OUT/graph.log"
   timeout "${GRAPH_LIMIT:-240}" "$B/tests/cuda/test_cuda_graph" >>"$OUT/graph.log" 2>&1
@@ -93,15 +115,8 @@ graph_check() {
   [ $grc = 0 ] || rc=1
   AB="$B/tools/arbench/arbench"
   [ -x "$AB" ] && [ "${GRAPH_BENCH:-1}" != 0 ] || return
-  # Process ranks on one GPU time-slice without MPS (a call then costs a slice, ~2.7 ms):
-  # MPS=1 starts a private MPS daemon for the latency runs (no GPU setting changes).
-  local mps=0
-  if [ "${MPS:-0}" != 0 ] && command -v nvidia-cuda-mps-control >/dev/null; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/arcomm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/arcomm-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d && mps=1
-    echo "MPS daemon started: $mps" | tee -a "$OUT/graph.log"
-  fi
+  # MPS=1: the latency runs under a private MPS daemon.
+  [ "${MPS:-0}" != 0 ] && mps_start "$OUT/graph.log"
   for round in 1 2; do
     for n in 2 1; do
       for g in "" --graph; do
@@ -112,11 +127,7 @@ graph_check() {
       done
     done
   done
-  if [ $mps = 1 ]; then
-    echo quit | nvidia-cuda-mps-control
-    cp -r "$CUDA_MPS_LOG_DIRECTORY" "$OUT/mps-log" 2>/dev/null
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  fi
+  mps_stop
 }
 if [ "$mode" = graph ]; then
   graph_check
@@ -130,9 +141,8 @@ fi
 # broadcast 156 us at 4 MiB.
 if [ "$mode" = movement ]; then
   AB="$B/tools/arbench/arbench"
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/arcomm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/arcomm-mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee "$OUT/movement.log"
+  : > "$OUT/movement.log"
+  mps_start "$OUT/movement.log"
   for coll in allgather broadcast alltoall reduce_scatter allreduce; do
     echo "### arbench --device cuda --procs -n 2 --coll $coll -b 1K -e 16M -f 8 --check" \
       | tee -a "$OUT/movement.log"
@@ -142,7 +152,7 @@ if [ "$mode" = movement ]; then
     echo "arbench $coll exit status $m" | tee -a "$OUT/movement.log"
     [ "$m" = 0 ] || rc=1
   done
-  echo quit | nvidia-cuda-mps-control
+  mps_stop
   exit $rc
 fi
 
@@ -168,6 +178,8 @@ p2p_check() {
   AB="$B/tools/arbench/arbench"
   [ -x "$AB" ] && [ "${P2P_BENCH:-1}" != 0 ] || return
   echo "== cuda-p2p arbench" | tee "$OUT/p2p-bench.log"
+  # Two process ranks on one GPU: under MPS, or every call costs a time slice.
+  [ "$ngpus" = 1 ] && mps_start "$OUT/p2p-bench.log"
   local tr g
   for tr in cuda-p2p cuda; do
     for g in "" --graph; do
@@ -180,6 +192,15 @@ p2p_check() {
       [ "$arc" = 0 ] || rc=1
     done
   done
+  # Every collective on cuda-p2p (broadcast, allgather and alltoall as direct copies).
+  echo "### arbench --device cuda --transport cuda-p2p --procs -n 2 --coll all -b 8 -e 16M -f 16 --check" \
+    | tee -a "$OUT/p2p-bench.log"
+  timeout "${ARB_LIMIT:-150}" "$AB" --device cuda --transport cuda-p2p --procs -n 2 --coll all \
+    -b 8 -e 16M -f 16 --check 2>&1 | tee -a "$OUT/p2p-bench.log" | grep -E "^# coll|^ +[0-9]|rror"
+  arc=${PIPESTATUS[0]}
+  echo "arbench (cuda-p2p, every collective) exit status $arc" | tee -a "$OUT/p2p-bench.log"
+  [ "$arc" = 0 ] || rc=1
+  mps_stop
 }
 if [ "$mode" = p2p ]; then
   p2p_check

@@ -115,6 +115,18 @@ procs)
     grep -q "buffers: comm_mem_alloc" "$dir/out" || { echo "--mem-alloc: not in the header"; bad=1; }
     grep -q '"buffers": "comm_mem_alloc"' "$dir/seg.json" ||
         { echo "--mem-alloc: not in the JSON"; bad=1; }
+    # Inputs written and outputs read between calls (untimed), in place too.
+    # shellcheck disable=SC2086
+    run "procs, fresh" --procs -n 2 --coll all --fresh $small --json "$dir/fresh.json" \
+        --csv "$dir/fresh.csv"
+    rows "$dir/fresh.csv" 30
+    grep -q "after the rank wrote its input and read its output" "$dir/out" ||
+        { echo "--fresh: not in the header"; bad=1; }
+    grep -q '"fresh": true' "$dir/fresh.json" || { echo "--fresh: not in the JSON"; bad=1; }
+    # shellcheck disable=SC2086
+    run "procs, fresh, in place" --procs -n 3 --coll all --fresh --inplace $small \
+        --csv "$dir/fresh-ip.csv"
+    rows "$dir/fresh-ip.csv" 25
     ;;
 mpi)
     if ! command -v mpirun >/dev/null 2>&1 || [ ! -x "$bindir/arbench-mpi" ]; then
@@ -129,6 +141,10 @@ mpi)
         --compare mpi --csv "$dir/mpi-ip.csv"
     rows "$dir/mpi-ip.csv" 15
     grep -q "alltoall: left out" "$dir/out" || { echo "--inplace --coll all: alltoall not said"; bad=1; }
+    # --fresh reaches the MPI peer too (its rows are checked like arcomm's).
+    # shellcheck disable=SC2086
+    run "mpi fresh" -n 2 --coll all --fresh $small --compare mpi --csv "$dir/mpi-fresh.csv"
+    rows "$dir/mpi-fresh.csv" 30
     # The 0.2 dtypes through Open MPI alone (the library's own come with its branch).
     for spec in "i8 sum reduce_scatter" "u8 max allreduce" "u32 prod reduce" "u64 min allreduce" \
         "i8 none alltoall" "u64 none allgather"; do

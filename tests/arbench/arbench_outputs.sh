@@ -59,6 +59,8 @@ usage_error() {
 }
 usage_error "--coll alltoall --inplace" --coll alltoall --inplace -b 4 -e 64
 grep -q "no in-place form" "$dir/err" || { echo "alltoall --inplace: not the reason"; bad=1; }
+usage_error "--fresh --graph" --fresh --graph -b 4 -e 64
+grep -q "host buffers" "$dir/err" || { echo "--fresh --graph: not the reason"; bad=1; }
 usage_error "--coll bogus" --coll bogus -b 4 -e 64
 usage_error "-o avg -d i32" -o avg -d i32 -b 4 -e 64
 grep -q "float dtype" "$dir/err" || { echo "-o avg -d i32: not the reason"; bad=1; }

@@ -35,8 +35,8 @@
 
 static const char usage[] =
     "usage: mpirun -np N arbench-mpi [--coll COLL] [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPE]\n"
-    "               [-o OP] [--inplace] [--check] [--iters N] [--warmup N] [--csv FILE]\n"
-    "               [--json FILE] [--plot FILE.png] [--csv-stdout]\n"
+    "               [-o OP] [--inplace] [--check] [--fresh] [--iters N] [--warmup N]\n"
+    "               [--csv FILE] [--json FILE] [--plot FILE.png] [--csv-stdout]\n"
     "arbench's sweep of one collective through Open MPI (see arbench -h): --coll\n"
     "allreduce (default) broadcast reduce allgather reduce_scatter alltoall.\n"
     "  --csv-stdout   only the CSV of the sweep on stdout (what arbench reads)\n";

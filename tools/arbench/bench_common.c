@@ -528,6 +528,32 @@ static int check_size(const struct bench_rank *r, const struct layout *l, void *
     return 0;
 }
 
+/*
+ * --fresh: what an application does between two calls, untimed: it writes the input it
+ * sends (the same values again, from a private copy) and reads the output it receives
+ * (one word a line), so that both are this rank's own, modified or just read, in its
+ * caches when the next call starts.  Sizes are this rank's parts as pointers() gives them.
+ */
+struct fresh {
+    void *send;
+    const void *copy; /* the input's values */
+    size_t send_bytes;
+    const volatile unsigned char *recv;
+    size_t recv_bytes;
+};
+
+static volatile unsigned long fresh_sink; /* keeps the reads */
+
+static void fresh_touch(const struct fresh *f)
+{
+    if (f->send)
+        memcpy(f->send, f->copy, f->send_bytes);
+    unsigned long sum = 0;
+    for (size_t i = 0; f->recv && i < f->recv_bytes; i += 64)
+        sum += f->recv[i];
+    fresh_sink += sum;
+}
+
 int bench_run_size(const struct bench_rank *r, size_t bytes, struct bench_result *res)
 {
     const struct bench_opts *o = r->opts;
@@ -536,6 +562,7 @@ int bench_run_size(const struct bench_rank *r, size_t bytes, struct bench_result
     size_t es = bench_dtype_size(o->dtype);
     void *send = NULL, *recv = NULL, *hsend = NULL, *hrecv = NULL, *psend, *precv;
     double *times = NULL;
+    void *fresh_copy = NULL;
     int iters = o->iters, rc = -1;
 
     if (!bench_coll_has(r->coll, o->coll)) {
@@ -607,11 +634,35 @@ int bench_run_size(const struct bench_rank *r, size_t bytes, struct bench_result
         fprintf(stderr, "arbench: out of memory\n");
         goto out;
     }
-    for (int i = 0; i < warmup; i++)
+    struct fresh fr = {0};
+    if (o->fresh) {
+        bool sends = psend != NULL, receives = precv != NULL;
+        if (o->coll == BENCH_REDUCE && r->rank != BENCH_ROOT)
+            receives = false; /* a non-root's recvbuf is not written */
+        size_t sb = l.send_bytes;
+        if (sends && (fresh_copy = malloc(sb)) == NULL) {
+            fprintf(stderr, "arbench: out of memory\n");
+            goto out;
+        }
+        if (sends)
+            memcpy(fresh_copy, psend, sb);
+        fr = (struct fresh){.send = sends ? psend : NULL,
+                            .copy = fresh_copy,
+                            .send_bytes = sb,
+                            .recv = receives ? precv : NULL,
+                            .recv_bytes = l.recv_bytes};
+    }
+    for (int i = 0; i < warmup; i++) {
+        if (o->fresh)
+            fresh_touch(&fr);
         if (call(r, psend, precv, l.count))
             goto out;
+    }
     for (int i = 0; i < iters; i++) {
-        /* Back to back, no barrier: what an application sees call after call. */
+        if (o->fresh)
+            fresh_touch(&fr);
+        /* Back to back (--fresh: after the touch), no barrier: what an application sees
+         * call after call. */
         double t0 = bench_now();
         if (call(r, psend, precv, l.count))
             goto out;
@@ -634,6 +685,7 @@ int bench_run_size(const struct bench_rank *r, size_t bytes, struct bench_result
     rc = 0;
 out:
     free(times);
+    free(fresh_copy);
     if (!d->host_visible) {
         free(hsend);
         free(hrecv);

@@ -63,6 +63,8 @@ struct bench_opts {
     bool no_bind;          /* --no-bind: ranks float (default: one core each) */
     bool mem_alloc;        /* --mem-alloc: buffers from comm_mem_alloc (host) */
     bool graph;            /* --graph: each timed call a replay of a CUDA graph of one call */
+    bool fresh; /* --fresh: before each call (untimed) every rank writes its input and reads
+                 * its output, as an application producing and consuming them does */
     const char *transport; /* --transport: the communicator under test's (NULL: automatic) */
 };
 

@@ -183,6 +183,7 @@ enum {
     OPT_MPI,
     OPT_GRAPH,
     OPT_TRANSPORT,
+    OPT_FRESH,
 };
 
 static const struct option long_opts[] = {
@@ -207,6 +208,7 @@ static const struct option long_opts[] = {
     {"no-bind", no_argument, NULL, OPT_NO_BIND},
     {"mem-alloc", no_argument, NULL, OPT_MEM_ALLOC},
     {"graph", no_argument, NULL, OPT_GRAPH},
+    {"fresh", no_argument, NULL, OPT_FRESH},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -318,6 +320,9 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
         case OPT_GRAPH:
             o->graph = true;
             break;
+        case OPT_FRESH:
+            o->fresh = true;
+            break;
         case OPT_TRANSPORT:
             if (optarg[0] == '\0' || strlen(optarg) > 32)
                 return usage_error(prog, usage, "bad --transport", optarg);
@@ -351,6 +356,11 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
                            bench_dtype_name(o->dtype));
     if (o->coll == BENCH_ALLTOALL && o->inplace)
         return usage_error(prog, usage, "alltoall has no in-place form: leave out --inplace", NULL);
+    if (o->fresh && (o->device != COMM_DEVICE_HOST || o->graph))
+        return usage_error(prog, usage,
+                           "--fresh writes and reads host buffers: leave out --device "
+                           "cuda and --graph",
+                           NULL);
     return 0;
 }
 
@@ -388,6 +398,8 @@ int bench_sweep_args(const struct bench_opts *o, char **argv, char *buf, size_t 
         ADD("--mem-alloc");
     if (o->graph)
         ADD("--graph");
+    if (o->fresh)
+        ADD("--fresh");
     if (o->transport != NULL) {
         ADD("--transport");
         ADD("%s", o->transport);

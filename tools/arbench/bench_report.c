@@ -168,8 +168,11 @@ void bench_print_header(FILE *f, const struct bench_report *rep)
     fprintf(f, "  rounds: %d%s  binding: %s  buffers: %s\n", o->rounds,
             o->rounds > 1 ? " (median reported)" : "", o->no_bind ? "none" : "one core per rank",
             o->mem_alloc ? "comm_mem_alloc" : "private (posix_memalign)");
-    fprintf(f, "# time: each call timed on every rank (CLOCK_MONOTONIC), back to back; per call "
-               "the slowest rank; median and p90 over calls\n");
+    fprintf(f,
+            "# time: each call timed on every rank (CLOCK_MONOTONIC), %s; per call the "
+            "slowest rank; median and p90 over calls\n",
+            o->fresh ? "each after the rank wrote its input and read its output (--fresh, untimed)"
+                     : "back to back");
     fprintf(f, "# size: %s; algbw = size / time; busbw = %s (nccl-tests)\n", size_def(o->coll),
             busbw_def(o->coll));
     bench_print_ceiling(f, rep);
@@ -382,6 +385,7 @@ static void json_result(FILE *f, const struct bench_report *rep, const struct be
  * Schema: { "tool": "arbench", "machine": {"host", "cpu", "nproc"}, "date", "command",
  *   "arcomm_version", "transport", "mode", "nranks", "device", "dtype", "op", "inplace",
  *   "buffers": "private" | "comm_mem_alloc",
+ *   "fresh": true | false (--fresh: inputs written and outputs read between calls),
  *   "check", "rounds", "time_stat", "busbw_def", "peer": null | "mpi" | "nccl",
  *   "ratio_def", "coll": "allreduce" | ... | "all", "size_def", "root",
  *   "ceiling_gbs": number | null, "floor_us": number | null, "floor_def", "ceiling_bytes",
@@ -417,6 +421,7 @@ int bench_write_json(const char *path, const struct bench_report *rep)
             bench_dtype_name(o->dtype), bench_op_name(o->op), o->inplace ? "true" : "false",
             o->check ? "true" : "false");
     fprintf(f, "  \"buffers\": \"%s\",\n", o->mem_alloc ? "comm_mem_alloc" : "private");
+    fprintf(f, "  \"fresh\": %s,\n", o->fresh ? "true" : "false");
     fprintf(f,
             "  \"rounds\": %d,\n  \"time_stat\": \"per call the slowest rank; median and "
             "p90 over calls; median over rounds\",\n",

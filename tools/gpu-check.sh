@@ -12,7 +12,8 @@
 # cuda-p2p (process ranks on one GPU where one is lent), then arbench cuda-p2p against the
 # host-staged cuda, eager and in graphs (under a private MPS daemon where one GPU is
 # lent), logs in $OUT/p2p.log and $OUT/p2p-bench.log.
-# P2P_LIMIT bounds each test (default 300 s), P2P_BENCH=0 skips arbench.
+# P2P_LIMIT bounds each test (default 300 s), P2P_TESTS=0 skips the tests, P2P_BENCH=0
+# skips arbench.
 #
 # TEST_LIMIT (seconds, default 300) bounds test_cuda; DIAG=0 skips diag_staging and
 # diag_pcie (the copy engines' ceilings: one GPU, all GPUs, both directions at once);
@@ -160,13 +161,16 @@ fi
 p2p_check() {
   echo "== cuda-p2p" | tee "$OUT/p2p.log"
   local t prc
-  if [ -x "$B/tests/cuda/test_cuda_select" ]; then
+  if [ "${P2P_TESTS:-1}" = 0 ]; then
+    echo "tests skipped (P2P_TESTS=0)" | tee -a "$OUT/p2p.log"
+  elif [ -x "$B/tests/cuda/test_cuda_select" ]; then
     timeout "${P2P_LIMIT:-300}" "$B/tests/cuda/test_cuda_select" >>"$OUT/p2p.log" 2>&1
     prc=$?
     echo "test_cuda_select exit status $prc" | tee -a "$OUT/p2p.log"
     [ $prc = 0 ] || rc=1
   fi
   for t in test_cuda test_cuda_coll test_cuda_graph; do
+    [ "${P2P_TESTS:-1}" = 0 ] && break
     echo "### ARCOMM_TRANSPORT=cuda-p2p $t" >>"$OUT/p2p.log"
     ARCOMM_TRANSPORT=cuda-p2p timeout "${P2P_LIMIT:-300}" "$B/tests/cuda/$t" >>"$OUT/p2p.log" 2>&1
     prc=$?

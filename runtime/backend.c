@@ -15,7 +15,7 @@ const struct backend_ops *const rt_backends[] = {
     &coll_host_backend,
 #if ARCOMM_HAVE_CUDA
     &coll_cuda_backend, /* CUDA buffers; shm's probe refuses them */
-    /* Not verified on a GPU yet: after "cuda", so only ARCOMM_TRANSPORT=cuda-p2p picks it. */
+    /* Not verified on two GPUs yet: after "cuda", so only ARCOMM_TRANSPORT=cuda-p2p picks it. */
     &coll_cuda_p2p_backend,
 #endif
 #if ARCOMM_HAVE_HEXAGON

@@ -7,7 +7,7 @@
 #   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|core|arcomm|graph|movement|p2p|mpi]
 #
 # Mode p2p (also part of tests and full): the peer-to-peer transport, forced
-# (ARCOMM_TRANSPORT=cuda-p2p; not yet verified on a GPU, so auto never picks it): the
+# (ARCOMM_TRANSPORT=cuda-p2p; not yet verified on two GPUs, so auto never picks it): the
 # transport choice (test_cuda_select), test_cuda, test_cuda_coll and test_cuda_graph on
 # cuda-p2p (process ranks on one GPU where one is lent), then arbench cuda-p2p against the
 # host-staged cuda, eager and in graphs (under a private MPS daemon where one GPU is

@@ -10,7 +10,8 @@
  * peers' regions, a launch per round of nranks slices, ARCOMM_CUDA_BLOCKS blocks
  * pipelining the parts of every slice (kernels_p2p.cu).
  *
- * NOT YET VERIFIED ON A GPU.
+ * Verified on one GPU (process ranks sharing an H200 under CUDA IPC, 2026-12-01 and -02:
+ * tools/gpu-check.sh p2p); not yet on two GPUs.
  */
 #include "coll_cuda.h"
 #include "cuda/p2p.h"

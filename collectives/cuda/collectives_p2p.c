@@ -8,7 +8,8 @@
  * capture works as there. Copy engines (cudaMemcpyAsync between the mapped regions) are the
  * alternative to measure.
  *
- * NOT YET VERIFIED ON A GPU.
+ * Verified on one GPU (process ranks sharing an H200 under CUDA IPC, 2026-12-01 and -02:
+ * tools/gpu-check.sh p2p); not yet on two GPUs.
  */
 #include "coll_cuda.h"
 #include "cuda/p2p.h"

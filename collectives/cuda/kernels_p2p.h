@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The CUDA peer-to-peer kernels (kernels_p2p.cu), as the host code launches them.
- * NOT YET VERIFIED ON A GPU.
+ * Verified on one GPU (process ranks sharing an H200 under CUDA IPC, 2026-12-01 and -02:
+ * tools/gpu-check.sh p2p); not yet on two GPUs.
  */
 #ifndef ARCOMM_COLL_CUDA_KERNELS_P2P_H
 #define ARCOMM_COLL_CUDA_KERNELS_P2P_H

@@ -3,7 +3,7 @@
  * The CUDA transport choice on a GPU machine (exit 77 = skipped without a GPU), with
  * process ranks:
  *   - unforced, a CUDA communicator takes the host-staged "cuda" (cuda-p2p is not yet
- *     verified on a GPU, so auto never picks it);
+ *     verified on two GPUs, so auto never picks it);
  *   - ARCOMM_TRANSPORT=cuda-p2p takes cuda-p2p where the ranks' GPUs reach each other
  *     (always for process ranks sharing one GPU), and refuses it otherwise;
  *   - with two GPUs, peer access forced off: each process sees only its own GPU

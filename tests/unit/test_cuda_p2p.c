@@ -4,7 +4,7 @@
  * needed): the control line and the device region's LL areas for 1 to 8 ranks, the
  * decision whether a communicator's GPUs reach each other (fake peer matrices, peer
  * access forced off for some or all pairs), what an unforced CUDA communicator takes
- * (the host-staged transport until cuda-p2p is verified on a GPU), and the backends'
+ * (the host-staged transport until cuda-p2p is verified on two GPUs), and the backends'
  * order in this build.
  */
 #include "arcomm_build.h"
@@ -257,7 +257,7 @@ static void test_host_reach(void **state)
     assert_false(cuda_p2p_host_reach(2, m)); /* a PCIe host without P2P */
 }
 
-/* Until cuda-p2p is verified on a GPU, an unforced CUDA communicator takes "cuda". */
+/* Until cuda-p2p is verified on two GPUs, an unforced CUDA communicator takes "cuda". */
 static void test_auto(void **state)
 {
     (void)state;

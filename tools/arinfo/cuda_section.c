@@ -104,7 +104,7 @@ void print_cuda(struct arinfo *ai)
                 "either)\n",
                 cuda_transport_auto(reach, CUDA_P2P_VERIFIED),
                 reach ? ": every GPU reaches every other" : ": some GPUs do not reach each other",
-                CUDA_P2P_VERIFIED ? "" : ", but not yet verified on a GPU");
+                CUDA_P2P_VERIFIED ? "" : ", but not yet verified on two GPUs");
     }
 #endif
     free(c);

@@ -2,8 +2,8 @@
 /*
  * The CUDA peer-to-peer transport ("cuda-p2p", p2p_layout.h): a host-staged CUDA
  * communicator (cuda_comm.h) plus every rank's device region, mapped into every peer.
- * Built wherever CUDA is; NOT YET VERIFIED ON A GPU: only ARCOMM_TRANSPORT=cuda-p2p
- * selects it (CUDA_P2P_VERIFIED in p2p_layout.h).
+ * Built wherever CUDA is; verified on one GPU (process ranks sharing it), not yet on
+ * two: only ARCOMM_TRANSPORT=cuda-p2p selects it (CUDA_P2P_VERIFIED in p2p_layout.h).
  */
 #ifndef ARCOMM_CUDA_P2P_H
 #define ARCOMM_CUDA_P2P_H

@@ -225,7 +225,7 @@ CUDA_LAYOUT_FN bool cuda_p2p_host_reach(int ndev, const uint8_t *access)
 }
 
 /*
- * Whether cuda-p2p is verified on a GPU: until it is, an unforced CUDA communicator takes
+ * Whether cuda-p2p is verified on two GPUs: until it is, an unforced CUDA communicator takes
  * the host-staged transport even where every GPU reaches every other (only
  * ARCOMM_TRANSPORT=cuda-p2p picks it).  Set to 1 once tools/gpu-check.sh p2p passed on
  * one GPU with process ranks and on two GPUs.

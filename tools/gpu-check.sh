@@ -4,7 +4,7 @@
 # unpack the deps, build with CUDA, run the CUDA tests, benchmark arcomm against NCCL
 # (default, and NCCL_P2P_DISABLE=1: NCCL through host memory), logs under $OUT.
 #
-#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|core|arcomm|graph|movement|p2p|mpi]
+#   eval "$(bash .deps/unpack.sh)"; bash tools/gpu-check.sh [full|quick|tests|core|arcomm|graph|movement|p2p|mpi|build]
 #
 # Mode p2p (also part of tests and full): the peer-to-peer transport, forced
 # (ARCOMM_TRANSPORT=cuda-p2p; not yet verified on two GPUs, so auto never picks it): the
@@ -74,6 +74,8 @@ if [ -x "$B/tools/arinfo/arinfo" ]; then
   "$B/tools/arinfo/arinfo" --json > "$OUT/arinfo.json" 2>&1
   "$B/tools/arinfo/arinfo" --only cuda 2>&1 | tee -a "$OUT/machine.txt"
 fi
+# Mode build: the build and what arinfo sees, nothing run (tools/gpu-two.sh starts so).
+[ "$mode" = build ] && exit $rc
 
 if [ "${DIAG:-1}" != 0 ]; then
   echo "== staging memory" | tee "$OUT/diag.log"

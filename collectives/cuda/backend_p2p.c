@@ -9,9 +9,10 @@
  * or reduction (collectives_cuda.c).  The host-staged transport's pinned segment stays
  * under every cuda-p2p communicator: it carries the control lines.
  *
- * Not yet verified on two GPUs (on one, process ranks sharing it, it is): listed after the host-staged "cuda" backend, whose probe
- * accepts every CUDA communicator first, so only ARCOMM_TRANSPORT=cuda-p2p (or the
- * config's transport) selects it (p2p_layout.h, CUDA_P2P_VERIFIED).
+ * Not yet verified on two GPUs (on one, process ranks sharing it, it is): listed after the
+ * host-staged "cuda" backend, whose probe accepts every CUDA communicator first, so only
+ * ARCOMM_TRANSPORT=cuda-p2p (or the config's transport) selects it (p2p_layout.h,
+ * CUDA_P2P_VERIFIED).
  */
 #include "backend.h"
 #include "coll_cuda.h"

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Device code of the CUDA peer-to-peer transport (cuda-p2p, transports/cuda/p2p_layout.h).
- * Written without a GPU on 2026-12-01; verified on one GPU (process ranks sharing an H200 under CUDA IPC, 2026-12-01 and -02:
- * tools/gpu-check.sh p2p); not yet on two GPUs.
+ * Written without a GPU on 2026-12-01; verified on one GPU (process ranks sharing an H200 under
+ * CUDA IPC, 2026-12-01 and -02: tools/gpu-check.sh p2p); not yet on two GPUs.
  *
  * One-shot allreduce, LL rounds in push mode: every thread writes its payload units of
  * the round into area [round % 2][me] of every peer's device region (NVLink or PCIe peer

@@ -8,8 +8,8 @@
  * itself for a thread of its own process (with peer access enabled when the GPUs
  * differ), cudaIpcOpenMemHandle for another process (also on the same GPU).
  *
- * Written without a GPU on 2026-12-01; verified on one GPU (process ranks sharing an H200 under CUDA IPC, 2026-12-01 and -02:
- * tools/gpu-check.sh p2p); not yet on two GPUs.
+ * Written without a GPU on 2026-12-01; verified on one GPU (process ranks sharing an H200 under
+ * CUDA IPC, 2026-12-01 and -02: tools/gpu-check.sh p2p); not yet on two GPUs.
  */
 #include "p2p.h"
 #include "shm/shm.h"

@@ -11,13 +11,13 @@
  */
 #include "shm.h"
 #include "cma_calibrate.h"
+#include "mapping.h"
 #include "rendezvous.h"
 #include "topo.h"
 #include "arcomm_build.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -39,150 +39,6 @@ void shm_segment_name(const comm_id_t *id, char *name, size_t len)
     /* The id is validated before this ("arc1-" + 32 hex digits). */
     const char *hex = strchr(id->str, '-');
     snprintf(name, len, "/arcomm-%s", hex ? hex + 1 : id->str);
-}
-
-/*
- * One mapping per segment per process: thread ranks of one process share it, so they
- * see each other's words at the same addresses (the sanitizers can follow the
- * synchronisation; a transport registers the memory with a driver once), and a
- * process maps each segment once however many of its threads are ranks.
- */
-struct shm_mapping {
-    char name[SHM_NAME_MAX];
-    uint8_t *base;
-    size_t size;
-    int fd;       /* kept to reserve comm_mem_alloc pages (shm_segment_reserve) */
-    int refs;     /* communicators of this process on this mapping */
-    int ext_refs; /* holders of the transport's per-process state (shm_mapping_ext_hold) */
-    struct shm_mapping *next;
-};
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shm_mapping *registry;
-
-/*
- * Makes s's fresh mapping the process's mapping of its segment, or, when another
- * thread of this process registered one meanwhile (it mapped the file between our
- * shm_open and here), drops ours and uses that one: one mapping per segment, always.
- */
-static void mapping_share(struct shm_comm *s, int fd)
-{
-    struct shm_mapping *fresh = calloc(1, sizeof(*fresh));
-    pthread_mutex_lock(&registry_lock);
-    struct shm_mapping *m = registry;
-    while (m != NULL && strcmp(m->name, s->name) != 0)
-        m = m->next;
-    if (m != NULL) {
-        m->refs++;
-        munmap(s->base, s->size);
-        s->base = m->base;
-        s->size = m->size;
-        s->mapping = m;
-    } else if (fresh != NULL) {
-        snprintf(fresh->name, sizeof(fresh->name), "%s", s->name);
-        fresh->base = s->base;
-        fresh->size = s->size;
-        fresh->fd = fd;
-        fresh->refs = 1;
-        fresh->next = registry;
-        registry = fresh;
-        s->mapping = fresh;
-        fresh = NULL;
-        fd = -1;
-    }
-    /* (Without memory for the record the mapping simply stays this rank's own, and its
-     * arena pages are reserved with MADV_POPULATE_WRITE instead of through the fd.) */
-    pthread_mutex_unlock(&registry_lock);
-    free(fresh);
-    if (fd >= 0)
-        close(fd);
-}
-
-static bool mapping_find(struct shm_comm *s)
-{
-    pthread_mutex_lock(&registry_lock);
-    struct shm_mapping *m = registry;
-    while (m != NULL && strcmp(m->name, s->name) != 0)
-        m = m->next;
-    if (m != NULL) {
-        m->refs++;
-        s->base = m->base;
-        s->size = m->size;
-        s->mapping = m;
-    }
-    pthread_mutex_unlock(&registry_lock);
-    return m != NULL;
-}
-
-static void mapping_release(struct shm_comm *s)
-{
-    struct shm_mapping *m = s->mapping;
-    if (m == NULL) {
-        munmap(s->base, s->size);
-        return;
-    }
-    pthread_mutex_lock(&registry_lock);
-    bool last = --m->refs == 0;
-    if (last) {
-        struct shm_mapping **pp = &registry;
-        while (*pp != m)
-            pp = &(*pp)->next;
-        *pp = m->next;
-    }
-    pthread_mutex_unlock(&registry_lock);
-    if (last) {
-        munmap(m->base, m->size);
-        if (m->fd >= 0)
-            close(m->fd);
-        free(m);
-    }
-    s->mapping = NULL;
-}
-
-int shm_segment_reserve(struct comm *c, void *p, size_t len)
-{
-    struct shm_comm *s = c->shm;
-    uint64_t off = (uint64_t)((uint8_t *)p - s->base);
-    uint64_t start = off / SHM_PAGE * SHM_PAGE;
-    uint64_t end = shm_align_up(off + len, SHM_PAGE);
-    if (end > s->size)
-        end = s->size;
-    /* The fd of the mapping record when there is one (thread ranks share it), else the
-     * page tables: either fails where touching the pages later would SIGBUS. */
-    int fd = s->mapping ? s->mapping->fd : -1;
-    if (fd >= 0)
-        return posix_fallocate(fd, (off_t)start, (off_t)(end - start));
-#ifdef MADV_POPULATE_WRITE
-    if (madvise(s->base + start, end - start, MADV_POPULATE_WRITE) != 0)
-        return errno == EFAULT ? ENOSPC : errno;
-    return 0;
-#else
-    return ENOTSUP;
-#endif
-}
-
-comm_status_t shm_mapping_ext_hold(struct comm *c, shm_ext_setup_fn setup)
-{
-    struct shm_comm *s = c->shm;
-    comm_status_t st = COMM_OK;
-    pthread_mutex_lock(&registry_lock);
-    int *refs = s->mapping ? &s->mapping->ext_refs : &s->ext_refs_private;
-    if (*refs == 0)
-        st = setup(c, s->base, s->size);
-    if (st == COMM_OK)
-        ++*refs;
-    pthread_mutex_unlock(&registry_lock);
-    return st;
-}
-
-void shm_mapping_ext_release(struct comm *c, shm_ext_teardown_fn teardown)
-{
-    struct shm_comm *s = c->shm;
-    pthread_mutex_lock(&registry_lock);
-    int *refs = s->mapping ? &s->mapping->ext_refs : &s->ext_refs_private;
-    if (*refs > 0 && --*refs == 0)
-        teardown(s->base, s->size);
-    pthread_mutex_unlock(&registry_lock);
 }
 
 /*
@@ -396,7 +252,7 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
     int fd;
     struct stat st;
     for (;;) {
-        if (mapping_find(s)) {
+        if (shm_mapping_find(s)) {
             *fd_out = -1;
             return COMM_OK; /* a rank of this process made it: checked already */
         }
@@ -653,7 +509,7 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     if (status != COMM_OK)
         goto err_free;
     if (fd >= 0)
-        mapping_share(s, fd); /* keeps fd for shm_segment_reserve, or closes it */
+        shm_mapping_share(s, fd); /* keeps fd for shm_segment_reserve, or closes it */
 
     struct shm_header *h = (struct shm_header *)s->base;
     s->hdr = h;
@@ -788,7 +644,7 @@ err_leave:
     shm_init_leave(h, s->ranks, s->name, c->rank, reporter, linger);
     s->unlinked = true;
 err_unmap:
-    mapping_release(s);
+    shm_mapping_release(s);
     c->shm = NULL;
 err_free:
     /* Every way out above told the peers (or had nobody it could tell): comm_init must
@@ -806,7 +662,7 @@ void shm_segment_detach(struct comm *c)
     shm_pool_release(c);
     if (!s->unlinked && c->rank == 0)
         shm_unlink(s->name);
-    mapping_release(s);
+    shm_mapping_release(s);
     free(s->scratch);
     free(s->cma_scratch);
     free(s->cma_tune);

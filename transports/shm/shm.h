@@ -39,7 +39,7 @@ struct shm_comm {
     uint8_t *pool; /* rank r's arena at r * pool_bytes */
     uint64_t pool_bytes;
     struct shm_pool_block *blocks; /* this rank's arena: blocks in address order */
-    struct shm_mapping *mapping;   /* the process-wide mapping record (segment.c) */
+    struct shm_mapping *mapping;   /* the process-wide mapping record (mapping.c) */
     int ext_refs_private;          /* ext holders when the mapping is not shared */
     struct shm_sizes want;         /* what the backend asked for (rank 0 creates it so) */
 

@@ -34,6 +34,22 @@ struct shm_mapping {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_mapping *registry;
 
+/* With registry_lock held: when the process has a mapping of s's segment, s takes a
+ * reference to it (base, size, record) and the answer is true. */
+static bool take_registered(struct shm_comm *s)
+{
+    struct shm_mapping *m = registry;
+    while (m != NULL && strcmp(m->name, s->name) != 0)
+        m = m->next;
+    if (m == NULL)
+        return false;
+    m->refs++;
+    s->base = m->base;
+    s->size = m->size;
+    s->mapping = m;
+    return true;
+}
+
 /*
  * Makes s's fresh mapping the process's mapping of its segment, or, when another
  * thread of this process registered one meanwhile (it mapped the file between our
@@ -42,16 +58,11 @@ static struct shm_mapping *registry;
 void shm_mapping_share(struct shm_comm *s, int fd)
 {
     struct shm_mapping *fresh = calloc(1, sizeof(*fresh));
+    uint8_t *own = s->base;
+    size_t own_size = s->size;
     pthread_mutex_lock(&registry_lock);
-    struct shm_mapping *m = registry;
-    while (m != NULL && strcmp(m->name, s->name) != 0)
-        m = m->next;
-    if (m != NULL) {
-        m->refs++;
-        munmap(s->base, s->size);
-        s->base = m->base;
-        s->size = m->size;
-        s->mapping = m;
+    if (take_registered(s)) {
+        munmap(own, own_size);
     } else if (fresh != NULL) {
         snprintf(fresh->name, sizeof(fresh->name), "%s", s->name);
         fresh->base = s->base;
@@ -75,17 +86,9 @@ void shm_mapping_share(struct shm_comm *s, int fd)
 bool shm_mapping_find(struct shm_comm *s)
 {
     pthread_mutex_lock(&registry_lock);
-    struct shm_mapping *m = registry;
-    while (m != NULL && strcmp(m->name, s->name) != 0)
-        m = m->next;
-    if (m != NULL) {
-        m->refs++;
-        s->base = m->base;
-        s->size = m->size;
-        s->mapping = m;
-    }
+    bool found = take_registered(s);
     pthread_mutex_unlock(&registry_lock);
-    return m != NULL;
+    return found;
 }
 
 void shm_mapping_release(struct shm_comm *s)

@@ -208,6 +208,29 @@ void h_poison(void *buf, size_t count, comm_dtype_t dtype)
         memset(buf, 0xff, count * es); /* NaN in every float format */
 }
 
+bool h_poisoned(const void *buf, size_t count, comm_dtype_t dtype)
+{
+    const uint8_t *b = buf;
+    uint8_t want = h_dtype_is_int(dtype) ? 0x5b : 0xff;
+    for (size_t i = 0; i < count * comm_dtype_size(dtype); i++)
+        if (b[i] != want)
+            return false;
+    return true;
+}
+
+bool h_holds(const void *buf, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed,
+             int rank)
+{
+    size_t bytes = count * comm_dtype_size(dtype);
+    void *ref = malloc(bytes + 1);
+    if (ref == NULL)
+        return false;
+    h_fill_op(ref, count, dtype, op, seed, rank);
+    bool same = memcmp(ref, buf, bytes) == 0;
+    free(ref);
+    return same;
+}
+
 static double half_to_double(uint16_t h)
 {
     int e = (h >> 10) & 0x1f, m = h & 0x3ff;

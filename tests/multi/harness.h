@@ -77,6 +77,12 @@ void h_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank
 void h_fill_op(void *buf, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed, int rank);
 /* Poisons count elements (NaN for floats, a pattern for ints). */
 void h_poison(void *buf, size_t count, comm_dtype_t dtype);
+/* Are count elements of buf still h_poison's pattern? */
+bool h_poisoned(const void *buf, size_t count, comm_dtype_t dtype);
+/* Does buf hold exactly h_fill_op(count, dtype, op, seed, rank) (h_fill's data for every
+ * op but COMM_PROD)? */
+bool h_holds(const void *buf, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed,
+             int rank);
 
 /* Element i of buf as a double (exact for every dtype but large 64-bit integers). */
 double h_get(const void *buf, size_t i, comm_dtype_t dtype);

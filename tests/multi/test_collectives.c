@@ -120,27 +120,6 @@ static void buf_free(struct ctx *x, void *p)
         free(p);
 }
 
-/* Is buf[0..n) (bytes) still the poison h_poison left? */
-static bool poisoned(const uint8_t *buf, size_t n, comm_dtype_t dt)
-{
-    uint8_t want = dt == COMM_I32 || dt == COMM_I64 ? 0x5b : 0xff;
-    for (size_t i = 0; i < n; i++)
-        if (buf[i] != want)
-            return false;
-    return true;
-}
-
-/* Does buf hold exactly h_fill(count, dt, seed, rank)? */
-static bool holds_fill(const void *buf, size_t count, comm_dtype_t dt, uint64_t seed, int rank)
-{
-    size_t bytes = count * comm_dtype_size(dt);
-    void *ref = malloc(bytes + 1);
-    h_fill(ref, count, dt, seed, rank);
-    bool ok = memcmp(ref, buf, bytes) == 0;
-    free(ref);
-    return ok;
-}
-
 /* Element counts of this rank's sendbuf and recvbuf. */
 static void shape(enum kind k, size_t count, int n, int rank, int root, size_t *ns, size_t *nr)
 {
@@ -233,20 +212,20 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
     const char *what = NULL;
     switch (k) {
     case K_BROADCAST:
-        if (count && !holds_fill(recv, count, dt, seed, root))
+        if (count && !h_holds(recv, count, dt, COMM_SUM, seed, root))
             what = "broadcast output differs from the root's input";
         hash = fnv(recv, bytes);
         break;
     case K_ALLGATHER:
         for (int p = 0; p < n && count && what == NULL; p++)
-            if (!holds_fill((uint8_t *)recv + (size_t)p * bytes, count, dt, seed, p))
+            if (!h_holds((uint8_t *)recv + (size_t)p * bytes, count, dt, COMM_SUM, seed, p))
                 what = "allgather block differs from its rank's input";
         hash = count ? fnv(recv, (size_t)n * bytes) : 0;
         break;
     case K_ALLTOALL:
         for (int p = 0; p < n && count && what == NULL; p++)
-            if (!holds_fill((uint8_t *)recv + (size_t)p * bytes, count, dt, block_seed(seed, me),
-                            p))
+            if (!h_holds((uint8_t *)recv + (size_t)p * bytes, count, dt, COMM_SUM,
+                         block_seed(seed, me), p))
                 what = "alltoall block differs from its sender's block";
         break;
     case K_REDUCE:
@@ -258,8 +237,8 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
             h_check(r, recv, count, dt, op, block_seed(seed, me), n, NULL, 0, false);
         if (inplace && count)
             for (int b = 0; b < n && what == NULL; b++)
-                if (b != me && !holds_fill((uint8_t *)send + (size_t)b * bytes, count, dt,
-                                           block_seed(seed, b), me))
+                if (b != me && !h_holds((uint8_t *)send + (size_t)b * bytes, count, dt, COMM_SUM,
+                                        block_seed(seed, b), me))
                     what = "in-place reduce_scatter changed another block of sendbuf";
         break;
     case K_ALLREDUCE:
@@ -276,7 +255,7 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
     if (rb && count) {
         size_t end = inplace ? (ns > nr ? ns : nr) : nr;
         const uint8_t *guard = rb + (off + end) * es;
-        if (!poisoned(guard, es, dt))
+        if (!h_poisoned(guard, 1, dt))
             h_fail(r, "%s wrote past the end of its output (count %zu)", kind_names[k], count);
     }
     /* Reductions: the bits of allreduce on the same data (made afresh: in place, the
@@ -572,7 +551,7 @@ static void mismatch_body(struct h_rank *r)
     else if (strstr(msg, "disagree") == NULL || strstr(msg, m->want_a) == NULL ||
              strstr(msg, m->want_b) == NULL)
         h_fail(r, "message \"%s\" lacks \"%s\" or \"%s\"", msg, m->want_a, m->want_b);
-    if (!poisoned(recv, elems * es, dt))
+    if (!h_poisoned(recv, elems, dt))
         h_fail(r, "%s vs %s: a mismatched call wrote recvbuf", kind_names[m->a], kind_names[m->b]);
     free(send);
     free(recv);
@@ -762,7 +741,7 @@ static void invalid_body(struct h_rank *r)
     else if (strstr(msg, who) == NULL)
         h_fail(r, "message \"%s\" lacks \"%s\"", msg, who);
     /* No rank wrote any recvbuf: the poison is whole (a's tail past b's overlap too). */
-    if (!poisoned((const uint8_t *)b, elems * 4, COMM_F32))
+    if (!h_poisoned(b, elems, COMM_F32))
         h_fail(r, "%s bad %d: recvbuf written", kind_names[v->k], (int)v->bad);
     free(a);
     free(b);
@@ -818,7 +797,7 @@ static void valid_edges_body(struct h_rank *r)
         h_fill(buf, count, COMM_F32, 1, root);
         comm_status_t st =
             comm_broadcast(r->comm, me == root ? buf : NULL, buf, count, COMM_F32, root, NULL);
-        if (st != COMM_OK || !holds_fill(buf, count, COMM_F32, 1, root))
+        if (st != COMM_OK || !h_holds(buf, count, COMM_F32, COMM_SUM, 1, root))
             h_fail(r, "in-place broadcast from root %d: %s", root, comm_last_error(r->comm));
         h_fill(in, count, COMM_F32, 2, me);
         st =
@@ -890,7 +869,7 @@ static void unsupported_body(struct h_rank *r)
             strstr(msg, who) == NULL || strstr(msg, "Hexagon") == NULL)
             h_fail(r, "%s on hexagon: %s (%s)", kind_names[k], comm_status_string(st), msg);
     }
-    if (!poisoned((const uint8_t *)b, (size_t)r->nranks * count * 4, COMM_F32))
+    if (!h_poisoned(b, (size_t)r->nranks * count, COMM_F32))
         h_fail(r, "an unsupported call wrote recvbuf");
     if (comm_allreduce(c, a, b, count, COMM_F32, COMM_SUM, NULL) != COMM_OK)
         h_fail(r, "allreduce after the unsupported calls: %s", comm_last_error(c));

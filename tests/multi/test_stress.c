@@ -278,24 +278,6 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-/* Does buf hold h_fill_op(count, dt, op, seed, rank) exactly? */
-static bool holds(const void *buf, size_t count, comm_dtype_t dt, comm_op_t op, uint64_t seed,
-                  int rank, void *scratch)
-{
-    h_fill_op(scratch, count, dt, op, seed, rank);
-    return memcmp(scratch, buf, count * comm_dtype_size(dt)) == 0;
-}
-
-/* Is buf[0..bytes) still the poison h_poison(dt) left? */
-static bool still_poison(const uint8_t *buf, size_t bytes, comm_dtype_t dt)
-{
-    uint8_t want = h_dtype_is_int(dt) ? 0x5b : 0xff;
-    for (size_t i = 0; i < bytes; i++)
-        if (buf[i] != want)
-            return false;
-    return true;
-}
-
 static void *colls_alloc(struct h_rank *r, bool mem, size_t bytes)
 {
     void *p = NULL;
@@ -323,7 +305,6 @@ static void random_colls_body(struct h_rank *r)
     size_t max_bytes = 96u << 10; /* per block */
     size_t room = (size_t)n * max_bytes + 64 * 8;
     uint8_t *x = colls_alloc(r, cfg->mem, room), *y = colls_alloc(r, cfg->mem, room);
-    uint8_t *scratch = malloc(room);
     uint64_t rng = 4242, hash = 1469598103934665603ull;
     int calls = h_quick() ? 120 : 700;
     for (int i = 0; i < calls && r->errors == 0 && x && y; i++) {
@@ -394,19 +375,19 @@ static void random_colls_body(struct h_rank *r)
             hash = fnv1a(hash, recv, blk);
             break;
         case RK_BROADCAST:
-            if (!holds(recv, count, dt, op, seed, root, scratch))
+            if (!h_holds(recv, count, dt, op, seed, root))
                 wrong = "the output is not the root's input";
             hash = fnv1a(hash, recv, blk);
             break;
         case RK_REDUCE:
             if (me == root)
                 h_check(r, recv, count, dt, op, seed, n, NULL, 0, false);
-            else if (!inplace && !still_poison(rb, blk, dt))
+            else if (!inplace && !h_poisoned(rb, count, dt))
                 wrong = "a non-root's recvbuf was written";
             break;
         case RK_ALLGATHER:
             for (int p = 0; p < n && !wrong; p++)
-                if (!holds(recv + (size_t)p * blk, count, dt, op, seed, p, scratch))
+                if (!h_holds(recv + (size_t)p * blk, count, dt, op, seed, p))
                     wrong = "a block is not its rank's input";
             hash = fnv1a(hash, recv, all);
             out_bytes = all;
@@ -414,22 +395,21 @@ static void random_colls_body(struct h_rank *r)
         case RK_REDUCE_SCATTER:
             h_check(r, recv, count, dt, op, seed + 101u * (uint64_t)me, n, NULL, 0, false);
             for (int b = 0; inplace && b < n && !wrong; b++)
-                if (b != me && !holds(rb + (size_t)b * blk, count, dt, op,
-                                      seed + 101u * (uint64_t)b, me, scratch))
+                if (b != me &&
+                    !h_holds(rb + (size_t)b * blk, count, dt, op, seed + 101u * (uint64_t)b, me))
                     wrong = "in place, another block of sendbuf changed";
             out_bytes = inplace ? all - (size_t)me * blk : blk;
             break;
         case RK_ALLTOALL:
             for (int p = 0; p < n && !wrong; p++)
-                if (!holds(recv + (size_t)p * blk, count, dt, op, seed + 101u * (uint64_t)me, p,
-                           scratch))
+                if (!h_holds(recv + (size_t)p * blk, count, dt, op, seed + 101u * (uint64_t)me, p))
                     wrong = "a block is not its sender's block for this rank";
             out_bytes = all;
             break;
         }
         /* The element after the output stays poisoned (reduce writes on the root only). */
         if (!wrong && count && (k != RK_REDUCE || me == root) &&
-            !still_poison(recv + out_bytes, es, dt))
+            !h_poisoned(recv + out_bytes, 1, dt))
             wrong = "the element after the output was written";
         if (wrong)
             h_fail(r, "call %d: %s(count %zu dtype %s op %s root %d in place %d off %zu): %s", i,
@@ -444,7 +424,6 @@ static void random_colls_body(struct h_rank *r)
         free(x);
         free(y);
     }
-    free(scratch);
 }
 
 static void random_colls(int n, bool procs, bool mem, const char *cma)

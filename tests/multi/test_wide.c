@@ -140,33 +140,14 @@ static bool is_int(comm_dtype_t dt)
     return dt == COMM_I32;
 }
 
-/* Is buf[0..n) elements still h_poison's? */
-static bool poisoned(const void *buf, size_t n, comm_dtype_t dt)
-{
-    const uint8_t *b = buf;
-    uint8_t want = is_int(dt) ? 0x5b : 0xff;
-    for (size_t i = 0; i < n * comm_dtype_size(dt); i++)
-        if (b[i] != want)
-            return false;
-    return true;
-}
-
 /* Checks the guard element after out[0..count). */
 static void check_guard(struct w_ctx *x, const void *out, size_t count, comm_dtype_t dt,
                         const char *what)
 {
     const uint8_t *g = (const uint8_t *)out + count * comm_dtype_size(dt);
-    if (!poisoned(g, 1, dt))
+    if (!h_poisoned(g, 1, dt))
         w_fail(x, "%s (count %zu, %s) wrote past the end of its output", what, count,
                h_dtype_name(dt));
-}
-
-/* Does buf hold exactly h_fill(count, dt, seed, rank)?  tmp: count elements. */
-static bool holds_fill(const void *buf, size_t count, comm_dtype_t dt, uint64_t seed, int rank,
-                       void *tmp)
-{
-    h_fill(tmp, count, dt, seed, rank);
-    return memcmp(tmp, buf, count * comm_dtype_size(dt)) == 0;
 }
 
 /* One unit in the last place of v in f16 (for the one rounding of an f16 result). */
@@ -270,10 +251,9 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
     bool inplace = which == 1;
     /* X: the reduce_scatter input, block b = h_fill_op(seed b, this rank); A: its
      * allreduce; G: the gathered (or alltoall) output; T: alltoall input; B, R: one
-     * block; tmp: a reference block. */
+     * block. */
     uint8_t *X = malloc(nc * es), *A = malloc((nc + 1) * es), *G = malloc((nc + 1) * es);
     uint8_t *T = malloc(nc * es), *B = malloc((c + 1) * es), *R = malloc((c + 1) * es);
-    uint8_t *tmp = malloc(c * es);
     comm_status_t st;
     char what[96];
 
@@ -318,7 +298,7 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
         }
         st = comm_broadcast(x->comm, send, B, c, dt, root, NULL);
         if (call_ok(x, st, "broadcast", c, dt, root)) {
-            if (!holds_fill(B, c, dt, bseed, root, tmp))
+            if (!h_holds(B, c, dt, COMM_SUM, bseed, root))
                 w_fail(x, "broadcast (count %zu, %s, root %d%s) differs from the root's input", c,
                        h_dtype_name(dt), root, in_place ? ", in place" : "");
             check_guard(x, B, c, dt, "broadcast");
@@ -340,7 +320,7 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
             if (me == root && memcmp(B, A, c * es) != 0)
                 w_fail(x, "reduce (count %zu, %s %s, root %d%s) differs from allreduce's bits", c,
                        h_dtype_name(dt), h_op_name(op), root, in_place ? ", in place" : "");
-            if (me != root && recv != NULL && !poisoned(B, c, dt))
+            if (me != root && recv != NULL && !h_poisoned(B, c, dt))
                 w_fail(x, "reduce (count %zu, root %d) wrote the recvbuf of rank %d", c, root, me);
             check_guard(x, B, c, dt, "reduce");
         }
@@ -359,7 +339,7 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
     st = comm_allgather(x->comm, gsend, G, c, dt, NULL);
     if (call_ok(x, st, "allgather", c, dt, 0)) {
         for (int p = 0; p < n; p++)
-            if (!holds_fill(G + (size_t)p * c * es, c, dt, gseed, p, tmp)) {
+            if (!h_holds(G + (size_t)p * c * es, c, dt, COMM_SUM, gseed, p)) {
                 w_fail(x, "allgather (count %zu, %s%s): block %d differs from rank %d's input", c,
                        h_dtype_name(dt), inplace ? ", in place" : "", p, p);
                 break;
@@ -404,7 +384,8 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
     st = comm_alltoall(x->comm, T, G, c, dt, NULL);
     if (call_ok(x, st, "alltoall", c, dt, 0)) {
         for (int p = 0; p < n; p++)
-            if (!holds_fill(G + (size_t)p * c * es, c, dt, seed_of(ci, which, S_A2A, me), p, tmp)) {
+            if (!h_holds(G + (size_t)p * c * es, c, dt, COMM_SUM, seed_of(ci, which, S_A2A, me),
+                         p)) {
                 w_fail(x, "alltoall (count %zu, %s): block %d differs from rank %d's block %d", c,
                        h_dtype_name(dt), p, p, me);
                 break;
@@ -413,7 +394,6 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
     }
 
     barrier_checked(x);
-    free(tmp);
     free(R);
     free(B);
     free(T);

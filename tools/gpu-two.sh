@@ -30,7 +30,7 @@ export OUT NCCL_NVLS_ENABLE=0
 export PATH=/usr/local/cuda/bin:$PATH
 B=${BUILD:-/tmp/build-cuda}
 phase=${1:-}
-ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+. tools/gpu-mps.sh # mps_start, mps_stop, ngpus
 echo "== $phase on $ngpus GPU(s), $(date -u +%FT%TZ)" | tee "$OUT/two-$phase.txt"
 
 # The ratios of one arbench log: per table (collective), peer / arcomm at the sizes
@@ -64,12 +64,7 @@ bench)
     tail -20 "$OUT/build-step.txt"; exit 1; }
   AB="$B/tools/arbench/arbench"
   max=${BENCH_MAX:-128M} f=${BENCH_FACTOR:-4}
-  mps=0
-  if [ "$ngpus" -lt 2 ] && command -v nvidia-cuda-mps-control >/dev/null; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/arcomm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/arcomm-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d && mps=1
-  fi
+  [ "$ngpus" -lt 2 ] && mps_start "$OUT/two-$phase.txt"
   rc=0
   for tr in cuda cuda-p2p; do
     for g in "" --graph; do
@@ -104,7 +99,7 @@ bench)
       done
     done
   done
-  [ $mps = 1 ] && echo quit | nvidia-cuda-mps-control
+  mps_stop
   exit $rc
   ;;
 clients)

@@ -25,12 +25,12 @@ enum kind {
 #define K_ALL   7
 
 /* test_collectives.c */
-extern const char *const kind_names[K_ALL];
+extern const char *const co_kind_names[K_ALL];
 /* Does collective k reduce (has an op)? */
-bool reduces(enum kind k);
+bool co_reduces(enum kind k);
 /* Makes the call of collective k (op and root where it takes them). */
-comm_status_t make_call(comm_t *c, enum kind k, const void *s, void *r, size_t count,
-                        comm_dtype_t dt, comm_op_t op, int root);
+comm_status_t co_make_call(comm_t *c, enum kind k, const void *s, void *r, size_t count,
+                           comm_dtype_t dt, comm_op_t op, int root);
 
 /* test_collectives_errors.c */
 void mismatch_pairs(void **s);

@@ -13,18 +13,18 @@
 #include <stdint.h>
 
 /* A non-NULL value no communicator has: *newcomm must keep it when a call fails. */
-extern int sentinel_storage;
-#define SENTINEL ((comm_t *)&sentinel_storage)
+extern int sp_sentinel_storage;
+#define SENTINEL ((comm_t *)&sp_sentinel_storage)
 
 /* Segments of the children of a parent (calls 0..calls-1, colors 0..ncolors-1) still in
  * /dev/shm, plus the harness's own. */
-int leftovers(const comm_id_t *parent, int calls, int ncolors);
+int sp_leftovers(const comm_id_t *parent, int calls, int ncolors);
 /* Fails the test if any of the n ranks recorded an error. */
-void expect_clean(struct h_rank *res, int n);
+void sp_expect_clean(struct h_rank *res, int n);
 /* One allreduce on comm, checked against the float64 reference; its output bytes are
  * appended to r->out. */
-void reduce_check(struct h_rank *r, comm_t *comm, size_t count, comm_dtype_t dt, uint64_t seed,
-                  const char *what);
+void sp_reduce_check(struct h_rank *r, comm_t *comm, size_t count, comm_dtype_t dt, uint64_t seed,
+                     const char *what);
 
 /* test_split_failures.c */
 void mismatch_allreduce(void **s);

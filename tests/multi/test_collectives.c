@@ -22,8 +22,8 @@
 
 #include <cmocka.h>
 
-const char *const kind_names[K_ALL] = {"broadcast", "reduce",    "allgather", "reduce_scatter",
-                                       "alltoall",  "allreduce", "barrier"};
+const char *const co_kind_names[K_ALL] = {"broadcast", "reduce",    "allgather", "reduce_scatter",
+                                          "alltoall",  "allreduce", "barrier"};
 
 /* Adding a dtype or an op is one line here (h_fill, h_get and h_check must know it). */
 static const comm_dtype_t dtypes[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, COMM_I32, COMM_I64};
@@ -33,13 +33,13 @@ static const comm_op_t ops[] = {COMM_SUM, COMM_MAX, COMM_MIN};
 
 static const size_t small_counts[] = {0, 1, 13, 4099};
 
-bool reduces(enum kind k)
+bool co_reduces(enum kind k)
 {
     return k == K_REDUCE || k == K_REDUCE_SCATTER || k == K_ALLREDUCE;
 }
 
-comm_status_t make_call(comm_t *c, enum kind k, const void *s, void *r, size_t count,
-                        comm_dtype_t dt, comm_op_t op, int root)
+comm_status_t co_make_call(comm_t *c, enum kind k, const void *s, void *r, size_t count,
+                           comm_dtype_t dt, comm_op_t op, int root)
 {
     switch (k) {
     case K_BROADCAST:
@@ -183,11 +183,11 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
             h_fill(send, count, dt, seed, me);
     }
 
-    comm_status_t st = make_call(r->comm, k, send, recv, count, dt, op, root);
+    comm_status_t st = co_make_call(r->comm, k, send, recv, count, dt, op, root);
     if (st != COMM_OK) {
-        h_fail(r, "%s(count %zu dtype %d op %d root %d inplace %d off %zu) = %s: %s", kind_names[k],
-               count, (int)dt, (int)op, root, inplace, off, comm_status_string(st),
-               comm_last_error(r->comm));
+        h_fail(r, "%s(count %zu dtype %d op %d root %d inplace %d off %zu) = %s: %s",
+               co_kind_names[k], count, (int)dt, (int)op, root, inplace, off,
+               comm_status_string(st), comm_last_error(r->comm));
         goto out;
     }
     uint64_t hash = 0;
@@ -239,11 +239,11 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
         size_t end = inplace ? (ns > nr ? ns : nr) : nr;
         const uint8_t *guard = rb + (off + end) * es;
         if (!h_poisoned(guard, 1, dt))
-            h_fail(r, "%s wrote past the end of its output (count %zu)", kind_names[k], count);
+            h_fail(r, "%s wrote past the end of its output (count %zu)", co_kind_names[k], count);
     }
     /* Reductions: the bits of allreduce on the same data (made afresh: in place, the
      * input is gone), whatever the root or block. */
-    if (reduces(k) && count) {
+    if (co_reduces(k) && count) {
         size_t total = k == K_REDUCE_SCATTER ? (size_t)n * count : count;
         uint8_t *in = malloc(total * es), *ar = malloc(total * es);
         if (k == K_REDUCE_SCATTER)
@@ -258,7 +258,7 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
             const uint8_t *mine = ar + (k == K_REDUCE_SCATTER ? (size_t)me * bytes : 0);
             if ((k == K_REDUCE_SCATTER || me == root) && memcmp(mine, recv, bytes) != 0)
                 h_fail(r, "%s (count %zu dtype %d op %d root %d) differs from allreduce's bits",
-                       kind_names[k], count, (int)dt, (int)op, root);
+                       co_kind_names[k], count, (int)dt, (int)op, root);
             hash = fnv(ar, total * es);
         }
         free(in);
@@ -281,7 +281,7 @@ static void sweep_body(struct h_rank *r)
         for (size_t d = 0; d < N_DTYPES; d++) {
             comm_dtype_t dt = dtypes[d];
             size_t es = comm_dtype_size(dt);
-            for (size_t o = 0; o < (reduces(k) ? N_OPS : 1); o++) {
+            for (size_t o = 0; o < (co_reduces(k) ? N_OPS : 1); o++) {
                 comm_op_t op = ops[o];
                 size_t v = 0;
                 for (size_t ci = 0;

@@ -46,17 +46,18 @@ static void mismatch_body(struct h_rank *r)
     uint8_t *send = malloc(elems * es), *recv = malloc(elems * es);
     h_fill(send, elems, dt, 5, r->rank);
     h_poison(recv, elems, dt);
-    comm_status_t st = make_call(r->comm, k, send, recv, count, dt, odd ? m->op_b : m->op_a,
-                                 odd ? m->root_b : m->root_a);
+    comm_status_t st = co_make_call(r->comm, k, send, recv, count, dt, odd ? m->op_b : m->op_a,
+                                    odd ? m->root_b : m->root_a);
     const char *msg = comm_last_error(r->comm);
     if (st != COMM_ERR_MISMATCH)
-        h_fail(r, "%s vs %s: got %s, want COMM_ERR_MISMATCH (%s)", kind_names[m->a],
-               kind_names[m->b], comm_status_string(st), msg);
+        h_fail(r, "%s vs %s: got %s, want COMM_ERR_MISMATCH (%s)", co_kind_names[m->a],
+               co_kind_names[m->b], comm_status_string(st), msg);
     else if (strstr(msg, "disagree") == NULL || strstr(msg, m->want_a) == NULL ||
              strstr(msg, m->want_b) == NULL)
         h_fail(r, "message \"%s\" lacks \"%s\" or \"%s\"", msg, m->want_a, m->want_b);
     if (!h_poisoned(recv, elems, dt))
-        h_fail(r, "%s vs %s: a mismatched call wrote recvbuf", kind_names[m->a], kind_names[m->b]);
+        h_fail(r, "%s vs %s: a mismatched call wrote recvbuf", co_kind_names[m->a],
+               co_kind_names[m->b]);
     free(send);
     free(recv);
 }
@@ -131,7 +132,7 @@ void mismatch_fields(void **s)
         m.want_a = "dtype f32";
         m.want_b = "dtype i32";
         run_mismatch(&m, 2, k % 2 == 1);
-        if (reduces(k)) {
+        if (co_reduces(k)) {
             m = base;
             m.op_b = COMM_MAX;
             m.want_a = "op sum";
@@ -234,19 +235,19 @@ static void invalid_body(struct h_rank *r)
             break;
         }
     }
-    comm_status_t st = make_call(r->comm, v->k, send, recv, cnt, dt, COMM_SUM, root);
+    comm_status_t st = co_make_call(r->comm, v->k, send, recv, cnt, dt, COMM_SUM, root);
     comm_status_t want = bad ? COMM_ERR_INVALID : COMM_ERR_PEER;
     const char *msg = comm_last_error(r->comm);
     char who[16];
     snprintf(who, sizeof(who), "rank %d", bad ? r->rank : 1);
     if (st != want)
-        h_fail(r, "%s bad %d: got %s, want %s (%s)", kind_names[v->k], (int)v->bad,
+        h_fail(r, "%s bad %d: got %s, want %s (%s)", co_kind_names[v->k], (int)v->bad,
                comm_status_string(st), comm_status_string(want), msg);
     else if (strstr(msg, who) == NULL)
         h_fail(r, "message \"%s\" lacks \"%s\"", msg, who);
     /* No rank wrote any recvbuf: the poison is whole (a's tail past b's overlap too). */
     if (!h_poisoned(b, elems, COMM_F32))
-        h_fail(r, "%s bad %d: recvbuf written", kind_names[v->k], (int)v->bad);
+        h_fail(r, "%s bad %d: recvbuf written", co_kind_names[v->k], (int)v->bad);
     free(a);
     free(b);
 }
@@ -313,8 +314,8 @@ static void valid_edges_body(struct h_rank *r)
     }
     /* Count 0 with NULL buffers on the bulk path (flag path off) is a call like any. */
     for (int k = 0; k < K_BARRIER; k++)
-        if (make_call(r->comm, k, NULL, NULL, 0, COMM_F64, COMM_MIN, n - 1) != COMM_OK)
-            h_fail(r, "%s of count 0: %s", kind_names[k], comm_last_error(r->comm));
+        if (co_make_call(r->comm, k, NULL, NULL, 0, COMM_F64, COMM_MIN, n - 1) != COMM_OK)
+            h_fail(r, "%s of count 0: %s", co_kind_names[k], comm_last_error(r->comm));
     /* A barrier between the collectives: numbered alike. */
     if (comm_barrier(r->comm) != COMM_OK)
         h_fail(r, "barrier: %s", comm_last_error(r->comm));
@@ -365,13 +366,13 @@ static void unsupported_body(struct h_rank *r)
     h_fill(a, count, COMM_F32, 3, r->rank);
     h_poison(b, (size_t)r->nranks * count, COMM_F32);
     for (int k = 0; k < K_SWEPT; k++) {
-        comm_status_t st = make_call(c, k, a, b, count, COMM_F32, COMM_SUM, 0);
+        comm_status_t st = co_make_call(c, k, a, b, count, COMM_F32, COMM_SUM, 0);
         const char *msg = comm_last_error(c);
         char who[16];
         snprintf(who, sizeof(who), "rank %d", r->rank);
-        if (st != COMM_ERR_UNSUPPORTED || strstr(msg, kind_names[k]) == NULL ||
+        if (st != COMM_ERR_UNSUPPORTED || strstr(msg, co_kind_names[k]) == NULL ||
             strstr(msg, who) == NULL || strstr(msg, "Hexagon") == NULL)
-            h_fail(r, "%s on hexagon: %s (%s)", kind_names[k], comm_status_string(st), msg);
+            h_fail(r, "%s on hexagon: %s (%s)", co_kind_names[k], comm_status_string(st), msg);
     }
     if (!h_poisoned(b, (size_t)r->nranks * count, COMM_F32))
         h_fail(r, "an unsupported call wrote recvbuf");

@@ -58,7 +58,7 @@ static comm_id_t child_id(const comm_id_t *parent, uint32_t call, int color)
 
 /* Segments of the children of the last h_run's parent (calls 0..calls-1, colors
  * 0..ncolors-1) still in /dev/shm, plus the harness's own. */
-int leftovers(const comm_id_t *parent, int calls, int ncolors)
+int sp_leftovers(const comm_id_t *parent, int calls, int ncolors)
 {
     int n = h_shm_leftovers();
     for (int call = 0; call < calls; call++) {
@@ -87,7 +87,7 @@ static int leftover(const comm_id_t *id, const char *what)
     return 1;
 }
 
-void expect_clean(struct h_rank *res, int n)
+void sp_expect_clean(struct h_rank *res, int n)
 {
     for (int r = 0; r < n; r++)
         if (res[r].errors)
@@ -99,8 +99,8 @@ void expect_clean(struct h_rank *res, int n)
  * first, checked against the float64 reference of every rank's data; the output bytes
  * are appended to r->out for the bit comparison between ranks.
  */
-void reduce_check(struct h_rank *r, comm_t *comm, size_t count, comm_dtype_t dt, uint64_t seed,
-                  const char *what)
+void sp_reduce_check(struct h_rank *r, comm_t *comm, size_t count, comm_dtype_t dt, uint64_t seed,
+                     const char *what)
 {
     size_t es = comm_dtype_size(dt);
     uint8_t *send = malloc(count * es), *recv = malloc(count * es);
@@ -120,7 +120,7 @@ void reduce_check(struct h_rank *r, comm_t *comm, size_t count, comm_dtype_t dt,
 }
 
 /* SENTINEL's storage (split_common.h). */
-int sentinel_storage;
+int sp_sentinel_storage;
 
 /* ---- splits: colors, keys, COMM_SPLIT_NONE, interleaved with the parent ---- */
 
@@ -187,12 +187,12 @@ static void split_body(struct h_rank *r)
     }
     /* Child, parent, child, parent: the calls of one do not disturb the other's. */
     if (color >= 0)
-        reduce_check(r, child, 1000, COMM_F64, 10 + (uint64_t)color, "child f64");
+        sp_reduce_check(r, child, 1000, COMM_F64, 10 + (uint64_t)color, "child f64");
     size_t parent_len = r->out_len;
-    reduce_check(r, r->comm, 333, COMM_F32, 99, "parent");
+    sp_reduce_check(r, r->comm, 333, COMM_F32, 99, "parent");
     r->out_len = parent_len; /* the parent's output is checked, not compared per group */
     if (color >= 0)
-        reduce_check(r, child, 20000, COMM_F32, 20 + (uint64_t)color, "child f32 bulk");
+        sp_reduce_check(r, child, 20000, COMM_F32, 20 + (uint64_t)color, "child f32 bulk");
     st = comm_barrier(r->comm);
     if (st != COMM_OK)
         h_fail(r, "parent barrier: %s", comm_last_error(r->comm));
@@ -209,7 +209,7 @@ static void run_split(const struct split_case *k)
                         .kill_rank = -1,
                         .timeout_ms = 20000};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, k->nranks);
+    sp_expect_clean(res, k->nranks);
     /* Every member of a group holds the same bits. */
     for (int a = 0; a < k->nranks; a++) {
         for (int b = a + 1; b < k->nranks; b++) {
@@ -223,7 +223,7 @@ static void run_split(const struct split_case *k)
     for (int a = 0; a < k->nranks; a++)
         if (case_color(k, a) >= 0)
             assert_true(res[a].out_len > 0);
-    assert_int_equal(leftovers(&res[0].id, 1, k->ncolors), 0);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, k->ncolors), 0);
 }
 
 static void split_two_colors(void **s)
@@ -288,7 +288,7 @@ static void split_ids(void **s)
     struct h_job job = {.nranks = 4, .body = ids_body, .kill_rank = -1};
     struct h_rank *res = h_run(&job);
     h_env_pop();
-    expect_clean(res, 4);
+    sp_expect_clean(res, 4);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     static char text[1 << 16];
@@ -304,7 +304,7 @@ static void split_ids(void **s)
         if (hit == NULL || strstr(hit + 1, line) == NULL)
             fail_msg("the log lacks two ranks' \"%s\":\n%s", line, text);
     }
-    assert_int_equal(leftovers(&res[0].id, 1, 2), 0);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
 }
 
 /* ---- nesting, comm_dup, children outliving their parent ---- */
@@ -343,13 +343,13 @@ static void nested_body(struct h_rank *r)
     /* The parents go first; the grandchildren keep working. */
     comm_destroy(r->comm);
     r->comm = NULL;
-    reduce_check(r, half, 500, COMM_F64, 31 + (uint64_t)(r->rank % 2), "half");
+    sp_reduce_check(r, half, 500, COMM_F64, 31 + (uint64_t)(r->rank % 2), "half");
     comm_destroy(half);
-    reduce_check(r, pair, 4000, COMM_F32, 41, "pair");
-    reduce_check(r, dup, 700, COMM_F64, 42, "dup");
+    sp_reduce_check(r, pair, 4000, COMM_F32, 41, "pair");
+    sp_reduce_check(r, dup, 700, COMM_F64, 42, "dup");
     comm_destroy(pair);
-    reduce_check(r, dup2, 300, COMM_F32, 43, "dup of dup");
-    reduce_check(r, dup, 300, COMM_F32, 44, "dup again");
+    sp_reduce_check(r, dup2, 300, COMM_F32, 43, "dup of dup");
+    sp_reduce_check(r, dup, 300, COMM_F32, 44, "dup again");
     comm_destroy(dup);
     comm_destroy(dup2);
 }
@@ -359,7 +359,7 @@ static void run_nested(int n, bool procs)
     struct h_job job = {
         .nranks = n, .procs = procs, .body = nested_body, .kill_rank = -1, .timeout_ms = 20000};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, n);
+    sp_expect_clean(res, n);
     /* Pairs: ranks {0,4},{2,6} of the even half... compare pair members' outputs after
      * the half's (the half's differ by parity). */
     for (int a = 0; a < n; a++)
@@ -368,7 +368,7 @@ static void run_nested(int n, bool procs)
                 memcmp(res[a].out, res[b].out, res[a].out_len) != 0)
                 fail_msg("pair ranks %d and %d hold different bits", a, b);
     /* Every generation's segments: halves, pairs, dups of pairs, dups of dups. */
-    int left = leftovers(&res[0].id, 1, 2);
+    int left = sp_leftovers(&res[0].id, 1, 2);
     for (int half = 0; half < 2; half++) {
         comm_id_t h = child_id(&res[0].id, 0, half);
         for (int pair = 0; pair < n / 4 + (n < 4); pair++) {
@@ -404,12 +404,12 @@ static void dup_body(struct h_rank *r)
     if (strcmp(comm_transport_name(dup), comm_transport_name(r->comm)) != 0)
         h_fail(r, "dup runs on %s, its parent on %s", comm_transport_name(dup),
                comm_transport_name(r->comm));
-    reduce_check(r, dup, 1234, COMM_F64, 51, "dup");
-    reduce_check(r, r->comm, 1234, COMM_F64, 51, "parent");
-    reduce_check(r, dup, 77, COMM_F32, 52, "dup");
+    sp_reduce_check(r, dup, 1234, COMM_F64, 51, "dup");
+    sp_reduce_check(r, r->comm, 1234, COMM_F64, 51, "parent");
+    sp_reduce_check(r, dup, 77, COMM_F32, 52, "dup");
     comm_destroy(r->comm);
     r->comm = NULL;
-    reduce_check(r, dup, 9000, COMM_F32, 53, "dup after its parent");
+    sp_reduce_check(r, dup, 9000, COMM_F32, 53, "dup after its parent");
     comm_destroy(dup);
 }
 
@@ -418,13 +418,13 @@ static void run_dup(int n, bool procs)
     struct h_job job = {
         .nranks = n, .procs = procs, .body = dup_body, .kill_rank = -1, .timeout_ms = 20000};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, n);
+    sp_expect_clean(res, n);
     for (int a = 1; a < n; a++) {
         assert_int_equal(res[a].out_len, res[0].out_len);
         if (memcmp(res[a].out, res[0].out, res[0].out_len) != 0)
             fail_msg("ranks 0 and %d differ", a);
     }
-    assert_int_equal(leftovers(&res[0].id, 1, 1), 0);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 1), 0);
 }
 
 static void dup_threads(void **s)
@@ -513,8 +513,8 @@ static void split_hexagon(void **s)
             assert_int_equal(res[r].status, COMM_ERR_UNSUPPORTED);
         skip();
     }
-    expect_clean(res, 4);
-    assert_int_equal(leftovers(&res[0].id, 2, 2), 0);
+    sp_expect_clean(res, 4);
+    assert_int_equal(sp_leftovers(&res[0].id, 2, 2), 0);
 }
 
 int main(void)

@@ -80,8 +80,8 @@ static void run_mismatch(enum other other, int n, bool procs)
                         .kill_rank = -1,
                         .timeout_ms = 20000};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, n);
-    assert_int_equal(leftovers(&res[0].id, 2, 1), 0);
+    sp_expect_clean(res, n);
+    assert_int_equal(sp_leftovers(&res[0].id, 2, 1), 0);
 }
 
 void mismatch_allreduce(void **s)
@@ -134,8 +134,8 @@ void invalid_arguments(void **s)
 
     struct h_job job = {.nranks = 3, .body = null_newcomm_body, .kill_rank = -1};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, 3);
-    assert_int_equal(leftovers(&res[0].id, 1, 1), 0);
+    sp_expect_clean(res, 3);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 1), 0);
 }
 
 /* ---- a peer that dies or aborts: every rank returns an error within the timeout ---- */
@@ -169,8 +169,8 @@ void dead_peer(void **s)
                         .kill_after_ms = 300,
                         .timeout_ms = FAIL_TIMEOUT_MS};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, 3);
-    assert_int_equal(leftovers(&res[0].id, 1, 2), 0);
+    sp_expect_clean(res, 3);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
 }
 
 struct aborter {
@@ -216,8 +216,8 @@ void aborting_peer(void **s)
     struct h_job job = {
         .nranks = 3, .procs = true, .body = abort_body, .kill_rank = -1, .timeout_ms = 10000};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, 3);
-    assert_int_equal(leftovers(&res[0].id, 1, 1), 0);
+    sp_expect_clean(res, 3);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 1), 0);
 }
 
 /* ---- one group's comm_init fails: every rank returns its status, the parent lives ---- */
@@ -241,7 +241,7 @@ static void child_fail_body(struct h_rank *r)
     if (ms > FAIL_TIMEOUT_MS)
         h_fail(r, "comm_split returned after %.0f ms", ms);
     /* Both handshakes completed: the parent is still whole. */
-    reduce_check(r, r->comm, 100, COMM_F64, 61, "parent after the failed split");
+    sp_reduce_check(r, r->comm, 100, COMM_F64, 61, "parent after the failed split");
 }
 
 void child_init_fails(void **s)
@@ -253,8 +253,8 @@ void child_init_fails(void **s)
                         .kill_rank = -1,
                         .timeout_ms = FAIL_TIMEOUT_MS};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, 4);
-    assert_int_equal(leftovers(&res[0].id, 1, 2), 0);
+    sp_expect_clean(res, 4);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
 }
 
 /* ---- the child inherits the parent's timeout ---- */
@@ -294,6 +294,6 @@ void child_timeout(void **s)
     struct h_job job = {
         .nranks = 2, .body = timeout_body, .kill_rank = -1, .timeout_ms = SHORT_TIMEOUT_MS};
     struct h_rank *res = h_run(&job);
-    expect_clean(res, 2);
-    assert_int_equal(leftovers(&res[0].id, 1, 1), 0);
+    sp_expect_clean(res, 2);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 1), 0);
 }

@@ -32,8 +32,8 @@ struct init_all_rank {
 static void *init_all_rank_main(void *arg)
 {
     struct init_all_rank *x = arg;
-    reduce_check(&x->r, x->comm, 2000, COMM_F64, 71, "init_all f64");
-    reduce_check(&x->r, x->comm, 50, COMM_F32, 72, "init_all f32");
+    sp_reduce_check(&x->r, x->comm, 2000, COMM_F64, 71, "init_all f64");
+    sp_reduce_check(&x->r, x->comm, 50, COMM_F32, 72, "init_all f32");
     if (comm_barrier(x->comm) != COMM_OK)
         h_fail(&x->r, "barrier: %s", comm_last_error(x->comm));
     return NULL;

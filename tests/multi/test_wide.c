@@ -30,7 +30,7 @@
 #define W_SLOT_BYTES "64K"
 #define W_POOL_BYTES "1M"
 
-struct w_shared *shared;
+struct w_shared *w_shared_mem;
 static bool made_comms; /* the test made communicators (a skipped one makes none) */
 
 void w_fail(struct w_ctx *x, const char *fmt, ...)
@@ -45,7 +45,7 @@ void w_fail(struct w_ctx *x, const char *fmt, ...)
     }
 }
 
-uint64_t fnv(const void *p, size_t n)
+uint64_t w_fnv(const void *p, size_t n)
 {
     const uint8_t *b = p;
     uint64_t h = 1469598103934665603ull;
@@ -59,12 +59,12 @@ uint64_t fnv(const void *p, size_t n)
 static void shared_reset(void)
 {
     made_comms = true;
-    if (shared == NULL) {
-        shared =
-            mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        assert_true(shared != MAP_FAILED);
+    if (w_shared_mem == NULL) {
+        w_shared_mem = mmap(NULL, sizeof(*w_shared_mem), PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        assert_true(w_shared_mem != MAP_FAILED);
     }
-    memset(shared, 0, sizeof(*shared));
+    memset(w_shared_mem, 0, sizeof(*w_shared_mem));
 }
 
 /* Every rank's errors, then every rank's hashes against rank 0's. */
@@ -73,16 +73,16 @@ static void check_results(int n, const char *what)
     long errors = 0;
     int first = -1;
     for (int r = 0; r < n; r++) {
-        errors += shared->rank[r].errors;
-        if (first < 0 && shared->rank[r].errors)
+        errors += w_shared_mem->rank[r].errors;
+        if (first < 0 && w_shared_mem->rank[r].errors)
             first = r;
     }
     if (errors)
-        fail_msg("%s: %ld errors; first: %s", what, errors, shared->rank[first].first_error);
-    const struct w_rank *r0 = &shared->rank[0];
+        fail_msg("%s: %ld errors; first: %s", what, errors, w_shared_mem->rank[first].first_error);
+    const struct w_rank *r0 = &w_shared_mem->rank[0];
     assert_true(r0->nh > 0);
     for (int r = 1; r < n; r++) {
-        const struct w_rank *x = &shared->rank[r];
+        const struct w_rank *x = &w_shared_mem->rank[r];
         assert_int_equal(x->nh, r0->nh);
         for (int h = 0; h < r0->nh; h++)
             if (x->hashes[h] != r0->hashes[h])
@@ -173,7 +173,7 @@ static void *thread_main(void *arg)
 }
 
 /* n thread ranks from comm_init_all, one pthread each, running fn. */
-double run_threads(int n, void (*fn)(struct w_ctx *x))
+double w_run_threads(int n, void (*fn)(struct w_ctx *x))
 {
     shared_reset();
     comm_t **comms = calloc((size_t)n, sizeof(*comms));
@@ -189,7 +189,7 @@ double run_threads(int n, void (*fn)(struct w_ctx *x))
     for (int r = 0; r < n; r++) {
         assert_int_equal(comm_rank(comms[r]), r);
         assert_int_equal(comm_size(comms[r]), n);
-        t[r].x = (struct w_ctx){.comm = comms[r], .rank = r, .n = n, .res = &shared->rank[r]};
+        t[r].x = (struct w_ctx){.comm = comms[r], .rank = r, .n = n, .res = &w_shared_mem->rank[r]};
         t[r].fn = fn;
         assert_int_equal(pthread_create(&tid[r], &attr, thread_main, &t[r]), 0);
     }
@@ -203,7 +203,7 @@ double run_threads(int n, void (*fn)(struct w_ctx *x))
     return s;
 }
 
-/* A rank of a forked process: its own comm_init on the shared id, then body. */
+/* A rank of a forked process: its own comm_init on the shared id, then w_body. */
 struct w_proc_rank {
     struct w_ctx x;
     comm_id_t id;
@@ -222,7 +222,7 @@ static void *proc_rank_main(void *arg)
         w_fail(&p->x, "comm_init: %s: %s", comm_status_string(st), comm_last_error(NULL));
         return NULL;
     }
-    body(&p->x);
+    w_body(&p->x);
     comm_destroy(p->x.comm);
     return NULL;
 }
@@ -234,7 +234,7 @@ static void proc_main(int n, int first, int per, comm_id_t id)
     pthread_t *tid = calloc((size_t)per, sizeof(*tid));
     for (int i = 0; i < per; i++) {
         int r = first + i;
-        ranks[i].x = (struct w_ctx){.rank = r, .n = n, .res = &shared->rank[r]};
+        ranks[i].x = (struct w_ctx){.rank = r, .n = n, .res = &w_shared_mem->rank[r]};
         ranks[i].id = id;
         if (per == 1) {
             proc_rank_main(&ranks[i]);
@@ -249,7 +249,7 @@ static void proc_main(int n, int first, int per, comm_id_t id)
 }
 
 /* n ranks in n / per forked processes, per thread ranks each (each rank its own
- * comm_init), running body. */
+ * comm_init), running w_body. */
 static double run_procs(int n, int per)
 {
     shared_reset();
@@ -269,7 +269,7 @@ static double run_procs(int n, int per)
     while (live > 0) {
         for (int p = 0; p < np; p++) {
             int ws;
-            struct w_rank *first = &shared->rank[p * per];
+            struct w_rank *first = &w_shared_mem->rank[p * per];
             if (pid[p] > 0 && waitpid(pid[p], &ws, WNOHANG) == pid[p]) {
                 if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) && first->errors == 0) {
                     first->errors++;
@@ -297,7 +297,7 @@ static double run_procs(int n, int per)
 static void threads_n(int n, const char *flag)
 {
     h_env_push("ARCOMM_FLAG_THRESHOLD", flag);
-    double s = run_threads(n, body);
+    double s = w_run_threads(n, w_body);
     char what[96];
     snprintf(what, sizeof(what), "%d thread ranks, flag threshold %s", n, flag ? flag : "auto");
     check_results(n, what);

@@ -27,7 +27,7 @@
 static void record_hash(struct w_ctx *x, const void *p, size_t bytes)
 {
     if (x->res->nh < W_MAX_HASHES)
-        x->res->hashes[x->res->nh++] = fnv(p, bytes);
+        x->res->hashes[x->res->nh++] = w_fnv(p, bytes);
     else
         w_fail(x, "more than %d hashes", W_MAX_HASHES);
 }
@@ -75,7 +75,8 @@ static bool is_int(comm_dtype_t dt)
 }
 
 /* Checks the guard element after out[0..count). */
-void check_guard(struct w_ctx *x, const void *out, size_t count, comm_dtype_t dt, const char *what)
+void w_check_guard(struct w_ctx *x, const void *out, size_t count, comm_dtype_t dt,
+                   const char *what)
 {
     const uint8_t *g = (const uint8_t *)out + count * comm_dtype_size(dt);
     if (!h_poisoned(g, 1, dt))
@@ -146,8 +147,8 @@ static void check_reduced(struct w_ctx *x, const void *out, size_t count, comm_d
 
 /* ---- one rank's calls ---- */
 
-bool call_ok(struct w_ctx *x, comm_status_t st, const char *what, size_t count, comm_dtype_t dt,
-             int root)
+bool w_call_ok(struct w_ctx *x, comm_status_t st, const char *what, size_t count, comm_dtype_t dt,
+               int root)
 {
     if (st == COMM_OK)
         return true;
@@ -158,13 +159,13 @@ bool call_ok(struct w_ctx *x, comm_status_t st, const char *what, size_t count, 
 
 static void barrier_checked(struct w_ctx *x)
 {
-    atomic_fetch_add(&shared->barrier_entries, 1);
+    atomic_fetch_add(&w_shared_mem->barrier_entries, 1);
     x->barriers++;
     comm_status_t st = comm_barrier(x->comm);
-    if (!call_ok(x, st, "comm_barrier", 0, COMM_F32, 0))
+    if (!w_call_ok(x, st, "comm_barrier", 0, COMM_F32, 0))
         return;
     /* Every rank entered this barrier before any rank left it. */
-    long entered = atomic_load(&shared->barrier_entries);
+    long entered = atomic_load(&w_shared_mem->barrier_entries);
     if (entered < (long)x->n * x->barriers)
         w_fail(x, "left barrier %ld when only %ld entries of %ld were made", x->barriers, entered,
                (long)x->n * x->barriers);
@@ -196,21 +197,21 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
     /* allreduce of every block: this rank checks its block against the reference. */
     h_poison(A, nc + 1, dt);
     st = comm_allreduce(x->comm, X, A, nc, dt, op, NULL);
-    if (call_ok(x, st, "allreduce", nc, dt, 0)) {
+    if (w_call_ok(x, st, "allreduce", nc, dt, 0)) {
         snprintf(what, sizeof(what), "allreduce of %zu, block %d", nc, me);
         check_reduced(x, A + (size_t)me * c * es, c, dt, op, seed_of(ci, which, S_BLOCK, me), what);
-        check_guard(x, A, nc, dt, "allreduce");
+        w_check_guard(x, A, nc, dt, "allreduce");
     }
     record_hash(x, A, nc * es);
 
     /* allreduce of block 0 alone: the bits of A's block 0 (one order for every count). */
     h_poison(R, c + 1, dt);
     st = comm_allreduce(x->comm, X, R, c, dt, op, NULL);
-    if (call_ok(x, st, "allreduce", c, dt, 0)) {
+    if (w_call_ok(x, st, "allreduce", c, dt, 0)) {
         if (memcmp(R, A, c * es) != 0)
             w_fail(x, "allreduce of count %zu (%s) differs from block 0 of allreduce of %zu", c,
                    h_dtype_name(dt), nc);
-        check_guard(x, R, c, dt, "allreduce");
+        w_check_guard(x, R, c, dt, "allreduce");
     }
 
     int roots[3] = {0, n - 1, n / 2};
@@ -230,11 +231,11 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
             send = R; /* not read off the root */
         }
         st = comm_broadcast(x->comm, send, B, c, dt, root, NULL);
-        if (call_ok(x, st, "broadcast", c, dt, root)) {
+        if (w_call_ok(x, st, "broadcast", c, dt, root)) {
             if (!h_holds(B, c, dt, COMM_SUM, bseed, root))
                 w_fail(x, "broadcast (count %zu, %s, root %d%s) differs from the root's input", c,
                        h_dtype_name(dt), root, in_place ? ", in place" : "");
-            check_guard(x, B, c, dt, "broadcast");
+            w_check_guard(x, B, c, dt, "broadcast");
         }
         record_hash(x, B, c * es);
 
@@ -249,13 +250,13 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
             recv = NULL;
         }
         st = comm_reduce(x->comm, rsend, recv, c, dt, op, root, NULL);
-        if (call_ok(x, st, "reduce", c, dt, root)) {
+        if (w_call_ok(x, st, "reduce", c, dt, root)) {
             if (me == root && memcmp(B, A, c * es) != 0)
                 w_fail(x, "reduce (count %zu, %s %s, root %d%s) differs from allreduce's bits", c,
                        h_dtype_name(dt), h_op_name(op), root, in_place ? ", in place" : "");
             if (me != root && recv != NULL && !h_poisoned(B, c, dt))
                 w_fail(x, "reduce (count %zu, root %d) wrote the recvbuf of rank %d", c, root, me);
-            check_guard(x, B, c, dt, "reduce");
+            w_check_guard(x, B, c, dt, "reduce");
         }
     }
 
@@ -270,14 +271,14 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
         h_fill(B, c, dt, gseed, me);
     }
     st = comm_allgather(x->comm, gsend, G, c, dt, NULL);
-    if (call_ok(x, st, "allgather", c, dt, 0)) {
+    if (w_call_ok(x, st, "allgather", c, dt, 0)) {
         for (int p = 0; p < n; p++)
             if (!h_holds(G + (size_t)p * c * es, c, dt, COMM_SUM, gseed, p)) {
                 w_fail(x, "allgather (count %zu, %s%s): block %d differs from rank %d's input", c,
                        h_dtype_name(dt), inplace ? ", in place" : "", p, p);
                 break;
             }
-        check_guard(x, G, nc, dt, "allgather");
+        w_check_guard(x, G, nc, dt, "allgather");
     }
     record_hash(x, G, nc * es);
 
@@ -293,7 +294,7 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
         qrecv = G + (size_t)me * c * es;
     }
     st = comm_reduce_scatter(x->comm, qsend, qrecv, c, dt, op, NULL);
-    if (call_ok(x, st, "reduce_scatter", c, dt, 0)) {
+    if (w_call_ok(x, st, "reduce_scatter", c, dt, 0)) {
         if (memcmp(qrecv, A + (size_t)me * c * es, c * es) != 0)
             w_fail(x, "reduce_scatter (count %zu, %s %s%s) differs from block %d of allreduce", c,
                    h_dtype_name(dt), h_op_name(op), inplace ? ", in place" : "", me);
@@ -304,9 +305,9 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
                            b);
                     break;
                 }
-            check_guard(x, G, nc, dt, "in-place reduce_scatter");
+            w_check_guard(x, G, nc, dt, "in-place reduce_scatter");
         } else {
-            check_guard(x, B, c, dt, "reduce_scatter");
+            w_check_guard(x, B, c, dt, "reduce_scatter");
         }
     }
 
@@ -315,7 +316,7 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
         h_fill(T + (size_t)p * c * es, c, dt, seed_of(ci, which, S_A2A, p), me);
     h_poison(G, nc + 1, dt);
     st = comm_alltoall(x->comm, T, G, c, dt, NULL);
-    if (call_ok(x, st, "alltoall", c, dt, 0)) {
+    if (w_call_ok(x, st, "alltoall", c, dt, 0)) {
         for (int p = 0; p < n; p++)
             if (!h_holds(G + (size_t)p * c * es, c, dt, COMM_SUM, seed_of(ci, which, S_A2A, me),
                          p)) {
@@ -323,7 +324,7 @@ static void one_count(struct w_ctx *x, size_t ci, int which, size_t c)
                        h_dtype_name(dt), p, p, me);
                 break;
             }
-        check_guard(x, G, nc, dt, "alltoall");
+        w_check_guard(x, G, nc, dt, "alltoall");
     }
 
     barrier_checked(x);
@@ -342,20 +343,20 @@ static void zero_counts(struct w_ctx *x)
     int root = x->n - 1;
     comm_status_t st;
     st = comm_allreduce(x->comm, NULL, NULL, 0, COMM_F32, COMM_SUM, NULL);
-    call_ok(x, st, "allreduce", 0, COMM_F32, 0);
+    w_call_ok(x, st, "allreduce", 0, COMM_F32, 0);
     st = comm_broadcast(x->comm, NULL, NULL, 0, COMM_I32, root, NULL);
-    call_ok(x, st, "broadcast", 0, COMM_I32, root);
+    w_call_ok(x, st, "broadcast", 0, COMM_I32, root);
     st = comm_reduce(x->comm, NULL, NULL, 0, COMM_F16, COMM_MAX, root, NULL);
-    call_ok(x, st, "reduce", 0, COMM_F16, root);
+    w_call_ok(x, st, "reduce", 0, COMM_F16, root);
     st = comm_allgather(x->comm, NULL, NULL, 0, COMM_F32, NULL);
-    call_ok(x, st, "allgather", 0, COMM_F32, 0);
+    w_call_ok(x, st, "allgather", 0, COMM_F32, 0);
     st = comm_reduce_scatter(x->comm, NULL, NULL, 0, COMM_I32, COMM_SUM, NULL);
-    call_ok(x, st, "reduce_scatter", 0, COMM_I32, 0);
+    w_call_ok(x, st, "reduce_scatter", 0, COMM_I32, 0);
     st = comm_alltoall(x->comm, NULL, NULL, 0, COMM_F32, NULL);
-    call_ok(x, st, "alltoall", 0, COMM_F32, 0);
+    w_call_ok(x, st, "alltoall", 0, COMM_F32, 0);
 }
 
-void body(struct w_ctx *x)
+void w_body(struct w_ctx *x)
 {
     zero_counts(x);
     for (size_t ci = 0; ci < N_CASES; ci++) {

@@ -71,7 +71,7 @@ static uint64_t group_sums(struct w_ctx *x, comm_t *group, int split, int color)
         h_fill(in, c, dt, seed, x->rank); /* by world rank */
         h_poison(out, c + 1, dt);
         comm_status_t st = comm_allreduce(group, in, out, c, dt, COMM_SUM, NULL);
-        if (call_ok(x, st, "allreduce over a group", c, dt, 0)) {
+        if (w_call_ok(x, st, "allreduce over a group", c, dt, 0)) {
             for (int q = 0; q < size; q++) {
                 h_fill(tmp, c, dt, seed, members[q]);
                 for (size_t e = 0; e < c; e++) {
@@ -95,8 +95,8 @@ static uint64_t group_sums(struct w_ctx *x, comm_t *group, int split, int color)
                     break;
                 }
             }
-            check_guard(x, out, c, dt, "group allreduce");
-            h = h * 31 + fnv(out, c * es);
+            w_check_guard(x, out, c, dt, "group allreduce");
+            h = h * 31 + w_fnv(out, c * es);
         }
         free(iw);
         free(mag);
@@ -105,7 +105,7 @@ static uint64_t group_sums(struct w_ctx *x, comm_t *group, int split, int color)
         free(out);
         free(in);
     }
-    call_ok(x, comm_barrier(group), "comm_barrier over a group", 0, COMM_F32, 0);
+    w_call_ok(x, comm_barrier(group), "comm_barrier over a group", 0, COMM_F32, 0);
     return h;
 }
 
@@ -116,7 +116,7 @@ static comm_t *split_checked(struct w_ctx *x, int split)
     int key = split == SPLIT_A ? -x->rank : x->rank;
     comm_t *group = NULL;
     comm_status_t st = comm_split(x->comm, color, key, &group);
-    if (!call_ok(x, st, "comm_split", 0, COMM_F32, 0))
+    if (!w_call_ok(x, st, "comm_split", 0, COMM_F32, 0))
         return NULL;
     if (color == COMM_SPLIT_NONE) {
         if (group != NULL)
@@ -162,11 +162,11 @@ void split_into_groups(void **s)
 {
     (void)s;
     int n = h_quick() ? 64 : 256;
-    double t = run_threads(n, split_body);
+    double t = w_run_threads(n, split_body);
     for (int r = 0; r < n; r++)
-        if (shared->rank[r].errors)
-            fail_msg("comm_split of %d: %ld errors; first: %s", n, shared->rank[r].errors,
-                     shared->rank[r].first_error);
+        if (w_shared_mem->rank[r].errors)
+            fail_msg("comm_split of %d: %ld errors; first: %s", n, w_shared_mem->rank[r].errors,
+                     w_shared_mem->rank[r].first_error);
     /* Every member of a group holds the bits of the group's first member. */
     for (int split = SPLIT_A; split <= SPLIT_B; split++) {
         for (int r = 0; r < n; r++) {
@@ -174,7 +174,7 @@ void split_into_groups(void **s)
             if (color == COMM_SPLIT_NONE)
                 continue;
             members_of(split, color, n, members);
-            if (shared->rank[r].hashes[split] != shared->rank[members[0]].hashes[split])
+            if (w_shared_mem->rank[r].hashes[split] != w_shared_mem->rank[members[0]].hashes[split])
                 fail_msg("split %c: world rank %d's results differ from world rank %d's",
                          "AB"[split], r, members[0]);
         }

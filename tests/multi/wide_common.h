@@ -40,22 +40,23 @@ struct w_ctx {
 
 /* test_wide.c */
 /* Every rank's results, in a mapping that forked process ranks share too. */
-extern struct w_shared *shared;
+extern struct w_shared *w_shared_mem;
 /* Records a failure in x's results (keeps the first message). */
 void w_fail(struct w_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* FNV-1a of n bytes, for the outputs every rank must agree on. */
-uint64_t fnv(const void *p, size_t n);
+uint64_t w_fnv(const void *p, size_t n);
 /* n thread ranks from comm_init_all, one pthread each, running fn; the seconds taken. */
-double run_threads(int n, void (*fn)(struct w_ctx *x));
+double w_run_threads(int n, void (*fn)(struct w_ctx *x));
 
 /* test_wide_calls.c */
 /* true if st is COMM_OK, else the failed call recorded in x. */
-bool call_ok(struct w_ctx *x, comm_status_t st, const char *what, size_t count, comm_dtype_t dt,
-             int root);
+bool w_call_ok(struct w_ctx *x, comm_status_t st, const char *what, size_t count, comm_dtype_t dt,
+               int root);
 /* Checks the guard element after out[0..count). */
-void check_guard(struct w_ctx *x, const void *out, size_t count, comm_dtype_t dt, const char *what);
+void w_check_guard(struct w_ctx *x, const void *out, size_t count, comm_dtype_t dt,
+                   const char *what);
 /* One rank's calls: every collective at every count, checked, its outputs' hashes recorded. */
-void body(struct w_ctx *x);
+void w_body(struct w_ctx *x);
 
 /* test_wide_split.c */
 void split_into_groups(void **s);

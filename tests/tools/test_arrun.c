@@ -90,11 +90,11 @@ static void test_env_x(void **state)
     if (r.status != 0)
         fail_msg("arrun exited %d; stderr:\n%s", r.status, r.err);
     for (int i = 0; i < 2; i++) {
-        rank_var(r.out, i, "ARRUN_TEST_A", got, sizeof(got));
+        ta_rank_var(r.out, i, "ARRUN_TEST_A", got, sizeof(got));
         assert_string_equal(got, "2=two");
-        /* rank_var stops at a space: the line holds the whole value. */
+        /* ta_rank_var stops at a space: the line holds the whole value. */
         assert_non_null(strstr(r.out, " ARRUN_TEST_PASSED=from arrun "));
-        rank_var(r.out, i, "ARRUN_TEST_EMPTY", got, sizeof(got));
+        ta_rank_var(r.out, i, "ARRUN_TEST_EMPTY", got, sizeof(got));
         assert_string_equal(got, "");
     }
     run_free(&r);
@@ -106,15 +106,15 @@ static void test_env_x(void **state)
     for (int i = 0; i < 3; i++) {
         char want[16];
         snprintf(want, sizeof(want), "%d", i);
-        rank_var(r.out, i, "RANK", got, sizeof(got));
+        ta_rank_var(r.out, i, "RANK", got, sizeof(got));
         assert_string_equal(got, want);
-        rank_var(r.out, i, "LOCAL_RANK", got, sizeof(got));
+        ta_rank_var(r.out, i, "LOCAL_RANK", got, sizeof(got));
         assert_string_equal(got, want);
-        rank_var(r.out, i, "ARCOMM_RANK", got, sizeof(got));
+        ta_rank_var(r.out, i, "ARCOMM_RANK", got, sizeof(got));
         assert_string_equal(got, want);
-        rank_var(r.out, i, "WORLD_SIZE", got, sizeof(got));
+        ta_rank_var(r.out, i, "WORLD_SIZE", got, sizeof(got));
         assert_string_equal(got, "3");
-        rank_var(r.out, i, "LOCAL_WORLD_SIZE", got, sizeof(got));
+        ta_rank_var(r.out, i, "LOCAL_WORLD_SIZE", got, sizeof(got));
         assert_string_equal(got, "3");
     }
     run_free(&r);
@@ -430,7 +430,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cpus_per_rank),
         cmocka_unit_test(test_report_bindings),
         cmocka_unit_test(test_env_x),
-        cmocka_unit_test_teardown(test_output_filename, remove_output_top),
+        cmocka_unit_test_teardown(test_output_filename, ta_remove_output_top),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_segments_removed),
     };

@@ -114,7 +114,7 @@ void test_bind(void **state)
 /* ---- multi-threaded ranks ------------------------------------------------------------ */
 
 /* The value of " NAME=" on the line of rank `rank` in the `vars` mode's output. */
-void rank_var(const char *out, int rank, const char *name, char *buf, size_t cap)
+void ta_rank_var(const char *out, int rank, const char *name, char *buf, size_t cap)
 {
     char head[32], key[128];
     const char *line = NULL, *v, *end;
@@ -191,11 +191,11 @@ static void check_cpus_per_rank(hwloc_obj_t *objs, int ncores, int nranks, int p
         }
         cpulist(set, want, sizeof(want));
         hwloc_bitmap_free(set);
-        rank_var(r.out, i, "cpus", got, sizeof(got));
+        ta_rank_var(r.out, i, "cpus", got, sizeof(got));
         if (strcmp(got, want) != 0)
             fail_msg("-n %d --cpus-per-rank %d: rank %d runs on cpus %s, expected %s", nranks, per,
                      i, got, want);
-        rank_var(r.out, i, "OMP_NUM_THREADS", got, sizeof(got));
+        ta_rank_var(r.out, i, "OMP_NUM_THREADS", got, sizeof(got));
         assert_string_equal(got, np);
     }
     for (int i = 0; i < nranks; i++) {
@@ -261,20 +261,20 @@ void test_cpus_per_rank(void **state)
     run_arrun(&r, &omp_env, "-n", "1", "--cpus-per-rank", "1", helper_path, "vars",
               "OMP_NUM_THREADS", NULL);
     assert_int_equal(r.status, 0);
-    rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
+    ta_rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
     assert_string_equal(got, "7");
     run_free(&r);
     run_arrun(&r, NULL, "-n", "1", "--cpus-per-rank", "1", "-x", "OMP_NUM_THREADS=5", helper_path,
               "vars", "OMP_NUM_THREADS", NULL);
     assert_int_equal(r.status, 0);
-    rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
+    ta_rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
     assert_string_equal(got, "5");
     run_free(&r);
     /* Without --cpus-per-rank arrun leaves it alone. */
     if (!getenv("OMP_NUM_THREADS")) {
         run_arrun(&r, NULL, "-n", "1", helper_path, "vars", "OMP_NUM_THREADS", NULL);
         assert_int_equal(r.status, 0);
-        rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
+        ta_rank_var(r.out, 0, "OMP_NUM_THREADS", got, sizeof(got));
         assert_string_equal(got, "(unset)");
         run_free(&r);
     }
@@ -291,9 +291,9 @@ void test_cpus_per_rank(void **state)
         fail_msg("--bind numa --cpus-per-rank 1 exited %d; stderr:\n%s", r.status, r.err);
     for (int i = 0; i < 2; i++) {
         cpulist(nodes[i % nnodes]->cpuset, want, sizeof(want));
-        rank_var(r.out, i, "cpus", got, sizeof(got));
+        ta_rank_var(r.out, i, "cpus", got, sizeof(got));
         assert_string_equal(got, want);
-        rank_var(r.out, i, "OMP_NUM_THREADS", got, sizeof(got));
+        ta_rank_var(r.out, i, "OMP_NUM_THREADS", got, sizeof(got));
         assert_string_equal(got, "1");
     }
     run_free(&r);
@@ -345,10 +345,10 @@ static void check_reports(const struct run *r, int nranks, const char *const *wa
         snprintf(pus, sizeof(pus), "%.*s", (int)(nl - 1 - (open + 6)), open + 6);
         assert_in_range(rank, 0, nranks - 1);
         expand_list(pus, cpus, sizeof(cpus));
-        rank_var(r->out, rank, "cpus", got, sizeof(got));
+        ta_rank_var(r->out, rank, "cpus", got, sizeof(got));
         if (strcmp(cpus, got) != 0)
             fail_msg("rank %d: reported PUs %s, but it runs on %s", rank, pus, got);
-        rank_var(r->out, rank, "pid", got, sizeof(got));
+        ta_rank_var(r->out, rank, "pid", got, sizeof(got));
         assert_int_equal(atoi(got), pid);
         if (strcmp(where, want_where[rank]) != 0)
             fail_msg("rank %d: reported '%s', expected '%s'", rank, where, want_where[rank]);
@@ -357,7 +357,7 @@ static void check_reports(const struct run *r, int nranks, const char *const *wa
     assert_int_equal(seen, nranks);
 }
 
-/* Drops the "[R] " at the start of every line, so that rank_var finds "rank=R ". */
+/* Drops the "[R] " at the start of every line, so that ta_rank_var finds "rank=R ". */
 static void strip_labels(char *text)
 {
     char *w = text;

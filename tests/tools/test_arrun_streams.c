@@ -182,7 +182,7 @@ static void check_rank_files(const char *dir, int nranks)
 /* test_output_filename's directory, removed by the teardown also when a check failed. */
 static char output_top[] = "/tmp/arrun-test-output-XXXXXX";
 
-int remove_output_top(void **state)
+int ta_remove_output_top(void **state)
 {
     (void)state;
     if (strchr(output_top, 'X') == NULL)

@@ -3,7 +3,7 @@
  * coll_reduce: every dtype x op x source/destination count x length, run under every
  * instruction set this machine has, each output element checked against an exact model,
  * against a float64 reference within the rounding bound, and against the generic kernels
- * bit for bit (run_case, in test_reduce_model.c), with outputs poisoned before each call.
+ * bit for bit (tr_run_case, in test_reduce_model.c), with outputs poisoned before each call.
  * This file walks the cases: the matrix, misaligned pointers, in place, addends, bf16 on
  * the wire, streamed stores, large buffers, special values.  Inputs written out by hand,
  * with the answers they must give, are in test_reduce_edges.c.
@@ -22,8 +22,8 @@
 
 static const size_t counts[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 1000, 4099};
 /* The float dtypes first (test_specials takes the first four). */
-const comm_dtype_t dtypes[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, COMM_I32,
-                               COMM_I64, COMM_I8,  COMM_U8,   COMM_U32, COMM_U64};
+const comm_dtype_t tr_dtypes[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, COMM_I32,
+                                  COMM_I64, COMM_I8,  COMM_U8,   COMM_U32, COMM_U64};
 static const comm_op_t ops[] = {COMM_SUM, COMM_MAX, COMM_MIN, COMM_PROD, COMM_AVG};
 
 static void test_isa_choice(void **state)
@@ -40,9 +40,9 @@ static void test_isa_choice(void **state)
     assert_string_equal(coll_reduce_isa(), "generic");
     assert_true(coll_reduce_force_isa(NULL));
     assert_string_equal(coll_reduce_isa(), isa);
-    for (size_t t = 0; t < NELEM(isas); t++)
-        print_message("isa %s: %s\n", isas[t],
-                      coll_reduce_ops_find(isas[t]) ? "tested" : "not on this machine");
+    for (size_t t = 0; t < NELEM(tr_isas); t++)
+        print_message("isa %s: %s\n", tr_isas[t],
+                      coll_reduce_ops_find(tr_isas[t]) ? "tested" : "not on this machine");
 }
 
 /* Every dtype x op x nsrc x ndst x count, aligned and misaligned by one element. */
@@ -52,20 +52,20 @@ static void test_matrix(void **state)
     static const int ndsts[] = {1, 2, 3, 8};
 
     (void)state;
-    for (size_t d = 0; d < NELEM(dtypes); d++) {
+    for (size_t d = 0; d < NELEM(tr_dtypes); d++) {
         for (size_t o = 0; o < NELEM(ops); o++) {
             for (size_t s = 0; s < NELEM(nsrcs); s++) {
                 for (size_t c = 0; c < NELEM(counts); c++) {
                     struct tcase tc = {
-                        .dtype = dtypes[d],
-                        .src_dtype = dtypes[d],
+                        .dtype = tr_dtypes[d],
+                        .src_dtype = tr_dtypes[d],
                         .op = ops[o],
                         .nsrc = nsrcs[s],
                         .ndst = ndsts[(s + c) % NELEM(ndsts)],
                         .count = counts[c],
-                        .misalign = (c & 1) ? dsize(dtypes[d]) : 0,
+                        .misalign = (c & 1) ? tr_dsize(tr_dtypes[d]) : 0,
                     };
-                    run_case(&tc);
+                    tr_run_case(&tc);
                 }
             }
         }
@@ -76,11 +76,11 @@ static void test_matrix(void **state)
 static void test_byte_misaligned(void **state)
 {
     (void)state;
-    for (size_t d = 0; d < NELEM(dtypes); d++) {
+    for (size_t d = 0; d < NELEM(tr_dtypes); d++) {
         for (size_t c = 0; c < NELEM(counts); c++) {
             struct tcase tc = {
-                .dtype = dtypes[d],
-                .src_dtype = dtypes[d],
+                .dtype = tr_dtypes[d],
+                .src_dtype = tr_dtypes[d],
                 .op = ops[(c + d) % NELEM(ops)],
                 .nsrc = 3,
                 .ndst = 2,
@@ -89,7 +89,7 @@ static void test_byte_misaligned(void **state)
                 .nt = c & 1,
                 .addend_count = (c & 2) && ops[(c + d) % NELEM(ops)] == COMM_SUM ? counts[c] : 0,
             };
-            run_case(&tc);
+            tr_run_case(&tc);
         }
     }
 }
@@ -97,28 +97,28 @@ static void test_byte_misaligned(void **state)
 static void test_in_place(void **state)
 {
     (void)state;
-    for (size_t d = 0; d < NELEM(dtypes); d++) {
+    for (size_t d = 0; d < NELEM(tr_dtypes); d++) {
         for (int nsrc = 1; nsrc <= 4; nsrc++) {
             struct tcase tc = {
-                .dtype = dtypes[d],
-                .src_dtype = dtypes[d],
+                .dtype = tr_dtypes[d],
+                .src_dtype = tr_dtypes[d],
                 .op = COMM_SUM,
                 .nsrc = nsrc,
                 .ndst = 3,
                 .count = 4099 + 8192 * (size_t)nsrc,
                 .in_place = true,
-                .misalign = nsrc == 3 ? dsize(dtypes[d]) : 0,
+                .misalign = nsrc == 3 ? tr_dsize(tr_dtypes[d]) : 0,
             };
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.op = COMM_PROD;
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.op = COMM_AVG; /* the division in place, in dst[0] == src[0] */
             tc.avg_n = nsrc == 2 ? 5 : 0;
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.avg_n = 0;
             tc.op = COMM_MAX;
             tc.ndst = 1;
-            run_case(&tc);
+            tr_run_case(&tc);
         }
     }
 }
@@ -130,11 +130,11 @@ static void test_addend(void **state)
     static const size_t offsets[] = {0, 5, 123, 4999};
 
     (void)state;
-    for (size_t d = 0; d < NELEM(dtypes); d++) {
+    for (size_t d = 0; d < NELEM(tr_dtypes); d++) {
         for (size_t r = 0; r < NELEM(rows); r++) {
             struct tcase tc = {
-                .dtype = dtypes[d],
-                .src_dtype = dtypes[d],
+                .dtype = tr_dtypes[d],
+                .src_dtype = tr_dtypes[d],
                 .op = COMM_SUM,
                 .nsrc = 2,
                 .ndst = 3,
@@ -143,12 +143,12 @@ static void test_addend(void **state)
                 .offset = offsets[r % NELEM(offsets)],
                 .misalign = r == 2 ? 2 : 0,
             };
-            run_case(&tc);
+            tr_run_case(&tc);
         }
         for (size_t c = 0; c < NELEM(counts); c++) {
             struct tcase tc = {
-                .dtype = dtypes[d],
-                .src_dtype = dtypes[d],
+                .dtype = tr_dtypes[d],
+                .src_dtype = tr_dtypes[d],
                 .op = COMM_SUM,
                 .nsrc = 4,
                 .ndst = 2,
@@ -156,13 +156,13 @@ static void test_addend(void **state)
                 .addend_count = counts[c] ? counts[c] : 1,
                 .offset = c & 1 ? 7 : 0,
             };
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.op = COMM_MAX; /* the addend is ignored with every op but SUM */
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.op = COMM_PROD;
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.op = COMM_AVG;
-            run_case(&tc);
+            tr_run_case(&tc);
         }
     }
 }
@@ -185,14 +185,14 @@ static void test_bf16_wire(void **state)
                 .addend_count = ops[o] == COMM_SUM ? 17 : 0,
                 .offset = 3,
             };
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.data = DATA_SPECIAL;
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.round_bf16 = false;
             tc.src_dtype = COMM_BF16;
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.data = DATA_RANDOM;
-            run_case(&tc);
+            tr_run_case(&tc);
         }
     }
 }
@@ -200,26 +200,26 @@ static void test_bf16_wire(void **state)
 static void test_nt_store(void **state)
 {
     (void)state;
-    for (size_t d = 0; d < NELEM(dtypes); d++) {
+    for (size_t d = 0; d < NELEM(tr_dtypes); d++) {
         for (size_t m = 0; m < 3; m++) {
             struct tcase tc = {
-                .dtype = dtypes[d],
-                .src_dtype = dtypes[d],
+                .dtype = tr_dtypes[d],
+                .src_dtype = tr_dtypes[d],
                 .op = COMM_SUM,
                 .nsrc = 3,
                 .ndst = 3,
                 .count = 20000 + m,
                 .nt = true,
-                .misalign = m * dsize(dtypes[d]),
+                .misalign = m * tr_dsize(tr_dtypes[d]),
                 .addend_count = m == 1 ? 512 : 0,
                 .offset = 100,
             };
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.count = 37;
-            run_case(&tc);
+            tr_run_case(&tc);
             tc.op = m % 2 ? COMM_PROD : COMM_AVG; /* no addend: plain streamed stores */
             tc.count = 20000 + m;
-            run_case(&tc);
+            tr_run_case(&tc);
         }
     }
 }
@@ -228,24 +228,24 @@ static void test_nt_store(void **state)
 static void test_large(void **state)
 {
     (void)state;
-    for (size_t d = 0; d < NELEM(dtypes); d++) {
+    for (size_t d = 0; d < NELEM(tr_dtypes); d++) {
         struct tcase tc = {
-            .dtype = dtypes[d],
-            .src_dtype = dtypes[d],
+            .dtype = tr_dtypes[d],
+            .src_dtype = tr_dtypes[d],
             .op = COMM_SUM,
             .nsrc = 3,
             .ndst = 2,
-            .count = (1u << 20) / dsize(dtypes[d]) + 4099,
-            .misalign = dsize(dtypes[d]),
+            .count = (1u << 20) / tr_dsize(tr_dtypes[d]) + 4099,
+            .misalign = tr_dsize(tr_dtypes[d]),
             .addend_count = 4096,
             .offset = 1000,
         };
-        run_case(&tc);
+        tr_run_case(&tc);
         tc.op = COMM_PROD;
-        run_case(&tc);
+        tr_run_case(&tc);
         tc.op = COMM_AVG;
         tc.avg_n = 8;
-        run_case(&tc);
+        tr_run_case(&tc);
     }
     struct tcase tc = {
         .dtype = COMM_F32,
@@ -256,19 +256,19 @@ static void test_large(void **state)
         .count = 3u << 18,
         .nt = true,
     };
-    run_case(&tc);
+    tr_run_case(&tc);
 }
 
 /* NaN, Inf, -0.0, subnormals: the model's NaN rules and every ISA equal, bit for bit. */
 static void test_specials(void **state)
 {
     (void)state;
-    for (size_t d = 0; d < 4; d++) { /* the float dtypes */
+    for (size_t d = 0; d < 4; d++) { /* the float tr_dtypes */
         for (size_t o = 0; o < NELEM(ops); o++) {
             for (int nsrc = 1; nsrc <= MAX_SRC; nsrc++) {
                 struct tcase tc = {
-                    .dtype = dtypes[d],
-                    .src_dtype = dtypes[d],
+                    .dtype = tr_dtypes[d],
+                    .src_dtype = tr_dtypes[d],
                     .op = ops[o],
                     .nsrc = nsrc,
                     .ndst = 2,
@@ -278,9 +278,9 @@ static void test_specials(void **state)
                     .offset = 11,
                     .nt = nsrc == 4,
                 };
-                run_case(&tc);
+                tr_run_case(&tc);
                 tc.data = DATA_ZEROS;
-                run_case(&tc);
+                tr_run_case(&tc);
             }
         }
     }

@@ -41,12 +41,12 @@ struct tcase {
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 /* test_reduce_model.c: the instruction sets, element sizes, and the harness. */
-extern const char *const isas[3];
-size_t dsize(comm_dtype_t t);
-void run_case(const struct tcase *tc);
+extern const char *const tr_isas[3];
+size_t tr_dsize(comm_dtype_t t);
+void tr_run_case(const struct tcase *tc);
 
 /* test_reduce.c: the dtypes, floats first. */
-extern const comm_dtype_t dtypes[10];
+extern const comm_dtype_t tr_dtypes[10];
 
 /* test_reduce_edges.c: inputs written out, with the answers they must give. */
 void test_max_min_nan(void **state);

@@ -42,7 +42,7 @@ void test_max_min_nan(void **state)
         b[i] = 0.0f;
         c[i] = i % 2 ? -0.0f : 0.0f;
     }
-    for (size_t t = 0; t < NELEM(isas); t++) {
+    for (size_t t = 0; t < NELEM(tr_isas); t++) {
         for (int op = COMM_MAX; op <= COMM_MIN; op++) {
             struct coll_reduce_args args = {
                 .dst = dst,
@@ -54,7 +54,7 @@ void test_max_min_nan(void **state)
                 .count = N,
                 .op = (comm_op_t)op,
             };
-            if (!coll_reduce_force_isa(isas[t]))
+            if (!coll_reduce_force_isa(tr_isas[t]))
                 continue;
             coll_reduce(&args);
             assert_int_equal(coll_rd_f32_bits(out[3]), q1);
@@ -83,7 +83,7 @@ void test_int_wrap(void **state)
         a64[i] = INT64_MIN + i;
         b64[i] = -1000 - i;
     }
-    for (size_t t = 0; t < NELEM(isas); t++) {
+    for (size_t t = 0; t < NELEM(tr_isas); t++) {
         struct coll_reduce_args args = {
             .dst = d32,
             .ndst = 1,
@@ -94,7 +94,7 @@ void test_int_wrap(void **state)
             .count = 40,
             .op = COMM_SUM,
         };
-        if (!coll_reduce_force_isa(isas[t]))
+        if (!coll_reduce_force_isa(tr_isas[t]))
             continue;
         coll_reduce(&args);
         for (int i = 0; i < 40; i++)
@@ -130,29 +130,29 @@ void test_avg_divisor(void **state)
     static const int avg_ns[] = {0, 1, 2, 3, 7, 64};
 
     (void)state;
-    for (size_t d = 0; d < NELEM(dtypes); d++) {
+    for (size_t d = 0; d < NELEM(tr_dtypes); d++) {
         for (size_t a = 0; a < NELEM(avg_ns); a++) {
             for (int nsrc = 1; nsrc <= 4; nsrc++) {
                 struct tcase tc = {
-                    .dtype = dtypes[d],
-                    .src_dtype = dtypes[d],
+                    .dtype = tr_dtypes[d],
+                    .src_dtype = tr_dtypes[d],
                     .op = COMM_AVG,
                     .avg_n = avg_ns[a],
                     .nsrc = nsrc,
                     .ndst = 1 + (int)a % 3,
                     .count = 1000 + a,
-                    .misalign = a & 1 ? dsize(dtypes[d]) : 0,
+                    .misalign = a & 1 ? tr_dsize(tr_dtypes[d]) : 0,
                 };
-                run_case(&tc);
+                tr_run_case(&tc);
                 if (d < 4) {
                     tc.data = DATA_SPECIAL;
-                    run_case(&tc);
+                    tr_run_case(&tc);
                 }
             }
         }
     }
     /* Spelled out: (1 + 2 + 4) / 7 == 1 exactly, and 3 / 2 == 1.5 in f16. */
-    for (size_t t = 0; t < NELEM(isas); t++) {
+    for (size_t t = 0; t < NELEM(tr_isas); t++) {
         float a[40], b[40], c[40], out[40];
         uint16_t h[2][40], ho[40];
         const void *src[3] = {a, b, c}, *hsrc[2] = {h[0], h[1]};
@@ -175,7 +175,7 @@ void test_avg_divisor(void **state)
             .op = COMM_AVG,
             .avg_n = 7,
         };
-        if (!coll_reduce_force_isa(isas[t]))
+        if (!coll_reduce_force_isa(tr_isas[t]))
             continue;
         coll_reduce(&args);
         for (int i = 0; i < 40; i++)
@@ -219,7 +219,7 @@ void test_prod_specials(void **state)
     b[33] = INFINITY;
     a[40] = 0x1p100f;
     b[40] = 0x1p100f; /* overflows f32: Inf, then * 0.25 stays Inf */
-    for (size_t t = 0; t < NELEM(isas); t++) {
+    for (size_t t = 0; t < NELEM(tr_isas); t++) {
         struct coll_reduce_args args = {
             .dst = dst,
             .ndst = 1,
@@ -230,7 +230,7 @@ void test_prod_specials(void **state)
             .count = N,
             .op = COMM_PROD,
         };
-        if (!coll_reduce_force_isa(isas[t]))
+        if (!coll_reduce_force_isa(tr_isas[t]))
             continue;
         coll_reduce(&args);
         assert_int_equal(coll_rd_f32_bits(out[5]), s1 | 0x400000);
@@ -246,7 +246,7 @@ void test_prod_specials(void **state)
 void test_int_edges(void **state)
 {
     (void)state;
-    for (size_t t = 0; t < NELEM(isas); t++) {
+    for (size_t t = 0; t < NELEM(tr_isas); t++) {
         uint8_t a8[100], b8[100], o8[100];
         uint32_t a32[100], b32[100], o32[100];
         uint64_t a64[100], b64[100], o64[100];
@@ -265,7 +265,7 @@ void test_int_edges(void **state)
             .nsrc = 2,
             .count = 100,
         };
-        if (!coll_reduce_force_isa(isas[t]))
+        if (!coll_reduce_force_isa(tr_isas[t]))
             continue;
         static const struct {
             comm_dtype_t dt;
@@ -298,7 +298,7 @@ void test_int_edges(void **state)
             {COMM_U64, COMM_AVG, 1},
         };
         for (size_t c = 0; c < NELEM(cases); c++) {
-            size_t es = dsize(cases[c].dt);
+            size_t es = tr_dsize(cases[c].dt);
             args.dst_dtype = args.src_dtype = cases[c].dt;
             args.op = cases[c].op;
             args.src = es == 1 ? s8 : es == 4 ? s32 : s64;
@@ -307,8 +307,8 @@ void test_int_edges(void **state)
             for (int i = 0; i < 100; i++) {
                 uint64_t got = es == 1 ? o8[i] : es == 4 ? o32[i] : o64[i];
                 if (got != cases[c].want)
-                    fail_msg("isa %s case %zu element %d: got 0x%llx, want 0x%llx", isas[t], c, i,
-                             (unsigned long long)got, (unsigned long long)cases[c].want);
+                    fail_msg("isa %s case %zu element %d: got 0x%llx, want 0x%llx", tr_isas[t], c,
+                             i, (unsigned long long)got, (unsigned long long)cases[c].want);
             }
         }
     }

@@ -3,7 +3,7 @@
  * The harness of test_reduce: random and special inputs, an exact model of coll_reduce
  * (f32 arithmetic in source order, written independently here; integers in 64-bit
  * arithmetic truncated at the end), a float64 reference within the rounding bound, and
- * run_case, which runs one case under every instruction set this machine has and checks
+ * tr_run_case, which runs one case under every instruction set this machine has and checks
  * each output element against the model and against the generic kernels bit for bit.
  * Outputs are poisoned before each call and the bytes past the end must stay poisoned.
  * The tests that call it are in test_reduce.c and test_reduce_edges.c.
@@ -26,7 +26,7 @@
 #define GUARD  64 /* poisoned bytes after every destination */
 #define POISON 0xa5
 
-const char *const isas[] = {"generic", "avx2", "avx512"};
+const char *const tr_isas[] = {"generic", "avx2", "avx512"};
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint64_t rng(void)
@@ -38,7 +38,7 @@ static uint64_t rng(void)
     return rng_state * 0x2545f4914f6cdd1dull;
 }
 
-size_t dsize(comm_dtype_t t)
+size_t tr_dsize(comm_dtype_t t)
 {
     switch (t) {
     case COMM_I8:
@@ -164,7 +164,7 @@ static void fill(void *p, comm_dtype_t t, comm_op_t op, size_t count, enum data_
             /* I8, U8, U32, U64: the whole range (INT8_MIN, 0xff, ... included); odd and
              * so never zero for PROD. */
             r = op == COMM_PROD ? r | 1 : r;
-            memcpy(b + dsize(t) * i, &r, dsize(t)); /* the low bytes, little-endian */
+            memcpy(b + tr_dsize(t) * i, &r, tr_dsize(t)); /* the low bytes, little-endian */
             break;
         }
     }
@@ -230,7 +230,7 @@ static double model_op64(comm_op_t op, double acc, double s)
 static uint64_t int_bits(comm_dtype_t t, const void *p, size_t i)
 {
     uint64_t v = 0;
-    memcpy(&v, (const unsigned char *)p + dsize(t) * i, dsize(t)); /* little-endian */
+    memcpy(&v, (const unsigned char *)p + tr_dsize(t) * i, tr_dsize(t)); /* little-endian */
     return v;
 }
 
@@ -238,7 +238,7 @@ static bool int_less(comm_dtype_t t, uint64_t a, uint64_t b)
 {
     if (!is_signed(t))
         return a < b;
-    int sh = 64 - 8 * (int)dsize(t);
+    int sh = 64 - 8 * (int)tr_dsize(t);
     return (int64_t)(a << sh) >> sh < (int64_t)(b << sh) >> sh;
 }
 
@@ -265,7 +265,7 @@ static void model(const struct tcase *tc, const void *const *src, const void *ad
         }
         if (add)
             acc += int_bits(tc->dtype, addend, ai);
-        memcpy(out, &acc, dsize(tc->dtype));
+        memcpy(out, &acc, tr_dsize(tc->dtype));
         return;
     }
     const double d = tc->avg_n ? tc->avg_n : tc->nsrc; /* AVG's divisor */
@@ -362,7 +362,7 @@ static void *xmalloc(size_t n)
 
 static void bufs_alloc(struct bufs *b, const struct tcase *tc)
 {
-    const size_t se = dsize(tc->src_dtype), de = dsize(tc->dtype);
+    const size_t se = tr_dsize(tc->src_dtype), de = tr_dsize(tc->dtype);
 
     memset(b, 0, sizeof(*b));
     for (int k = 0; k < tc->nsrc; k++) {
@@ -398,15 +398,15 @@ static void bufs_free(struct bufs *b, const struct tcase *tc)
     }
 }
 
-void run_case(const struct tcase *tc)
+void tr_run_case(const struct tcase *tc)
 {
-    const size_t se = dsize(tc->src_dtype), de = dsize(tc->dtype);
+    const size_t se = tr_dsize(tc->src_dtype), de = tr_dsize(tc->dtype);
     struct bufs b;
     bool ran_generic = false;
     unsigned char want[8];
 
     bufs_alloc(&b, tc);
-    for (size_t t = 0; t < NELEM(isas); t++) {
+    for (size_t t = 0; t < NELEM(tr_isas); t++) {
         struct coll_reduce_args args = {
             .dst = b.dst,
             .ndst = tc->ndst,
@@ -426,7 +426,7 @@ void run_case(const struct tcase *tc)
         const void *src_in_place[MAX_SRC];
         void *dst_in_place[MAX_DST];
 
-        if (!coll_reduce_force_isa(isas[t]))
+        if (!coll_reduce_force_isa(tr_isas[t]))
             continue; /* this machine lacks it */
         for (int k = 0; k < tc->nsrc; k++)
             memcpy((void *)b.src[k], b.orig[k], tc->count * se);
@@ -442,7 +442,7 @@ void run_case(const struct tcase *tc)
             args.dst = dst_in_place;
         }
         coll_reduce(&args);
-        assert_string_equal(coll_reduce_isa(), isas[t]);
+        assert_string_equal(coll_reduce_isa(), tr_isas[t]);
 
         /* the model reads the saved sources: in place overwrote some */
         const void *orig[MAX_SRC];
@@ -455,7 +455,7 @@ void run_case(const struct tcase *tc)
                 if (memcmp(d + de * i, want, de) != 0) {
                     fail_msg("isa %s dtype %d op %d nsrc %d ndst %d count %zu: dst %d "
                              "element %zu differs from the model",
-                             isas[t], tc->dtype, tc->op, tc->nsrc, tc->ndst, tc->count, j, i);
+                             tr_isas[t], tc->dtype, tc->op, tc->nsrc, tc->ndst, tc->count, j, i);
                 }
             }
             if (!tc->in_place || j > 1) {

@@ -64,21 +64,21 @@ static int child_main(int argc, char **argv)
         return 2;
     cudaGetDeviceCount(&g_ndev);
     static struct ccase cases[MAX_CASES];
-    size_t ncases = make_cases(cases, nranks, seed);
+    size_t ncases = cc_make_cases(cases, nranks, seed);
     struct rank r = {.rank = rank, .nranks = nranks, .device = rank % g_ndev};
-    rank_alloc(&r, cap_for(cases, ncases, nranks));
-    r.comm = init_comm(rank, nranks, r.device, argv[6], 30000);
-    check_unsupported(&r);
+    cc_rank_alloc(&r, cc_cap_for(cases, ncases, nranks));
+    r.comm = cc_init_comm(rank, nranks, r.device, argv[6], 30000);
+    cc_check_unsupported(&r);
     for (size_t i = 0; i < ncases; i++) {
-        stage(&r, &cases[i]);
-        comm_status_t st = enqueue(&r, &cases[i]);
+        cc_stage(&r, &cases[i]);
+        comm_status_t st = cc_enqueue(&r, &cases[i]);
         uint64_t h = 0;
         long wrong = -1;
         if (st == COMM_OK) {
-            wrong = check(&r, &cases[i], config, &h);
+            wrong = cc_check(&r, &cases[i], config, &h);
         } else {
             char what[160];
-            describe(&cases[i], what, sizeof(what));
+            cc_describe(&cases[i], what, sizeof(what));
             fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank, what, comm_status_string(st),
                     comm_last_error(r.comm));
             free(r.input);
@@ -89,13 +89,13 @@ static int child_main(int argc, char **argv)
     }
     comm_destroy(r.comm);
     for (int s = 0; s < N_MISMATCH; s++) {
-        r.comm = init_comm(rank, nranks, r.device, argv[7 + s], 5000);
+        r.comm = cc_init_comm(rank, nranks, r.device, argv[7 + s], 5000);
         /* recvbuf (all of db) poisoned: nothing may land there. */
         cuda_ok(cudaMemset(r.db, 0x5a, r.cap), "poison");
         cuda_ok(cudaDeviceSynchronize(), "poison");
-        comm_status_t st = mismatch_call(&r, s);
+        comm_status_t st = cc_mismatch_call(&r, s);
         if (st == COMM_OK)
-            st = mismatch_outcome(&r);
+            st = cc_mismatch_outcome(&r);
         cuda_ok(cudaDeviceSynchronize(), "after the mismatch");
         cuda_ok(cudaMemcpy(r.host, r.db, r.cap, cudaMemcpyDeviceToHost), "download");
         size_t written = 0, first = 0;
@@ -109,21 +109,22 @@ static int child_main(int argc, char **argv)
               "byte %zu)",
               mismatch_names[s], rank, written, first);
         printf("mismatch %d status %d\n", s, (int)st);
-        uint64_t t0 = now_ms();
+        uint64_t t0 = cc_now_ms();
         comm_destroy(r.comm);
-        CHECK(now_ms() - t0 < 15000, "mismatch: comm_destroy took %llu ms",
-              (unsigned long long)(now_ms() - t0));
+        CHECK(cc_now_ms() - t0 < 15000, "mismatch: comm_destroy took %llu ms",
+              (unsigned long long)(cc_now_ms() - t0));
     }
     for (int s = 0; config == 0 && s < N_LONELY; s++) {
-        r.comm = init_comm(rank, nranks, r.device, argv[7 + N_MISMATCH + s], lonely_timeout_ms(s));
-        bool ok = lonely_call(&r, s);
-        uint64_t t0 = now_ms();
+        r.comm =
+            cc_init_comm(rank, nranks, r.device, argv[7 + N_MISMATCH + s], cc_lonely_timeout_ms(s));
+        bool ok = cc_lonely_call(&r, s);
+        uint64_t t0 = cc_now_ms();
         comm_destroy(r.comm);
-        CHECK(now_ms() - t0 < 15000, "%s: comm_destroy took %llu ms", lonely_names[s],
-              (unsigned long long)(now_ms() - t0));
+        CHECK(cc_now_ms() - t0 < 15000, "%s: comm_destroy took %llu ms", lonely_names[s],
+              (unsigned long long)(cc_now_ms() - t0));
         printf("lonely %d ok %d\n", s, ok ? 1 : 0);
     }
-    rank_free(&r);
+    cc_rank_free(&r);
     return g_fail ? 1 : 0;
 }
 
@@ -135,8 +136,8 @@ static void test_processes(const char *self, int nranks, int config)
     for (int i = 0; i < N_IDS; i++)
         comm_id_new(&ids[i]);
     static struct ccase cases[MAX_CASES];
-    size_t ncases = make_cases(cases, nranks, seed);
-    config_env(config);
+    size_t ncases = cc_make_cases(cases, nranks, seed);
+    cc_config_env(config);
     FILE *out[MAX_RANKS];
     for (int r = 0; r < nranks; r++) {
         char cmd[1024];
@@ -149,7 +150,7 @@ static void test_processes(const char *self, int nranks, int config)
         if (out[r] == NULL)
             return;
     }
-    config_env(0);
+    cc_config_env(0);
     static char lines[MAX_RANKS][MAX_CASES + N_MISMATCH + N_LONELY][96];
     int nlonely = config == 0 ? N_LONELY : 0;
     int nl[MAX_RANKS] = {0};
@@ -172,10 +173,10 @@ static void test_processes(const char *self, int nranks, int config)
         }
         for (int i = 0; i < nl[r] && i < (int)ncases; i++) {
             char what[160];
-            describe(&cases[i], what, sizeof(what));
+            cc_describe(&cases[i], what, sizeof(what));
             CHECK(strstr(lines[r][i], "wrong 0 ") != NULL, "process rank %d, %s: %s", r, what,
                   lines[r][i]);
-            if (same_everywhere(cases[i].kind))
+            if (cc_same_everywhere(cases[i].kind))
                 CHECK(strcmp(lines[r][i], lines[0][i]) == 0,
                       "process ranks 0 and %d differ in %s: %s / %s", r, what, lines[0][i],
                       lines[r][i]);
@@ -212,7 +213,7 @@ static void *init_thread(void *arg)
 {
     struct rank *r = arg;
     struct tjob *j = (struct tjob *)((char *)(r - r->rank) - offsetof(struct tjob, r));
-    r->comm = init_comm(r->rank, r->nranks, r->device, r->id, j->timeout_ms);
+    r->comm = cc_init_comm(r->rank, r->nranks, r->device, r->id, j->timeout_ms);
     return NULL;
 }
 
@@ -227,18 +228,18 @@ static void tjob_init(struct tjob *j, int nranks, int config, const struct ccase
     j->ncases = n;
     comm_id_t id;
     comm_id_new(&id);
-    config_env(config);
+    cc_config_env(config);
     pthread_t t[MAX_RANKS];
     for (int r = 0; r < nranks; r++) {
         j->r[r] = (struct rank){.rank = r, .nranks = nranks, .device = r % g_ndev};
-        rank_alloc(&j->r[r], cap_for(cases, n, nranks));
+        cc_rank_alloc(&j->r[r], cc_cap_for(cases, n, nranks));
         j->r[r].id = id.str;
     }
     for (int r = 0; r < nranks; r++)
         pthread_create(&t[r], NULL, init_thread, &j->r[r]);
     for (int r = 0; r < nranks; r++)
         pthread_join(t[r], NULL);
-    config_env(0);
+    cc_config_env(0);
 }
 
 static void tjob_destroy(struct tjob *j)
@@ -246,7 +247,7 @@ static void tjob_destroy(struct tjob *j)
     for (int r = 0; r < j->nranks; r++) {
         comm_status_t st = comm_destroy(j->r[r].comm);
         CHECK(st == COMM_OK, "comm_destroy rank %d: %s", r, comm_status_string(st));
-        rank_free(&j->r[r]);
+        cc_rank_free(&j->r[r]);
     }
 }
 
@@ -254,17 +255,17 @@ static void *case_thread(void *arg)
 {
     struct rank *r = arg;
     struct tjob *j = (struct tjob *)((char *)(r - r->rank) - offsetof(struct tjob, r));
-    check_unsupported(r);
+    cc_check_unsupported(r);
     for (size_t i = 0; i < j->ncases; i++) {
-        stage(r, &j->cases[i]);
-        comm_status_t st = enqueue(r, &j->cases[i]);
+        cc_stage(r, &j->cases[i]);
+        comm_status_t st = cc_enqueue(r, &j->cases[i]);
         CHECK(st == COMM_OK, "rank %d: case %zu: %s: %s", r->rank, i, comm_status_string(st),
               comm_last_error(r->comm));
         if (st != COMM_OK) {
             free(r->input);
             break;
         }
-        j->wrong[r->rank] += check(r, &j->cases[i], j->config, &j->hash[i][r->rank]);
+        j->wrong[r->rank] += cc_check(r, &j->cases[i], j->config, &j->hash[i][r->rank]);
     }
     return NULL;
 }
@@ -274,7 +275,7 @@ static void test_threads(int nranks, int config, int mode)
 {
     int before = g_fail;
     static struct ccase cases[MAX_CASES];
-    size_t n = make_cases(cases, nranks, (uint64_t)time(NULL) * 17 + (uint64_t)mode);
+    size_t n = cc_make_cases(cases, nranks, (uint64_t)time(NULL) * 17 + (uint64_t)mode);
     struct tjob *j = calloc(1, sizeof(*j));
     tjob_init(j, nranks, config, cases, n, 30000);
     if (mode == 0) {
@@ -285,21 +286,21 @@ static void test_threads(int nranks, int config, int mode)
             pthread_join(t[r], NULL);
     } else {
         for (int r = 0; r < nranks; r++)
-            check_unsupported(&j->r[r]);
+            cc_check_unsupported(&j->r[r]);
         for (size_t i = 0; i < n; i++) {
             for (int r = 0; r < nranks; r++)
-                stage(&j->r[r], &cases[i]);
+                cc_stage(&j->r[r], &cases[i]);
             bool ok = true;
             for (int q = 0; q < nranks; q++) {
                 int r = mode == 2 ? nranks - 1 - q : q;
-                comm_status_t st = enqueue(&j->r[r], &cases[i]);
+                comm_status_t st = cc_enqueue(&j->r[r], &cases[i]);
                 CHECK(st == COMM_OK, "rank %d: case %zu: %s: %s", r, i, comm_status_string(st),
                       comm_last_error(j->r[r].comm));
                 ok = ok && st == COMM_OK;
             }
             for (int r = 0; r < nranks; r++) {
                 if (ok)
-                    j->wrong[r] += check(&j->r[r], &cases[i], config, &j->hash[i][r]);
+                    j->wrong[r] += cc_check(&j->r[r], &cases[i], config, &j->hash[i][r]);
                 else
                     free(j->r[r].input);
             }
@@ -309,7 +310,7 @@ static void test_threads(int nranks, int config, int mode)
     }
     for (size_t i = 0; i < n; i++)
         for (int r = 1; r < nranks; r++)
-            CHECK(!same_everywhere(cases[i].kind) || j->hash[i][r] == j->hash[i][0],
+            CHECK(!cc_same_everywhere(cases[i].kind) || j->hash[i][r] == j->hash[i][0],
                   "case %zu (%s): rank %d's output differs from rank 0's", i,
                   kind_names[cases[i].kind], r);
     tjob_destroy(j);
@@ -330,7 +331,7 @@ static void test_thread_mismatch(int nranks)
         struct tjob *j = calloc(1, sizeof(*j));
         tjob_init(j, nranks, 0, none, 1, 5000);
         for (int r = 0; r < nranks; r++) {
-            comm_status_t st = mismatch_call(&j->r[r], s);
+            comm_status_t st = cc_mismatch_call(&j->r[r], s);
             /* A later rank may already hear of the disagreement. */
             CHECK(st == COMM_OK || (r > 1 && (st == COMM_ERR_PEER || st == COMM_ERR_MISMATCH)),
                   "mismatch %s: rank %d's call returned %s", mismatch_names[s], r,
@@ -338,18 +339,18 @@ static void test_thread_mismatch(int nranks)
         }
         int mismatch = 0;
         for (int r = 0; r < nranks; r++) {
-            comm_status_t st = mismatch_outcome(&j->r[r]);
+            comm_status_t st = cc_mismatch_outcome(&j->r[r]);
             mismatch += st == COMM_ERR_MISMATCH;
             if (r == 0)
                 printf("     %s: %s: %s\n", mismatch_names[s], comm_status_string(st),
                        comm_last_error(j->r[r].comm));
         }
         CHECK(mismatch > 0, "mismatch %s: no rank reported COMM_ERR_MISMATCH", mismatch_names[s]);
-        uint64_t t0 = now_ms();
+        uint64_t t0 = cc_now_ms();
         tjob_destroy(j);
         free(j);
-        CHECK(now_ms() - t0 < 15000, "mismatch: comm_destroy took %llu ms",
-              (unsigned long long)(now_ms() - t0));
+        CHECK(cc_now_ms() - t0 < 15000, "mismatch: comm_destroy took %llu ms",
+              (unsigned long long)(cc_now_ms() - t0));
     }
     printf("%s mismatched collectives and roots (%d scenarios, thread ranks)\n",
            g_fail == before ? "ok  " : "FAIL", N_MISMATCH);
@@ -359,7 +360,7 @@ static void *lonely_thread(void *arg)
 {
     struct rank *r = arg;
     struct tjob *j = (struct tjob *)((char *)(r - r->rank) - offsetof(struct tjob, r));
-    lonely_call(r, j->scenario);
+    cc_lonely_call(r, j->scenario);
     return NULL;
 }
 
@@ -369,18 +370,18 @@ static void test_thread_lonely(int nranks)
     static const struct ccase none[1] = {{.kind = K_ALLTOALL, .dtype = COMM_F32, .count = 300007}};
     for (int s = 0; s < N_LONELY; s++) {
         struct tjob *j = calloc(1, sizeof(*j));
-        tjob_init(j, nranks, 0, none, 1, lonely_timeout_ms(s));
+        tjob_init(j, nranks, 0, none, 1, cc_lonely_timeout_ms(s));
         j->scenario = s;
         pthread_t t[MAX_RANKS];
         for (int r = 0; r < nranks; r++)
             pthread_create(&t[r], NULL, lonely_thread, &j->r[r]);
         for (int r = 0; r < nranks; r++)
             pthread_join(t[r], NULL);
-        uint64_t t0 = now_ms();
+        uint64_t t0 = cc_now_ms();
         tjob_destroy(j);
         free(j);
-        CHECK(now_ms() - t0 < 15000, "%s: comm_destroy took %llu ms", lonely_names[s],
-              (unsigned long long)(now_ms() - t0));
+        CHECK(cc_now_ms() - t0 < 15000, "%s: comm_destroy took %llu ms", lonely_names[s],
+              (unsigned long long)(cc_now_ms() - t0));
     }
     printf("%s calls no peer makes end at the timeout and at comm_abort (thread ranks)\n",
            g_fail == before ? "ok  " : "FAIL");

@@ -30,7 +30,7 @@
 #define N_LONELY   2   /* a call no peer makes: timeout, abort (likewise) */
 #define N_IDS      (1 + N_MISMATCH + N_LONELY)
 
-/* Knob sets (config_env in test_cuda_coll_cases.c). */
+/* Knob sets (cc_config_env in test_cuda_coll_cases.c). */
 #define N_CONFIGS 3
 
 /* test_cuda_coll.c */
@@ -68,18 +68,18 @@ struct ccase {
 
 extern const char *const config_names[N_CONFIGS];
 
-size_t dsize(comm_dtype_t t);
-bool is_float(comm_dtype_t t);
-size_t send_elems(const struct ccase *k, int n);
-size_t recv_elems(const struct ccase *k, int n);
-bool same_everywhere(enum kind k);
-void config_env(int config);
-size_t make_cases(struct ccase *out, int nranks, uint64_t seed);
-void describe(const struct ccase *k, char *buf, size_t len);
-void *make_input(const struct ccase *k, int n, int p);
-double as_double(const void *b, size_t i, comm_dtype_t t);
-void *expected(const struct ccase *k, int n, int r, int config, void *const *in, double **ref,
-               double **bound);
+size_t cc_dsize(comm_dtype_t t);
+bool cc_is_float(comm_dtype_t t);
+size_t cc_send_elems(const struct ccase *k, int n);
+size_t cc_recv_elems(const struct ccase *k, int n);
+bool cc_same_everywhere(enum kind k);
+void cc_config_env(int config);
+size_t cc_make_cases(struct ccase *out, int nranks, uint64_t seed);
+void cc_describe(const struct ccase *k, char *buf, size_t len);
+void *cc_make_input(const struct ccase *k, int n, int p);
+double cc_as_double(const void *b, size_t i, comm_dtype_t t);
+void *cc_expected(const struct ccase *k, int n, int r, int config, void *const *in, double **ref,
+                  double **bound);
 
 /* ---- test_cuda_coll_rank.c ---- */
 
@@ -99,18 +99,18 @@ struct rank {
 extern const char *const mismatch_names[N_MISMATCH];
 extern const char *const lonely_names[N_LONELY];
 
-size_t cap_for(const struct ccase *cases, size_t n, int nranks);
-void rank_alloc(struct rank *r, size_t cap);
-void rank_free(struct rank *r);
-comm_t *init_comm(int rank, int nranks, int device, const char *id, int timeout_ms);
-void stage(struct rank *r, const struct ccase *k);
-comm_status_t enqueue(struct rank *r, const struct ccase *k);
-long check(struct rank *r, const struct ccase *k, int config, uint64_t *hash);
-void check_unsupported(struct rank *r);
-comm_status_t mismatch_call(struct rank *r, int s);
-comm_status_t mismatch_outcome(struct rank *r);
-uint64_t now_ms(void);
-int lonely_timeout_ms(int s);
-bool lonely_call(struct rank *r, int s);
+size_t cc_cap_for(const struct ccase *cases, size_t n, int nranks);
+void cc_rank_alloc(struct rank *r, size_t cap);
+void cc_rank_free(struct rank *r);
+comm_t *cc_init_comm(int rank, int nranks, int device, const char *id, int timeout_ms);
+void cc_stage(struct rank *r, const struct ccase *k);
+comm_status_t cc_enqueue(struct rank *r, const struct ccase *k);
+long cc_check(struct rank *r, const struct ccase *k, int config, uint64_t *hash);
+void cc_check_unsupported(struct rank *r);
+comm_status_t cc_mismatch_call(struct rank *r, int s);
+comm_status_t cc_mismatch_outcome(struct rank *r);
+uint64_t cc_now_ms(void);
+int cc_lonely_timeout_ms(int s);
+bool cc_lonely_call(struct rank *r, int s);
 
 #endif /* ARCOMM_TESTS_CUDA_TEST_CUDA_COLL_H */

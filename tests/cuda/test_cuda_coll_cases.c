@@ -21,7 +21,7 @@
 
 /* ---- element types on the host ---- */
 
-size_t dsize(comm_dtype_t t)
+size_t cc_dsize(comm_dtype_t t)
 {
     switch (t) {
     case COMM_I8:
@@ -39,7 +39,7 @@ size_t dsize(comm_dtype_t t)
     }
 }
 
-bool is_float(comm_dtype_t t)
+bool cc_is_float(comm_dtype_t t)
 {
     return t == COMM_F32 || t == COMM_F16 || t == COMM_BF16 || t == COMM_F64;
 }
@@ -123,7 +123,7 @@ static uint64_t get_u(const void *b, size_t i, comm_dtype_t t)
 
 static void put_u(void *b, size_t i, comm_dtype_t t, uint64_t v)
 {
-    switch (dsize(t)) {
+    switch (cc_dsize(t)) {
     case 1:
         ((uint8_t *)b)[i] = (uint8_t)v;
         break;
@@ -154,7 +154,7 @@ static void fill(void *b, size_t n, comm_dtype_t t, uint64_t seed)
         double u = (double)(r >> 11) * 0x1.0p-53;
         if (t == COMM_F64)
             ((double *)b)[i] = 4.0 * u - 2.0;
-        else if (is_float(t))
+        else if (cc_is_float(t))
             put_f(b, i, t, (float)(4.0 * u - 2.0));
         else
             put_u(b, i, t, r);
@@ -172,18 +172,18 @@ static bool kind_reduces(enum kind k)
 }
 
 /* Elements of sendbuf and recvbuf. */
-size_t send_elems(const struct ccase *k, int n)
+size_t cc_send_elems(const struct ccase *k, int n)
 {
     return k->kind == K_REDUCE_SCATTER || k->kind == K_ALLTOALL ? (size_t)n * k->count : k->count;
 }
 
-size_t recv_elems(const struct ccase *k, int n)
+size_t cc_recv_elems(const struct ccase *k, int n)
 {
     return k->kind == K_ALLGATHER || k->kind == K_ALLTOALL ? (size_t)n * k->count : k->count;
 }
 
 /* Do all ranks hold the same output? */
-bool same_everywhere(enum kind k)
+bool cc_same_everywhere(enum kind k)
 {
     return k == K_ALLREDUCE || k == K_BROADCAST || k == K_ALLGATHER;
 }
@@ -192,7 +192,7 @@ bool same_everywhere(enum kind k)
 const char *const config_names[N_CONFIGS] = {"default knobs", "copy path, 64 KiB chunks, bf16 off",
                                              "kernel path, bf16 everywhere"};
 
-void config_env(int config)
+void cc_config_env(int config)
 {
     unsetenv("ARCOMM_COPY_THRESHOLD");
     unsetenv("ARCOMM_BF16_THRESHOLD");
@@ -244,10 +244,10 @@ static const size_t counts[] = {1, 7, 1009, 65537, 300007};
 
 static size_t big_count(comm_dtype_t t)
 {
-    return dsize(t) == 1 ? 1048583 : dsize(t) == 2 ? 600011 : 300007;
+    return cc_dsize(t) == 1 ? 1048583 : cc_dsize(t) == 2 ? 600011 : 300007;
 }
 
-size_t make_cases(struct ccase *out, int nranks, uint64_t seed)
+size_t cc_make_cases(struct ccase *out, int nranks, uint64_t seed)
 {
     size_t n = 0;
     for (int kind = K_ALLREDUCE; kind <= K_ALLTOALL; kind++) {
@@ -283,7 +283,7 @@ size_t make_cases(struct ccase *out, int nranks, uint64_t seed)
     return n;
 }
 
-void describe(const struct ccase *k, char *buf, size_t len)
+void cc_describe(const struct ccase *k, char *buf, size_t len)
 {
     snprintf(buf, len, "%s %s%s%s count %zu%s%s root %d off %zu", kind_names[k->kind],
              dname(k->dtype), kind_reduces(k->kind) ? " " : "",
@@ -299,10 +299,10 @@ static uint64_t input_seed(const struct ccase *k, int r)
 }
 
 /* Rank p's sendbuf contents. */
-void *make_input(const struct ccase *k, int n, int p)
+void *cc_make_input(const struct ccase *k, int n, int p)
 {
-    size_t e = send_elems(k, n);
-    void *b = malloc(e * dsize(k->dtype) + 1);
+    size_t e = cc_send_elems(k, n);
+    void *b = malloc(e * cc_dsize(k->dtype) + 1);
     fill(b, e, k->dtype, input_seed(k, p));
     return b;
 }
@@ -317,7 +317,7 @@ static double emulate(const struct ccase *k, int n, void *const *in, size_t idx,
     comm_dtype_t t = k->dtype;
     comm_op_t op = k->op;
     *ref = 0;
-    if (!is_float(t)) {
+    if (!cc_is_float(t)) {
         uint64_t acc = 0;
         for (int p = 0; p < n; p++) {
             uint64_t x = get_u(in[p], idx, t);
@@ -402,19 +402,19 @@ static double emulate(const struct ccase *k, int n, void *const *in, size_t idx,
     return bound + 1e-30;
 }
 
-double as_double(const void *b, size_t i, comm_dtype_t t)
+double cc_as_double(const void *b, size_t i, comm_dtype_t t)
 {
     return t == COMM_F64 ? ((const double *)b)[i] : (double)get_f(b, i, t);
 }
 
 /*
- * What rank r must hold after case k (recv_elems), built from every rank's input; for
+ * What rank r must hold after case k (cc_recv_elems), built from every rank's input; for
  * floats, ref and bound per element.  NULL for a reduce's non-root.
  */
-void *expected(const struct ccase *k, int n, int r, int config, void *const *in, double **ref,
-               double **bound)
+void *cc_expected(const struct ccase *k, int n, int r, int config, void *const *in, double **ref,
+                  double **bound)
 {
-    size_t es = dsize(k->dtype), re = recv_elems(k, n);
+    size_t es = cc_dsize(k->dtype), re = cc_recv_elems(k, n);
     *ref = *bound = NULL;
     if (k->kind == K_REDUCE && r != k->root)
         return NULL;
@@ -422,7 +422,7 @@ void *expected(const struct ccase *k, int n, int r, int config, void *const *in,
     if (kind_reduces(k->kind)) {
         bool narrow = narrows(k, config);
         size_t base = k->kind == K_REDUCE_SCATTER ? (size_t)r * k->count : 0;
-        if (is_float(k->dtype)) {
+        if (cc_is_float(k->dtype)) {
             *ref = malloc(re * sizeof(double) + 1);
             *bound = malloc(re * sizeof(double) + 1);
         }

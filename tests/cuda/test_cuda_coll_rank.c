@@ -26,21 +26,21 @@
 
 /* ---- one rank's part of a case ---- */
 
-size_t cap_for(const struct ccase *cases, size_t n, int nranks)
+size_t cc_cap_for(const struct ccase *cases, size_t n, int nranks)
 {
     size_t cap = 4096;
     for (size_t i = 0; i < n; i++) {
-        size_t e = send_elems(&cases[i], nranks);
-        if (recv_elems(&cases[i], nranks) > e)
-            e = recv_elems(&cases[i], nranks);
-        size_t b = (e + cases[i].offset) * dsize(cases[i].dtype) + GUARD;
+        size_t e = cc_send_elems(&cases[i], nranks);
+        if (cc_recv_elems(&cases[i], nranks) > e)
+            e = cc_recv_elems(&cases[i], nranks);
+        size_t b = (e + cases[i].offset) * cc_dsize(cases[i].dtype) + GUARD;
         if (b > cap)
             cap = b;
     }
     return (cap + 4095) / 4096 * 4096;
 }
 
-void rank_alloc(struct rank *r, size_t cap)
+void cc_rank_alloc(struct rank *r, size_t cap)
 {
     cuda_ok(cudaSetDevice(r->device), "cudaSetDevice");
     cuda_ok(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking), "stream");
@@ -50,7 +50,7 @@ void rank_alloc(struct rank *r, size_t cap)
     r->host = malloc(cap);
 }
 
-void rank_free(struct rank *r)
+void cc_rank_free(struct rank *r)
 {
     cudaSetDevice(r->device);
     cudaFree(r->da);
@@ -59,7 +59,7 @@ void rank_free(struct rank *r)
     free(r->host);
 }
 
-comm_t *init_comm(int rank, int nranks, int device, const char *id, int timeout_ms)
+comm_t *cc_init_comm(int rank, int nranks, int device, const char *id, int timeout_ms)
 {
     comm_config_t cfg;
     comm_config_init(&cfg);
@@ -81,15 +81,15 @@ comm_t *init_comm(int rank, int nranks, int device, const char *id, int timeout_
 }
 
 /* Poisons both buffers, uploads this rank's input where the case wants it. */
-void stage(struct rank *r, const struct ccase *k)
+void cc_stage(struct rank *r, const struct ccase *k)
 {
     int n = r->nranks, me = r->rank;
-    size_t es = dsize(k->dtype), off = k->offset * es;
+    size_t es = cc_dsize(k->dtype), off = k->offset * es;
     cuda_ok(cudaSetDevice(r->device), "cudaSetDevice");
     cuda_ok(cudaMemset(r->da, 0xff, r->cap), "poison"); /* NaN in every float type */
     cuda_ok(cudaMemset(r->db, 0xff, r->cap), "poison");
-    r->input = k->count ? make_input(k, n, me) : NULL;
-    size_t sbytes = send_elems(k, n) * es;
+    r->input = k->count ? cc_make_input(k, n, me) : NULL;
+    size_t sbytes = cc_send_elems(k, n) * es;
     r->send = r->da + off;
     r->recv = r->db + off;
     if (k->inplace) {
@@ -124,7 +124,7 @@ void stage(struct rank *r, const struct ccase *k)
     cuda_ok(cudaStreamSynchronize(0), "waiting for the uploads");
 }
 
-comm_status_t enqueue(struct rank *r, const struct ccase *k)
+comm_status_t cc_enqueue(struct rank *r, const struct ccase *k)
 {
     void *s = r->stream;
     switch (k->kind) {
@@ -156,13 +156,13 @@ static bool all_poison(const uint8_t *b, size_t n)
  * Waits for rank r's call, downloads and checks everything; returns the wrong elements
  * (and writes the hash of its output).
  */
-long check(struct rank *r, const struct ccase *k, int config, uint64_t *hash)
+long cc_check(struct rank *r, const struct ccase *k, int config, uint64_t *hash)
 {
     int n = r->nranks, me = r->rank;
-    size_t es = dsize(k->dtype), off = k->offset * es;
-    size_t rbytes = recv_elems(k, n) * es;
+    size_t es = cc_dsize(k->dtype), off = k->offset * es;
+    size_t rbytes = cc_recv_elems(k, n) * es;
     char what[160];
-    describe(k, what, sizeof(what));
+    cc_describe(k, what, sizeof(what));
     cuda_ok(cudaSetDevice(r->device), "cudaSetDevice");
     cuda_ok(cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
     /* All of db from the output's start (in-place reduce_scatter: from its sendbuf's, the
@@ -183,18 +183,18 @@ long check(struct rank *r, const struct ccase *k, int config, uint64_t *hash)
     }
     void *in[MAX_RANKS];
     for (int p = 0; p < n; p++)
-        in[p] = p == me ? r->input : make_input(k, n, p);
+        in[p] = p == me ? r->input : cc_make_input(k, n, p);
     double *ref, *bound;
-    uint8_t *want = expected(k, n, me, config, in, &ref, &bound);
+    uint8_t *want = cc_expected(k, n, me, config, in, &ref, &bound);
     if (want == NULL) {
         /* A reduce's non-root: its recvbuf (when it passed one) is not written. */
         CHECK(all_poison(r->host, span), "rank %d: %s wrote the recvbuf of a non-root", me, what);
     } else {
-        for (size_t i = 0; i < recv_elems(k, n); i++) {
+        for (size_t i = 0; i < cc_recv_elems(k, n); i++) {
             bool bits_ok = memcmp(out + i * es, want + i * es, es) == 0;
             bool ref_ok = true;
             if (ref != NULL) {
-                double v = as_double(out, i, k->dtype);
+                double v = cc_as_double(out, i, k->dtype);
                 ref_ok = fabs(v - ref[i]) <= bound[i];
             }
             if (bits_ok && ref_ok)
@@ -203,12 +203,13 @@ long check(struct rank *r, const struct ccase *k, int config, uint64_t *hash)
                 uint64_t got = 0, exp = 0;
                 memcpy(&got, out + i * es, es);
                 memcpy(&exp, want + i * es, es);
-                fprintf(
-                    stderr, "  rank %d %s: [%zu] = 0x%llx (%.9g), expected 0x%llx (%.9g)%s%s\n", me,
-                    what, i, (unsigned long long)got,
-                    is_float(k->dtype) ? as_double(out, i, k->dtype) : 0.0, (unsigned long long)exp,
-                    is_float(k->dtype) ? as_double(want, i, k->dtype) : 0.0,
-                    bits_ok ? "" : " (bits differ)", ref_ok ? "" : " (outside the float64 bound)");
+                fprintf(stderr, "  rank %d %s: [%zu] = 0x%llx (%.9g), expected 0x%llx (%.9g)%s%s\n",
+                        me, what, i, (unsigned long long)got,
+                        cc_is_float(k->dtype) ? cc_as_double(out, i, k->dtype) : 0.0,
+                        (unsigned long long)exp,
+                        cc_is_float(k->dtype) ? cc_as_double(want, i, k->dtype) : 0.0,
+                        bits_ok ? "" : " (bits differ)",
+                        ref_ok ? "" : " (outside the float64 bound)");
             }
         }
         for (size_t i = 0; i < rbytes; i++)
@@ -238,7 +239,7 @@ long check(struct rank *r, const struct ccase *k, int config, uint64_t *hash)
 
 /* AVG of an integer type: COMM_ERR_UNSUPPORTED on every rank, and the communicator stays
  * usable (the cases run on it next). */
-void check_unsupported(struct rank *r)
+void cc_check_unsupported(struct rank *r)
 {
     comm_status_t st = comm_allreduce(r->comm, r->db, r->db, 16, COMM_I32, COMM_AVG, r->stream);
     CHECK(st == COMM_ERR_UNSUPPORTED, "rank %d: allreduce i32 avg returned %s (%s)", r->rank,
@@ -251,7 +252,7 @@ void check_unsupported(struct rank *r)
 /* ---- mismatches: each scenario on a communicator of its own ---- */
 
 /* Rank r's call in scenario s: the ranks disagree on the collective or the root. */
-comm_status_t mismatch_call(struct rank *r, int s)
+comm_status_t cc_mismatch_call(struct rank *r, int s)
 {
     void *a = r->da, *b = r->db, *st = r->stream;
     comm_t *c = r->comm;
@@ -277,7 +278,7 @@ const char *const mismatch_names[N_MISMATCH] = {"broadcast vs allgather",
 
 /* After the mismatched call: the next call says why (MISMATCH, or PEER: a peer said it
  * first).  Returns the status. */
-comm_status_t mismatch_outcome(struct rank *r)
+comm_status_t cc_mismatch_outcome(struct rank *r)
 {
     cuda_ok(cudaSetDevice(r->device), "set");
     cuda_ok(cudaStreamSynchronize(r->stream), "sync after a mismatched call");
@@ -288,7 +289,7 @@ comm_status_t mismatch_outcome(struct rank *r)
     return st;
 }
 
-uint64_t now_ms(void)
+uint64_t cc_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -314,7 +315,7 @@ static void *abort_later(void *arg)
 const char *const lonely_names[N_LONELY] = {"allgather no peer makes (timeout)",
                                             "reduce no peer makes (comm_abort)"};
 /* The communicator's timeout in scenario s. */
-int lonely_timeout_ms(int s)
+int cc_lonely_timeout_ms(int s)
 {
     return s == 0 ? 1000 : 60000;
 }
@@ -326,7 +327,7 @@ int lonely_timeout_ms(int s)
  * fails first, deterministically), then their next call hears of rank 0's failure.
  * Returns whether this rank saw what it should.
  */
-bool lonely_call(struct rank *r, int s)
+bool cc_lonely_call(struct rank *r, int s)
 {
     int before = g_fail;
     cuda_ok(cudaSetDevice(r->device), "set");
@@ -338,7 +339,7 @@ bool lonely_call(struct rank *r, int s)
               r->rank, comm_status_string(st), comm_last_error(r->comm));
         return g_fail == before;
     }
-    uint64_t t0 = now_ms();
+    uint64_t t0 = cc_now_ms();
     comm_status_t st = s == 0 ? comm_allgather(r->comm, r->da, r->db, 300007, COMM_F32, r->stream)
                               : comm_reduce(r->comm, r->da, r->db, 300007, COMM_F32, COMM_SUM,
                                             r->nranks - 1, r->stream);
@@ -349,7 +350,7 @@ bool lonely_call(struct rank *r, int s)
     if (s == 1)
         pthread_create(&t, NULL, abort_later, &a);
     cuda_ok(cudaStreamSynchronize(r->stream), "sync after a call no peer made");
-    uint64_t took = now_ms() - t0;
+    uint64_t took = cc_now_ms() - t0;
     if (s == 1)
         pthread_join(t, NULL);
     CHECK(took < 5000, "%s: rank 0's GPU waited %llu ms", lonely_names[s],

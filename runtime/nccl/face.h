@@ -112,6 +112,10 @@ void nccl_env_setup(void);
 int nccl_scale_launch(void *dst, const void *src, size_t count, comm_dtype_t dtype,
                       const void *dev_scalar, uint64_t host_bits, void *stream);
 
+/* scale.cu: buf[i] = buf[i] / n for an integer dtype (truncated toward zero, as C and
+ * NCCL's ncclAvg divide), on stream.  Returns a cudaError_t. */
+int nccl_divide_launch(void *buf, size_t count, comm_dtype_t dtype, int n, void *stream);
+
 /* The NCCL functions of later versions that this library defines only to refuse. */
 ncclResult_t nccl_refuse(const char *fn, ncclResult_t r, const char *why);
 

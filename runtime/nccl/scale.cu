@@ -2,7 +2,9 @@
 /*
  * The premultiplied sum's one kernel: each rank's input times its scalar, rounded once
  * to the dtype, into the scratch buffer that the SUM then reads.  f16 and bf16 multiply
- * in f32, other types in themselves (integers wrap, as NCCL's do).
+ * in f32, other types in themselves (integers wrap, as NCCL's do).  And ncclAvg's of
+ * integers: the sum divided by the ranks in place, in 64-bit arithmetic (signed types
+ * truncate toward zero, as NCCL's division does).
  */
 #include "arcomm.h"
 
@@ -101,4 +103,45 @@ extern "C" int nccl_scale_launch(void *dst, const void *src, size_t count, comm_
         return launch<uint64_t>(dst, src, count, dev_scalar, host_bits, s);
     }
     return (int)cudaErrorInvalidValue;
+}
+
+/* W: int64_t for signed T, uint64_t for unsigned (the quotient fits T again). */
+template <typename T, typename W> __global__ void divide_kernel(T *buf, uint64_t n, W d)
+{
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        buf[i] = (T)((W)buf[i] / d);
+}
+
+template <typename T, typename W>
+static int divide(void *buf, size_t n, int ranks, cudaStream_t stream)
+{
+    uint64_t blocks = (n + 255) / 256;
+    if (blocks > 1024)
+        blocks = 1024;
+    divide_kernel<T, W><<<(unsigned)blocks, 256, 0, stream>>>((T *)buf, n, (W)ranks);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int nccl_divide_launch(void *buf, size_t count, comm_dtype_t dtype, int n, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (count == 0 || n == 1)
+        return 0;
+    switch (dtype) {
+    case COMM_I8:
+        return divide<int8_t, int64_t>(buf, count, n, s);
+    case COMM_I32:
+        return divide<int32_t, int64_t>(buf, count, n, s);
+    case COMM_I64:
+        return divide<int64_t, int64_t>(buf, count, n, s);
+    case COMM_U8:
+        return divide<uint8_t, uint64_t>(buf, count, n, s);
+    case COMM_U32:
+        return divide<uint32_t, uint64_t>(buf, count, n, s);
+    case COMM_U64:
+        return divide<uint64_t, uint64_t>(buf, count, n, s);
+    default:
+        return (int)cudaErrorInvalidValue;
+    }
 }

@@ -83,7 +83,7 @@ def child(rank, n, uid, iters, q):
             x64 = [x.astype(np.float64) for x in xs]
             if op == "sum":
                 return sum(x64), sum(np.abs(x) for x in x64)
-            if op == "avg":
+            if op == "avg":  # integers: NCCL's sum divided, truncated (astype below)
                 return sum(x64) / n, sum(np.abs(x) for x in x64)
             if op == "prod":
                 r = x64[0].copy()
@@ -98,11 +98,11 @@ def child(rank, n, uid, iters, q):
 
         # allReduce: every dtype with sum, every op on f32 and i32, in groups.
         cases = [(t, "sum") for t in types] + [("f32", o) for o in ops] + \
-                [("i32", o) for o in ops if o != "avg"]
+                [("i32", o) for o in ops] + [("u8", "avg")] * ("avg" in ops)
         for t, o in cases:
             seed += 1
             dt, nt, tol = types[t]
-            if t == "u8" and o == "sum":
+            if t == "u8" and o in ("sum", "avg"):
                 kind = "prod"  # small values: no wrap
             else:
                 kind = "prod" if o == "prod" else ("int" if tol == 0 else "float")

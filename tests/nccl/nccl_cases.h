@@ -26,13 +26,26 @@ struct tcase {
     size_t count;   /* NCCL's count: per rank (allgather: send; reduce_scatter: recv) */
     int root;
     bool inplace;
-    int premul; /* 0, 1: host-immediate scalar, 2: device scalar */
+    int premul;    /* 0, 1: host-immediate scalar, 2: device scalar */
+    unsigned salt; /* another draw of the inputs (graph replays) */
+    bool graph;    /* captured once, replayed with fresh inputs (tc_graph) */
 };
+
+/* NCCL 2.24's fp8 types, not in 2.19's nccl.h: moved as bytes (no reductions here). */
+#define TC_FP8_E4M3 ((ncclDataType_t)10)
+#define TC_FP8_E5M2 ((ncclDataType_t)11)
+
+static inline bool tc_fp8(ncclDataType_t t)
+{
+    return t == TC_FP8_E4M3 || t == TC_FP8_E5M2;
+}
 
 #define TC_POISON 0xa5
 
 static inline size_t tc_esize(ncclDataType_t t)
 {
+    if (tc_fp8(t))
+        return 1;
     static const size_t s[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
     return (unsigned)t < ncclNumTypes ? s[t] : 0;
 }
@@ -62,6 +75,8 @@ static inline float tc_f32_of_bf16(uint16_t h)
 static inline double tc_get(const void *buf, ncclDataType_t t, size_t i)
 {
     const char *p = (const char *)buf + i * tc_esize(t);
+    if (tc_fp8(t))
+        t = ncclUint8; /* its bits */
     switch (t) {
     case ncclInt8:
         return *(const int8_t *)p;
@@ -92,6 +107,8 @@ static inline double tc_get(const void *buf, ncclDataType_t t, size_t i)
 static inline void tc_put(void *buf, ncclDataType_t t, size_t i, double v)
 {
     char *p = (char *)buf + i * tc_esize(t);
+    if (tc_fp8(t))
+        t = ncclUint8; /* its bits */
     switch (t) {
     case ncclInt8:
         *(int8_t *)p = (int8_t)v;
@@ -158,7 +175,8 @@ static inline double tc_scalar(const struct tcase *c, int r)
 static inline uint64_t tc_seed(const struct tcase *c)
 {
     return (uint64_t)c->kind * 1000003u + (uint64_t)c->dtype * 10007u + (uint64_t)c->op * 101u +
-           c->count + (c->inplace ? 7u : 0u) + (uint64_t)c->premul * 31u;
+           c->count + (c->inplace ? 7u : 0u) + (uint64_t)c->premul * 31u +
+           (uint64_t)c->salt * 1000033u;
 }
 
 /* Elements of each rank's send and receive buffer. */
@@ -213,8 +231,8 @@ static inline double tc_reduce_ref(const struct tcase *c, size_t j, int n, doubl
         }
         m += fabs(v);
     }
-    if (c->op == ncclAvg)
-        acc /= n;
+    if (c->op == ncclAvg) /* integers: NCCL's sum, divided, truncated toward zero */
+        acc = tc_float(c->dtype) ? acc / n : trunc(acc / n);
     *mag = m;
     return acc;
 }
@@ -320,9 +338,15 @@ static inline size_t tc_cases(struct tcase *out, size_t max, int n)
     static const ncclRedOp_t all_ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
     for (size_t o = 0; o < 5; o++) {
         ADD(.kind = TC_ALLREDUCE, .dtype = ncclFloat32, .op = all_ops[o], .count = 4099);
-        if (all_ops[o] != ncclAvg)
-            ADD(.kind = TC_ALLREDUCE, .dtype = ncclInt32, .op = all_ops[o], .count = 517);
+        ADD(.kind = TC_ALLREDUCE, .dtype = ncclInt32, .op = all_ops[o], .count = 517);
     }
+    /* ncclAvg of integers (the sum divided, truncated), every collective that reduces. */
+    ADD(.kind = TC_REDUCE, .dtype = ncclUint8, .op = ncclAvg, .count = 301, .root = n - 1);
+    ADD(.kind = TC_REDUCE_SCATTER, .dtype = ncclInt64, .op = ncclAvg, .count = 100);
+    ADD(.kind = TC_ALLREDUCE, .dtype = ncclInt8, .op = ncclAvg, .count = 77, .inplace = true);
+    /* fp8 moves as bytes. */
+    ADD(.kind = TC_ALLGATHER, .dtype = TC_FP8_E4M3, .count = 1001);
+    ADD(.kind = TC_BROADCAST, .dtype = TC_FP8_E5M2, .count = 4097, .root = n - 1);
     ADD(.kind = TC_ALLREDUCE, .dtype = ncclFloat32, .op = ncclSum, .count = 1, .inplace = true);
     ADD(.kind = TC_ALLREDUCE, .dtype = ncclFloat32, .op = ncclSum, .count = 3 << 20);
     ADD(.kind = TC_ALLREDUCE, .dtype = ncclBfloat16, .op = ncclSum, .count = 1 << 20,
@@ -348,6 +372,39 @@ static inline size_t tc_cases(struct tcase *out, size_t max, int n)
         .premul = 2);
     ADD(.kind = TC_ALLREDUCE, .dtype = ncclFloat32, .op = ncclSum, .count = 0);
 #undef ADD
+    return k;
+}
+
+/* The cases captured into a CUDA graph (nccl_procs): the calls that enqueue work of
+ * the library's own around the collective (premultiplying, dividing an integer mean).
+ * Out of place or allreduce in place: tc_graph refills the whole input. */
+static inline size_t tc_graph_cases(struct tcase *out, size_t max, int n)
+{
+    static const struct tcase g[] = {
+        {.kind = TC_ALLREDUCE, .dtype = ncclFloat32, .op = ncclNumOps, .count = 3000, .premul = 1},
+        {.kind = TC_ALLREDUCE,
+         .dtype = ncclFloat64,
+         .op = ncclNumOps,
+         .count = 200,
+         .premul = 2,
+         .inplace = true},
+        {.kind = TC_REDUCE_SCATTER,
+         .dtype = ncclFloat32,
+         .op = ncclNumOps,
+         .count = 256,
+         .premul = 2},
+        {.kind = TC_ALLREDUCE, .dtype = ncclInt32, .op = ncclAvg, .count = 517},
+        {.kind = TC_REDUCE, .dtype = ncclUint8, .op = ncclAvg, .count = 301},
+        {.kind = TC_ALLREDUCE, .dtype = ncclFloat32, .op = ncclSum, .count = 4099},
+    };
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]) && k < max; i++) {
+        out[k] = g[i];
+        out[k].graph = true;
+        if (out[k].kind == TC_REDUCE)
+            out[k].root = n - 1;
+        k++;
+    }
     return k;
 }
 

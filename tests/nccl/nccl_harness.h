@@ -115,15 +115,12 @@ static inline ncclResult_t tc_call(const struct tcase *c, ncclComm_t comm, struc
     return ncclInternalError;
 }
 
-/* After the stream is done: the output back, checked; the rank's resources freed.
- * Returns the wrong elements; *hash is the output's (ranks compare them). */
-static inline size_t tc_done(const struct tcase *c, int r, int n, ncclComm_t comm,
-                             struct tc_rank *b, uint64_t *hash, char *why, size_t why_len)
+/* The rank's resources of case c freed (its premultiplied sum destroyed); 1 when that
+ * fails (said in why), else 0. */
+static inline size_t tc_release(const struct tcase *c, int r, ncclComm_t comm, struct tc_rank *b,
+                                char *why, size_t why_len)
 {
-    if (b->out_bytes)
-        TC_CUDA(cudaMemcpy(b->hout, b->drecv, b->out_bytes, cudaMemcpyDeviceToHost));
-    size_t wrong = tc_check(c, r, n, b->hout, why, why_len);
-    *hash = tc_hash(b->hout, b->out_bytes);
+    size_t wrong = 0;
     if (c->premul && ncclRedOpDestroy(b->op, comm) != ncclSuccess) {
         snprintf(why, why_len, "rank %d: ncclRedOpDestroy failed", r);
         wrong++;
@@ -136,6 +133,76 @@ static inline size_t tc_done(const struct tcase *c, int r, int n, ncclComm_t com
     free(b->hin);
     free(b->hout);
     return wrong;
+}
+
+/* After the stream is done: the output back, checked; the rank's resources freed.
+ * Returns the wrong elements; *hash is the output's (ranks compare them). */
+static inline size_t tc_done(const struct tcase *c, int r, int n, ncclComm_t comm,
+                             struct tc_rank *b, uint64_t *hash, char *why, size_t why_len)
+{
+    if (b->out_bytes)
+        TC_CUDA(cudaMemcpy(b->hout, b->drecv, b->out_bytes, cudaMemcpyDeviceToHost));
+    size_t wrong = tc_check(c, r, n, b->hout, why, why_len);
+    *hash = tc_hash(b->hout, b->out_bytes);
+    return wrong + tc_release(c, r, comm, b, why, why_len);
+}
+
+/*
+ * Case c (out of place, or an allreduce in place) captured into a CUDA graph once, then
+ * run 2 * replays times with fresh inputs (c->salt + 1, + 2, ...) and a poisoned
+ * output: the graph launched, and between launches the same call made eagerly on the
+ * same buffers, each checked.  Returns the wrong elements (the first described in why);
+ * *hash is the last output's; the rank's resources freed.
+ */
+static inline size_t tc_graph(const struct tcase *c, int r, int n, ncclComm_t comm, cudaStream_t s,
+                              int replays, uint64_t *hash, char *why, size_t why_len)
+{
+    struct tc_rank b;
+    why[0] = '\0';
+    int se = tc_setup(c, r, n, comm, &b);
+    if (se != 0) {
+        snprintf(why, why_len, "rank %d: setup: %s: %s", r, ncclGetErrorString((ncclResult_t)se),
+                 ncclGetLastError(comm));
+        return 1;
+    }
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    TC_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    ncclResult_t e = tc_call(c, comm, &b, s);
+    cudaError_t ce = cudaStreamEndCapture(s, &g);
+    if (e != ncclSuccess || ce != cudaSuccess) {
+        snprintf(why, why_len, "rank %d: captured call: %s (%s); end of capture: %s", r,
+                 ncclGetErrorString(e), ncclGetLastError(comm), cudaGetErrorString(ce));
+        return 1;
+    }
+    TC_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    size_t es = tc_esize(c->dtype), wrong = 0;
+    struct tcase v = *c;
+    for (int k = 0; k < 2 * replays && wrong == 0; k++) {
+        v.salt = c->salt + 1u + (unsigned)k;
+        tc_fill(&v, r, b.hin, n);
+        TC_CUDA(cudaMemcpy(b.dsend, b.hin, tc_send_elems(c, n) * es, cudaMemcpyHostToDevice));
+        if (!c->inplace && b.out_bytes)
+            TC_CUDA(cudaMemset(b.drecv, TC_POISON, b.out_bytes));
+        /* Both ran on the legacy stream, which s (non-blocking) does not wait for. */
+        TC_CUDA(cudaDeviceSynchronize());
+        if (k % 2 == 0) {
+            TC_CUDA(cudaGraphLaunch(ge, s));
+        } else if ((e = tc_call(&v, comm, &b, s)) != ncclSuccess) {
+            snprintf(why, why_len, "rank %d: the eager call after replay %d: %s (%s)", r, k / 2,
+                     ncclGetErrorString(e), ncclGetLastError(comm));
+            wrong++;
+            break;
+        }
+        TC_CUDA(cudaStreamSynchronize(s));
+        if (b.out_bytes)
+            TC_CUDA(cudaMemcpy(b.hout, b.drecv, b.out_bytes, cudaMemcpyDeviceToHost));
+        wrong += tc_check(&v, r, n, b.hout, why, why_len);
+        *hash = tc_hash(b.hout, b.out_bytes);
+    }
+    TC_CUDA(cudaGraphExecDestroy(ge));
+    TC_CUDA(cudaGraphDestroy(g));
+    return wrong + tc_release(c, r, comm, &b, why, why_len);
 }
 
 /* Outputs that must be the same bits on every rank. */

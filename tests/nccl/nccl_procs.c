@@ -4,7 +4,8 @@
  * starts a process per rank (fork + exec of itself, so that no child inherits a CUDA
  * context), each on GPU rank % GPUs (several processes may share one), with
  * ncclCommInitRank; every case of nccl_cases.h is checked in every rank against its
- * float64 reference, and the parent compares the ranks' output hashes bit for bit.  Then
+ * float64 reference, and the parent compares the ranks' output hashes bit for bit; the
+ * graph cases are captured once and replayed with fresh inputs, eager calls between.  Then
  * on arcomm: rank 1 aborts and rank 0's ncclCommGetAsyncError must report it
  * (ncclRemoteError).  Ranks: NCCL_TEST_RANKS (default 2).  Exit 77 without a GPU.
  */
@@ -71,10 +72,17 @@ static int child(int rank, int n, const char *hex, int fd)
     }
     static struct tcase cases[MAXC];
     size_t nc = tc_cases(cases, MAXC, n);
+    nc += tc_graph_cases(cases + nc, MAXC - nc, n);
     for (size_t k = 0; k < nc && k < MAXC; k++) {
         struct tc_rank b;
         memset(&res, 0, sizeof(res));
         res.index = (uint32_t)k;
+        if (cases[k].graph) {
+            res.wrong = (uint32_t)tc_graph(&cases[k], rank, n, comm, st, 3, &res.hash, res.why,
+                                           sizeof(res.why));
+            send_result(fd, &res);
+            continue;
+        }
         int se = tc_setup(&cases[k], rank, n, comm, &b);
         e = se ? (ncclResult_t)se : tc_call(&cases[k], comm, &b, st);
         if (e != ncclSuccess) {
@@ -174,6 +182,7 @@ int main(int argc, char **argv)
     }
     static struct tcase cases[MAXC];
     size_t nc = tc_cases(cases, MAXC, n);
+    nc += tc_graph_cases(cases + nc, MAXC - nc, n);
     static struct rank_result got[8][MAXC + 1];
     static bool have[8][MAXC + 1];
     int failures = 0;
@@ -210,9 +219,9 @@ int main(int argc, char **argv)
         if (async_case)
             snprintf(name, sizeof(name), "rank 1 aborts: rank 0's ncclCommGetAsyncError says so");
         else
-            snprintf(name, sizeof(name), "%s%s dtype %d op %d count %zu%s", tc_kind_name(c->kind),
+            snprintf(name, sizeof(name), "%s%s dtype %d op %d count %zu%s%s", tc_kind_name(c->kind),
                      c->inplace ? " in place" : "", (int)c->dtype, (int)c->op, c->count,
-                     c->premul ? " premul" : "");
+                     c->premul ? " premul" : "", c->graph ? ", graph replays and eager calls" : "");
         const char *why = "";
         char buf[300];
         bool ok = true;

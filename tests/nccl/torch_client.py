@@ -70,7 +70,7 @@ def child(rank, n, store_path, iters, q):
             mag = sum(x.abs() for x in x64)
             if op == "sum":
                 return sum(x64), mag
-            if op == "avg":
+            if op == "avg":  # integers: NCCL's sum divided, truncated (.to(dt) below)
                 return sum(x64) / n, mag
             r = x64[0].clone()
             for x in x64[1:]:
@@ -84,7 +84,7 @@ def child(rank, n, store_path, iters, q):
                  "i32": (torch.int32, 0), "i64": (torch.int64, 0), "u8": (torch.uint8, 0)}
         seed = 10
         cases = [(t, "sum") for t in types] + [("f32", o) for o in ops] + \
-                [("i32", o) for o in ("prod", "max", "min")]
+                [("i32", o) for o in ("prod", "max", "min", "avg")] + [("i64", "avg")]
         for t, o in cases:
             seed += 1
             dt, tol = types[t]

@@ -231,6 +231,19 @@ bool h_holds(const void *buf, size_t count, comm_dtype_t dtype, comm_op_t op, ui
     return same;
 }
 
+uint64_t h_hash_more(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+uint64_t h_hash(const void *p, size_t n)
+{
+    return h_hash_more(1469598103934665603ull, p, n);
+}
+
 static double half_to_double(uint16_t h)
 {
     int e = (h >> 10) & 0x1f, m = h & 0x3ff;

@@ -84,6 +84,11 @@ bool h_poisoned(const void *buf, size_t count, comm_dtype_t dtype);
 bool h_holds(const void *buf, size_t count, comm_dtype_t dtype, comm_op_t op, uint64_t seed,
              int rank);
 
+/* FNV-1a over n bytes: h_hash from the start, h_hash_more continuing h (ranks compare
+ * their outputs' hashes bit for bit). */
+uint64_t h_hash(const void *p, size_t n);
+uint64_t h_hash_more(uint64_t h, const void *p, size_t n);
+
 /* Element i of buf as a double (exact for every dtype but large 64-bit integers). */
 double h_get(const void *buf, size_t i, comm_dtype_t dtype);
 

@@ -34,15 +34,6 @@ static const comm_dtype_t dtypes[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, C
 static const size_t small_counts[] = {0, 1, 2, 7, 13, 64, 1000, 4099};
 static const size_t large_counts[] = {16411, 300007};
 
-static uint64_t fnv(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 static void *buf_alloc(struct h_rank *r, const struct sweep *sw, size_t bytes)
 {
     void *p = NULL;
@@ -119,7 +110,7 @@ static void one(struct h_rank *r, const struct sweep *sw, uint64_t *hashes, size
         h_check(r, recv, count, dt, op, seed, r->nranks, abuf, addend_count,
                 sw->narrow && dt == COMM_F32);
         /* The addend differs per rank: only plain results must agree across ranks. */
-        hashes[(*nh)++] = abuf ? 0 : fnv(recv, count * es);
+        hashes[(*nh)++] = abuf ? 0 : h_hash(recv, count * es);
     }
     free(abuf);
     buf_free(r, sw, sbuf);

@@ -60,15 +60,6 @@ comm_status_t co_make_call(comm_t *c, enum kind k, const void *s, void *r, size_
     return COMM_ERR_INVALID;
 }
 
-static uint64_t fnv(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 struct sweep {
     bool mem;        /* buffers from comm_mem_alloc */
     bool large_only; /* only the counts past 1 MiB */
@@ -197,13 +188,13 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
     case K_BROADCAST:
         if (count && !h_holds(recv, count, dt, COMM_SUM, seed, root))
             what = "broadcast output differs from the root's input";
-        hash = fnv(recv, bytes);
+        hash = h_hash(recv, bytes);
         break;
     case K_ALLGATHER:
         for (int p = 0; p < n && count && what == NULL; p++)
             if (!h_holds((uint8_t *)recv + (size_t)p * bytes, count, dt, COMM_SUM, seed, p))
                 what = "allgather block differs from its rank's input";
-        hash = count ? fnv(recv, (size_t)n * bytes) : 0;
+        hash = count ? h_hash(recv, (size_t)n * bytes) : 0;
         break;
     case K_ALLTOALL:
         for (int p = 0; p < n && count && what == NULL; p++)
@@ -259,7 +250,7 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
             if ((k == K_REDUCE_SCATTER || me == root) && memcmp(mine, recv, bytes) != 0)
                 h_fail(r, "%s (count %zu dtype %d op %d root %d) differs from allreduce's bits",
                        co_kind_names[k], count, (int)dt, (int)op, root);
-            hash = fnv(ar, total * es);
+            hash = h_hash(ar, total * es);
         }
         free(in);
         free(ar);

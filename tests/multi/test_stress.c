@@ -270,14 +270,6 @@ struct colls_cfg {
     bool mem; /* buffers from comm_mem_alloc (the one-pass paths between processes) */
 };
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 static void *colls_alloc(struct h_rank *r, bool mem, size_t bytes)
 {
     void *p = NULL;
@@ -372,12 +364,12 @@ static void random_colls_body(struct h_rank *r)
         switch (k) {
         case RK_ALLREDUCE:
             h_check(r, recv, count, dt, op, seed, n, NULL, 0, false);
-            hash = fnv1a(hash, recv, blk);
+            hash = h_hash_more(hash, recv, blk);
             break;
         case RK_BROADCAST:
             if (!h_holds(recv, count, dt, op, seed, root))
                 wrong = "the output is not the root's input";
-            hash = fnv1a(hash, recv, blk);
+            hash = h_hash_more(hash, recv, blk);
             break;
         case RK_REDUCE:
             if (me == root)
@@ -389,7 +381,7 @@ static void random_colls_body(struct h_rank *r)
             for (int p = 0; p < n && !wrong; p++)
                 if (!h_holds(recv + (size_t)p * blk, count, dt, op, seed, p))
                     wrong = "a block is not its rank's input";
-            hash = fnv1a(hash, recv, all);
+            hash = h_hash_more(hash, recv, all);
             out_bytes = all;
             break;
         case RK_REDUCE_SCATTER:

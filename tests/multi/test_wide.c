@@ -45,15 +45,6 @@ void w_fail(struct w_ctx *x, const char *fmt, ...)
     }
 }
 
-uint64_t w_fnv(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 /* ---- running n ranks ---- */
 
 static void shared_reset(void)

@@ -27,7 +27,7 @@
 static void record_hash(struct w_ctx *x, const void *p, size_t bytes)
 {
     if (x->res->nh < W_MAX_HASHES)
-        x->res->hashes[x->res->nh++] = w_fnv(p, bytes);
+        x->res->hashes[x->res->nh++] = h_hash(p, bytes);
     else
         w_fail(x, "more than %d hashes", W_MAX_HASHES);
 }

@@ -96,7 +96,7 @@ static uint64_t group_sums(struct w_ctx *x, comm_t *group, int split, int color)
                 }
             }
             w_check_guard(x, out, c, dt, "group allreduce");
-            h = h * 31 + w_fnv(out, c * es);
+            h = h * 31 + h_hash(out, c * es);
         }
         free(iw);
         free(mag);

@@ -43,8 +43,6 @@ struct w_ctx {
 extern struct w_shared *w_shared_mem;
 /* Records a failure in x's results (keeps the first message). */
 void w_fail(struct w_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* FNV-1a of n bytes, for the outputs every rank must agree on. */
-uint64_t w_fnv(const void *p, size_t n);
 /* n thread ranks from comm_init_all, one pthread each, running fn; the seconds taken. */
 double w_run_threads(int n, void (*fn)(struct w_ctx *x));
 

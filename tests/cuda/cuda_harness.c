@@ -6,36 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-int g_fail;
-int g_ndev;
-
-void cuda_ok(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess) {
-        fprintf(stderr, "FAIL: %s: %s\n", what, cudaGetErrorString(e));
-        exit(1);
-    }
-}
-
 /* ---- host emulation of the element types ---- */
-
-static float bf16_to_f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 static float f16_to_f(uint16_t h)
 {

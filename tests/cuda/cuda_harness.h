@@ -8,6 +8,7 @@
 #define ARCOMM_TESTS_CUDA_HARNESS_H
 
 #include "arcomm.h"
+#include "cuda_check.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -17,21 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define SKIP      77
 #define MAX_RANKS 8
-
-extern int g_fail; /* failed checks so far */
-extern int g_ndev; /* CUDA devices */
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 /* One allreduce to run and check. */
 struct kase {
@@ -74,7 +61,6 @@ struct job {
     void *inputs[MAX_RANKS];
 };
 
-void cuda_ok(cudaError_t e, const char *what);
 size_t esize(comm_dtype_t t);
 float get_f(const void *buf, size_t i, comm_dtype_t t);
 void fill(void *buf, size_t n, comm_dtype_t t, uint64_t seed);

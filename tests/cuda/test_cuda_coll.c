@@ -39,19 +39,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SKIP 77
-
-int g_fail;
-int g_ndev;
-
-void cuda_ok(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess) {
-        fprintf(stderr, "FAIL: %s: %s\n", what, cudaGetErrorString(e));
-        exit(1);
-    }
-}
-
 /* ---- process ranks ---- */
 
 static int child_main(int argc, char **argv)

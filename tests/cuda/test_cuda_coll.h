@@ -8,6 +8,7 @@
 #define ARCOMM_TESTS_CUDA_TEST_CUDA_COLL_H
 
 #include "arcomm.h"
+#include "cuda_check.h"
 
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
@@ -32,22 +33,6 @@
 
 /* Knob sets (cc_config_env in test_cuda_coll_cases.c). */
 #define N_CONFIGS 3
-
-/* test_cuda_coll.c */
-extern int g_fail;
-extern int g_ndev;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
-
-void cuda_ok(cudaError_t e, const char *what);
 
 /* ---- test_cuda_coll_cases.c ---- */
 

@@ -62,24 +62,6 @@ static const char *oname(comm_op_t o)
     return (unsigned)o < 5 ? n[o] : "?";
 }
 
-static float bf16_to_f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 static float get_f(const void *b, size_t i, comm_dtype_t t)
 {
     if (t == COMM_F32)

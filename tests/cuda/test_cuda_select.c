@@ -13,6 +13,7 @@
  * Every communicator that comes up runs one i32 allreduce, checked.
  */
 #include "arcomm.h"
+#include "cuda_check.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -22,21 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SKIP   77
 #define NRANKS 2
 #define COUNT  1000
-
-static int g_fail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_fail++;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 /* A process rank: one line, "up <transport> sum ok|wrong" or "refused <status> <message>". */
 static int child_main(int rank, int nranks, const char *id, int device)

@@ -29,7 +29,7 @@ typedef enum comm_status {
     COMM_ERR_TIMEOUT = -5,     /* a peer did not arrive within the timeout */
     COMM_ERR_PEER = -6,        /* a peer failed, exited or aborted */
     COMM_ERR_MISMATCH = -7,    /* ranks disagree on count, dtype or op */
-    COMM_ERR_ABORTED = -8,     /* comm_abort was called on this communicator */
+    COMM_ERR_ABORTED = -8,     /* comm_abort was called (or comm_init's abort_flag set) */
 } comm_status_t;
 
 typedef enum comm_dtype {
@@ -78,6 +78,11 @@ typedef struct comm_config {
      * blanks between items); the environment still overrides each.  Kept by comm_split's
      * children.  Knobs marked "must agree" must get the same value on every rank. */
     const char *knob_defaults;
+    /* NULL, or a word that another thread may set nonzero (an atomic or volatile store)
+     * while this rank is in comm_init: comm_init then returns COMM_ERR_ABORTED, and the
+     * other ranks' comm_init returns COMM_ERR_PEER at once, as for any init failure.  Read
+     * during comm_init (and comm_init_all) only; a live communicator ends with comm_abort. */
+    const volatile int *abort_flag;
 } comm_config_t;
 
 /* Fills *cfg with defaults (nranks 1, rank 0, host device, automatic transport). */

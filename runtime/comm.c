@@ -30,6 +30,7 @@ ARCOMM_API void comm_config_init(comm_config_t *cfg)
     cfg->transport = NULL;
     cfg->timeout_ms = 0;
     cfg->knob_defaults = NULL;
+    cfg->abort_flag = NULL;
 }
 
 /* The config's knob defaults, where its size says it has the field (NULL: none). */
@@ -38,6 +39,14 @@ static const char *knob_defaults_of(const comm_config_t *cfg)
     if (cfg->size < offsetof(comm_config_t, knob_defaults) + sizeof(cfg->knob_defaults))
         return NULL;
     return cfg->knob_defaults;
+}
+
+/* The config's abort word, where its size says it has the field (NULL: none). */
+static const volatile int *abort_flag_of(const comm_config_t *cfg)
+{
+    if (cfg->size < offsetof(comm_config_t, abort_flag) + sizeof(cfg->abort_flag))
+        return NULL;
+    return cfg->abort_flag;
 }
 
 ARCOMM_API size_t comm_dtype_size(comm_dtype_t dtype)
@@ -202,6 +211,16 @@ static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int loca
     c->device_index = cfg->device_index;
     c->local_rank = local_rank >= 0 ? local_rank : cfg->rank;
     c->id = cfg->id;
+    c->init_abort = abort_flag_of(cfg);
+    /* Set before this rank came: it fails at once (the waits below poll it too). */
+    if (rt_abort_requested(c)) {
+        rt_init_error(NULL, COMM_ERR_ABORTED,
+                      "comm_init: rank %d: %s before rank %d joined communicator %s", c->rank,
+                      rt_abort_cause(c), c->rank, c->id.str);
+        init_failure_publish(pub, cfg->timeout_ms, COMM_ERR_ABORTED);
+        status = COMM_ERR_ABORTED;
+        goto err_free;
+    }
 
     const char *defaults = knob_defaults_of(cfg);
     if (defaults != NULL && strlen(defaults) >= sizeof(c->knob_defaults)) {
@@ -273,6 +292,7 @@ static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int loca
             init_failure_publish(pub, c->timeout_ms, status);
         goto err_log;
     }
+    c->init_abort = NULL; /* read during comm_init only: the word may go now */
     if (c->ops->resolve_knobs != NULL)
         c->ops->resolve_knobs(c);
     rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,

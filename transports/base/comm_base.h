@@ -51,17 +51,38 @@ struct comm {
 
     uint32_t seq; /* number of the next collective call */
 
-    _Atomic int broken;           /* 0, or the status that broke the communicator */
-    _Atomic int aborted;          /* set by comm_abort, from any thread */
-    _Atomic int published;        /* this rank's failure went out to the peers */
-    _Atomic int entered;          /* a thread is inside a call on this communicator */
-    _Atomic int misused;          /* two threads entered at once: the next call fails */
-    char errmsg[RT_ERRMSG_BYTES]; /* comm_last_error */
+    _Atomic int broken;             /* 0, or the status that broke the communicator */
+    _Atomic int aborted;            /* set by comm_abort, from any thread */
+    const volatile int *init_abort; /* the config's abort_flag, while in comm_init; else NULL */
+    _Atomic int published;          /* this rank's failure went out to the peers */
+    _Atomic int entered;            /* a thread is inside a call on this communicator */
+    _Atomic int misused;            /* two threads entered at once: the next call fails */
+    char errmsg[RT_ERRMSG_BYTES];   /* comm_last_error */
 
     FILE *log; /* NULL = stderr */
     bool log_owned;
     struct comm *live_next; /* runtime/: the registry of live communicators (live.c) */
 };
+
+/*
+ * Is this rank told to stop: comm_abort, or (while it is in comm_init) the config's
+ * abort_flag, whose first sight counts as comm_abort?  Every wait polls it.
+ */
+static inline bool rt_abort_requested(struct comm *c)
+{
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return true;
+    if (c->init_abort == NULL || __atomic_load_n(c->init_abort, __ATOMIC_RELAXED) == 0)
+        return false;
+    atomic_store(&c->aborted, 1);
+    return true;
+}
+
+/* What stopped an aborted rank, for its message. */
+static inline const char *rt_abort_cause(const struct comm *c)
+{
+    return c->init_abort != NULL ? "comm_init's abort_flag was set" : "comm_abort was called";
+}
 
 /* Records an error on c (message for comm_last_error) and logs it once. */
 void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)

@@ -206,10 +206,9 @@ comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_pol
             return pst;
         if (done)
             return COMM_OK;
-        if (abortable && atomic_load(&c->aborted)) {
-            rt_error(c, COMM_ERR_ABORTED,
-                     "rank %d: comm_abort was called on this communicator during %s (call %u)",
-                     c->rank, what, c->seq);
+        if (abortable && rt_abort_requested(c)) {
+            rt_error(c, COMM_ERR_ABORTED, "rank %d: %s on this communicator during %s (call %u)",
+                     c->rank, rt_abort_cause(c), what, c->seq);
             return COMM_ERR_ABORTED;
         }
         /* A clock reading costs more than a poll: read it (and look for a failure

@@ -282,6 +282,15 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
                      strerror(errno));
             return COMM_ERR_SYSTEM;
         }
+        if (rt_abort_requested(c)) {
+            rt_error(c, COMM_ERR_ABORTED,
+                     "rank %d: %s while rank %d waited for rank 0 to create communicator %s",
+                     c->rank, rt_abort_cause(c), c->rank, c->id.str);
+            /* Ranks still to come (rank 0 too) learn it from a stub (rendezvous.c). */
+            shm_init_failure_publish(&c->id, c->nranks, c->rank, c->timeout_ms, COMM_ERR_ABORTED,
+                                     c->errmsg);
+            return COMM_ERR_ABORTED;
+        }
         if (shm_past(deadline)) {
             rt_error(c, COMM_ERR_TIMEOUT,
                      "rank %d: rank 0 did not create the communicator's segment (%s) within %ld "
@@ -591,6 +600,16 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
             }
             if (atomic_load(&h->cma_probed) == (uint32_t)c->nranks)
                 break;
+        }
+        if (rt_abort_requested(c)) {
+            rt_error(c, COMM_ERR_ABORTED,
+                     "rank %d: %s while rank %d waited for the others to join communicator %s "
+                     "(%u of %d joined)",
+                     c->rank, rt_abort_cause(c), c->rank, c->id.str, atomic_load(&h->attached),
+                     c->nranks);
+            status = COMM_ERR_ABORTED;
+            reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
+            goto err_leave;
         }
         /* A rank that joined and then died will never be followed by the rest in time:
          * say so now rather than at the timeout. */

@@ -271,10 +271,9 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
             cpu_relax();
             continue;
         }
-        if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
-            rt_error(c, COMM_ERR_ABORTED,
-                     "rank %d: comm_abort was called while rank %d waited in %s (call %u)", c->rank,
-                     c->rank, what, c->seq);
+        if (rt_abort_requested(c)) {
+            rt_error(c, COMM_ERR_ABORTED, "rank %d: %s while rank %d waited in %s (call %u)",
+                     c->rank, rt_abort_cause(c), c->rank, what, c->seq);
             return COMM_ERR_ABORTED;
         }
         comm_status_t st = shm_check_peers(c);

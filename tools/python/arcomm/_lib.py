@@ -48,6 +48,7 @@ class CommConfig(ctypes.Structure):
         ("transport", c_char_p),
         ("timeout_ms", c_int),
         ("knob_defaults", c_char_p),
+        ("abort_flag", ctypes.POINTER(c_int)),
     ]
 
 

@@ -5,7 +5,8 @@
 # ASan+UBSan build (runtime, kernels, tools, Hexagon) and a TSan build (the threaded
 # paths: runtime and Hexagon emulation), with lighter sweeps, and a build without the
 # Hexagon and CUDA backends (-Dhexagon=disabled -Dcuda=disabled: the library alone, its
-# unit and multi suites, and the refusal of a Hexagon communicator); then mpi4py's test
+# unit and multi suites, and the refusal of a Hexagon communicator); the tree's own checks
+# (suite source: the format) in the first only; then mpi4py's test
 # suite with and without libarcomm_pmpi (tools/mpi4py-tests.sh).  Ends with one line:
 # "N passed, N failed, N skipped".
 set -uo pipefail
@@ -32,7 +33,7 @@ fi
 ninja -C build-asan >/dev/null || status=1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 ARCOMM_TEST_QUICK=1 run_suite build-asan "ASan+UBSan build" --suite unit --suite multi --suite reduce \
-    --suite tools --suite arinfo --suite hexagon
+    --suite tools --suite arinfo --suite hexagon --no-suite source
 
 if [ ! -f build-tsan/build.ninja ]; then
     meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false \
@@ -40,14 +41,14 @@ if [ ! -f build-tsan/build.ninja ]; then
 fi
 ninja -C build-tsan >/dev/null || status=1
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ARCOMM_TEST_QUICK=1 \
-run_suite build-tsan "TSan build" --suite unit --suite multi --suite hexagon
+run_suite build-tsan "TSan build" --suite unit --suite multi --suite hexagon --no-suite source
 
 if [ ! -f build-nohex/build.ninja ]; then
     meson setup build-nohex -Dhexagon=disabled -Dcuda=disabled --werror >/dev/null || status=1
 fi
 ninja -C build-nohex >/dev/null || status=1
 ARCOMM_TEST_QUICK=1 run_suite build-nohex "build without Hexagon or CUDA" --suite unit --suite multi \
-    --suite hexagon
+    --suite hexagon --no-suite source
 
 # mpi4py's own test suite, without and with libarcomm_pmpi (one check: 77 = skipped, where
 # mpirun, pip or the network is missing).

@@ -251,8 +251,10 @@ static struct nccl_job *job_start(const comm_config_t *cfg, comm_t *parent, int 
         return NULL;
     pthread_mutex_init(&job->lock, NULL);
     job->refs = refs;
-    if (cfg != NULL)
+    if (cfg != NULL) {
         job->cfg = *cfg;
+        job->cfg.abort_flag = &job->abort;
+    }
     job->parent = parent;
     job->color = color;
     job->key = key;
@@ -464,6 +466,18 @@ NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
 }
 NCCL_ALIAS(ncclCommFinalize);
 
+/* ncclCommAbort while the communicator's init runs in its thread: the init stops at
+ * once (comm_init's abort_flag) and its peers' inits fail, as NCCL's do.  A split in a
+ * group has no such word: it is waited for. */
+static void job_abort(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&jobs_lock);
+    struct nccl_job *job = atomic_load(&comm->job);
+    if (job != NULL && job->parent == NULL)
+        __atomic_store_n(&job->abort, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&jobs_lock);
+}
+
 static ncclResult_t destroy(ncclComm_t comm, bool abort, const char *fn)
 {
     if (comm == NULL)
@@ -471,6 +485,8 @@ static ncclResult_t destroy(ncclComm_t comm, bool abort, const char *fn)
     if (!comm_alive(comm))
         return nccl_fail(ncclInvalidArgument, "%s: comm %p is not a live communicator", fn,
                          (void *)comm);
+    if (abort)
+        job_abort(comm);
     nccl_comm_join(comm);
     if (comm->c != NULL) {
         if (abort)

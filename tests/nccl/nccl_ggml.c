@@ -5,8 +5,9 @@
  * ncclGroupStart/End, then every stream synchronized and every output checked (float64
  * reference, bit-identical ranks).  Also from one thread: ncclCommInitRank of every
  * rank inside a group, nonblocking inits polled with ncclCommGetAsyncError, ncclCommSplit
- * in a group, nested groups, an error inside a group, and (one GPU) two ranks on one GPU
- * refused.  Ranks: every GPU (at most 8), or NCCL_TEST_RANKS.  Exit 77 without a GPU.
+ * in a group, nested groups, an error inside a group, ncclCommAbort of nonblocking inits
+ * still waiting for a rank, and (one GPU) two ranks on one GPU refused.  Ranks: every GPU (at most
+ * 8), or NCCL_TEST_RANKS.  Exit 77 without a GPU.
  */
 #include "nccl_harness.h"
 
@@ -269,6 +270,37 @@ int main(void)
         run_cases("nonblocking", comms, devs, st, n, 4);
         destroy_all(comms, n, "ncclCommDestroy (nonblocking)");
     }
+
+    /* ncclCommAbort of nonblocking inits whose last rank never comes (as PyTorch's
+     * watchdog aborts a hung init): each returns at once, not at the init's timeout, and
+     * (two GPUs or more) the rank not aborted sees its init fail soon after. */
+    int nab = n >= 2 ? 2 : 1;
+    e = ncclGetUniqueId(&id);
+    for (int r = 0; r < nab && (e == ncclSuccess || e == ncclInProgress); r++) {
+        TC_CUDA(cudaSetDevice(devs[r]));
+        e = ncclCommInitRankConfig(&comms[r], nab + 1, id, r, &cfg);
+    }
+    ok = e == ncclInProgress;
+    usleep(200000);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ok = ok && ncclCommAbort(comms[0]) == ncclSuccess;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double abort_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    ok = ok && abort_s < 5;
+    ncclResult_t async = ncclInProgress;
+    while (ok && nab == 2 && async == ncclInProgress) {
+        ok = ncclCommGetAsyncError(comms[1], &async) == ncclSuccess;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (t1.tv_sec - t0.tv_sec > 5)
+            ok = false;
+        if (async == ncclInProgress)
+            usleep(1000);
+    }
+    ok = ok && (nab == 1 || (async != ncclSuccess && ncclCommAbort(comms[1]) == ncclSuccess));
+    char why[256];
+    snprintf(why, sizeof(why), "abort took %.2f s, peer's init %s: %s", abort_s,
+             ncclGetErrorString(async), ncclGetLastError(NULL));
+    report(ok, "ncclCommAbort of nonblocking inits in progress, at once", why);
 
     /* Two thread ranks on one GPU: arcomm refuses them, as NCCL refuses duplicate GPUs. */
     if (ndev == 1) {

@@ -275,6 +275,33 @@ def test_init_timeout():
     assert time.monotonic() - t0 < 10
 
 
+def test_init_abort_from_another_thread():
+    """Rank 0 of 2 waits in comm_init for a rank that never comes; the main thread sets its
+    InitAbort: COMM_ERR_ABORTED at once, not at the 20 s timeout."""
+    flag = arcomm.InitAbort()
+    errors: list = [None]
+
+    def rank0():
+        try:
+            arcomm.Comm(arcomm.new_id(), 0, 2, timeout_ms=20000, abort=flag)
+        except arcomm.Error as e:
+            errors[0] = e
+
+    t = threading.Thread(target=rank0)
+    t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    flag.set()
+    t.join(15)
+    assert not t.is_alive()
+    assert flag.is_set()
+    assert _statuses(errors) == ["COMM_ERR_ABORTED"]
+    assert "abort_flag" in errors[0].message
+    assert time.monotonic() - t0 < 3.0
+    with pytest.raises(TypeError):
+        arcomm.Comm(arcomm.new_id(), 0, 1, abort=1)
+
+
 def test_abort_from_another_thread():
     """Rank 0 blocks (rank 1 has not come); the main thread aborts it: ABORTED on rank 0,
     PEER on rank 1.  A Python thread keeps counting meanwhile: the GIL is released."""

@@ -24,7 +24,16 @@ _ndarray = _buffers.np.ndarray
 _addressof = ctypes.addressof
 _c_char = ctypes.c_char
 
-__all__ = ["Comm", "Error", "new_id", "version", "library_path", "DTYPE_NAMES", "OPS"]
+__all__ = [
+    "Comm",
+    "Error",
+    "InitAbort",
+    "new_id",
+    "version",
+    "library_path",
+    "DTYPE_NAMES",
+    "OPS",
+]
 
 #: comm_status_t values -> names.
 STATUS_NAMES = {
@@ -67,6 +76,25 @@ def _raise(code: int, handle: int | None, call: str) -> None:
     raise Error(code, (msg or b"").decode(errors="replace"), call)
 
 
+class InitAbort:
+    """Ends a ``Comm(...)`` still waiting in ``comm_init`` (``comm_config_t.abort_flag``).
+
+    Pass it as ``Comm(..., abort=flag)``; ``flag.set()`` from any thread makes that init
+    raise :class:`Error` ``COMM_ERR_ABORTED`` at once, and the other ranks' inits
+    ``COMM_ERR_PEER``.  Read during the init only: a live communicator ends with
+    :meth:`Comm.abort`.
+    """
+
+    def __init__(self) -> None:
+        self._word = c_int(0)
+
+    def set(self) -> None:
+        self._word.value = 1
+
+    def is_set(self) -> bool:
+        return self._word.value != 0
+
+
 def new_id() -> str:
     """A fresh communicator id (``comm_id_new``): give it to every rank of one communicator."""
     cid = _lib.CommId()
@@ -97,6 +125,7 @@ def _config(
     transport: str | None,
     timeout_ms: int,
     knob_defaults: str | None,
+    abort: "InitAbort | None" = None,
 ) -> tuple[_lib.CommConfig, list]:
     cfg = _lib.CommConfig()
     _lib.lib().comm_config_init(byref(cfg))
@@ -121,6 +150,11 @@ def _config(
         k = knob_defaults.encode()
         keep.append(k)
         cfg.knob_defaults = k
+    if abort is not None:
+        if not isinstance(abort, InitAbort):
+            raise TypeError("arcomm: abort must be an arcomm.InitAbort")
+        keep.append(abort)
+        cfg.abort_flag = ctypes.pointer(abort._word)
     return cfg, keep
 
 
@@ -175,9 +209,10 @@ class Comm:
         transport: str | None = None,
         timeout_ms: int = 0,
         knob_defaults: str | None = None,
+        abort: InitAbort | None = None,
     ) -> None:
         cfg, keep = _config(
-            nranks, rank, id, device, device_index, transport, timeout_ms, knob_defaults
+            nranks, rank, id, device, device_index, transport, timeout_ms, knob_defaults, abort
         )
         h = c_void_p()
         st = _lib.lib().comm_init(byref(h), byref(cfg))

@@ -58,18 +58,48 @@ void h_id_new(comm_id_t *id)
         made[nmade++] = *id;
 }
 
+static void segment_path(const comm_id_t *id, char *path, size_t len)
+{
+    snprintf(path, len, "/dev/shm/arcomm-%s", id->str + 5);
+}
+
+bool h_segment_exists(const comm_id_t *id)
+{
+    char path[128];
+    segment_path(id, path, sizeof(path));
+    return access(path, F_OK) == 0;
+}
+
 int h_shm_leftovers(void)
 {
     int n = 0;
     for (int i = 0; i < nmade; i++) {
-        char path[128];
-        snprintf(path, sizeof(path), "/dev/shm/arcomm-%s", made[i].str + 5);
-        if (access(path, F_OK) == 0) {
+        if (h_segment_exists(&made[i])) {
+            char path[128];
+            segment_path(&made[i], path, sizeof(path));
             fprintf(stderr, "left behind: %s\n", path);
             n++;
         }
     }
     return n;
+}
+
+void h_allreduce_checked(struct h_rank *r, size_t count, uint64_t seed, const char *what)
+{
+    float *send = malloc(count * 4), *recv = malloc(count * 4);
+    if (send == NULL || recv == NULL) {
+        h_fail(r, "%s: out of memory", what);
+    } else {
+        h_fill(send, count, COMM_F32, seed, r->rank);
+        h_poison(recv, count, COMM_F32);
+        comm_status_t st = comm_allreduce(r->comm, send, recv, count, COMM_F32, COMM_SUM, NULL);
+        if (st != COMM_OK)
+            h_fail(r, "%s: %s", what, comm_last_error(r->comm));
+        else
+            h_check(r, recv, count, COMM_F32, COMM_SUM, seed, r->nranks, NULL, 0, false);
+    }
+    free(send);
+    free(recv);
 }
 
 uint64_t h_rand(uint64_t *s)

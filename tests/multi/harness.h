@@ -63,6 +63,8 @@ void h_id_new(comm_id_t *id);
 
 /* Counts segments of the ids the tests made that are still in /dev/shm. */
 int h_shm_leftovers(void);
+/* Is the segment (or a failure stub) of communicator id in /dev/shm now? */
+bool h_segment_exists(const comm_id_t *id);
 
 /* Deterministic random numbers for (seed, rank). */
 uint64_t h_rand(uint64_t *state);
@@ -107,6 +109,10 @@ bool h_dtype_is_int(comm_dtype_t dtype);
  */
 long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
              uint64_t seed, int nranks, const void *addend, size_t addend_count, bool narrow);
+
+/* An f32 sum allreduce of count elements of h_fill(seed) data on r->comm, out of place,
+ * every element checked; a failure is recorded in r, its message led by what. */
+void h_allreduce_checked(struct h_rank *r, size_t count, uint64_t seed, const char *what);
 
 /* ms since an arbitrary start. */
 double h_now_ms(void);

@@ -61,14 +61,6 @@ static const char *msg_of(const struct h_rank *r)
     return (const char *)r->out;
 }
 
-/* /dev/shm/arcomm-<hex> of r's communicator exists (rank 0 has read its knobs). */
-static bool segment_exists(const struct h_rank *r)
-{
-    char path[128];
-    snprintf(path, sizeof(path), "/dev/shm/arcomm-%s", r->id.str + 5);
-    return access(path, F_OK) == 0;
-}
-
 /* ---- one comm_init per rank, the config and environment shaped per rank ---- */
 
 struct edge {
@@ -163,7 +155,7 @@ static void knob_prepare(struct h_rank *r, comm_config_t *cfg)
     (void)cfg;
     if (!r->procs && r->rank != 0) {
         double t0 = h_now_ms();
-        while (!segment_exists(r) && h_now_ms() - t0 < 5000)
+        while (!h_segment_exists(&r->id) && h_now_ms() - t0 < 5000)
             usleep(1000);
     }
     if (knob_now->value[r->rank])
@@ -291,17 +283,7 @@ static void slot_bad_values(void **s)
 /* The smallest slot works: a staged allreduce of process ranks through 4 KiB slots. */
 static void slot_min_after(struct h_rank *r)
 {
-    size_t count = 65536 + 7;
-    float *send = malloc(count * 4), *recv = malloc(count * 4);
-    h_fill(send, count, COMM_F32, 8, r->rank);
-    h_poison(recv, count, COMM_F32);
-    comm_status_t st = comm_allreduce(r->comm, send, recv, count, COMM_F32, COMM_SUM, NULL);
-    if (st != COMM_OK)
-        h_fail(r, "allreduce: %s", comm_last_error(r->comm));
-    else
-        h_check(r, recv, count, COMM_F32, COMM_SUM, 8, r->nranks, NULL, 0, false);
-    free(send);
-    free(recv);
+    h_allreduce_checked(r, 65536 + 7, 8, "allreduce");
 }
 
 static void slot_minimum_works(void **s)
@@ -543,20 +525,10 @@ static void full_after(struct h_rank *r)
         return;
     }
     /* Staged calls (process ranks, private buffers) go through the staging slots. */
-    size_t count = 3 * 262144 + 5;
-    float *send = malloc(count * 4), *recv = malloc(count * 4);
-    h_fill(send, count, COMM_F32, 13, r->rank);
-    h_poison(recv, count, COMM_F32);
-    comm_status_t st = comm_allreduce(r->comm, send, recv, count, COMM_F32, COMM_SUM, NULL);
-    if (st != COMM_OK)
-        h_fail(r, "staged allreduce on a full /dev/shm: %s", comm_last_error(r->comm));
-    else
-        h_check(r, recv, count, COMM_F32, COMM_SUM, 13, r->nranks, NULL, 0, false);
-    free(send);
-    free(recv);
+    h_allreduce_checked(r, 3 * 262144 + 5, 13, "staged allreduce on a full /dev/shm");
     /* The arena is sparse: its pages must be had now, or not at all. */
     void *p = NULL;
-    st = comm_mem_alloc(r->comm, 1u << 20, &p);
+    comm_status_t st = comm_mem_alloc(r->comm, 1u << 20, &p);
     if (st == COMM_OK) {
         memset(p, 0x3c, 1u << 20);
         comm_mem_free(r->comm, p);

@@ -56,29 +56,6 @@ static void *set_later(void *arg)
     return NULL;
 }
 
-static bool segment_exists(const struct h_rank *r)
-{
-    char path[128];
-    snprintf(path, sizeof(path), "/dev/shm/arcomm-%s", r->id.str + 5);
-    return access(path, F_OK) == 0;
-}
-
-/* 4096 floats of allreduce, checked, on a communicator whose word is set. */
-static void allreduce_works(struct h_rank *r)
-{
-    size_t count = 4096;
-    float *send = malloc(count * 4), *recv = malloc(count * 4);
-    h_fill(send, count, COMM_F32, 5, r->rank);
-    h_poison(recv, count, COMM_F32);
-    comm_status_t st = comm_allreduce(r->comm, send, recv, count, COMM_F32, COMM_SUM, NULL);
-    if (st != COMM_OK)
-        h_fail(r, "allreduce after comm_init with the word set: %s", comm_last_error(r->comm));
-    else
-        h_check(r, recv, count, COMM_F32, COMM_SUM, 5, r->nranks, NULL, 0, false);
-    free(send);
-    free(recv);
-}
-
 static void abort_body(struct h_rank *r)
 {
     const struct abort_case *k = r->arg;
@@ -90,7 +67,7 @@ static void abort_body(struct h_rank *r)
     __atomic_store_n(word, k->when == SET_BEFORE && r->rank == k->culprit, __ATOMIC_RELAXED);
     if (k->rank0_late && r->rank == 0) {
         double t0 = h_now_ms();
-        while (!segment_exists(r) && h_now_ms() - t0 < ABORT_TIMEOUT_MS)
+        while (!h_segment_exists(&r->id) && h_now_ms() - t0 < ABORT_TIMEOUT_MS)
             usleep(1000);
     }
     comm_config_t cfg;
@@ -119,7 +96,7 @@ static void abort_body(struct h_rank *r)
         return;
     if (k->when == SET_AFTER_OK)
         __atomic_store_n(word, 1, __ATOMIC_RELAXED);
-    allreduce_works(r);
+    h_allreduce_checked(r, 4096, 5, "allreduce after comm_init with the word set");
     comm_destroy(r->comm);
     r->comm = NULL;
 }

@@ -197,6 +197,14 @@ void nccl_comm_join(struct ncclComm *comm)
     }
     job_unref_locked(job, drop);
     pthread_mutex_unlock(&jobs_lock);
+
+    /* The owner's thread only (a call on comm, or its destroy): the split is done. */
+    struct ncclComm *orphan = comm->orphan;
+    if (orphan != NULL) {
+        comm->orphan = NULL;
+        nccl_comm_join(orphan);
+        nccl_comm_free(orphan);
+    }
 }
 
 /* Has the job's thread finished (so that joining it does not wait)? */
@@ -420,7 +428,7 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
     struct ncclComm *child = nccl_comm_new(0, -1, comm->device, blocking);
     if (child == NULL)
         return nccl_fail(ncclSystemError, "ncclCommSplit: out of memory");
-    if (!nccl_in_group()) {
+    if (blocking && !nccl_in_group()) {
         comm_status_t st = comm_split(comm->c, color, key, &child->c);
         if (st != COMM_OK) {
             r = nccl_fail_comm(comm, "ncclCommSplit", st);
@@ -438,8 +446,10 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
         *newcomm = child;
         return ncclSuccess;
     }
-    /* In a group: comm_split blocks until every rank split, so it runs in a thread,
-     * joined at the group's end (the parent waits for it too). */
+    /* In a group, or nonblocking: comm_split blocks until every rank split, so it runs in
+     * a thread (one thread may drive several communicators), joined at the group's end,
+     * or (nonblocking) once ncclCommGetAsyncError finds it done or the child is used; the
+     * parent joins it at its next call. */
     struct nccl_job *job = job_start(NULL, comm->c, color, key, 2);
     if (job == NULL) {
         nccl_comm_free(child);
@@ -448,9 +458,14 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
     atomic_store(&comm->job, job);
     atomic_store(&child->job, job);
     child->nocolor = color == COMM_SPLIT_NONE;
-    nccl_group_add_job(child);
     *newcomm = child->nocolor ? NULL : child;
-    return ncclSuccess;
+    if (nccl_in_group()) {
+        nccl_group_add_job(child);
+        return ncclSuccess;
+    }
+    if (child->nocolor)
+        comm->orphan = child;
+    return ncclInProgress;
 }
 NCCL_ALIAS(ncclCommSplit);
 
@@ -467,8 +482,8 @@ NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
 NCCL_ALIAS(ncclCommFinalize);
 
 /* ncclCommAbort while the communicator's init runs in its thread: the init stops at
- * once (comm_init's abort_flag) and its peers' inits fail, as NCCL's do.  A split in a
- * group has no such word: it is waited for. */
+ * once (comm_init's abort_flag) and its peers' inits fail, as NCCL's do.  A split's child
+ * has no such word: its split is waited for (aborting the parent ends it). */
 static void job_abort(struct ncclComm *comm)
 {
     pthread_mutex_lock(&jobs_lock);
@@ -485,12 +500,13 @@ static ncclResult_t destroy(ncclComm_t comm, bool abort, const char *fn)
     if (!comm_alive(comm))
         return nccl_fail(ncclInvalidArgument, "%s: comm %p is not a live communicator", fn,
                          (void *)comm);
-    if (abort)
+    if (abort) {
         job_abort(comm);
+        if (comm->c != NULL)
+            (void)comm_abort(comm->c); /* a nonblocking split of it still running ends too */
+    }
     nccl_comm_join(comm);
     if (comm->c != NULL) {
-        if (abort)
-            (void)comm_abort(comm->c);
         comm_status_t st = comm_destroy(comm->c);
         if (st != COMM_OK)
             return nccl_fail_comm(NULL, fn, st); /* busy in another thread: nothing freed */

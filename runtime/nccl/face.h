@@ -69,6 +69,9 @@ struct ncclComm {
     char errmsg[NCCL_FACE_ERRMSG];
     bool finalized;
     bool nocolor; /* a split in a group without a color: freed at the group's end */
+    /* A nonblocking split of this communicator without a color, outside a group: its
+     * hidden child, freed once this communicator joins the split (its next call). */
+    struct ncclComm *orphan;
     struct nccl_premul premul[NCCL_PREMUL_MAX];
     void *scratch; /* premultiplied inputs, on device; grown on demand */
     size_t scratch_bytes;

@@ -5,7 +5,8 @@
  * context), each on GPU rank % GPUs (several processes may share one), with
  * ncclCommInitRank; every case of nccl_cases.h is checked in every rank against its
  * float64 reference, and the parent compares the ranks' output hashes bit for bit; the
- * graph cases are captured once and replayed with fresh inputs, eager calls between.  Then
+ * graph cases are captured once and replayed with fresh inputs, eager calls between.  A
+ * nonblocking ncclCommSplit must return before the other ranks split, and then work.  Then
  * on arcomm: rank 1 aborts and rank 0's ncclCommGetAsyncError must report it
  * (ncclRemoteError).  Ranks: NCCL_TEST_RANKS (default 2).  Exit 77 without a GPU.
  */
@@ -48,6 +49,74 @@ static void send_result(int fd, const struct rank_result *r)
 {
     if (write(fd, r, sizeof(*r)) != (ssize_t)sizeof(*r))
         exit(3);
+}
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/*
+ * A nonblocking ncclCommSplit (ranks in reverse order) returns before every rank made it
+ * (rank 0 calls it first, the others 300 ms later) and works once ncclCommGetAsyncError
+ * says it is done: case c on the new communicator.  Returns the wrong elements.
+ */
+static size_t nonblocking_split(const struct tcase *c, int rank, int n, ncclComm_t comm,
+                                cudaStream_t st, uint64_t *hash, char *why, size_t len)
+{
+    if (rank != 0)
+        usleep(300 * 1000);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t sub = NULL;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ncclResult_t e = ncclCommSplit(comm, 0, n - 1 - rank, &sub, &cfg);
+    double call_ms = ms_since(&t0);
+    if ((e != ncclSuccess && e != ncclInProgress) || sub == NULL) {
+        snprintf(why, len, "rank %d: nonblocking ncclCommSplit: %s: %s", rank,
+                 ncclGetErrorString(e), ncclGetLastError(NULL));
+        return 1;
+    }
+    if (rank == 0 && n > 1 && call_ms > 150) {
+        snprintf(why, len,
+                 "rank 0: nonblocking ncclCommSplit returned after %.0f ms: it waited for the "
+                 "ranks that came 300 ms later",
+                 call_ms);
+        ncclCommDestroy(sub);
+        return 1;
+    }
+    ncclResult_t async = ncclInProgress;
+    while (ncclCommGetAsyncError(sub, &async) == ncclSuccess && async == ncclInProgress &&
+           ms_since(&t0) < 20000)
+        usleep(1000);
+    int ur = -1;
+    if (async != ncclSuccess || ncclCommUserRank(sub, &ur) != ncclSuccess || ur != n - 1 - rank) {
+        snprintf(why, len, "rank %d: the split's ncclCommGetAsyncError %s, its rank %d: %s", rank,
+                 ncclGetErrorString(async), ur, ncclGetLastError(NULL));
+        ncclCommDestroy(sub);
+        return 1;
+    }
+    struct tc_rank b;
+    size_t wrong = 0;
+    int se = tc_setup(c, ur, n, sub, &b);
+    e = se ? (ncclResult_t)se : tc_call(c, sub, &b, st);
+    if (e != ncclSuccess) {
+        snprintf(why, len, "rank %d: a call on the split: %s: %s", rank, ncclGetErrorString(e),
+                 ncclGetLastError(sub));
+        wrong = 1;
+    } else {
+        TC_CUDA(cudaStreamSynchronize(st));
+        wrong = tc_done(c, ur, n, sub, &b, hash, why, len);
+    }
+    if (ncclCommDestroy(sub) != ncclSuccess && wrong == 0) {
+        snprintf(why, len, "rank %d: ncclCommDestroy of the split: %s", rank,
+                 ncclGetLastError(NULL));
+        wrong = 1;
+    }
+    return wrong;
 }
 
 static int child(int rank, int n, const char *hex, int fd)
@@ -97,10 +166,16 @@ static int child(int rank, int n, const char *hex, int fd)
             (uint32_t)tc_done(&cases[k], rank, n, comm, &b, &res.hash, res.why, sizeof(res.why));
         send_result(fd, &res);
     }
+    memset(&res, 0, sizeof(res));
+    res.index = (uint32_t)nc;
+    res.wrong = (uint32_t)nonblocking_split(&cases[0], rank, n, comm, st, &res.hash, res.why,
+                                            sizeof(res.why));
+    send_result(fd, &res);
+
     /* On arcomm: a peer's abort shows in ncclCommGetAsyncError, asked from any thread. */
     if (tc_is_arcomm() && n > 1) {
         memset(&res, 0, sizeof(res));
-        res.index = (uint32_t)nc;
+        res.index = (uint32_t)nc + 1;
         if (rank == 1) {
             usleep(300 * 1000); /* every rank has checked its last case */
             e = ncclCommAbort(comm);
@@ -183,8 +258,8 @@ int main(int argc, char **argv)
     static struct tcase cases[MAXC];
     size_t nc = tc_cases(cases, MAXC, n);
     nc += tc_graph_cases(cases + nc, MAXC - nc, n);
-    static struct rank_result got[8][MAXC + 1];
-    static bool have[8][MAXC + 1];
+    static struct rank_result got[8][MAXC + 2];
+    static bool have[8][MAXC + 2];
     int failures = 0;
     for (int r = 0; r < n; r++) {
         struct rank_result res;
@@ -194,7 +269,7 @@ int main(int argc, char **argv)
                 failures++;
                 continue;
             }
-            if (res.index <= nc) {
+            if (res.index <= nc + 1) {
                 got[r][res.index] = res;
                 have[r][res.index] = true;
             }
@@ -210,14 +285,17 @@ int main(int argc, char **argv)
             failures++;
         }
     }
-    for (size_t k = 0; k <= nc; k++) {
-        bool async_case = k == nc;
+    for (size_t k = 0; k <= nc + 1; k++) {
+        bool split_case = k == nc, async_case = k == nc + 1;
         if (async_case && !(tc_is_arcomm() && n > 1))
             break;
         char name[160];
-        const struct tcase *c = async_case ? NULL : &cases[k];
+        const struct tcase *c = async_case ? NULL : split_case ? &cases[0] : &cases[k];
         if (async_case)
             snprintf(name, sizeof(name), "rank 1 aborts: rank 0's ncclCommGetAsyncError says so");
+        else if (split_case)
+            snprintf(name, sizeof(name),
+                     "nonblocking ncclCommSplit returns before the others split, then works");
         else
             snprintf(name, sizeof(name), "%s%s dtype %d op %d count %zu%s%s", tc_kind_name(c->kind),
                      c->inplace ? " in place" : "", (int)c->dtype, (int)c->op, c->count,

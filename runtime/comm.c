@@ -331,6 +331,14 @@ ARCOMM_HOOK void rt_hook_init_error(const char *msg)
 }
 
 /* libarcomm_nccl's ncclCommGetAsyncError (rt_hooks.h): atomics only, any thread. */
+ARCOMM_HOOK comm_status_t rt_hook_comm_id(const comm_t *comm, comm_id_t *id)
+{
+    if (comm == NULL || comm->magic != RT_COMM_LIVE || id == NULL)
+        return COMM_ERR_INVALID;
+    *id = comm->id;
+    return COMM_OK;
+}
+
 ARCOMM_HOOK comm_status_t rt_hook_comm_state(const comm_t *comm)
 {
     if (comm == NULL || comm->magic != RT_COMM_LIVE)

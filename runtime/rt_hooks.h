@@ -42,4 +42,9 @@ ARCOMM_HOOK void rt_hook_init_error(const char *msg);
  */
 ARCOMM_HOOK comm_status_t rt_hook_comm_state(const comm_t *comm);
 
+/* For libarcomm_nccl's point-to-point (runtime/nccl/p2p.c): the communicator's id, the
+ * same on every rank, from which each pair of ranks derives the id of a communicator of
+ * its own without an exchange.  COMM_ERR_INVALID for a dead handle. */
+ARCOMM_HOOK comm_status_t rt_hook_comm_id(const comm_t *comm, comm_id_t *id);
+
 #endif /* ARCOMM_RT_HOOKS_H */

@@ -25,7 +25,7 @@ static const comm_op_t ops[ncclNumOps] = {
 /* NCCL 2.24's fp8 types (after 2.19's ten): what moves them moves bytes. */
 enum { NCCL_FP8_E4M3 = 10, NCCL_FP8_E5M2 = 11 };
 
-static ncclResult_t map_dtype(ncclDataType_t t, bool reduces, comm_dtype_t *out, const char *fn)
+ncclResult_t nccl_map_dtype(ncclDataType_t t, bool reduces, comm_dtype_t *out, const char *fn)
 {
     if (!reduces && ((int)t == NCCL_FP8_E4M3 || (int)t == NCCL_FP8_E5M2)) {
         *out = COMM_U8;
@@ -207,7 +207,7 @@ static ncclResult_t run(struct ncclComm *comm, const struct call *k, const char 
     const struct nccl_premul *pm = NULL;
     bool reduces = k->kind == K_ALLREDUCE || k->kind == K_REDUCE || k->kind == K_REDUCE_SCATTER;
     if (r == ncclSuccess)
-        r = map_dtype(k->dtype, reduces, &dt, fn);
+        r = nccl_map_dtype(k->dtype, reduces, &dt, fn);
     if (r == ncclSuccess && reduces)
         r = map_op(comm, k->op, k->dtype, &op, &pm, fn);
     if (r != ncclSuccess)
@@ -326,7 +326,7 @@ NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
     ncclResult_t r = nccl_comm_ready(comm, fn);
     comm_dtype_t dt = COMM_F32;
     if (r == ncclSuccess)
-        r = map_dtype(datatype, true, &dt, fn);
+        r = nccl_map_dtype(datatype, true, &dt, fn);
     if (r != ncclSuccess)
         return r;
     if (op == NULL || scalar == NULL ||

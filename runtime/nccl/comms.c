@@ -36,14 +36,19 @@ static uint64_t fnv1a(const char *s, uint64_t h)
  * take its own ncclGetUniqueId.  On arcomm (one host) it names the communicator: the id
  * is a hash of the value and the user id, the same in every process of that user.
  */
-static void id_from_env(const char *v, comm_id_t *id)
+void nccl_id_derive(const char *key, comm_id_t *id)
 {
-    char key[320];
-    snprintf(key, sizeof(key), "%u/%s", (unsigned)getuid(), v);
     uint64_t a = fnv1a(key, 0xcbf29ce484222325ull), b = fnv1a(key, 0x84222325cbf29ce4ull);
     memset(id, 0, sizeof(*id));
     snprintf(id->str, sizeof(id->str), "arc1-%016llx%016llx", (unsigned long long)a,
              (unsigned long long)b);
+}
+
+static void id_from_env(const char *v, comm_id_t *id)
+{
+    char key[320];
+    snprintf(key, sizeof(key), "%u/%s", (unsigned)getuid(), v);
+    nccl_id_derive(key, id);
 }
 
 NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
@@ -121,6 +126,7 @@ struct ncclComm *nccl_comm_new(int nranks, int rank, int device, bool blocking)
 
 void nccl_comm_free(struct ncclComm *comm)
 {
+    nccl_p2p_free(comm);
     if (comm->scratch != NULL || comm->scratch_done != NULL) {
         int prev = 0;
         (void)nccl_current_device(&prev);
@@ -502,6 +508,7 @@ static ncclResult_t destroy(ncclComm_t comm, bool abort, const char *fn)
                          (void *)comm);
     if (abort) {
         job_abort(comm);
+        nccl_p2p_abort(comm);
         if (comm->c != NULL)
             (void)comm_abort(comm->c); /* a nonblocking split of it still running ends too */
     }
@@ -541,6 +548,8 @@ NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async
     }
     if (r == ncclSuccess && comm->c != NULL) {
         comm_status_t st = rt_hook_comm_state(comm->c);
+        if (st == COMM_OK)
+            st = nccl_p2p_state(comm);
         r = st != COMM_OK ? (int)nccl_result(st) : atomic_load(&comm->call_result);
     }
     *asyncError = (ncclResult_t)r;

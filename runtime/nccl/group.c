@@ -73,6 +73,10 @@ NCCL_API ncclResult_t ncclGroupEnd(void)
     free(pending);
     pending = NULL;
     cap = 0;
+    /* The group's sends and receives, now that every init of the group is done. */
+    ncclResult_t pr = nccl_p2p_flush();
+    if (pr != ncclSuccess && first_failure == ncclSuccess)
+        first_failure = pr;
     ncclResult_t r = first_failure;
     first_failure = ncclSuccess;
     return r;

@@ -25,7 +25,8 @@ struct nccl_team {
     }                                                                                              \
     NCCL_ALIAS(name)
 
-static const char no_p2p[] = "arcomm has no point-to-point operations (collectives only)";
+static const char no_p2p[] =
+    "arcomm has no one-sided operations (ncclSend and ncclRecv are served)";
 static const char no_device_api[] =
     "arcomm has no device-side API (NCCL 2.28 device communicators, teams, barriers)";
 static const char no_windows[] = "arcomm has no symmetric memory windows";
@@ -33,14 +34,6 @@ static const char no_elastic[] =
     "arcomm communicators cannot be revoked, shrunk, grown or suspended; destroy it and "
     "make a new one";
 
-REFUSE(ncclSend,
-       (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-        cudaStream_t stream),
-       ncclInvalidUsage, no_p2p);
-REFUSE(ncclRecv,
-       (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-        cudaStream_t stream),
-       ncclInvalidUsage, no_p2p);
 REFUSE(ncclGather,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream),

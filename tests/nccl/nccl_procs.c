@@ -6,7 +6,8 @@
  * ncclCommInitRank; every case of nccl_cases.h is checked in every rank against its
  * float64 reference, and the parent compares the ranks' output hashes bit for bit; the
  * graph cases are captured once and replayed with fresh inputs, eager calls between.  A
- * nonblocking ncclCommSplit must return before the other ranks split, and then work.  Then
+ * nonblocking ncclCommSplit must return before the other ranks split, and then work;
+ * ncclSend/ncclRecv (a ring, an alltoall, outside a group, a count mismatch).  Then
  * on arcomm: rank 1 aborts and rank 0's ncclCommGetAsyncError must report it
  * (ncclRemoteError).  Ranks: NCCL_TEST_RANKS (default 2).  Exit 77 without a GPU.
  */
@@ -119,6 +120,151 @@ static size_t nonblocking_split(const struct tcase *c, int rank, int n, ncclComm
     return wrong;
 }
 
+/* Word i of rank r's p2p data (block b of it: i counts on from b * count). */
+static uint32_t p2p_word(int r, size_t i)
+{
+    return ((uint32_t)r << 24) ^ (uint32_t)(i * 2654435761u);
+}
+
+/* Sends and receives of count u32 per peer: fills and checks the host side. */
+static size_t p2p_check(const uint32_t *got, int from, size_t off, size_t count, int rank,
+                        const char *what, char *why, size_t len)
+{
+    for (size_t i = 0; i < count; i++)
+        if (got[i] != p2p_word(from, off + i)) {
+            snprintf(why, len, "rank %d: %s: element %zu from rank %d is 0x%08x, want 0x%08x", rank,
+                     what, i, from, got[i], p2p_word(from, off + i));
+            return 1;
+        }
+    return 0;
+}
+
+/*
+ * ncclSend/ncclRecv: a ring in one group (even ranks call the send first, odd ranks the
+ * receive), an alltoall of grouped sends and receives (each peer and oneself, as
+ * nccl-tests' alltoall_perf does), rank 0 to rank 1 outside a group, and on a
+ * communicator split off for it, a send and a receive that disagree on the count: both
+ * fail.  Returns the wrong elements.
+ */
+static size_t p2p_cases(int rank, int n, ncclComm_t comm, cudaStream_t st, char *why, size_t len)
+{
+    const size_t count = 1000 + 7 * (size_t)n;
+    size_t bytes = count * 4 * (size_t)n;
+    uint32_t *h = malloc(bytes), *got = malloc(bytes);
+    void *dsend = NULL, *drecv = NULL;
+    TC_CUDA(cudaMalloc(&dsend, bytes));
+    TC_CUDA(cudaMalloc(&drecv, bytes));
+    for (size_t i = 0; i < count * (size_t)n; i++)
+        h[i] = p2p_word(rank, i);
+    TC_CUDA(cudaMemcpy(dsend, h, bytes, cudaMemcpyHostToDevice));
+    size_t wrong = 0;
+    ncclResult_t e = ncclSuccess;
+
+    /* The ring. */
+    int right = (rank + 1) % n, left = (rank + n - 1) % n;
+    TC_CUDA(cudaMemset(drecv, 0xff, bytes));
+    TC_CUDA(cudaDeviceSynchronize());
+    ncclGroupStart();
+    if (rank % 2 == 0) {
+        e = ncclSend(dsend, count, ncclUint32, right, comm, st);
+        if (e == ncclSuccess)
+            e = ncclRecv(drecv, count, ncclUint32, left, comm, st);
+    } else {
+        e = ncclRecv(drecv, count, ncclUint32, left, comm, st);
+        if (e == ncclSuccess)
+            e = ncclSend(dsend, count, ncclUint32, right, comm, st);
+    }
+    ncclResult_t ge = ncclGroupEnd();
+    if (e != ncclSuccess || ge != ncclSuccess) {
+        snprintf(why, len, "rank %d: ring: %s / %s: %s", rank, ncclGetErrorString(e),
+                 ncclGetErrorString(ge), ncclGetLastError(comm));
+        wrong = 1;
+        goto out;
+    }
+    TC_CUDA(cudaStreamSynchronize(st));
+    TC_CUDA(cudaMemcpy(got, drecv, count * 4, cudaMemcpyDeviceToHost));
+    wrong += p2p_check(got, left, 0, count, rank, "ring", why, len);
+
+    /* The alltoall: block p of each rank's send to rank p, into block (sender). */
+    TC_CUDA(cudaMemset(drecv, 0xff, bytes));
+    TC_CUDA(cudaDeviceSynchronize());
+    ncclGroupStart();
+    for (int p = 0; p < n && e == ncclSuccess; p++) {
+        e = ncclSend((char *)dsend + (size_t)p * count * 4, count, ncclUint32, p, comm, st);
+        if (e == ncclSuccess)
+            e = ncclRecv((char *)drecv + (size_t)p * count * 4, count, ncclUint32, p, comm, st);
+    }
+    ge = ncclGroupEnd();
+    if (e != ncclSuccess || ge != ncclSuccess) {
+        snprintf(why, len, "rank %d: alltoall of sends and receives: %s / %s: %s", rank,
+                 ncclGetErrorString(e), ncclGetErrorString(ge), ncclGetLastError(comm));
+        wrong = 1;
+        goto out;
+    }
+    TC_CUDA(cudaStreamSynchronize(st));
+    TC_CUDA(cudaMemcpy(got, drecv, bytes, cudaMemcpyDeviceToHost));
+    for (int p = 0; p < n && wrong == 0; p++)
+        wrong += p2p_check(got + (size_t)p * count, p, (size_t)rank * count, count, rank,
+                           "alltoall of sends and receives", why, len);
+    if (wrong || n < 2)
+        goto out;
+
+    /* Outside a group: rank 0 to rank 1. */
+    TC_CUDA(cudaMemset(drecv, 0xff, bytes));
+    TC_CUDA(cudaDeviceSynchronize());
+    if (rank == 0)
+        e = ncclSend(dsend, count, ncclUint32, 1, comm, st);
+    else if (rank == 1)
+        e = ncclRecv(drecv, count, ncclUint32, 0, comm, st);
+    if (e != ncclSuccess) {
+        snprintf(why, len, "rank %d: a send outside a group: %s: %s", rank, ncclGetErrorString(e),
+                 ncclGetLastError(comm));
+        wrong = 1;
+        goto out;
+    }
+    TC_CUDA(cudaStreamSynchronize(st));
+    if (rank == 1) {
+        TC_CUDA(cudaMemcpy(got, drecv, count * 4, cudaMemcpyDeviceToHost));
+        wrong += p2p_check(got, 0, 0, count, rank, "a send outside a group", why, len);
+    }
+
+    /* A send and a receive that disagree, on a communicator of their own. */
+    ncclComm_t sub = NULL;
+    e = ncclCommSplit(comm, 0, rank, &sub, NULL);
+    if (e != ncclSuccess || sub == NULL) {
+        snprintf(why, len, "rank %d: ncclCommSplit: %s", rank, ncclGetLastError(comm));
+        wrong = 1;
+        goto out;
+    }
+    if (rank < 2) {
+        e = rank == 0 ? ncclSend(dsend, count, ncclUint32, 1, sub, st)
+                      : ncclRecv(drecv, count + 1, ncclUint32, 0, sub, st);
+        cudaError_t ce = cudaStreamSynchronize(st);
+        (void)cudaGetLastError();
+        /* A failure found on the GPU shows at the pair's next call at the latest. */
+        ncclResult_t e2 = rank == 0 ? ncclSend(dsend, count, ncclUint32, 1, sub, st)
+                                    : ncclRecv(drecv, count, ncclUint32, 0, sub, st);
+        (void)cudaStreamSynchronize(st);
+        (void)cudaGetLastError();
+        ncclResult_t async = ncclSuccess;
+        (void)ncclCommGetAsyncError(sub, &async);
+        if (e == ncclSuccess && ce == cudaSuccess && e2 == ncclSuccess && async == ncclSuccess) {
+            snprintf(why, len, "rank %d: a send of %zu and a receive of %zu elements succeeded",
+                     rank, count, count + 1);
+            wrong = 1;
+        }
+        ncclCommAbort(sub);
+    } else {
+        ncclCommDestroy(sub);
+    }
+out:
+    TC_CUDA(cudaFree(dsend));
+    TC_CUDA(cudaFree(drecv));
+    free(h);
+    free(got);
+    return wrong;
+}
+
 static int child(int rank, int n, const char *hex, int fd)
 {
     ncclUniqueId id;
@@ -172,10 +318,15 @@ static int child(int rank, int n, const char *hex, int fd)
                                             sizeof(res.why));
     send_result(fd, &res);
 
+    memset(&res, 0, sizeof(res));
+    res.index = (uint32_t)nc + 1;
+    res.wrong = (uint32_t)p2p_cases(rank, n, comm, st, res.why, sizeof(res.why));
+    send_result(fd, &res);
+
     /* On arcomm: a peer's abort shows in ncclCommGetAsyncError, asked from any thread. */
     if (tc_is_arcomm() && n > 1) {
         memset(&res, 0, sizeof(res));
-        res.index = (uint32_t)nc + 1;
+        res.index = (uint32_t)nc + 2;
         if (rank == 1) {
             usleep(300 * 1000); /* every rank has checked its last case */
             e = ncclCommAbort(comm);
@@ -258,8 +409,8 @@ int main(int argc, char **argv)
     static struct tcase cases[MAXC];
     size_t nc = tc_cases(cases, MAXC, n);
     nc += tc_graph_cases(cases + nc, MAXC - nc, n);
-    static struct rank_result got[8][MAXC + 2];
-    static bool have[8][MAXC + 2];
+    static struct rank_result got[8][MAXC + 3];
+    static bool have[8][MAXC + 3];
     int failures = 0;
     for (int r = 0; r < n; r++) {
         struct rank_result res;
@@ -269,7 +420,7 @@ int main(int argc, char **argv)
                 failures++;
                 continue;
             }
-            if (res.index <= nc + 1) {
+            if (res.index <= nc + 2) {
                 got[r][res.index] = res;
                 have[r][res.index] = true;
             }
@@ -285,13 +436,17 @@ int main(int argc, char **argv)
             failures++;
         }
     }
-    for (size_t k = 0; k <= nc + 1; k++) {
-        bool split_case = k == nc, async_case = k == nc + 1;
+    for (size_t k = 0; k <= nc + 2; k++) {
+        bool split_case = k == nc, p2p_case = k == nc + 1, async_case = k == nc + 2;
         if (async_case && !(tc_is_arcomm() && n > 1))
             break;
         char name[160];
-        const struct tcase *c = async_case ? NULL : split_case ? &cases[0] : &cases[k];
-        if (async_case)
+        const struct tcase *c = async_case || p2p_case ? NULL : split_case ? &cases[0] : &cases[k];
+        if (p2p_case)
+            snprintf(name, sizeof(name),
+                     "ncclSend/ncclRecv: a ring, an alltoall with oneself, outside a group, a "
+                     "count mismatch fails");
+        else if (async_case)
             snprintf(name, sizeof(name), "rank 1 aborts: rank 0's ncclCommGetAsyncError says so");
         else if (split_case)
             snprintf(name, sizeof(name),

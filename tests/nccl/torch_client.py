@@ -7,7 +7,7 @@ not override; or the wheel's real NCCL): a process per rank, rank r on GPU r % G
 a float64 reference, outputs that must agree compared bit for bit across ranks:
 all_reduce (dtypes, ops), broadcast, all_gather_into_tensor, reduce_scatter_tensor,
 reduce, barrier.  Tried and reported, not required: all_gather (list), all_to_all_single,
-send/recv, PREMUL_SUM.  Then the median time of an all_reduce at a few sizes.
+send/recv, batch_isend_irecv, PREMUL_SUM.  Then the median time of an all_reduce at a few sizes.
 
     python3 torch_client.py [--ranks N] [--iters N]
 
@@ -176,11 +176,27 @@ def child(rank, n, store_path, iters, q):
         def sendrecv():
             if n < 2:
                 raise RuntimeError("needs 2 ranks")
-            x = torch.ones(10, device=dev)
+            x = torch.arange(1000, dtype=torch.float32, device=dev) + 7
             if rank == 0:
                 dist.send(x, dst=1)
             elif rank == 1:
-                dist.recv(x, src=0)
+                y = torch.zeros_like(x)
+                dist.recv(y, src=0)
+                torch.cuda.synchronize()
+                if not torch.equal(y.cpu(), x.cpu()):
+                    raise RuntimeError("wrong data")
+
+        def batch_ring():
+            x = torch.arange(513, dtype=torch.float32, device=dev) + 1000 * rank
+            y = torch.full_like(x, -1)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, (rank + 1) % n),
+                                           dist.P2POp(dist.irecv, y, (rank - 1) % n)])
+            for q in reqs:
+                q.wait()
+            torch.cuda.synchronize()
+            want = torch.arange(513, dtype=torch.float32) + 1000 * ((rank - 1) % n)
+            if not torch.equal(y.cpu(), want):
+                raise RuntimeError("wrong data")
 
         def premul():
             x = torch.ones(64, device=dev) * (rank + 1)
@@ -193,8 +209,8 @@ def child(rank, n, store_path, iters, q):
         extra("all_gather (list)", ag_list)
         extra("all_to_all_single", a2a)
         extra("PREMUL_SUM (_make_nccl_premul_sum)", premul)
-        # Last: on arcomm it fails (no point-to-point), which may break the communicator.
         extra("send/recv", sendrecv)
+        extra("batch_isend_irecv (a ring)", batch_ring)
 
         ok_after = True
         try:

@@ -65,6 +65,10 @@ def child(rank, n, uid, iters, q):
         comm = nccl.NcclCommunicator(n, uid, rank)
         stream = cp.cuda.Stream(non_blocking=True)
         s = stream.ptr
+        # CuPy's own work (the inputs, the poisoned outputs) on the collectives' stream:
+        # on its default stream it would not be ordered before them (a non-blocking
+        # stream does not wait for the legacy one), and a poison could land after a call.
+        stream.use()
         types = {
             "f32": (np.float32, nccl.NCCL_FLOAT32, 1e-5),
             "f64": (np.float64, nccl.NCCL_FLOAT64, 1e-12),

@@ -328,6 +328,9 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId commId, 
     cfg.device = COMM_DEVICE_CUDA;
     cfg.knob_defaults = NCCL_FACE_KNOB_DEFAULTS;
     cfg.device_index = device;
+    r = nccl_group_enter(blocking, fn);
+    if (r != ncclSuccess)
+        return r;
     struct ncclComm *comm = nccl_comm_new(nranks, rank, device, blocking);
     if (comm == NULL)
         return nccl_fail(ncclSystemError, "%s: out of memory", fn);
@@ -428,6 +431,8 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
     bool blocking = comm->blocking;
     if (config != NULL && (r = read_config(config, &blocking, "ncclCommSplit")) != ncclSuccess)
         return r;
+    if ((r = nccl_group_enter(blocking, "ncclCommSplit")) != ncclSuccess)
+        return r;
     if (color < 0)
         color = COMM_SPLIT_NONE;
     /* The parent's device; the new rank and size are known once it is made. */
@@ -453,9 +458,10 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
         return ncclSuccess;
     }
     /* In a group, or nonblocking: comm_split blocks until every rank split, so it runs in
-     * a thread (one thread may drive several communicators), joined at the group's end,
-     * or (nonblocking) once ncclCommGetAsyncError finds it done or the child is used; the
-     * parent joins it at its next call. */
+     * a thread (one thread may drive several communicators), joined at the end of a
+     * blocking group, or (nonblocking, in a group or not) once ncclCommGetAsyncError finds
+     * it done or the child is used; the parent joins it at its next call, and frees a
+     * child without a color then. */
     struct nccl_job *job = job_start(NULL, comm->c, color, key, 2);
     if (job == NULL) {
         nccl_comm_free(child);
@@ -465,12 +471,12 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
     atomic_store(&child->job, job);
     child->nocolor = color == COMM_SPLIT_NONE;
     *newcomm = child->nocolor ? NULL : child;
+    if (child->nocolor && !blocking)
+        comm->orphan = child;
     if (nccl_in_group()) {
         nccl_group_add_job(child);
         return ncclSuccess;
     }
-    if (child->nocolor)
-        comm->orphan = child;
     return ncclInProgress;
 }
 NCCL_ALIAS(ncclCommSplit);

@@ -107,8 +107,12 @@ void nccl_comm_free(struct ncclComm *comm);
 void nccl_comm_join(struct ncclComm *comm);
 
 /* Groups (group.c): inside ncclGroupStart/End, inits and splits run in threads joined
- * at the outermost ncclGroupEnd, and the first failure of the group is its result. */
+ * at the outermost ncclGroupEnd (blocking communicators) or left running (nonblocking:
+ * ncclGroupEnd returns ncclInProgress), and the first failure of the group is its result. */
 bool nccl_in_group(void);
+/* A call on a communicator of this kind (blocking or not) inside a group: fails, recorded
+ * as the group's, when the group already holds the other kind; ncclSuccess outside one. */
+ncclResult_t nccl_group_enter(bool blocking, const char *fn);
 void nccl_group_add_job(struct ncclComm *comm);
 ncclResult_t nccl_group_result(ncclResult_t r);
 

@@ -4,8 +4,13 @@
  * runs in kernels), so a collective inside a group is made at once, on whichever
  * communicator, and one thread may drive several.  What would block is an init or a
  * split, which wait for every rank: inside a group they run in threads of their own
- * (comms.c), joined here at the outermost ncclGroupEnd.  The group's result is its
- * first failure, whether a call already returned it or a joined init produced it.
+ * (comms.c).  A group of blocking communicators joins them at the outermost
+ * ncclGroupEnd; a group of nonblocking ones (config.blocking = 0) leaves them running
+ * and ncclGroupEnd returns ncclInProgress, as NCCL's does: each communicator's
+ * ncclCommGetAsyncError says when it is done.  One group holds one kind: a call on a
+ * communicator of the other kind fails with ncclInvalidArgument (NCCL's rule).  The
+ * group's result is its first failure, whether a call already returned it or a joined
+ * init produced it.
  */
 #include "face.h"
 
@@ -15,6 +20,8 @@ static _Thread_local int depth;
 static _Thread_local ncclResult_t first_failure;
 static _Thread_local struct ncclComm **pending;
 static _Thread_local int npending, cap;
+/* The group's kind: -1 until a call on a communicator sets it, else its blocking. */
+static _Thread_local int group_blocking = -1;
 
 bool nccl_in_group(void)
 {
@@ -26,6 +33,21 @@ ncclResult_t nccl_group_result(ncclResult_t r)
     if (depth > 0 && r != ncclSuccess && r != ncclInProgress && first_failure == ncclSuccess)
         first_failure = r;
     return r;
+}
+
+ncclResult_t nccl_group_enter(bool blocking, const char *fn)
+{
+    if (depth == 0)
+        return ncclSuccess;
+    if (group_blocking == -1)
+        group_blocking = blocking;
+    if (group_blocking == (int)blocking)
+        return ncclSuccess;
+    return nccl_group_result(nccl_fail(
+        ncclInvalidArgument,
+        "%s: a %s communicator in a group of %s ones: a group holds one kind (as in NCCL); end "
+        "the group first, or give every communicator of the group the same config.blocking",
+        fn, blocking ? "blocking" : "nonblocking", blocking ? "nonblocking" : "blocking"));
 }
 
 void nccl_group_add_job(struct ncclComm *comm)
@@ -57,8 +79,16 @@ NCCL_API ncclResult_t ncclGroupEnd(void)
         return nccl_fail(ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart to end");
     if (--depth > 0)
         return ncclSuccess;
+    group_blocking = -1;
+    bool in_progress = false;
     for (int i = 0; i < npending; i++) {
         struct ncclComm *comm = pending[i];
+        if (!comm->blocking) {
+            /* Left running: ncclCommGetAsyncError joins it once done, or its first use
+             * (a split's child without a color is its parent's, comms.c). */
+            in_progress = true;
+            continue;
+        }
         nccl_comm_join(comm);
         int r = atomic_load(&comm->init_result);
         if (r != ncclSuccess) {
@@ -79,6 +109,6 @@ NCCL_API ncclResult_t ncclGroupEnd(void)
         first_failure = pr;
     ncclResult_t r = first_failure;
     first_failure = ncclSuccess;
-    return r;
+    return r == ncclSuccess && in_progress ? ncclInProgress : r;
 }
 NCCL_ALIAS(ncclGroupEnd);

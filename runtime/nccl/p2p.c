@@ -359,6 +359,8 @@ static ncclResult_t keep(struct ncclComm *comm, bool send, const void *buf, size
                          ncclDataType_t datatype, int peer, cudaStream_t stream, const char *fn)
 {
     ncclResult_t r = nccl_comm_ready(comm, fn);
+    if (r == ncclSuccess && (r = nccl_group_enter(comm->blocking, fn)) != ncclSuccess)
+        return r;
     comm_dtype_t dt = COMM_U8;
     if (r == ncclSuccess)
         r = nccl_map_dtype(datatype, false, &dt, fn);

@@ -6,7 +6,8 @@
  * ncclCommInitRank; every case of nccl_cases.h is checked in every rank against its
  * float64 reference, and the parent compares the ranks' output hashes bit for bit; the
  * graph cases are captured once and replayed with fresh inputs, eager calls between.  A
- * nonblocking ncclCommSplit must return before the other ranks split, and then work;
+ * nonblocking ncclCommSplit must return before the other ranks split, and then work, as
+ * must a nonblocking init in a group (ncclGroupEnd returns before the others came);
  * ncclSend/ncclRecv (a ring, an alltoall, outside a group, a count mismatch).  Then
  * on arcomm: rank 1 aborts and rank 0's ncclCommGetAsyncError must report it
  * (ncclRemoteError).  Ranks: NCCL_TEST_RANKS (default 2).  Exit 77 without a GPU.
@@ -60,6 +61,46 @@ static double ms_since(const struct timespec *t0)
 }
 
 /*
+ * Polls ncclCommGetAsyncError of a nonblocking communicator (made at t0) until it is
+ * done, checks that this rank is rank want in it, runs case c on it and destroys it.
+ * Returns the wrong elements.
+ */
+static size_t use_when_done(const struct tcase *c, int rank, int n, int want, ncclComm_t sub,
+                            cudaStream_t st, const struct timespec *t0, const char *what,
+                            uint64_t *hash, char *why, size_t len)
+{
+    ncclResult_t e, async = ncclInProgress;
+    while (ncclCommGetAsyncError(sub, &async) == ncclSuccess && async == ncclInProgress &&
+           ms_since(t0) < 20000)
+        usleep(1000);
+    int ur = -1;
+    if (async != ncclSuccess || ncclCommUserRank(sub, &ur) != ncclSuccess || ur != want) {
+        snprintf(why, len, "rank %d: the %s's ncclCommGetAsyncError %s, its rank %d: %s", rank,
+                 what, ncclGetErrorString(async), ur, ncclGetLastError(NULL));
+        ncclCommDestroy(sub);
+        return 1;
+    }
+    struct tc_rank b;
+    size_t wrong = 0;
+    int se = tc_setup(c, ur, n, sub, &b);
+    e = se ? (ncclResult_t)se : tc_call(c, sub, &b, st);
+    if (e != ncclSuccess) {
+        snprintf(why, len, "rank %d: a call on the %s: %s: %s", rank, what, ncclGetErrorString(e),
+                 ncclGetLastError(sub));
+        wrong = 1;
+    } else {
+        TC_CUDA(cudaStreamSynchronize(st));
+        wrong = tc_done(c, ur, n, sub, &b, hash, why, len);
+    }
+    if (ncclCommDestroy(sub) != ncclSuccess && wrong == 0) {
+        snprintf(why, len, "rank %d: ncclCommDestroy of the %s: %s", rank, what,
+                 ncclGetLastError(NULL));
+        wrong = 1;
+    }
+    return wrong;
+}
+
+/*
  * A nonblocking ncclCommSplit (ranks in reverse order) returns before every rank made it
  * (rank 0 calls it first, the others 300 ms later) and works once ncclCommGetAsyncError
  * says it is done: case c on the new communicator.  Returns the wrong elements.
@@ -89,31 +130,96 @@ static size_t nonblocking_split(const struct tcase *c, int rank, int n, ncclComm
         ncclCommDestroy(sub);
         return 1;
     }
-    ncclResult_t async = ncclInProgress;
-    while (ncclCommGetAsyncError(sub, &async) == ncclSuccess && async == ncclInProgress &&
-           ms_since(&t0) < 20000)
-        usleep(1000);
-    int ur = -1;
-    if (async != ncclSuccess || ncclCommUserRank(sub, &ur) != ncclSuccess || ur != n - 1 - rank) {
-        snprintf(why, len, "rank %d: the split's ncclCommGetAsyncError %s, its rank %d: %s", rank,
-                 ncclGetErrorString(async), ur, ncclGetLastError(NULL));
-        ncclCommDestroy(sub);
+    return use_when_done(c, rank, n, n - 1 - rank, sub, st, &t0, "split", hash, why, len);
+}
+
+/*
+ * A nonblocking init inside a group (NCCL's nonblocking group): ncclGroupEnd returns
+ * (ncclInProgress) before the other ranks came (rank 0 first, the others 300 ms later),
+ * and the communicator works once ncclCommGetAsyncError says it is done: case c on it.
+ * The id comes from rank 0, broadcast on comm.  On arcomm also: a group that mixes a
+ * blocking and a nonblocking communicator fails with ncclInvalidArgument, at the call
+ * that mixes them and at ncclGroupEnd (NCCL's rule).  Returns the wrong elements.
+ */
+static size_t nonblocking_group(const struct tcase *c, int rank, int n, ncclComm_t comm,
+                                cudaStream_t st, uint64_t *hash, char *why, size_t len)
+{
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+        snprintf(why, len, "rank 0: ncclGetUniqueId: %s", ncclGetLastError(NULL));
         return 1;
     }
-    struct tc_rank b;
-    size_t wrong = 0;
-    int se = tc_setup(c, ur, n, sub, &b);
-    e = se ? (ncclResult_t)se : tc_call(c, sub, &b, st);
-    if (e != ncclSuccess) {
-        snprintf(why, len, "rank %d: a call on the split: %s: %s", rank, ncclGetErrorString(e),
-                 ncclGetLastError(sub));
-        wrong = 1;
-    } else {
+    void *d = NULL;
+    TC_CUDA(cudaMalloc(&d, sizeof(id)));
+    TC_CUDA(cudaMemcpy(d, &id, sizeof(id), cudaMemcpyHostToDevice));
+    ncclResult_t e = ncclBroadcast(d, d, sizeof(id), ncclUint8, 0, comm, st);
+    if (e == ncclSuccess) {
         TC_CUDA(cudaStreamSynchronize(st));
-        wrong = tc_done(c, ur, n, sub, &b, hash, why, len);
+        TC_CUDA(cudaMemcpy(&id, d, sizeof(id), cudaMemcpyDeviceToHost));
     }
-    if (ncclCommDestroy(sub) != ncclSuccess && wrong == 0) {
-        snprintf(why, len, "rank %d: ncclCommDestroy of the split: %s", rank,
+    TC_CUDA(cudaFree(d));
+    if (e != ncclSuccess) {
+        snprintf(why, len, "rank %d: ncclBroadcast of the id: %s", rank, ncclGetLastError(comm));
+        return 1;
+    }
+    if (rank != 0)
+        usleep(300 * 1000);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t a = NULL;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    e = ncclGroupStart();
+    ncclResult_t ei = ncclCommInitRankConfig(&a, n, id, rank, &cfg);
+    ncclResult_t ee = ncclGroupEnd();
+    double call_ms = ms_since(&t0);
+    if (e != ncclSuccess || (ei != ncclSuccess && ei != ncclInProgress) ||
+        (ee != ncclSuccess && ee != ncclInProgress) || a == NULL) {
+        snprintf(why, len,
+                 "rank %d: ncclGroupStart %s, nonblocking ncclCommInitRankConfig %s, "
+                 "ncclGroupEnd %s: %s",
+                 rank, ncclGetErrorString(e), ncclGetErrorString(ei), ncclGetErrorString(ee),
+                 ncclGetLastError(NULL));
+        return 1;
+    }
+    if (rank == 0 && n > 1 && call_ms > 150) {
+        snprintf(why, len,
+                 "rank 0: ncclGroupEnd of a nonblocking init returned after %.0f ms: it waited "
+                 "for the ranks that came 300 ms later",
+                 call_ms);
+        ncclCommAbort(a);
+        return 1;
+    }
+    size_t wrong = use_when_done(c, rank, n, rank, a, st, &t0, "group's init", hash, why, len);
+    if (wrong || !tc_is_arcomm())
+        return wrong;
+
+    /* One kind per group: a blocking and then a nonblocking communicator of 1 rank. */
+    ncclUniqueId ib, in;
+    ncclComm_t x = NULL, y = NULL;
+    if (ncclGetUniqueId(&ib) != ncclSuccess || ncclGetUniqueId(&in) != ncclSuccess) {
+        snprintf(why, len, "rank %d: ncclGetUniqueId: %s", rank, ncclGetLastError(NULL));
+        return 1;
+    }
+    ncclConfig_t bc = NCCL_CONFIG_INITIALIZER;
+    bc.blocking = 1;
+    (void)ncclGroupStart();
+    ncclResult_t eb = ncclCommInitRankConfig(&x, 1, ib, 0, &bc);
+    ncclResult_t en = ncclCommInitRankConfig(&y, 1, in, 0, &cfg);
+    const char *said = ncclGetLastError(NULL);
+    bool said_ok = strstr(said, "nonblocking communicator in a group of blocking") != NULL;
+    ee = ncclGroupEnd();
+    if (eb != ncclSuccess || en != ncclInvalidArgument || ee != ncclInvalidArgument || !said_ok) {
+        snprintf(why, len,
+                 "rank %d: a group of a blocking and a nonblocking init: the blocking %s, the "
+                 "nonblocking %s (want ncclInvalidArgument, saying so: '%.80s'), ncclGroupEnd %s",
+                 rank, ncclGetErrorString(eb), ncclGetErrorString(en), said,
+                 ncclGetErrorString(ee));
+        wrong = 1;
+    }
+    if (x != NULL && ncclCommDestroy(x) != ncclSuccess && wrong == 0) {
+        snprintf(why, len, "rank %d: ncclCommDestroy of the blocking one: %s", rank,
                  ncclGetLastError(NULL));
         wrong = 1;
     }
@@ -323,10 +429,16 @@ static int child(int rank, int n, const char *hex, int fd)
     res.wrong = (uint32_t)p2p_cases(rank, n, comm, st, res.why, sizeof(res.why));
     send_result(fd, &res);
 
+    memset(&res, 0, sizeof(res));
+    res.index = (uint32_t)nc + 2;
+    res.wrong = (uint32_t)nonblocking_group(&cases[0], rank, n, comm, st, &res.hash, res.why,
+                                            sizeof(res.why));
+    send_result(fd, &res);
+
     /* On arcomm: a peer's abort shows in ncclCommGetAsyncError, asked from any thread. */
     if (tc_is_arcomm() && n > 1) {
         memset(&res, 0, sizeof(res));
-        res.index = (uint32_t)nc + 2;
+        res.index = (uint32_t)nc + 3;
         if (rank == 1) {
             usleep(300 * 1000); /* every rank has checked its last case */
             e = ncclCommAbort(comm);
@@ -409,8 +521,8 @@ int main(int argc, char **argv)
     static struct tcase cases[MAXC];
     size_t nc = tc_cases(cases, MAXC, n);
     nc += tc_graph_cases(cases + nc, MAXC - nc, n);
-    static struct rank_result got[8][MAXC + 3];
-    static bool have[8][MAXC + 3];
+    static struct rank_result got[8][MAXC + 4];
+    static bool have[8][MAXC + 4];
     int failures = 0;
     for (int r = 0; r < n; r++) {
         struct rank_result res;
@@ -420,7 +532,7 @@ int main(int argc, char **argv)
                 failures++;
                 continue;
             }
-            if (res.index <= nc + 2) {
+            if (res.index <= nc + 3) {
                 got[r][res.index] = res;
                 have[r][res.index] = true;
             }
@@ -436,13 +548,21 @@ int main(int argc, char **argv)
             failures++;
         }
     }
-    for (size_t k = 0; k <= nc + 2; k++) {
-        bool split_case = k == nc, p2p_case = k == nc + 1, async_case = k == nc + 2;
+    for (size_t k = 0; k <= nc + 3; k++) {
+        bool split_case = k == nc, p2p_case = k == nc + 1, group_case = k == nc + 2,
+             async_case = k == nc + 3;
         if (async_case && !(tc_is_arcomm() && n > 1))
             break;
         char name[160];
-        const struct tcase *c = async_case || p2p_case ? NULL : split_case ? &cases[0] : &cases[k];
-        if (p2p_case)
+        const struct tcase *c = async_case || p2p_case     ? NULL
+                                : split_case || group_case ? &cases[0]
+                                                           : &cases[k];
+        if (group_case)
+            snprintf(name, sizeof(name),
+                     "nonblocking init in a group: ncclGroupEnd returns before the others "
+                     "came, then it works%s",
+                     tc_is_arcomm() ? "; mixing kinds in a group fails" : "");
+        else if (p2p_case)
             snprintf(name, sizeof(name),
                      "ncclSend/ncclRecv: a ring, an alltoall with oneself, outside a group, a "
                      "count mismatch fails");

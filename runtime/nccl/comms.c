@@ -308,6 +308,8 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId commId, 
                          nranks);
     bool blocking = true;
     ncclResult_t r = read_config(config, &blocking, fn);
+    if (r == ncclSuccess)
+        r = nccl_group_enter(blocking, fn);
     if (r != ncclSuccess)
         return r;
     comm_config_t cfg;
@@ -328,9 +330,6 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId commId, 
     cfg.device = COMM_DEVICE_CUDA;
     cfg.knob_defaults = NCCL_FACE_KNOB_DEFAULTS;
     cfg.device_index = device;
-    r = nccl_group_enter(blocking, fn);
-    if (r != ncclSuccess)
-        return r;
     struct ncclComm *comm = nccl_comm_new(nranks, rank, device, blocking);
     if (comm == NULL)
         return nccl_fail(ncclSystemError, "%s: out of memory", fn);
@@ -365,13 +364,14 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId commId, 
 NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                                              int rank, ncclConfig_t *config)
 {
-    return init_rank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
+    return nccl_group_result(
+        init_rank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig"));
 }
 NCCL_ALIAS(ncclCommInitRankConfig);
 
 NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
-    return init_rank(comm, nranks, commId, rank, NULL, "ncclCommInitRank");
+    return nccl_group_result(init_rank(comm, nranks, commId, rank, NULL, "ncclCommInitRank"));
 }
 NCCL_ALIAS(ncclCommInitRank);
 
@@ -420,8 +420,8 @@ out:
 }
 NCCL_ALIAS(ncclCommInitAll);
 
-NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                                    ncclConfig_t *config)
+static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                          ncclConfig_t *config)
 {
     ncclResult_t r = nccl_comm_ready(comm, "ncclCommSplit");
     if (r != ncclSuccess)
@@ -478,6 +478,13 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
         return ncclSuccess;
     }
     return ncclInProgress;
+}
+
+/* Inside a group, a failure is the group's too (ncclGroupEnd returns the first). */
+NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                    ncclConfig_t *config)
+{
+    return nccl_group_result(split(comm, color, key, newcomm, config));
 }
 NCCL_ALIAS(ncclCommSplit);
 
@@ -674,6 +681,7 @@ NCCL_API ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, 
     if (nId < 1 || commIds == NULL)
         return nccl_fail(ncclInvalidArgument, "ncclCommInitRankScalable: nId %d, commIds %p", nId,
                          (void *)commIds);
-    return init_rank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
+    return nccl_group_result(
+        init_rank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable"));
 }
 NCCL_ALIAS(ncclCommInitRankScalable);

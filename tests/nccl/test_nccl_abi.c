@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -184,6 +185,50 @@ static void test_groups(void **state)
     assert_int_equal(ncclGroupEnd(), ncclSuccess);
 }
 
+/* One kind of communicator per group, as in NCCL: an init of the other kind fails
+ * (before any GPU work: the kind is the group's from its first call on), and so does the
+ * group; the next group starts afresh.  1-rank inits, so that with a GPU nothing waits. */
+static void test_group_kinds(void **state)
+{
+    (void)state;
+    ncclUniqueId a, b;
+    assert_int_equal(ncclGetUniqueId(&a), ncclSuccess);
+    assert_int_equal(ncclGetUniqueId(&b), ncclSuccess);
+    ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER, nonblocking = NCCL_CONFIG_INITIALIZER;
+    blocking.blocking = 1;
+    nonblocking.blocking = 0;
+    ncclComm_t x = NULL, y = NULL;
+    assert_int_equal(ncclGroupStart(), ncclSuccess);
+    ncclResult_t first = ncclCommInitRankConfig(&x, 1, a, 0, &blocking);
+    assert_int_equal(first, have_gpu() ? ncclSuccess : ncclUnhandledCudaError);
+    assert_int_equal(ncclCommInitRankConfig(&y, 1, b, 0, &nonblocking), ncclInvalidArgument);
+    assert_true(strstr(ncclGetLastError(NULL), "nonblocking communicator in a group of blocking") !=
+                NULL);
+    assert_null(y);
+    assert_int_equal(ncclGroupEnd(), have_gpu() ? ncclInvalidArgument : first);
+    if (x != NULL)
+        assert_int_equal(ncclCommDestroy(x), ncclSuccess);
+    /* The other way round, in a new group: the kind was forgotten. */
+    x = NULL;
+    assert_int_equal(ncclGroupStart(), ncclSuccess);
+    first = ncclCommInitRankConfig(&y, 1, b, 0, &nonblocking);
+    assert_int_equal(first, have_gpu() ? ncclSuccess : ncclUnhandledCudaError);
+    assert_int_equal(ncclCommInitRankConfig(&x, 1, a, 0, &blocking), ncclInvalidArgument);
+    assert_true(strstr(ncclGetLastError(NULL), "blocking communicator in a group of nonblocking") !=
+                NULL);
+    ncclResult_t end = ncclGroupEnd();
+    assert_int_equal(end, have_gpu() ? ncclInvalidArgument : first);
+    if (y != NULL) {
+        ncclResult_t async = ncclInProgress;
+        for (int i = 0; i < 20000 && async == ncclInProgress; i++) {
+            assert_int_equal(ncclCommGetAsyncError(y, &async), ncclSuccess);
+            usleep(1000);
+        }
+        assert_int_equal(async, ncclSuccess);
+        assert_int_equal(ncclCommDestroy(y), ncclSuccess);
+    }
+}
+
 /* NCCL 2.28's, beyond 2.19's nccl.h: defined by the library only to refuse. */
 ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                         int root, ncclComm_t comm, cudaStream_t stream);
@@ -262,8 +307,8 @@ int main(void)
         cmocka_unit_test(test_layout),        cmocka_unit_test(test_initializer),
         cmocka_unit_test(test_same_as_real),  cmocka_unit_test(test_version),
         cmocka_unit_test(test_error_strings), cmocka_unit_test(test_unique_id),
-        cmocka_unit_test(test_groups),        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_arguments),
+        cmocka_unit_test(test_groups),        cmocka_unit_test(test_group_kinds),
+        cmocka_unit_test(test_refusals),      cmocka_unit_test(test_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,8 @@ static _Thread_local struct ncclComm **pending;
 static _Thread_local int npending, cap;
 /* The group's kind: -1 until a call on a communicator sets it, else its blocking. */
 static _Thread_local int group_blocking = -1;
+/* A nonblocking init or split of the group runs on: ncclGroupEnd says ncclInProgress. */
+static _Thread_local bool in_progress;
 
 bool nccl_in_group(void)
 {
@@ -52,6 +54,12 @@ ncclResult_t nccl_group_enter(bool blocking, const char *fn)
 
 void nccl_group_add_job(struct ncclComm *comm)
 {
+    if (!comm->blocking) {
+        /* Not kept: ncclCommGetAsyncError or its first use joins it (a split's child
+         * without a color is its parent's, comms.c). */
+        in_progress = true;
+        return;
+    }
     if (npending == cap) {
         int ncap = cap ? 2 * cap : 8;
         struct ncclComm **n = realloc(pending, (size_t)ncap * sizeof(*n));
@@ -80,15 +88,8 @@ NCCL_API ncclResult_t ncclGroupEnd(void)
     if (--depth > 0)
         return ncclSuccess;
     group_blocking = -1;
-    bool in_progress = false;
     for (int i = 0; i < npending; i++) {
         struct ncclComm *comm = pending[i];
-        if (!comm->blocking) {
-            /* Left running: ncclCommGetAsyncError joins it once done, or its first use
-             * (a split's child without a color is its parent's, comms.c). */
-            in_progress = true;
-            continue;
-        }
         nccl_comm_join(comm);
         int r = atomic_load(&comm->init_result);
         if (r != ncclSuccess) {
@@ -109,6 +110,8 @@ NCCL_API ncclResult_t ncclGroupEnd(void)
         first_failure = pr;
     ncclResult_t r = first_failure;
     first_failure = ncclSuccess;
-    return r == ncclSuccess && in_progress ? ncclInProgress : r;
+    bool running = in_progress;
+    in_progress = false;
+    return r == ncclSuccess && running ? ncclInProgress : r;
 }
 NCCL_ALIAS(ncclGroupEnd);

@@ -15,7 +15,7 @@
  * pair's calls go to a stream of its own, forked from and joined back to the callers'
  * streams, so that the pairs of a group progress together (a ring of sends and
  * receives would deadlock on one stream).  A send to oneself within a group is a copy
- * to the matching receive.
+ * to the matching receive.  ncclGather and ncclScatter are groups of these.
  */
 #include "face.h"
 #include "rt_hooks.h"
@@ -411,6 +411,78 @@ NCCL_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t data
     return keep(comm, false, recvbuff, count, datatype, peer, stream, "ncclRecv");
 }
 NCCL_ALIAS(ncclRecv);
+
+/* ncclGather and ncclScatter (NCCL 2.28's, beyond 2.19's nccl.h): declared here. */
+NCCL_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream);
+NCCL_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t stream);
+
+/*
+ * A gather is a group of sends to the root and the root's receives from every rank
+ * (rank p's count elements at p * count of its recvbuff); a scatter the other way.  The
+ * root's own block is a copy within the group, or nothing in place (gather: sendbuff at
+ * root * count of recvbuff; scatter: recvbuff at root * count of sendbuff).  Inside a
+ * program's group the sends and receives join it; otherwise the group is this call's.
+ */
+static ncclResult_t rooted(struct ncclComm *comm, bool gather, const void *sendbuff, void *recvbuff,
+                           size_t count, ncclDataType_t datatype, int root, cudaStream_t stream,
+                           const char *fn)
+{
+    ncclResult_t r = nccl_comm_ready(comm, fn);
+    comm_dtype_t dt = COMM_U8;
+    if (r == ncclSuccess)
+        r = nccl_map_dtype(datatype, false, &dt, fn);
+    if (r != ncclSuccess)
+        return nccl_group_result(r);
+    size_t bytes = count * comm_dtype_size(dt), all = 0;
+    bool is_root = comm->rank == root;
+    /* The buffer of n blocks (the root's) and the buffer of one (every rank's). */
+    const char *many = gather ? recvbuff : sendbuff, *one = gather ? sendbuff : recvbuff;
+    if (root < 0 || root >= comm->nranks)
+        r = nccl_fail(ncclInvalidArgument, "%s: rank %d: root %d is out of range 0..%d", fn,
+                      comm->rank, root, comm->nranks - 1);
+    else if (__builtin_mul_overflow(bytes, (size_t)comm->nranks, &all) ||
+             bytes / comm_dtype_size(dt) != count)
+        r = nccl_fail(ncclInvalidArgument, "%s: rank %d: %zu elements per rank overflow", fn,
+                      comm->rank, count);
+    else if (count > 0 && (one == NULL || (is_root && many == NULL)))
+        r = nccl_fail(ncclInvalidArgument, "%s: rank %d: %s is NULL for %zu elements", fn,
+                      comm->rank,
+                      one == NULL ? (gather ? "sendbuff" : "recvbuff")
+                                  : (gather ? "the root's recvbuff" : "the root's sendbuff"),
+                      count);
+    if (r != ncclSuccess || count == 0)
+        return nccl_group_result(r);
+    bool in_place = is_root && one == many + (size_t)root * bytes;
+    ncclResult_t e = ncclGroupStart();
+    if (e == ncclSuccess && !in_place)
+        e = keep(comm, gather, (void *)one, count, datatype, root, stream, fn);
+    for (int p = 0; p < comm->nranks && e == ncclSuccess && is_root; p++)
+        if (p != root || !in_place)
+            e = keep(comm, !gather, (void *)(many + (size_t)p * bytes), count, datatype, p, stream,
+                     fn);
+    ncclResult_t end = ncclGroupEnd();
+    return e != ncclSuccess ? e : end;
+}
+
+NCCL_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream)
+{
+    return rooted(comm, true, sendbuff, recvbuff, count, datatype, root, stream, "ncclGather");
+}
+NCCL_ALIAS(ncclGather);
+
+NCCL_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t stream)
+{
+    return rooted(comm, false, sendbuff, recvbuff, count, datatype, root, stream, "ncclScatter");
+}
+NCCL_ALIAS(ncclScatter);
 
 void nccl_p2p_abort(struct ncclComm *comm)
 {

@@ -34,14 +34,6 @@ static const char no_elastic[] =
     "arcomm communicators cannot be revoked, shrunk, grown or suspended; destroy it and "
     "make a new one";
 
-REFUSE(ncclGather,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
-        ncclComm_t comm, cudaStream_t stream),
-       ncclInvalidUsage, "arcomm has no gather (ncclAllGather is served)");
-REFUSE(ncclScatter,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
-        ncclComm_t comm, cudaStream_t stream),
-       ncclInvalidUsage, "arcomm has no scatter (ncclBroadcast is served)");
 REFUSE(ncclPutSignal,
        (const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
         ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,

@@ -12,14 +12,15 @@
 #define NCCL_SURFACE_SERVED                                                                        \
     "ncclAllReduce ncclBroadcast ncclBcast ncclReduce ncclAllGather ncclReduceScatter "            \
     "ncclAlltoAll, every dtype (no fp8) and op incl. ncclAvg and ncclRedOpCreatePreMulSum; "       \
-    "ncclSend ncclRecv (a 2-rank communicator per pair, made on first use); "                      \
+    "ncclSend ncclRecv (a 2-rank communicator per pair, made on first use), ncclGather "           \
+    "ncclScatter (groups of them); "                                                               \
     "ncclGroupStart/End; ncclGetUniqueId ncclCommInitRank[Config|Scalable] ncclCommInitAll "       \
     "ncclCommSplit ncclCommFinalize ncclCommDestroy ncclCommAbort ncclCommGetAsyncError "          \
     "ncclCommCount ncclCommCuDevice ncclCommUserRank ncclCommRegister/Deregister "                 \
     "ncclMemAlloc/Free ncclGetVersion ncclGetErrorString ncclGetLastError; NCCL_COMM_ID, "         \
     "NCCL_DEBUG, NCCL_DEBUG_FILE"
 #define NCCL_SURFACE_REFUSED                                                                       \
-    "ncclGather ncclScatter, one-sided signals, windows, the device API, "                         \
+    "one-sided signals, windows, the device API, "                                                 \
     "revoke/shrink/grow/suspend, ncclGroupSimulateEnd (ncclInvalidUsage, said on stderr)"
 
 #endif /* ARCOMM_NCCL_SURFACE_H */

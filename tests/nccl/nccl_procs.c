@@ -8,7 +8,8 @@
  * graph cases are captured once and replayed with fresh inputs, eager calls between.  A
  * nonblocking ncclCommSplit must return before the other ranks split, and then work, as
  * must a nonblocking init in a group (ncclGroupEnd returns before the others came);
- * ncclSend/ncclRecv (a ring, an alltoall, outside a group, a count mismatch).  Then
+ * ncclSend/ncclRecv (a ring, an alltoall, ncclGather and ncclScatter, outside a group, a
+ * count mismatch).  Then
  * on arcomm: rank 1 aborts and rank 0's ncclCommGetAsyncError must report it
  * (ncclRemoteError).  Ranks: NCCL_TEST_RANKS (default 2).  Exit 77 without a GPU.
  */
@@ -245,10 +246,59 @@ static size_t p2p_check(const uint32_t *got, int from, size_t off, size_t count,
     return 0;
 }
 
+/* NCCL 2.28's, beyond 2.19's nccl.h (which these tests are built against). */
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+/*
+ * ncclGather to the last rank (out of place: every rank sends block `rank` of its data)
+ * and ncclScatter from it (in place at the root: its own block stays where it is).
+ * dsend holds block b of this rank's data at b * count; drecv has room for n blocks.
+ */
+static size_t gather_scatter(int rank, int n, size_t count, ncclComm_t comm, cudaStream_t st,
+                             void *dsend, void *drecv, uint32_t *got, char *why, size_t len)
+{
+    int root = n - 1;
+    size_t block = count * 4, wrong = 0;
+    TC_CUDA(cudaMemset(drecv, 0xff, block * (size_t)n));
+    TC_CUDA(cudaDeviceSynchronize());
+    ncclResult_t e =
+        ncclGather((char *)dsend + (size_t)rank * block, drecv, count, ncclUint32, root, comm, st);
+    if (e != ncclSuccess) {
+        snprintf(why, len, "rank %d: ncclGather: %s: %s", rank, ncclGetErrorString(e),
+                 ncclGetLastError(comm));
+        return 1;
+    }
+    TC_CUDA(cudaStreamSynchronize(st));
+    if (rank == root) {
+        TC_CUDA(cudaMemcpy(got, drecv, block * (size_t)n, cudaMemcpyDeviceToHost));
+        for (int p = 0; p < n && wrong == 0; p++)
+            wrong += p2p_check(got + (size_t)p * count, p, (size_t)p * count, count, rank,
+                               "ncclGather", why, len);
+    }
+    /* Only the root's buffer is read; on the others the output is drecv. */
+    TC_CUDA(cudaMemset(drecv, 0xff, block * (size_t)n));
+    TC_CUDA(cudaDeviceSynchronize());
+    void *out = rank == root ? (char *)dsend + (size_t)root * block : drecv;
+    e = ncclScatter(dsend, out, count, ncclUint32, root, comm, st);
+    if (e != ncclSuccess) {
+        snprintf(why, len, "rank %d: ncclScatter: %s: %s", rank, ncclGetErrorString(e),
+                 ncclGetLastError(comm));
+        return 1;
+    }
+    TC_CUDA(cudaStreamSynchronize(st));
+    TC_CUDA(cudaMemcpy(got, out, block, cudaMemcpyDeviceToHost));
+    wrong += p2p_check(got, root, (size_t)rank * count, count, rank, "ncclScatter", why, len);
+    return wrong;
+}
+
 /*
  * ncclSend/ncclRecv: a ring in one group (even ranks call the send first, odd ranks the
  * receive), an alltoall of grouped sends and receives (each peer and oneself, as
- * nccl-tests' alltoall_perf does), rank 0 to rank 1 outside a group, and on a
+ * nccl-tests' alltoall_perf does), ncclGather and ncclScatter (built on them), rank 0
+ * to rank 1 outside a group, and on a
  * communicator split off for it, a send and a receive that disagree on the count: both
  * fail.  Returns the wrong elements.
  */
@@ -312,6 +362,8 @@ static size_t p2p_cases(int rank, int n, ncclComm_t comm, cudaStream_t st, char 
     for (int p = 0; p < n && wrong == 0; p++)
         wrong += p2p_check(got + (size_t)p * count, p, (size_t)rank * count, count, rank,
                            "alltoall of sends and receives", why, len);
+    if (wrong == 0)
+        wrong = gather_scatter(rank, n, count, comm, st, dsend, drecv, got, why, len);
     if (wrong || n < 2)
         goto out;
 
@@ -564,8 +616,8 @@ int main(int argc, char **argv)
                      tc_is_arcomm() ? "; mixing kinds in a group fails" : "");
         else if (p2p_case)
             snprintf(name, sizeof(name),
-                     "ncclSend/ncclRecv: a ring, an alltoall with oneself, outside a group, a "
-                     "count mismatch fails");
+                     "ncclSend/ncclRecv: a ring, an alltoall with oneself, ncclGather, "
+                     "ncclScatter in place, outside a group, a count mismatch fails");
         else if (async_case)
             snprintf(name, sizeof(name), "rank 1 aborts: rank 0's ncclCommGetAsyncError says so");
         else if (split_case)

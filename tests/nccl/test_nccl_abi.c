@@ -229,20 +229,28 @@ static void test_group_kinds(void **state)
     }
 }
 
-/* NCCL 2.28's, beyond 2.19's nccl.h: defined by the library only to refuse. */
+/* NCCL 2.28's, beyond 2.19's nccl.h: one defined by the library only to refuse, and
+ * gather and scatter, served (groups of sends and receives). */
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
 ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                         int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 
 static void test_refusals(void **state)
 {
     (void)state;
-    assert_int_equal(ncclGather(NULL, NULL, 1, ncclFloat, 0, NULL, NULL), ncclInvalidUsage);
-    assert_true(strstr(ncclGetLastError(NULL), "ncclGather") != NULL);
+    assert_int_equal(ncclCommSuspend(NULL, 0), ncclInvalidUsage);
+    assert_true(strstr(ncclGetLastError(NULL), "ncclCommSuspend") != NULL);
     /* Served: a NULL communicator is the caller's mistake, said as such. */
     assert_int_equal(ncclSend(NULL, 1, ncclFloat, 1, NULL, NULL), ncclInvalidArgument);
     assert_true(strstr(ncclGetLastError(NULL), "ncclSend") != NULL);
     assert_int_equal(ncclRecv(NULL, 1, ncclFloat, 1, NULL, NULL), ncclInvalidArgument);
     assert_true(strstr(ncclGetLastError(NULL), "not a live communicator") != NULL);
+    assert_int_equal(ncclGather(NULL, NULL, 1, ncclFloat, 0, NULL, NULL), ncclInvalidArgument);
+    assert_true(strstr(ncclGetLastError(NULL), "ncclGather") != NULL);
+    assert_int_equal(ncclScatter(NULL, NULL, 1, ncclFloat, 0, NULL, NULL), ncclInvalidArgument);
+    assert_true(strstr(ncclGetLastError(NULL), "ncclScatter") != NULL);
 }
 
 /* Argument checks that come before any GPU work. */

@@ -7,7 +7,7 @@ not override; or the wheel's real NCCL): a process per rank, rank r on GPU r % G
 a float64 reference, outputs that must agree compared bit for bit across ranks:
 all_reduce (dtypes, ops), broadcast, all_gather_into_tensor, reduce_scatter_tensor,
 reduce, barrier.  Tried and reported, not required: all_gather (list), all_to_all_single,
-send/recv, batch_isend_irecv, PREMUL_SUM.  Then the median time of an all_reduce at a few sizes.
+send/recv, batch_isend_irecv, gather and scatter, PREMUL_SUM.  Then the median time of an all_reduce at a few sizes.
 
     python3 torch_client.py [--ranks N] [--iters N]
 
@@ -206,11 +206,31 @@ def child(rank, n, store_path, iters, q):
             if not torch.allclose(x.cpu(), torch.full((64,), want)):
                 raise RuntimeError(f"got {x[0].item()}, want {want}")
 
+        def gather_scatter():
+            root = n - 1
+            x = torch.arange(300, dtype=torch.float32, device=dev) + 1000 * rank
+            outs = [torch.full_like(x, -1) for _ in range(n)] if rank == root else None
+            dist.gather(x, gather_list=outs, dst=root)
+            torch.cuda.synchronize()
+            if rank == root:
+                for r in range(n):
+                    want = torch.arange(300, dtype=torch.float32) + 1000 * r
+                    if not torch.equal(outs[r].cpu(), want):
+                        raise RuntimeError(f"gather: wrong data from rank {r}")
+            ins = ([torch.arange(200, dtype=torch.float32, device=dev) + 10000 * r
+                    for r in range(n)] if rank == root else None)
+            y = torch.full((200,), -1.0, device=dev)
+            dist.scatter(y, scatter_list=ins, src=root)
+            torch.cuda.synchronize()
+            if not torch.equal(y.cpu(), torch.arange(200, dtype=torch.float32) + 10000 * rank):
+                raise RuntimeError("scatter: wrong data")
+
         extra("all_gather (list)", ag_list)
         extra("all_to_all_single", a2a)
         extra("PREMUL_SUM (_make_nccl_premul_sum)", premul)
         extra("send/recv", sendrecv)
         extra("batch_isend_irecv (a ring)", batch_ring)
+        extra("gather and scatter", gather_scatter)
 
         ok_after = True
         try:

@@ -101,6 +101,30 @@ static size_t use_when_done(const struct tcase *c, int rank, int n, int want, nc
     return wrong;
 }
 
+/* The nonblocking calls' stagger: rank 0 goes first, the others 300 ms later; a
+ * nonblocking config; t0 when this rank starts. */
+static void staggered_start(int rank, ncclConfig_t *cfg, struct timespec *t0)
+{
+    if (rank != 0)
+        usleep(300 * 1000);
+    *cfg = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+    cfg->blocking = 0;
+    clock_gettime(CLOCK_MONOTONIC, t0);
+}
+
+/* Did rank 0's call (what) wait for the ranks that came 300 ms later?  Then why. */
+static bool waited_for_late_ranks(int rank, int n, const struct timespec *t0, const char *what,
+                                  char *why, size_t len)
+{
+    double ms = ms_since(t0);
+    if (rank != 0 || n < 2 || ms <= 150)
+        return false;
+    snprintf(why, len,
+             "rank 0: %s returned after %.0f ms: it waited for the ranks that came 300 ms later",
+             what, ms);
+    return true;
+}
+
 /*
  * A nonblocking ncclCommSplit (ranks in reverse order) returns before every rank made it
  * (rank 0 calls it first, the others 300 ms later) and works once ncclCommGetAsyncError
@@ -109,25 +133,17 @@ static size_t use_when_done(const struct tcase *c, int rank, int n, int want, nc
 static size_t nonblocking_split(const struct tcase *c, int rank, int n, ncclComm_t comm,
                                 cudaStream_t st, uint64_t *hash, char *why, size_t len)
 {
-    if (rank != 0)
-        usleep(300 * 1000);
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    ncclComm_t sub = NULL;
+    ncclConfig_t cfg;
     struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    staggered_start(rank, &cfg, &t0);
+    ncclComm_t sub = NULL;
     ncclResult_t e = ncclCommSplit(comm, 0, n - 1 - rank, &sub, &cfg);
-    double call_ms = ms_since(&t0);
     if ((e != ncclSuccess && e != ncclInProgress) || sub == NULL) {
         snprintf(why, len, "rank %d: nonblocking ncclCommSplit: %s: %s", rank,
                  ncclGetErrorString(e), ncclGetLastError(NULL));
         return 1;
     }
-    if (rank == 0 && n > 1 && call_ms > 150) {
-        snprintf(why, len,
-                 "rank 0: nonblocking ncclCommSplit returned after %.0f ms: it waited for the "
-                 "ranks that came 300 ms later",
-                 call_ms);
+    if (waited_for_late_ranks(rank, n, &t0, "nonblocking ncclCommSplit", why, len)) {
         ncclCommDestroy(sub);
         return 1;
     }
@@ -164,17 +180,13 @@ static size_t nonblocking_group(const struct tcase *c, int rank, int n, ncclComm
         snprintf(why, len, "rank %d: ncclBroadcast of the id: %s", rank, ncclGetLastError(comm));
         return 1;
     }
-    if (rank != 0)
-        usleep(300 * 1000);
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    ncclComm_t a = NULL;
+    ncclConfig_t cfg;
     struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    staggered_start(rank, &cfg, &t0);
+    ncclComm_t a = NULL;
     e = ncclGroupStart();
     ncclResult_t ei = ncclCommInitRankConfig(&a, n, id, rank, &cfg);
     ncclResult_t ee = ncclGroupEnd();
-    double call_ms = ms_since(&t0);
     if (e != ncclSuccess || (ei != ncclSuccess && ei != ncclInProgress) ||
         (ee != ncclSuccess && ee != ncclInProgress) || a == NULL) {
         snprintf(why, len,
@@ -184,11 +196,7 @@ static size_t nonblocking_group(const struct tcase *c, int rank, int n, ncclComm
                  ncclGetLastError(NULL));
         return 1;
     }
-    if (rank == 0 && n > 1 && call_ms > 150) {
-        snprintf(why, len,
-                 "rank 0: ncclGroupEnd of a nonblocking init returned after %.0f ms: it waited "
-                 "for the ranks that came 300 ms later",
-                 call_ms);
+    if (waited_for_late_ranks(rank, n, &t0, "ncclGroupEnd of a nonblocking init", why, len)) {
         ncclCommAbort(a);
         return 1;
     }

@@ -25,7 +25,7 @@ struct nccl_team {
     }                                                                                              \
     NCCL_ALIAS(name)
 
-static const char no_p2p[] =
+static const char no_one_sided[] =
     "arcomm has no one-sided operations (ncclSend and ncclRecv are served)";
 static const char no_device_api[] =
     "arcomm has no device-side API (NCCL 2.28 device communicators, teams, barriers)";
@@ -38,12 +38,12 @@ REFUSE(ncclPutSignal,
        (const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
         ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
         ncclComm_t comm, cudaStream_t stream),
-       ncclInvalidUsage, no_p2p);
+       ncclInvalidUsage, no_one_sided);
 REFUSE(ncclSignal,
        (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream),
-       ncclInvalidUsage, no_p2p);
+       ncclInvalidUsage, no_one_sided);
 REFUSE(ncclWaitSignal, (int nDesc, void *signalDescs, ncclComm_t comm, cudaStream_t stream),
-       ncclInvalidUsage, no_p2p);
+       ncclInvalidUsage, no_one_sided);
 
 REFUSE(ncclCommRevoke, (ncclComm_t comm, int revokeFlags), ncclInvalidUsage, no_elastic);
 REFUSE(ncclCommShrink,

@@ -84,7 +84,8 @@ if [ "${DIAG:-1}" != 0 ]; then
   timeout 60 "$B/tests/cuda/diag_pcie" 64 2>&1 | tee -a "$OUT/diag.log"
 fi
 
-# CUDA graphs: capture and replay with process ranks (tests/cuda/test_cuda_graph), and
+# CUDA graphs: capture and replay with process ranks, and with thread ranks a GPU each
+# where two GPUs are lent (tests/cuda/test_cuda_graph), and
 # arbench's kernel-path latency, eager against graph replays, in one run (mode graph:
 # only this, after the build).
 # mps_start/mps_stop and ngpus (tools/gpu-mps.sh).

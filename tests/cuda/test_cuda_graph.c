@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * CUDA graph capture of arcomm's collectives (needs a GPU; exit 77 = skipped without).
- * Process ranks, which may share one GPU (this program again, --child).
+ * Process ranks, which may share one GPU (this program again, --child); then, where
+ * there are two GPUs or more, the same with thread ranks of this process, a GPU each
+ * (both graphs captured in thread-local mode there: a global-mode capture would forbid
+ * the other rank's thread its unsafe calls).  With one GPU the thread part says SKIP.
  *
  * Two graphs on one communicator, captured once each (global and thread-local mode):
  *   G1: allreduce of 5 bf16 (kernel path), of 200003 f32 (kernel path, two rounds),
@@ -22,7 +25,7 @@
  *   refuse:  a call on the legacy stream while a capture runs is COMM_ERR_UNSUPPORTED
  *            on every rank, and the communicator stays usable.
  *
- *   test_cuda_graph                     all of it (2 process ranks)
+ *   test_cuda_graph                     all of it (2 process ranks, then 2 thread ranks)
  *   test_cuda_graph --child R N ID MODE one process rank
  */
 #include "arcomm.h"
@@ -31,6 +34,7 @@
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -96,14 +100,29 @@ struct dm { /* G2's buffers: device and host */
 };
 
 struct child {
-    int rank, nranks;
+    int rank, nranks, device;
+    bool threads; /* a thread rank: graphs captured in thread-local mode */
     comm_t *comm;
     cudaStream_t s, s2;
     struct ar a[3];
     struct dm d;
     uint64_t hash;
     long wrong;
+    char out[4][256]; /* the result lines the parent checks */
+    int nout;
 };
+
+/* A result line for the parent (stdout of a process rank, collected for a thread). */
+static void say(struct child *ch, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(struct child *ch, const char *fmt, ...)
+{
+    if (ch->nout >= 4)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ch->out[ch->nout++], sizeof(ch->out[0]), fmt, ap);
+    va_end(ap);
+}
 
 static void ar_init(struct child *ch, struct ar *a, comm_dtype_t t, size_t count, bool narrow)
 {
@@ -111,7 +130,7 @@ static void ar_init(struct child *ch, struct ar *a, comm_dtype_t t, size_t count
     a->k = (struct kase){.dtype = t, .count = count, .inplace = false, .narrow = narrow};
     a->r.rank = ch->rank;
     a->r.nranks = ch->nranks;
-    a->r.device = 0;
+    a->r.device = ch->device;
     a->r.comm = ch->comm;
     a->r.stream = ch->s;
     rank_alloc(&a->r, count * esize(t) + 64);
@@ -266,7 +285,8 @@ static int child_replay(struct child *ch)
 {
     const char *env = getenv("ARCOMM_TEST_REPLAYS");
     int rounds = env ? atoi(env) : 100;
-    cudaGraphExec_t g1 = capture_g1(ch, cudaStreamCaptureModeGlobal);
+    cudaGraphExec_t g1 = capture_g1(ch, ch->threads ? cudaStreamCaptureModeThreadLocal
+                                                    : cudaStreamCaptureModeGlobal);
     cudaGraphExec_t g2 = capture_g2(ch, cudaStreamCaptureModeThreadLocal);
     struct ar eager;
     ar_init(ch, &eager, COMM_F32, 4099, false);
@@ -292,15 +312,15 @@ static int child_replay(struct child *ch)
             dm_check(ch, seed, (uint64_t)i);
         }
         if (i == 0)
-            printf("after 1 replay: wrong %ld hash %016llx\n", ch->wrong,
-                   (unsigned long long)ch->hash);
+            say(ch, "after 1 replay: wrong %ld hash %016llx\n", ch->wrong,
+                (unsigned long long)ch->hash);
     }
     /* The communicator serves eager calls after its replays, and says nothing is wrong. */
     ar_stage(&eager, 77);
     check_ok(enqueue(&eager.r, &eager.k, eager.send, eager.recv, NULL), ch->comm, "last eager");
     ar_check(ch, &eager, "eager", (uint64_t)rounds);
-    printf("after %d rounds: wrong %ld hash %016llx\n", rounds, ch->wrong,
-           (unsigned long long)ch->hash);
+    say(ch, "after %d rounds: wrong %ld hash %016llx\n", rounds, ch->wrong,
+        (unsigned long long)ch->hash);
     fprintf(stderr, "rank %d: %d rounds in %llu ms\n", ch->rank, rounds,
             (unsigned long long)(now_ms() - t0));
     cudaGraphExecDestroy(g1);
@@ -326,7 +346,8 @@ static void *abort_later(void *arg)
 /* Rank 0 replays G1, rank 1 never does (timeout), or rank 0 aborts while it waits. */
 static int child_fail(struct child *ch, bool abort_it, int timeout_ms)
 {
-    cudaGraphExec_t g1 = capture_g1(ch, cudaStreamCaptureModeGlobal);
+    cudaGraphExec_t g1 = capture_g1(ch, ch->threads ? cudaStreamCaptureModeThreadLocal
+                                                    : cudaStreamCaptureModeGlobal);
     if (ch->rank != 0) {
         /* Never replays; after rank 0 gave up, its next call hears why. */
         struct timespec ts = {.tv_sec = (timeout_ms + 3000) / 1000, .tv_nsec = 0};
@@ -338,7 +359,7 @@ static int child_fail(struct child *ch, bool abort_it, int timeout_ms)
             cudaStreamSynchronize(ch->s);
             st = comm_barrier(ch->comm);
         }
-        printf("peer: %s\n", comm_status_string(st));
+        say(ch, "peer: %s\n", comm_status_string(st));
         fprintf(stderr, "rank 1: %s\n", comm_last_error(ch->comm));
         cudaGraphExecDestroy(g1);
         return 0;
@@ -358,8 +379,8 @@ static int child_fail(struct child *ch, bool abort_it, int timeout_ms)
     struct ar *a = &ch->a[0];
     comm_status_t st = enqueue(&a->r, &a->k, a->send, a->recv, NULL);
     uint64_t bound = abort_it ? 5000 : (uint64_t)timeout_ms * 3 + 2000;
-    printf("replay ended: %s, %s, %s\n", e == cudaSuccess ? "sync ok" : cudaGetErrorString(e),
-           took < bound ? "in time" : "too late", comm_status_string(st));
+    say(ch, "replay ended: %s, %s, %s\n", e == cudaSuccess ? "sync ok" : cudaGetErrorString(e),
+        took < bound ? "in time" : "too late", comm_status_string(st));
     fprintf(stderr, "rank 0: replay took %llu ms: %s\n", (unsigned long long)took,
             comm_last_error(ch->comm));
     cudaGraphExecDestroy(g1);
@@ -385,8 +406,8 @@ static int child_refuse(struct child *ch)
         cudaGraphDestroy(g);
     cudaStreamDestroy(b);
     (void)cudaGetLastError();
-    printf("refused: %s, message %s\n", comm_status_string(st),
-           strstr(msg, "capture") != NULL ? "names the capture" : "says nothing of it");
+    say(ch, "refused: %s, message %s\n", comm_status_string(st),
+        strstr(msg, "capture") != NULL ? "names the capture" : "says nothing of it");
     fprintf(stderr, "rank %d: %s\n", ch->rank, msg);
     /* Still usable: an eager call, checked. */
     ar_stage(a, 32);
@@ -395,56 +416,79 @@ static int child_refuse(struct child *ch)
     ch->wrong = 0;
     ch->hash = 0xcbf29ce484222325ull;
     ar_check(ch, a, "after refusal", 0);
-    printf("after the refusal: wrong %ld hash %016llx\n", ch->wrong, (unsigned long long)ch->hash);
+    say(ch, "after the refusal: wrong %ld hash %016llx\n", ch->wrong, (unsigned long long)ch->hash);
     return 0;
 }
 
-static int child_main(int rank, int nranks, const char *id, const char *mode)
+/* 200003 f32 (800 KB) on the kernel path, 300000 f32 (1.2 MB) on the copy path with bf16
+ * on the wire: set once per process, before any rank starts. */
+static void set_knobs(void)
 {
-    struct child ch = {.rank = rank, .nranks = nranks, .hash = 0xcbf29ce484222325ull};
-    cuda_ok(cudaSetDevice(0), "cudaSetDevice");
-    cuda_ok(cudaStreamCreateWithFlags(&ch.s, cudaStreamNonBlocking), "stream");
-    cuda_ok(cudaStreamCreateWithFlags(&ch.s2, cudaStreamNonBlocking), "stream");
+    setenv("ARCOMM_COPY_THRESHOLD", "1M", 1);
+    setenv("ARCOMM_BF16_THRESHOLD", "1M", 1);
+}
+
+/* One rank (ch's rank, nranks, device, threads set) in mode; its lines in ch->out. */
+static int rank_run(struct child *ch, const char *id, const char *mode)
+{
+    ch->hash = 0xcbf29ce484222325ull;
+    cuda_ok(cudaSetDevice(ch->device), "cudaSetDevice");
+    cuda_ok(cudaStreamCreateWithFlags(&ch->s, cudaStreamNonBlocking), "stream");
+    cuda_ok(cudaStreamCreateWithFlags(&ch->s2, cudaStreamNonBlocking), "stream");
     bool fail = strcmp(mode, "timeout") == 0 || strcmp(mode, "abort") == 0;
     int timeout_ms = fail ? 2000 : 30000;
     comm_config_t cfg;
     comm_config_init(&cfg);
-    cfg.nranks = nranks;
-    cfg.rank = rank;
+    cfg.nranks = ch->nranks;
+    cfg.rank = ch->rank;
     snprintf(cfg.id.str, sizeof(cfg.id.str), "%s", id);
     cfg.device = COMM_DEVICE_CUDA;
-    cfg.device_index = 0;
+    cfg.device_index = ch->device;
     cfg.timeout_ms = timeout_ms;
-    /* 200003 f32 (800 KB) on the kernel path, 300000 f32 (1.2 MB) on the copy path with
-     * bf16 on the wire. */
-    setenv("ARCOMM_COPY_THRESHOLD", "1M", 1);
-    setenv("ARCOMM_BF16_THRESHOLD", "1M", 1);
-    comm_status_t st = comm_init(&ch.comm, &cfg);
+    comm_status_t st = comm_init(&ch->comm, &cfg);
     if (st != COMM_OK) {
-        fprintf(stderr, "child %d: comm_init: %s\n", rank, comm_last_error(NULL));
+        fprintf(stderr, "rank %d: comm_init: %s\n", ch->rank, comm_last_error(NULL));
         return 1;
     }
-    transport_check(ch.comm, rank);
-    ar_init(&ch, &ch.a[0], COMM_BF16, 5, false);
-    ar_init(&ch, &ch.a[1], COMM_F32, 200003, false);
-    ar_init(&ch, &ch.a[2], COMM_F32, 300000, true);
-    dm_init(&ch.d, nranks);
+    transport_check(ch->comm, ch->rank);
+    ar_init(ch, &ch->a[0], COMM_BF16, 5, false);
+    ar_init(ch, &ch->a[1], COMM_F32, 200003, false);
+    ar_init(ch, &ch->a[2], COMM_F32, 300000, true);
+    dm_init(&ch->d, ch->nranks);
     int rc;
     if (strcmp(mode, "replay") == 0)
-        rc = child_replay(&ch);
+        rc = child_replay(ch);
     else if (fail)
-        rc = child_fail(&ch, strcmp(mode, "abort") == 0, timeout_ms);
+        rc = child_fail(ch, strcmp(mode, "abort") == 0, timeout_ms);
     else
-        rc = child_refuse(&ch);
-    comm_destroy(ch.comm);
+        rc = child_refuse(ch);
+    comm_destroy(ch->comm);
     for (int i = 0; i < 3; i++)
-        rank_free(&ch.a[i].r);
+        rank_free(&ch->a[i].r);
+    cudaStreamDestroy(ch->s);
+    cudaStreamDestroy(ch->s2);
     return rc;
 }
 
-/* Runs NRANKS children in mode; their stdout lines, in lines[rank]. */
-static void run_children(const char *self, const char *mode, char lines[][4][256], int *nl)
+static int child_main(int rank, int nranks, const char *id, const char *mode)
 {
+    static struct child ch;
+    ch.rank = rank;
+    ch.nranks = nranks;
+    ch.device = 0;
+    set_knobs();
+    int rc = rank_run(&ch, id, mode);
+    for (int i = 0; i < ch.nout; i++)
+        fputs(ch.out[i], stdout);
+    return rc;
+}
+
+static const char *g_self; /* this program, for the process ranks */
+
+/* Runs NRANKS process ranks in mode; their stdout lines, in lines[rank]. */
+static void run_process_ranks(const char *mode, char lines[][4][256], int *nl)
+{
+    const char *self = g_self;
     comm_id_t id;
     comm_id_new(&id);
     FILE *out[NRANKS];
@@ -463,6 +507,102 @@ static void run_children(const char *self, const char *mode, char lines[][4][256
     }
 }
 
+/* The same with NRANKS thread ranks of this process, rank r on GPU r. */
+struct thread_rank {
+    struct child ch;
+    const char *id, *mode;
+    int rc;
+};
+
+static void *thread_rank_run(void *arg)
+{
+    struct thread_rank *t = arg;
+    t->rc = rank_run(&t->ch, t->id, t->mode);
+    return NULL;
+}
+
+static void run_thread_ranks(const char *mode, char lines[][4][256], int *nl)
+{
+    comm_id_t id;
+    comm_id_new(&id);
+    static struct thread_rank t[NRANKS];
+    pthread_t th[NRANKS];
+    for (int r = 0; r < NRANKS; r++) {
+        memset(&t[r], 0, sizeof(t[r]));
+        t[r].ch.rank = r;
+        t[r].ch.nranks = NRANKS;
+        t[r].ch.device = r;
+        t[r].ch.threads = true;
+        t[r].id = id.str;
+        t[r].mode = mode;
+        CHECK(pthread_create(&th[r], NULL, thread_rank_run, &t[r]) == 0, "pthread_create");
+    }
+    for (int r = 0; r < NRANKS; r++) {
+        pthread_join(th[r], NULL);
+        CHECK(t[r].rc == 0, "%s: thread rank %d returned %d", mode, r, t[r].rc);
+        nl[r] = t[r].ch.nout;
+        for (int i = 0; i < nl[r]; i++)
+            snprintf(lines[r][i], sizeof(lines[r][i]), "%s", t[r].ch.out[i]);
+    }
+}
+
+typedef void (*run_fn)(const char *mode, char lines[][4][256], int *nl);
+
+/* Every mode's checks, on the ranks run makes; kind names them in the lines. */
+static void check_modes(run_fn run, const char *kind)
+{
+    char lines[NRANKS][4][256];
+    int nl[NRANKS];
+    int before = g_fail;
+
+    run("replay", lines, nl);
+    for (int r = 0; r < NRANKS; r++) {
+        CHECK(nl[r] == 2, "replay: rank %d printed %d lines", r, nl[r]);
+        for (int i = 0; i < nl[r]; i++) {
+            CHECK(strstr(lines[r][i], "wrong 0 ") != NULL, "replay: rank %d: %s", r, lines[r][i]);
+            /* The hash covers the outputs every rank shares (allreduces, broadcast,
+             * allgather; not reduce_scatter's own block). */
+            CHECK(strcmp(lines[r][i], lines[0][i]) == 0, "replay: ranks 0 and %d differ: %s / %s",
+                  r, lines[0][i], lines[r][i]);
+        }
+    }
+    printf("%s %s: graph replays (2 graphs, 1 and ARCOMM_TEST_REPLAYS rounds, eager calls "
+           "between, two launch streams): %s",
+           g_fail == before ? "ok  " : "FAIL", kind, nl[0] > 1 ? lines[0][1] : "\n");
+
+    before = g_fail;
+    run("timeout", lines, nl);
+    CHECK(nl[0] == 1 && strstr(lines[0][0], "in time, COMM_ERR_TIMEOUT") != NULL,
+          "timeout: rank 0: %s", nl[0] ? lines[0][0] : "(nothing)");
+    CHECK(nl[1] == 1 && strstr(lines[1][0], "peer: COMM_ERR_") != NULL, "timeout: rank 1: %s",
+          nl[1] ? lines[1][0] : "(nothing)");
+    printf("%s %s: a replay that a peer never makes times out: %s",
+           g_fail == before ? "ok  " : "FAIL", kind, nl[0] ? lines[0][0] : "\n");
+
+    before = g_fail;
+    run("abort", lines, nl);
+    CHECK(nl[0] == 1 && strstr(lines[0][0], "in time, COMM_ERR_ABORTED") != NULL,
+          "abort: rank 0: %s", nl[0] ? lines[0][0] : "(nothing)");
+    CHECK(nl[1] == 1 && strstr(lines[1][0], "peer: COMM_ERR_PEER") != NULL, "abort: rank 1: %s",
+          nl[1] ? lines[1][0] : "(nothing)");
+    printf("%s %s: comm_abort during a replay: %s", g_fail == before ? "ok  " : "FAIL", kind,
+           nl[0] ? lines[0][0] : "\n");
+
+    before = g_fail;
+    run("refuse", lines, nl);
+    for (int r = 0; r < NRANKS; r++) {
+        CHECK(nl[r] == 2 && strstr(lines[r][0], "refused: COMM_ERR_UNSUPPORTED") != NULL &&
+                  strstr(lines[r][0], "message names the capture") != NULL,
+              "refuse: rank %d: %s", r, nl[r] ? lines[r][0] : "(nothing)");
+        CHECK(nl[r] == 2 && strstr(lines[r][1], "wrong 0 ") != NULL &&
+                  strcmp(lines[r][1], lines[0][1]) == 0,
+              "refuse: rank %d after: %s", r, nl[r] > 1 ? lines[r][1] : "(nothing)");
+    }
+    printf("%s %s: a call that cannot join the capture is refused, the communicator stays "
+           "usable\n",
+           g_fail == before ? "ok  " : "FAIL", kind);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -474,55 +614,14 @@ int main(int argc, char **argv)
         return SKIP;
     }
     printf("transport %s\n", transport_label());
-    char lines[NRANKS][4][256];
-    int nl[NRANKS];
-    int before = g_fail;
-
-    run_children(argv[0], "replay", lines, nl);
-    for (int r = 0; r < NRANKS; r++) {
-        CHECK(nl[r] == 2, "replay: rank %d printed %d lines", r, nl[r]);
-        for (int i = 0; i < nl[r]; i++) {
-            CHECK(strstr(lines[r][i], "wrong 0 ") != NULL, "replay: rank %d: %s", r, lines[r][i]);
-            /* The hash covers the outputs every rank shares (allreduces, broadcast,
-             * allgather; not reduce_scatter's own block). */
-            CHECK(strcmp(lines[r][i], lines[0][i]) == 0, "replay: ranks 0 and %d differ: %s / %s",
-                  r, lines[0][i], lines[r][i]);
-        }
+    g_self = argv[0];
+    check_modes(run_process_ranks, "process ranks");
+    if (g_ndev >= NRANKS) {
+        set_knobs();
+        check_modes(run_thread_ranks, "thread ranks (a GPU each)");
+    } else {
+        printf("SKIP thread ranks: %d GPU, they need a GPU each (the two-GPU run)\n", g_ndev);
     }
-    printf("%s graph replays (2 graphs, 1 and ARCOMM_TEST_REPLAYS rounds, eager calls between, "
-           "two launch streams): %s",
-           g_fail == before ? "ok  " : "FAIL", nl[0] > 1 ? lines[0][1] : "\n");
-
-    before = g_fail;
-    run_children(argv[0], "timeout", lines, nl);
-    CHECK(nl[0] == 1 && strstr(lines[0][0], "in time, COMM_ERR_TIMEOUT") != NULL,
-          "timeout: rank 0: %s", nl[0] ? lines[0][0] : "(nothing)");
-    CHECK(nl[1] == 1 && strstr(lines[1][0], "peer: COMM_ERR_") != NULL, "timeout: rank 1: %s",
-          nl[1] ? lines[1][0] : "(nothing)");
-    printf("%s a replay that a peer never makes times out: %s", g_fail == before ? "ok  " : "FAIL",
-           nl[0] ? lines[0][0] : "\n");
-
-    before = g_fail;
-    run_children(argv[0], "abort", lines, nl);
-    CHECK(nl[0] == 1 && strstr(lines[0][0], "in time, COMM_ERR_ABORTED") != NULL,
-          "abort: rank 0: %s", nl[0] ? lines[0][0] : "(nothing)");
-    CHECK(nl[1] == 1 && strstr(lines[1][0], "peer: COMM_ERR_PEER") != NULL, "abort: rank 1: %s",
-          nl[1] ? lines[1][0] : "(nothing)");
-    printf("%s comm_abort during a replay: %s", g_fail == before ? "ok  " : "FAIL",
-           nl[0] ? lines[0][0] : "\n");
-
-    before = g_fail;
-    run_children(argv[0], "refuse", lines, nl);
-    for (int r = 0; r < NRANKS; r++) {
-        CHECK(nl[r] == 2 && strstr(lines[r][0], "refused: COMM_ERR_UNSUPPORTED") != NULL &&
-                  strstr(lines[r][0], "message names the capture") != NULL,
-              "refuse: rank %d: %s", r, nl[r] ? lines[r][0] : "(nothing)");
-        CHECK(nl[r] == 2 && strstr(lines[r][1], "wrong 0 ") != NULL &&
-                  strcmp(lines[r][1], lines[0][1]) == 0,
-              "refuse: rank %d after: %s", r, nl[r] > 1 ? lines[r][1] : "(nothing)");
-    }
-    printf("%s a call that cannot join the capture is refused, the communicator stays usable\n",
-           g_fail == before ? "ok  " : "FAIL");
 
     printf("%s: %d failure%s\n", g_fail ? "FAIL" : "PASS", g_fail, g_fail == 1 ? "" : "s");
     return g_fail ? 1 : 0;

@@ -201,9 +201,7 @@ struct call {
 
 static ncclResult_t run(struct ncclComm *comm, const struct call *k, const char *fn)
 {
-    ncclResult_t r = nccl_comm_ready(comm, fn);
-    if (r == ncclSuccess && (r = nccl_group_enter(comm->blocking, fn)) != ncclSuccess)
-        return r;
+    ncclResult_t r = nccl_comm_enter(comm, fn);
     comm_dtype_t dt = COMM_F32;
     comm_op_t op = COMM_SUM;
     const struct nccl_premul *pm = NULL;
@@ -326,8 +324,6 @@ NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
 {
     const char *fn = "ncclRedOpCreatePreMulSum";
     ncclResult_t r = nccl_comm_ready(comm, fn);
-    if (r == ncclSuccess && (r = nccl_group_enter(comm->blocking, fn)) != ncclSuccess)
-        return r;
     comm_dtype_t dt = COMM_F32;
     if (r == ncclSuccess)
         r = nccl_map_dtype(datatype, true, &dt, fn);

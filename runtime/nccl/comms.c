@@ -236,6 +236,12 @@ ncclResult_t nccl_comm_ready(struct ncclComm *comm, const char *fn)
     return ncclSuccess;
 }
 
+ncclResult_t nccl_comm_enter(struct ncclComm *comm, const char *fn)
+{
+    ncclResult_t r = nccl_comm_ready(comm, fn);
+    return r == ncclSuccess ? nccl_group_enter(comm->blocking, fn) : r;
+}
+
 static void *job_run(void *arg)
 {
     struct nccl_job *job = arg;

@@ -101,6 +101,9 @@ ncclResult_t nccl_fail_comm(struct ncclComm *comm, const char *fn, comm_status_t
 /* The handle may be used: alive, its init done (joined here when it ran in a thread)
  * and successful.  Else the failure, recorded. */
 ncclResult_t nccl_comm_ready(struct ncclComm *comm, const char *fn);
+/* nccl_comm_ready for an operation a group holds (collective, send, receive): also the
+ * group's kind (nccl_group_enter). */
+ncclResult_t nccl_comm_enter(struct ncclComm *comm, const char *fn);
 struct ncclComm *nccl_comm_new(int nranks, int rank, int device, bool blocking);
 void nccl_comm_free(struct ncclComm *comm);
 /* Joins the communicator's pending job, if any (its result lands in comm). */

@@ -358,9 +358,7 @@ ncclResult_t nccl_p2p_flush(void)
 static ncclResult_t keep(struct ncclComm *comm, bool send, const void *buf, size_t count,
                          ncclDataType_t datatype, int peer, cudaStream_t stream, const char *fn)
 {
-    ncclResult_t r = nccl_comm_ready(comm, fn);
-    if (r == ncclSuccess && (r = nccl_group_enter(comm->blocking, fn)) != ncclSuccess)
-        return r;
+    ncclResult_t r = nccl_comm_enter(comm, fn);
     comm_dtype_t dt = COMM_U8;
     if (r == ncclSuccess)
         r = nccl_map_dtype(datatype, false, &dt, fn);

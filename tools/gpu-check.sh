@@ -57,7 +57,7 @@ elif ! { meson setup "$B" -Dcuda=enabled -Dgpu_arch=sm_90 --werror -Dmpi=auto --
   echo "full build failed; building the CUDA targets only" | tee -a "$OUT/build.log"
   # test_mpi_cuda exists only where meson found MPI (ninja refuses unknown targets).
   mpi_target=
-  ninja -C "$B" -t targets all 2>/dev/null | grep -q '^tests/mpi/test_mpi_cuda:' &&
+  ninja -C "$B" -t targets all 2>/dev/null | grep '^tests/mpi/test_mpi_cuda:' >/dev/null &&
     mpi_target=tests/mpi/test_mpi_cuda
   ninja -C "$B" -k 0 tests/cuda/test_cuda tests/cuda/test_cuda_coll tests/cuda/test_cuda_layout \
     tests/cuda/bench_cuda tests/cuda/test_cuda_graph tests/cuda/test_cuda_select tools/arbench/arbench \

@@ -28,8 +28,20 @@ if [ "$form" = 2hosts ]; then
 else
     ARCOMM_MPI_RANKS_PER_HOST=$per_host timeout 60 mpirun --allow-run-as-root --oversubscribe \
         --bind-to none "${keep[@]}" -np "$np" "$prog" "$victim" "$@" >"$out" 2>&1
+    rc=$?
 fi
 grep '^survivor:' "$out"
+# mpirun itself killed by a signal (a rank's death makes it exit, not die: 128 + 11 is
+# its own SIGSEGV; Open MPI 4.1.4's pmix_server_log_fn crashed so in CI once, after the
+# kill): the ranks' output went through it, so lines it did not pass on say nothing
+# about arcomm. Skipped, with the reason, where a survivor's line is missing then.
+if [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ] && [ "$rc" -ne 143 ] &&
+    [ "$(grep -c '^survivor:' "$out")" -lt $((np - 1)) ]; then
+    cat "$out"
+    echo "mpirun itself died of signal $((rc - 128)) (Open MPI's runtime, not a rank): the" \
+        "survivors' lines were lost with it; skipped"
+    exit 77
+fi
 fails=0
 for ((r = 0; r < np; r++)); do
     [ "$r" -eq "$victim" ] && continue

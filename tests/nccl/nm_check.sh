@@ -16,20 +16,20 @@ nottext=$(echo "$defined" | awk '$1 != "T" {print $2}')
 [ -z "$nottext" ] || { echo "FAIL: not defined as functions: $nottext"; bad=1; }
 names=$(echo "$defined" | awk '{print $2}' | sort)
 for n in $(echo "$names" | grep '^nccl'); do
-    echo "$names" | grep -qx "p$n" || { echo "FAIL: $n has no p$n"; bad=1; }
+    grep -qx "p$n" <<<"$names" || { echo "FAIL: $n has no p$n"; bad=1; }
 done
 undef=$(nm -D --undefined-only "$lib" | awk '{print $2}' | grep '^p\?nccl' || true)
 [ -z "$undef" ] || { echo "FAIL: NCCL names left undefined: $undef"; bad=1; }
 declared=$(grep -oE '[ *]nccl[A-Za-z0-9]+\(' "$header" | grep -oE 'nccl[A-Za-z0-9]+' | sort -u)
 for n in $declared; do
-    echo "$names" | grep -qx "$n" || { echo "FAIL: nccl.h declares $n, the library lacks it"; bad=1; }
+    grep -qx "$n" <<<"$names" || { echo "FAIL: nccl.h declares $n, the library lacks it"; bad=1; }
 done
 echo "$(echo "$names" | grep -c '^nccl') NCCL functions exported, $(echo "$declared" | wc -w) declared in nccl.h"
 if [ -n "$real" ] && [ -e "$real" ]; then
     missing=0
     for n in $(nm -D --defined-only "$real" | awk '$2 == "T" || $2 == "W" {print $3}' \
                | grep '^p\?nccl' | grep -v 'Internal$' | sort -u); do
-        echo "$names" | grep -qx "$n" || { echo "FAIL: $real defines $n, this library does not"; missing=1; }
+        grep -qx "$n" <<<"$names" || { echo "FAIL: $real defines $n, this library does not"; missing=1; }
     done
     [ $missing = 0 ] && echo "every NCCL function of $real is defined"
     [ $missing = 0 ] || bad=1

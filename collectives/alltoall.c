@@ -14,6 +14,7 @@
  *            (process_vm_readv), then waits until every rank is done
  */
 #include "coll.h"
+#include "reduce.h"
 
 #include <string.h>
 
@@ -50,10 +51,13 @@ static comm_status_t direct(struct comm *c, const struct coll_call *call)
         if (out[p] == NULL)
             return COMM_ERR_PEER;
     }
+    /* Streaming once every rank's input and output (2 n blocks of every rank) pass the
+     * threshold (broadcast.c says why not memcpy's own choice). */
+    bool nt = coll_host_streams_footprint(&c->knobs, 2 * (size_t)n * (size_t)all);
     for (int i = 0; i < n; i++) {
         int p = (c->rank + 1 + i) % n;
-        memcpy(out[p] + (size_t)c->rank * bytes, (const char *)call->send + (size_t)p * bytes,
-               bytes);
+        void *to[1] = {out[p] + (size_t)c->rank * bytes};
+        coll_copy_fanout(to, 1, (const char *)call->send + (size_t)p * bytes, bytes, nt);
     }
     return coll_sync(c, "alltoall (one-pass path, completion)");
 }

@@ -29,7 +29,7 @@ typedef enum comm_status {
     COMM_ERR_TIMEOUT = -5,     /* a peer did not arrive within the timeout */
     COMM_ERR_PEER = -6,        /* a peer failed, exited or aborted */
     COMM_ERR_MISMATCH = -7,    /* ranks disagree on count, dtype or op */
-    COMM_ERR_ABORTED = -8,     /* comm_abort was called (or comm_init's abort_flag set) */
+    COMM_ERR_ABORTED = -8,     /* comm_abort was called (or an init's or split's abort word) */
 } comm_status_t;
 
 typedef enum comm_dtype {

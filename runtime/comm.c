@@ -212,6 +212,7 @@ static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int loca
     c->local_rank = local_rank >= 0 ? local_rank : cfg->rank;
     c->id = cfg->id;
     c->init_abort = abort_flag_of(cfg);
+    c->init_abort_what = "comm_init's abort_flag was set";
     /* Set before this rank came: it fails at once (the waits below poll it too). */
     if (rt_abort_requested(c)) {
         rt_init_error(NULL, COMM_ERR_ABORTED,

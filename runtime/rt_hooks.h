@@ -47,4 +47,15 @@ ARCOMM_HOOK comm_status_t rt_hook_comm_state(const comm_t *comm);
  * its own without an exchange.  COMM_ERR_INVALID for a dead handle. */
 ARCOMM_HOOK comm_status_t rt_hook_comm_id(const comm_t *comm, comm_id_t *id);
 
+/*
+ * For libarcomm_nccl's ncclCommAbort of a communicator whose ncclCommSplit still runs:
+ * comm_split with an abort word (NULL: comm_split itself).  While the split runs, every
+ * wait of it polls *abort_flag, the parent's handshakes and the new communicator's
+ * comm_init alike; once it is nonzero the split fails with COMM_ERR_ABORTED, the parent
+ * is aborted and broken on every rank (its peers' splits and calls return COMM_ERR_PEER
+ * at once, not after the timeout), and *newcomm is not written.
+ */
+ARCOMM_HOOK comm_status_t rt_hook_split(comm_t *comm, int color, int key,
+                                        const volatile int *abort_flag, comm_t **newcomm);
+
 #endif /* ARCOMM_RT_HOOKS_H */

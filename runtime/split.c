@@ -18,6 +18,7 @@
  */
 #include "comm_internal.h"
 #include "id.h"
+#include "rt_hooks.h"
 #include "shm/shm.h"
 
 #include <pthread.h>
@@ -165,12 +166,13 @@ static struct split_group group_of(int r, int nranks, const int64_t *colors, con
 }
 
 /* Joins this rank's group: the parent's device, device, transport choice, timeout and
- * knob defaults. */
+ * knob defaults; abort_flag (may be NULL) stops the join as comm_init's does. */
 static comm_status_t child_init(const struct comm *c, uint32_t call, const struct split_group *g,
-                                struct comm **out)
+                                const volatile int *abort_flag, struct comm **out)
 {
     comm_config_t cfg;
     comm_config_init(&cfg);
+    cfg.abort_flag = abort_flag;
     cfg.nranks = g->nranks;
     cfg.rank = g->rank;
     child_id(&c->id, call, g->color, &cfg.id);
@@ -206,8 +208,8 @@ static int first_failure(int nranks, int64_t *results)
     return first;
 }
 
-static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **newcomm,
-                                   const char *fn)
+static comm_status_t split_run(struct comm *c, int color, int key, const volatile int *abort_flag,
+                               comm_t **newcomm, const char *fn)
 {
     comm_status_t st = rt_call_usable(c, fn);
     if (st != COMM_OK)
@@ -245,9 +247,16 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
     comm_status_t mine = COMM_OK;
     char cause[RT_ERRMSG_BYTES] = "";
     if (color >= 0) {
-        mine = child_init(c, call, &g, &child);
+        mine = child_init(c, call, &g, abort_flag, &child);
         if (mine != COMM_OK)
             snprintf(cause, sizeof(cause), "%s", comm_last_error(NULL));
+    }
+    /* Told to stop while joining: the parent breaks, as in either handshake's wait. */
+    if (rt_abort_requested(c)) {
+        rt_error(c, COMM_ERR_ABORTED, "rank %d: %s: %s while rank %d joined its new communicator",
+                 c->rank, fn, rt_abort_cause(c), c->rank);
+        comm_destroy(child);
+        return rt_break(c, COMM_ERR_ABORTED);
     }
 
     snprintf(what, sizeof(what), "%s (joining the new communicators)", fn);
@@ -284,18 +293,44 @@ static comm_status_t split_entered(struct comm *c, int color, int key, comm_t **
     return status;
 }
 
+/*
+ * The split with an abort word (rt_hook_split; NULL for comm_split and comm_dup): the
+ * parent's waits of both handshakes poll it, and so does the new communicator's
+ * comm_init.  Its first sight counts as comm_abort of the parent, which then breaks on
+ * every rank as in any collective: the peers return at once instead of after the
+ * timeout, and the parent is to be destroyed.
+ */
+static comm_status_t split_entered(struct comm *c, int color, int key,
+                                   const volatile int *abort_flag, comm_t **newcomm, const char *fn)
+{
+    c->init_abort = abort_flag;
+    c->init_abort_what = "the split's abort word was set (ncclCommAbort of the communicator "
+                         "being split off, or rt_hook_split's caller)";
+    comm_status_t st = split_run(c, color, key, abort_flag, newcomm, fn);
+    c->init_abort = NULL;
+    return st;
+}
+
 ARCOMM_API comm_status_t comm_split(comm_t *comm, int color, int key, comm_t **newcomm)
 {
     if (!rt_call_enter(comm, "comm_split"))
         return COMM_ERR_INVALID;
-    return rt_call_leave(comm, split_entered(comm, color, key, newcomm, "comm_split"));
+    return rt_call_leave(comm, split_entered(comm, color, key, NULL, newcomm, "comm_split"));
 }
 
 ARCOMM_API comm_status_t comm_dup(comm_t *comm, comm_t **newcomm)
 {
     if (!rt_call_enter(comm, "comm_dup"))
         return COMM_ERR_INVALID;
-    return rt_call_leave(comm, split_entered(comm, 0, comm->rank, newcomm, "comm_dup"));
+    return rt_call_leave(comm, split_entered(comm, 0, comm->rank, NULL, newcomm, "comm_dup"));
+}
+
+ARCOMM_HOOK comm_status_t rt_hook_split(comm_t *comm, int color, int key,
+                                        const volatile int *abort_flag, comm_t **newcomm)
+{
+    if (!rt_call_enter(comm, "comm_split"))
+        return COMM_ERR_INVALID;
+    return rt_call_leave(comm, split_entered(comm, color, key, abort_flag, newcomm, "comm_split"));
 }
 
 /* ---- comm_init_all ---- */

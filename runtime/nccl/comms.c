@@ -247,7 +247,7 @@ static void *job_run(void *arg)
     struct nccl_job *job = arg;
     comm_status_t st;
     if (job->parent != NULL) {
-        st = comm_split(job->parent, job->color, job->key, &job->made);
+        st = rt_hook_split(job->parent, job->color, job->key, &job->abort, &job->made);
         if (st != COMM_OK)
             snprintf(job->errmsg, sizeof(job->errmsg), "ncclCommSplit: %s",
                      comm_last_error(job->parent));
@@ -506,14 +506,15 @@ NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
 }
 NCCL_ALIAS(ncclCommFinalize);
 
-/* ncclCommAbort while the communicator's init runs in its thread: the init stops at
- * once (comm_init's abort_flag) and its peers' inits fail, as NCCL's do.  A split's child
- * has no such word: its split is waited for (aborting the parent ends it). */
+/* ncclCommAbort while the communicator's init or split runs in its thread: the init
+ * stops at once (comm_init's abort_flag) and its peers' inits fail, as NCCL's do; a
+ * split stops as well (rt_hook_split's word), and the parent it was split from breaks
+ * on every rank, so that no peer waits for this rank's part until the timeout. */
 static void job_abort(struct ncclComm *comm)
 {
     pthread_mutex_lock(&jobs_lock);
     struct nccl_job *job = atomic_load(&comm->job);
-    if (job != NULL && job->parent == NULL)
+    if (job != NULL)
         __atomic_store_n(&job->abort, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&jobs_lock);
 }

@@ -38,7 +38,7 @@ struct nccl_job {
     bool joined;
     int refs;             /* who holds it (a split: parent and child); under comms.c's jobs_lock */
     comm_config_t cfg;    /* init: what comm_init gets (its abort_flag: &abort) */
-    int abort;            /* ncclCommAbort during the init: comm_init stops */
+    int abort;            /* ncclCommAbort during the init or split: it stops */
     comm_t *parent;       /* split: the parent's communicator, else NULL */
     int color, key;       /* split */
     comm_t *made;         /* the communicator made (NULL after a split with no color) */

@@ -33,6 +33,8 @@ void mismatch_barrier(void **s);
 void invalid_arguments(void **s);
 void dead_peer(void **s);
 void aborting_peer(void **s);
+void aborting_split_word(void **s);
+void aborting_split_word_set(void **s);
 void child_init_fails(void **s);
 void child_timeout(void **s);
 

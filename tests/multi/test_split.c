@@ -537,6 +537,8 @@ int main(void)
         cmocka_unit_test(invalid_arguments),
         cmocka_unit_test(dead_peer),
         cmocka_unit_test(aborting_peer),
+        cmocka_unit_test(aborting_split_word),
+        cmocka_unit_test(aborting_split_word_set),
         cmocka_unit_test(child_init_fails),
         cmocka_unit_test(child_timeout),
         cmocka_unit_test(split_hexagon),

@@ -9,6 +9,8 @@
  */
 #include "split_common.h"
 
+#include "rt_hooks.h"
+
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -218,6 +220,100 @@ void aborting_peer(void **s)
     struct h_rank *res = h_run(&job);
     sp_expect_clean(res, 3);
     assert_int_equal(sp_leftovers(&res[0].id, 1, 1), 0);
+}
+
+/* ---- the split's own abort word (rt_hook_split: ncclCommAbort of the new handle) ---- */
+
+struct word_setter {
+    volatile int *word;
+    int delay_ms;
+};
+
+static void *set_word_later(void *arg)
+{
+    struct word_setter *w = arg;
+    usleep((useconds_t)w->delay_ms * 1000);
+    __atomic_store_n(w->word, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void abort_word_body(struct h_rank *r)
+{
+    /* Rank 0 splits with an abort word, set 200 ms later by another of its threads while
+     * rank 2 has not come yet: rank 0 stops at once and its parent breaks, so ranks 1 and
+     * 2 (which comes at 600 ms) return PEER at once too, not after the timeout. */
+    volatile int word = 0;
+    struct word_setter w = {.word = &word, .delay_ms = 200};
+    pthread_t t;
+    if (r->rank == 0)
+        pthread_create(&t, NULL, set_word_later, &w);
+    if (r->rank == 2)
+        usleep(600 * 1000);
+    comm_t *child = SENTINEL;
+    double t0 = h_now_ms();
+    comm_status_t st = r->rank == 0 ? rt_hook_split(r->comm, 0, 0, &word, &child)
+                                    : comm_split(r->comm, 0, 0, &child);
+    double ms = h_now_ms() - t0;
+    if (r->rank == 0)
+        pthread_join(t, NULL);
+    expect_status(r, r->comm, st, r->rank == 0 ? COMM_ERR_ABORTED : COMM_ERR_PEER,
+                  r->rank == 0 ? "abort word" : "rank 0");
+    if (child != SENTINEL)
+        h_fail(r, "a failed split wrote *newcomm");
+    if (ms > FAIL_TIMEOUT_MS / 2)
+        h_fail(r, "the split returned after %.0f ms (timeout %d ms)", ms, FAIL_TIMEOUT_MS);
+    /* The parent is broken on every rank: a call on it fails at once. */
+    t0 = h_now_ms();
+    st = comm_barrier(r->comm);
+    ms = h_now_ms() - t0;
+    if (st == COMM_OK || ms > FAIL_TIMEOUT_MS / 2)
+        h_fail(r, "a barrier on the parent after the aborted split: %s after %.0f ms",
+               comm_status_string(st), ms);
+}
+
+void aborting_split_word(void **s)
+{
+    (void)s;
+    struct h_job job = {.nranks = 3,
+                        .procs = true,
+                        .body = abort_word_body,
+                        .kill_rank = -1,
+                        .timeout_ms = FAIL_TIMEOUT_MS};
+    struct h_rank *res = h_run(&job);
+    sp_expect_clean(res, 3);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 1), 0);
+}
+
+/* With the word set before the call, rank 1 stops in the parent's first handshake or,
+ * where every peer's arrival is already there, in its child's comm_init: either way it
+ * says ABORTED, every other rank PEER, and nothing of the children is left. */
+static void abort_word_set_body(struct h_rank *r)
+{
+    volatile int word = 1;
+    comm_t *child = SENTINEL;
+    double t0 = h_now_ms();
+    comm_status_t st = r->rank == 1 ? rt_hook_split(r->comm, r->rank % 2, 0, &word, &child)
+                                    : comm_split(r->comm, r->rank % 2, 0, &child);
+    double ms = h_now_ms() - t0;
+    expect_status(r, r->comm, st, r->rank == 1 ? COMM_ERR_ABORTED : COMM_ERR_PEER,
+                  r->rank == 1 ? "abort word" : "rank 1");
+    if (child != SENTINEL)
+        h_fail(r, "a failed split wrote *newcomm");
+    if (ms > FAIL_TIMEOUT_MS / 2)
+        h_fail(r, "the split returned after %.0f ms (timeout %d ms)", ms, FAIL_TIMEOUT_MS);
+}
+
+void aborting_split_word_set(void **s)
+{
+    (void)s;
+    struct h_job job = {.nranks = 4,
+                        .procs = false,
+                        .body = abort_word_set_body,
+                        .kill_rank = -1,
+                        .timeout_ms = FAIL_TIMEOUT_MS};
+    struct h_rank *res = h_run(&job);
+    sp_expect_clean(res, 4);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
 }
 
 /* ---- one group's comm_init fails: every rank returns its status, the parent lives ---- */

@@ -9,8 +9,9 @@
  * nonblocking ncclCommSplit must return before the other ranks split, and then work, as
  * must a nonblocking init in a group (ncclGroupEnd returns before the others came);
  * ncclSend/ncclRecv (a ring, an alltoall, ncclGather and ncclScatter, outside a group, a
- * count mismatch).  Then
- * on arcomm: rank 1 aborts and rank 0's ncclCommGetAsyncError must report it
+ * count mismatch).  Then on arcomm: ncclCommAbort of a nonblocking split's handle whose
+ * peers never split returns at once and breaks the communicator split from on every
+ * rank; rank 1 aborts and rank 0's ncclCommGetAsyncError must report it
  * (ncclRemoteError).  Ranks: NCCL_TEST_RANKS (default 2).  Exit 77 without a GPU.
  */
 #include "nccl_harness.h"
@@ -431,6 +432,64 @@ out:
     return wrong;
 }
 
+/*
+ * On arcomm: ncclCommAbort of the handle a nonblocking ncclCommSplit returned, while the
+ * split still waits for ranks that never split, returns at once (not at the timeout),
+ * and the communicator split from breaks on every rank (each rank's
+ * ncclCommGetAsyncError turns to an error).  On a duplicate of comm, which every rank
+ * aborts afterwards.  Returns the wrong count.
+ */
+static size_t abort_split_child(int rank, ncclComm_t comm, char *why, size_t len)
+{
+    ncclComm_t dup = NULL;
+    ncclResult_t e = ncclCommSplit(comm, 0, rank, &dup, NULL);
+    if (e != ncclSuccess || dup == NULL) {
+        snprintf(why, len, "rank %d: ncclCommSplit (the duplicate): %s: %s", rank,
+                 ncclGetErrorString(e), ncclGetLastError(NULL));
+        return 1;
+    }
+    size_t wrong = 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (rank == 0) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        ncclComm_t sub = NULL;
+        e = ncclCommSplit(dup, 0, 0, &sub, &cfg);
+        if ((e != ncclSuccess && e != ncclInProgress) || sub == NULL) {
+            snprintf(why, len, "rank 0: nonblocking ncclCommSplit: %s: %s", ncclGetErrorString(e),
+                     ncclGetLastError(NULL));
+            ncclCommAbort(dup);
+            return 1;
+        }
+        usleep(200 * 1000);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        e = ncclCommAbort(sub);
+        double ms = ms_since(&t0);
+        if (e != ncclSuccess || ms > 2000) {
+            snprintf(why, len, "rank 0: ncclCommAbort of the split's handle: %s after %.0f ms",
+                     ncclGetErrorString(e), ms);
+            wrong = 1;
+        }
+    }
+    /* Every rank's duplicate is broken now, or soon (the others learn it from rank 0). */
+    ncclResult_t async = ncclSuccess;
+    do {
+        e = ncclCommGetAsyncError(dup, &async);
+        usleep(1000);
+    } while (e == ncclSuccess && (async == ncclSuccess || async == ncclInProgress) &&
+             ms_since(&t0) < 5000);
+    if (!wrong && (e != ncclSuccess || async == ncclSuccess || async == ncclInProgress)) {
+        snprintf(why, len,
+                 "rank %d: after rank 0 aborted its split's handle, ncclCommGetAsyncError of the "
+                 "communicator split from gave %s, async %s (%.0f ms)",
+                 rank, ncclGetErrorString(e), ncclGetErrorString(async), ms_since(&t0));
+        wrong = 1;
+    }
+    ncclCommAbort(dup);
+    return wrong;
+}
+
 static int child(int rank, int n, const char *hex, int fd)
 {
     ncclUniqueId id;
@@ -495,10 +554,17 @@ static int child(int rank, int n, const char *hex, int fd)
                                             sizeof(res.why));
     send_result(fd, &res);
 
-    /* On arcomm: a peer's abort shows in ncclCommGetAsyncError, asked from any thread. */
     if (tc_is_arcomm() && n > 1) {
         memset(&res, 0, sizeof(res));
         res.index = (uint32_t)nc + 3;
+        res.wrong = (uint32_t)abort_split_child(rank, comm, res.why, sizeof(res.why));
+        send_result(fd, &res);
+    }
+
+    /* On arcomm: a peer's abort shows in ncclCommGetAsyncError, asked from any thread. */
+    if (tc_is_arcomm() && n > 1) {
+        memset(&res, 0, sizeof(res));
+        res.index = (uint32_t)nc + 4;
         if (rank == 1) {
             usleep(300 * 1000); /* every rank has checked its last case */
             e = ncclCommAbort(comm);
@@ -581,8 +647,8 @@ int main(int argc, char **argv)
     static struct tcase cases[MAXC];
     size_t nc = tc_cases(cases, MAXC, n);
     nc += tc_graph_cases(cases + nc, MAXC - nc, n);
-    static struct rank_result got[8][MAXC + 4];
-    static bool have[8][MAXC + 4];
+    static struct rank_result got[8][MAXC + 5];
+    static bool have[8][MAXC + 5];
     int failures = 0;
     for (int r = 0; r < n; r++) {
         struct rank_result res;
@@ -592,7 +658,7 @@ int main(int argc, char **argv)
                 failures++;
                 continue;
             }
-            if (res.index <= nc + 3) {
+            if (res.index <= nc + 4) {
                 got[r][res.index] = res;
                 have[r][res.index] = true;
             }
@@ -608,15 +674,15 @@ int main(int argc, char **argv)
             failures++;
         }
     }
-    for (size_t k = 0; k <= nc + 3; k++) {
+    for (size_t k = 0; k <= nc + 4; k++) {
         bool split_case = k == nc, p2p_case = k == nc + 1, group_case = k == nc + 2,
-             async_case = k == nc + 3;
-        if (async_case && !(tc_is_arcomm() && n > 1))
+             abort_split_case = k == nc + 3, async_case = k == nc + 4;
+        if ((abort_split_case || async_case) && !(tc_is_arcomm() && n > 1))
             break;
         char name[160];
-        const struct tcase *c = async_case || p2p_case     ? NULL
-                                : split_case || group_case ? &cases[0]
-                                                           : &cases[k];
+        const struct tcase *c = async_case || p2p_case || abort_split_case ? NULL
+                                : split_case || group_case                 ? &cases[0]
+                                                                           : &cases[k];
         if (group_case)
             snprintf(name, sizeof(name),
                      "nonblocking init in a group: ncclGroupEnd returns before the others "
@@ -628,6 +694,10 @@ int main(int argc, char **argv)
                      "ncclScatter in place, outside a group, a count mismatch fails");
         else if (async_case)
             snprintf(name, sizeof(name), "rank 1 aborts: rank 0's ncclCommGetAsyncError says so");
+        else if (abort_split_case)
+            snprintf(name, sizeof(name),
+                     "ncclCommAbort of a nonblocking split's handle whose peers never split "
+                     "returns at once; the communicator split from breaks on every rank");
         else if (split_case)
             snprintf(name, sizeof(name),
                      "nonblocking ncclCommSplit returns before the others split, then works");

@@ -53,7 +53,10 @@ struct comm {
 
     _Atomic int broken;             /* 0, or the status that broke the communicator */
     _Atomic int aborted;            /* set by comm_abort, from any thread */
-    const volatile int *init_abort; /* the config's abort_flag, while in comm_init; else NULL */
+    const volatile int *init_abort; /* the abort word of the call in progress: the config's
+                                     * abort_flag in comm_init, rt_hook_split's in a split;
+                                     * else NULL */
+    const char *init_abort_what;    /* whose word it is, for the message */
     _Atomic int published;          /* this rank's failure went out to the peers */
     _Atomic int entered;            /* a thread is inside a call on this communicator */
     _Atomic int misused;            /* two threads entered at once: the next call fails */
@@ -65,8 +68,9 @@ struct comm {
 };
 
 /*
- * Is this rank told to stop: comm_abort, or (while it is in comm_init) the config's
- * abort_flag, whose first sight counts as comm_abort?  Every wait polls it.
+ * Is this rank told to stop: comm_abort, or (while it is in comm_init, or in a split
+ * through rt_hook_split) the call's abort word, whose first sight counts as comm_abort?
+ * Every wait polls it.
  */
 static inline bool rt_abort_requested(struct comm *c)
 {
@@ -81,7 +85,7 @@ static inline bool rt_abort_requested(struct comm *c)
 /* What stopped an aborted rank, for its message. */
 static inline const char *rt_abort_cause(const struct comm *c)
 {
-    return c->init_abort != NULL ? "comm_init's abort_flag was set" : "comm_abort was called";
+    return c->init_abort != NULL ? c->init_abort_what : "comm_abort was called";
 }
 
 /* Records an error on c (message for comm_last_error) and logs it once. */

@@ -114,8 +114,8 @@ const char *rt_status_string(comm_status_t status)
     case COMM_ERR_MISMATCH:
         return "COMM_ERR_MISMATCH: ranks disagree on count, dtype or op";
     case COMM_ERR_ABORTED:
-        return "COMM_ERR_ABORTED: comm_abort was called on this communicator (or comm_init's "
-               "abort_flag was set)";
+        return "COMM_ERR_ABORTED: comm_abort was called on this communicator (or the abort "
+               "word of its comm_init or split was set)";
     }
     return "unknown comm_status_t value";
 }

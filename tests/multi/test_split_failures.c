@@ -284,12 +284,14 @@ void aborting_split_word(void **s)
     assert_int_equal(sp_leftovers(&res[0].id, 1, 1), 0);
 }
 
-/* With the word set before the call, rank 1 stops in the parent's first handshake or,
- * where every peer's arrival is already there, in its child's comm_init: either way it
- * says ABORTED, every other rank PEER, and nothing of the children is left. */
+/* With the word set before the call, rank 1 (first there: the others come 200 ms later)
+ * stops in the parent's first handshake: it says ABORTED, every other rank PEER, and
+ * nothing of the children is left. */
 static void abort_word_set_body(struct h_rank *r)
 {
     volatile int word = 1;
+    if (r->rank != 1)
+        usleep(200 * 1000);
     comm_t *child = SENTINEL;
     double t0 = h_now_ms();
     comm_status_t st = r->rank == 1 ? rt_hook_split(r->comm, r->rank % 2, 0, &word, &child)

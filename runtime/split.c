@@ -166,13 +166,14 @@ static struct split_group group_of(int r, int nranks, const int64_t *colors, con
 }
 
 /* Joins this rank's group: the parent's device, device, transport choice, timeout and
- * knob defaults; abort_flag (may be NULL) stops the join as comm_init's does. */
+ * knob defaults; the split's abort word (c->init_abort, may be NULL) stops the join as
+ * comm_init's abort_flag does. */
 static comm_status_t child_init(const struct comm *c, uint32_t call, const struct split_group *g,
-                                const volatile int *abort_flag, struct comm **out)
+                                struct comm **out)
 {
     comm_config_t cfg;
     comm_config_init(&cfg);
-    cfg.abort_flag = abort_flag;
+    cfg.abort_flag = c->init_abort;
     cfg.nranks = g->nranks;
     cfg.rank = g->rank;
     child_id(&c->id, call, g->color, &cfg.id);
@@ -208,8 +209,7 @@ static int first_failure(int nranks, int64_t *results)
     return first;
 }
 
-static comm_status_t split_run(struct comm *c, int color, int key, const volatile int *abort_flag,
-                               comm_t **newcomm, const char *fn)
+static comm_status_t split_run(struct comm *c, int color, int key, comm_t **newcomm, const char *fn)
 {
     comm_status_t st = rt_call_usable(c, fn);
     if (st != COMM_OK)
@@ -247,7 +247,7 @@ static comm_status_t split_run(struct comm *c, int color, int key, const volatil
     comm_status_t mine = COMM_OK;
     char cause[RT_ERRMSG_BYTES] = "";
     if (color >= 0) {
-        mine = child_init(c, call, &g, abort_flag, &child);
+        mine = child_init(c, call, &g, &child);
         if (mine != COMM_OK)
             snprintf(cause, sizeof(cause), "%s", comm_last_error(NULL));
     }
@@ -306,16 +306,14 @@ static comm_status_t split_entered(struct comm *c, int color, int key,
     c->init_abort = abort_flag;
     c->init_abort_what = "the split's abort word was set (ncclCommAbort of the communicator "
                          "being split off, or rt_hook_split's caller)";
-    comm_status_t st = split_run(c, color, key, abort_flag, newcomm, fn);
+    comm_status_t st = split_run(c, color, key, newcomm, fn);
     c->init_abort = NULL;
     return st;
 }
 
 ARCOMM_API comm_status_t comm_split(comm_t *comm, int color, int key, comm_t **newcomm)
 {
-    if (!rt_call_enter(comm, "comm_split"))
-        return COMM_ERR_INVALID;
-    return rt_call_leave(comm, split_entered(comm, color, key, NULL, newcomm, "comm_split"));
+    return rt_hook_split(comm, color, key, NULL, newcomm);
 }
 
 ARCOMM_API comm_status_t comm_dup(comm_t *comm, comm_t **newcomm)

@@ -78,7 +78,7 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     const void *bufs[3] = {call->send, call->recv, call->addend};
     size_t lens[3] = {bytes, bytes,
                       call->addend ? call->addend_count * rt_dtype_size(call->dtype) : 0};
-    uint64_t out[3];
+    uint64_t out[3] = {0};
     /* Narrowed and fused-add calls have no CMA path. */
     struct coll_cma_pick pick = {0};
     if (ch.cma)
@@ -101,11 +101,13 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
     for (int p = 0; p < c->nranks; p++)
         all &= shm_arrival_at(c->shm, c->seq, p)->flags;
-    if (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG))
+    bool cma = (all & SHM_BUF_CMA) != 0;
+    bool direct = (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG)) != 0;
+    c->shm->bulk_calls[direct ? SHM_BULK_DIRECT : cma ? SHM_BULK_CMA : SHM_BULK_STAGED]++;
+    if (direct)
         return coll_allreduce_direct(c, call, narrow);
     /* Private buffers of process ranks: one copy through the kernel where every rank
      * offered it, else through the staging slots. */
-    bool cma = (all & SHM_BUF_CMA) != 0;
     st = cma ? coll_allreduce_cma(c, call) : coll_allreduce_staged(c, call, narrow);
     if (st == COMM_OK) {
         coll_host_cma_done(c, &pick, cma, bytes);

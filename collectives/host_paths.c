@@ -18,6 +18,18 @@ static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
            shm_pool_range(s, (uint64_t)((const uint8_t *)p - s->base), len);
 }
 
+/* Does [p, p + len) lie in this process's shared heap, which every peer mapped?  Its
+ * offset there, tagged, into *v. */
+static bool in_heap(const struct shm_comm *s, const void *p, size_t len, uint64_t *v)
+{
+    const uint8_t *b = p;
+    if (!s->heap || b < s->heap_own || len > s->heap_own_bytes ||
+        (uint64_t)(b - s->heap_own) > s->heap_own_bytes - len)
+        return false;
+    *v = SHM_HEAP_TAG | (uint64_t)(b - s->heap_own);
+    return true;
+}
+
 /* Raw pointers of every buffer, NULL ones too: the CMA paths read the addresses of
  * the peers' buffers only through the kernel, which checks them against the owner's
  * mappings. */
@@ -46,9 +58,10 @@ uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const 
             out[i] = (uint64_t)(s->pool - s->base);
             continue;
         }
-        if (!in_pool(s, bufs[i], lens[i]))
+        if (in_pool(s, bufs[i], lens[i]))
+            out[i] = (uint64_t)((const uint8_t *)bufs[i] - s->base);
+        else if (!in_heap(s, bufs[i], lens[i], &out[i]))
             return cma ? reach_cma(n, bufs, out) : 0;
-        out[i] = (uint64_t)((const uint8_t *)bufs[i] - s->base);
     }
     /* A rank whose buffers no peer touches (broadcast's non-roots) suits either path. */
     return SHM_BUF_IN_SEG | (cma && !touched ? SHM_BUF_CMA : 0u);
@@ -61,6 +74,19 @@ void *coll_peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64_t
     if (c->shm->same_process && (a->flags & SHM_BUF_SAME_PROC) && !(a->flags & SHM_BUF_IN_SEG))
         return (void *)(uintptr_t)v;
     if (!c->shm->same_process && (a->flags & SHM_BUF_IN_SEG) && !(a->flags & SHM_BUF_SAME_PROC)) {
+        if ((v & SHM_HEAP_TAG) != 0 && s->heap) {
+            /* An offset into rank p's shared heap, which this rank mapped at join. */
+            uint64_t off = v & ~SHM_HEAP_TAG, bytes = s->heap_bytes[p];
+            if (off <= bytes && len <= bytes - off)
+                return s->heap_base[p] + off;
+            rt_error(c, COMM_ERR_PEER,
+                     "rank %d: peer rank %d published %s at offset %llu (%llu bytes) of its "
+                     "shared heap, which has %llu bytes, in call %u: the segment is corrupted "
+                     "(a stray write by another process of this user?); restart the job",
+                     c->rank, p, what, (unsigned long long)off, (unsigned long long)len,
+                     (unsigned long long)bytes, c->seq);
+            return NULL;
+        }
         if (shm_pool_range(s, v, len))
             return s->base + v;
         rt_error(c, COMM_ERR_PEER,
@@ -166,7 +192,7 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
     const void *bufs[2] = {call->send, call->recv};
     size_t lens[2] = {algo->expose_send ? send_elems * esize : 0,
                       algo->expose_recv ? recv_elems * esize : 0};
-    uint64_t out[2];
+    uint64_t out[2] = {0};
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);
     size_t bytes = call->count * esize;
     struct coll_cma_pick pick = {0};
@@ -187,9 +213,11 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
     uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
     for (int p = 0; p < c->nranks; p++)
         all &= shm_arrival_at(c->shm, c->seq, p)->flags;
-    if (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG))
-        return algo->direct(c, call);
     bool cma = (all & SHM_BUF_CMA) != 0;
+    bool direct = (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG)) != 0;
+    c->shm->bulk_calls[direct ? SHM_BULK_DIRECT : cma ? SHM_BULK_CMA : SHM_BULK_STAGED]++;
+    if (direct)
+        return algo->direct(c, call);
     st = cma ? algo->cma(c, call) : algo->staged(c, call);
     if (st == COMM_OK)
         coll_host_cma_done(c, &pick, cma, bytes);

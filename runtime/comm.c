@@ -340,6 +340,16 @@ ARCOMM_HOOK comm_status_t rt_hook_comm_id(const comm_t *comm, comm_id_t *id)
     return COMM_OK;
 }
 
+ARCOMM_HOOK comm_status_t rt_hook_bulk_calls(const comm_t *comm, uint64_t out[3])
+{
+    if (comm == NULL || comm->magic != RT_COMM_LIVE || comm->shm == NULL || out == NULL)
+        return COMM_ERR_INVALID;
+    _Static_assert(SHM_BULK_KINDS == 3, "out[] holds every path");
+    for (int k = 0; k < SHM_BULK_KINDS; k++)
+        out[k] = comm->shm->bulk_calls[k];
+    return COMM_OK;
+}
+
 ARCOMM_HOOK comm_status_t rt_hook_comm_state(const comm_t *comm)
 {
     if (comm == NULL || comm->magic != RT_COMM_LIVE)

@@ -11,6 +11,8 @@
 
 #include "arcomm.h"
 
+#include <stdint.h>
+
 struct backend_ops;
 
 /* Exported from libarcomm.so, though not public API. */
@@ -57,5 +59,10 @@ ARCOMM_HOOK comm_status_t rt_hook_comm_id(const comm_t *comm, comm_id_t *id);
  */
 ARCOMM_HOOK comm_status_t rt_hook_split(comm_t *comm, int color, int key,
                                         const volatile int *abort_flag, comm_t **newcomm);
+
+/* For the tests of the host paths: how many bulk calls of the communicator ran one-pass,
+ * through the staging slots and through CMA (out[0..2]).  COMM_ERR_INVALID for a dead
+ * handle or a communicator without the segment. */
+ARCOMM_HOOK comm_status_t rt_hook_bulk_calls(const comm_t *comm, uint64_t out[3]);
 
 #endif /* ARCOMM_RT_HOOKS_H */

@@ -17,7 +17,7 @@ import sys
 
 TOP_KEYS = ['schema', 'arcomm_version', 'build', 'nranks', 'host', 'topology',
             'pci_accelerators', 'cuda', 'hexagon', 'transports', 'transport_pick', 'paths',
-            'collective_paths', 'streaming_stores', 'single_copy', 'config',
+            'collective_paths', 'streaming_stores', 'single_copy', 'shared_heap', 'config',
             'other_variables', 'unknown_environment']
 # The collectives of collective_paths, in their order for each size.
 COLLECTIVES = ['broadcast', 'reduce', 'allgather', 'reduce_scatter', 'alltoall']
@@ -209,6 +209,10 @@ def check_full(d, this_system):
     check_collective_paths(d, size_of(cfg['ARCOMM_FLAG_THRESHOLD']['effective']))
     check_streaming(d, cfg['ARCOMM_NT_THRESHOLD'])
     check_single_copy(d, cfg['ARCOMM_CMA_THRESHOLD'])
+    # arinfo runs without libarcomm_heap.so preloaded here (with it: its size).
+    preloaded = 'libarcomm_heap' in os.environ.get('LD_PRELOAD', '')
+    assert d['shared_heap']['preloaded'] is preloaded, d['shared_heap']
+    assert (d['shared_heap']['bytes'] is None) is not preloaded, d['shared_heap']
     for c in d['config']:
         assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'table',
                           'used_by', 'doc'}
@@ -262,8 +266,8 @@ def main():
     assert 'ARCOMM_BOGUS_KNOB' in err and 'ARCOMM_RANK' not in err, err
     # The other components' variables: listed with their value, never taken for typos.
     other = {v['name']: v for v in d['other_variables']}
-    assert set(other) == {'ARCOMM_PMPI', 'ARCOMM_PMPI_MIN_BYTES', 'ARCOMM_LIBRARY',
-                          'ARCOMM_MPI_LIBRARY'}, other
+    assert set(other) == {'ARCOMM_PMPI', 'ARCOMM_PMPI_MIN_BYTES', 'ARCOMM_HEAP_BYTES',
+                          'ARCOMM_HEAP_MIN', 'ARCOMM_LIBRARY', 'ARCOMM_MPI_LIBRARY'}, other
     for v in other.values():
         assert set(v) == {'name', 'component', 'value', 'default', 'doc'} and v['doc'], v
     assert other['ARCOMM_PMPI']['value'] == 'off' and other['ARCOMM_PMPI']['component'] == \
@@ -299,7 +303,8 @@ def main():
     assert 'host' not in d and 'config' in d
     d, _ = run(arinfo, ['--topology', xml, '--only', 'pci,paths', '--sizes', '1G', '-n', '4'])
     assert list(d) == ['schema', 'arcomm_version', 'build', 'nranks', 'pci_accelerators',
-                       'paths', 'collective_paths', 'streaming_stores', 'single_copy'], list(d)
+                       'paths', 'collective_paths', 'streaming_stores', 'single_copy',
+                       'shared_heap'], list(d)
     assert d['nranks'] == 4 and [p['bytes'] for p in d['paths']] == [1 << 30]
     check_collective_paths(d)
 

@@ -22,6 +22,14 @@
 
 #include <cmocka.h>
 
+#if ARCOMM_TEST_HEAP
+#include "rt_hooks.h"
+
+#include <dlfcn.h>
+/* This build runs only the shared heap's cases (its main() at the end). */
+#pragma GCC diagnostic ignored "-Wunused-function"
+#endif
+
 const char *const co_kind_names[K_ALL] = {"broadcast", "reduce",    "allgather", "reduce_scatter",
                                           "alltoall",  "allreduce", "barrier"};
 
@@ -65,6 +73,15 @@ struct sweep {
     bool large_only; /* only the counts past 1 MiB */
     bool small_only; /* only the small counts */
     bool allreduce;  /* allreduce too (the CMA sweeps: its own path there) */
+    int paths;       /* the bulk paths the calls must take (test_collectives_heap) */
+};
+
+/* struct sweep's paths: what rt_hook_bulk_calls must count after a sweep. */
+enum {
+    PATHS_ANY = 0,
+    PATHS_DIRECT_ONLY, /* every bulk call one-pass */
+    PATHS_NO_DIRECT,   /* none one-pass */
+    PATHS_BOTH,        /* some one-pass, some not */
 };
 
 struct ctx {
@@ -296,6 +313,22 @@ static void sweep_body(struct h_rank *r)
         }
     }
     r->out_len = x.nh * sizeof(uint64_t);
+#if ARCOMM_TEST_HEAP
+    uint64_t calls[3];
+    if (rt_hook_bulk_calls(r->comm, calls) != COMM_OK) {
+        h_fail(r, "rt_hook_bulk_calls failed");
+        return;
+    }
+    uint64_t direct = calls[0], other = calls[1] + calls[2];
+    bool ok = x.sw->paths == PATHS_DIRECT_ONLY ? direct > 0 && other == 0
+              : x.sw->paths == PATHS_NO_DIRECT ? direct == 0 && other > 0
+              : x.sw->paths == PATHS_BOTH      ? direct > 0 && other > 0
+                                               : true;
+    if (!ok)
+        h_fail(r, "bulk calls: %llu one-pass, %llu staged, %llu CMA: not what sweep paths %d wants",
+               (unsigned long long)calls[0], (unsigned long long)calls[1],
+               (unsigned long long)calls[2], x.sw->paths);
+#endif
 }
 
 /* Runs a sweep job and checks it; returns rank 0's hashes (malloc'd, *len bytes). */
@@ -494,6 +527,78 @@ static void procs_small_slots_3(void **s)
     run_sweep(3, true, (struct sweep){.large_only = h_quick()}, "1K");
 }
 
+#if ARCOMM_TEST_HEAP
+/*
+ * Process ranks whose processes run with libarcomm_heap.so (the shared heap): buffers
+ * from plain malloc lie in memory every peer mapped, so every bulk call takes the
+ * one-pass path, as comm_mem_alloc's buffers do; with ARCOMM_HEAP_MIN=0 every
+ * allocation lands there, and with the flag path off every call is a bulk call.
+ */
+static void heap_procs_2_direct(void **s)
+{
+    (void)s;
+    h_env_push("ARCOMM_HEAP_MIN", "0");
+    run_sweep(2, true, (struct sweep){.allreduce = true, .paths = PATHS_DIRECT_ONLY}, "off");
+}
+static void heap_procs_3_direct(void **s)
+{
+    (void)s;
+    h_env_push("ARCOMM_HEAP_MIN", "0");
+    run_sweep(3, true,
+              (struct sweep){.allreduce = true, .large_only = true, .paths = PATHS_DIRECT_ONLY},
+              "off");
+}
+/* The default ARCOMM_HEAP_MIN: small buffers stay glibc's (staged or CMA), the calls past
+ * 1 MiB run one-pass. */
+static void heap_procs_2_min(void **s)
+{
+    (void)s;
+    run_sweep(2, true, (struct sweep){.allreduce = true, .paths = PATHS_BOTH}, "off");
+}
+/* Rank 1 without a heap (ARCOMM_HEAP_BYTES=0, set before its heap is made): the
+ * communicator agrees at join that no rank publishes heap offsets; every call runs
+ * staged or CMA, with the same results. */
+static void heap_one_without_body(struct h_rank *r)
+{
+    if (r->rank == 1)
+        setenv("ARCOMM_HEAP_BYTES", "0", 1);
+    if (!h_comm_init(r, 20000))
+        return;
+    sweep_body(r);
+    comm_destroy(r->comm);
+}
+static void heap_procs_2_one_without(void **s)
+{
+    (void)s;
+    h_env_push("ARCOMM_HEAP_MIN", "0");
+    h_env_push("ARCOMM_FLAG_THRESHOLD", "off");
+    struct sweep sw = {.allreduce = true, .large_only = true, .paths = PATHS_NO_DIRECT};
+    struct h_job job = {.nranks = 2,
+                        .procs = true,
+                        .no_init = true,
+                        .body = heap_one_without_body,
+                        .arg = &sw,
+                        .kill_rank = -1};
+    size_t len;
+    free(run_job_hashes(&job, &len));
+}
+
+int main(void)
+{
+    /* The point is the preload: without it the cases would pass on other paths. */
+    if (dlsym(RTLD_DEFAULT, "arcomm_heap_region") == NULL) {
+        fprintf(stderr, "test_collectives_heap: libarcomm_heap.so is not preloaded\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(heap_procs_2_direct),
+        cmocka_unit_test(heap_procs_3_direct),
+        cmocka_unit_test(heap_procs_2_min),
+        cmocka_unit_test(heap_procs_2_one_without),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,3 +630,4 @@ int main(void)
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
+#endif

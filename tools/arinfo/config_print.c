@@ -36,6 +36,12 @@ static const struct {
     {"ARCOMM_PMPI_MIN_BYTES", "libarcomm_pmpi", "per call, measured",
      "smallest message (bytes, K or M suffix) arcomm serves, for every call; smaller ones "
      "go to Open MPI (docs/pmpi.md)"},
+    {"ARCOMM_HEAP_BYTES", "libarcomm_heap", "physical memory, at most 1T",
+     "address space of the shared heap (K, M, G or T suffix; sparse: memory only for what is "
+     "allocated); 0: no heap, every allocation glibc's"},
+    {"ARCOMM_HEAP_MIN", "libarcomm_heap", "64K",
+     "smallest allocation the shared heap serves (smaller ones are glibc's); peers reach "
+     "buffers in the heap in one pass"},
     {"ARCOMM_LIBRARY", "python", "the build tree's, then an installed one",
      "the libarcomm.so the Python package loads"},
     {"ARCOMM_MPI_LIBRARY", "python", "beside the libarcomm loaded, then an installed one",
@@ -325,8 +331,8 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
                 n);
         fprintf(ai->out, "  bulk: process ranks staged, or cma (process_vm_readv, where "
                          "ARCOMM_CMA_THRESHOLD says and every peer is readable), one-pass when "
-                         "the buffers peers touch come from comm_mem_alloc; thread ranks "
-                         "one-pass\n");
+                         "the buffers peers touch come from comm_mem_alloc or lie in every "
+                         "rank's shared heap; thread ranks one-pass\n");
         fprintf(ai->out, "  %-10s %-8s", "SIZE", "RANKS");
         for (size_t c = 0; c < N_OTHER_KINDS; c++) {
             char head[32];
@@ -462,6 +468,41 @@ static void print_streaming(struct arinfo *ai)
     fputc('\n', ai->out);
 }
 
+/*
+ * The shared heap (libarcomm_heap.so, LD_PRELOAD or arrun --shared-heap): whether this
+ * process has one, which says whether process ranks started like arinfo reach each
+ * other's malloc'd buffers.
+ */
+static void print_shared_heap(struct arinfo *ai)
+{
+    struct shm_heap_own own;
+    bool have = shm_heap_own(&own);
+    if (ai->json) {
+        json_object_begin(&ai->js, "shared_heap");
+        json_bool(&ai->js, "preloaded", have);
+        if (have)
+            json_uint(&ai->js, "bytes", own.bytes);
+        else
+            json_null(&ai->js, "bytes");
+        json_object_end(&ai->js);
+        return;
+    }
+    if (have) {
+        char size[32];
+        arinfo_fmt_size(own.bytes, size, sizeof(size));
+        fprintf(ai->out,
+                "  shared heap: libarcomm_heap.so preloaded here (%s of address space): "
+                "process ranks that all run with it take the one-pass path on buffers from "
+                "malloc of ARCOMM_HEAP_MIN bytes or more\n",
+                size);
+    } else {
+        fprintf(ai->out, "  shared heap: not preloaded here: process ranks stage (or copy "
+                         "through CMA) the buffers they allocate themselves; arrun "
+                         "--shared-heap or LD_PRELOAD=libarcomm_heap.so gives them the "
+                         "one-pass path\n");
+    }
+}
+
 static const char *const cma_outcome_names[] = {
     [SHM_CMA_MEASURED] = "measured",
     [SHM_CMA_FAILED] = "failed",
@@ -570,6 +611,7 @@ void print_paths(struct arinfo *ai)
                 flag, flag_threads, bf16, nt);
         print_streaming(ai);
         print_single_copy(ai);
+        print_shared_heap(ai);
         fprintf(ai->out, "  %-10s %-12s %-38s %s\n", "SIZE", "F32 AS BF16", "PROCESS RANKS",
                 "THREAD RANKS");
     }
@@ -615,6 +657,7 @@ void print_paths(struct arinfo *ai)
     if (ai->json) {
         print_streaming(ai);
         print_single_copy(ai);
+        print_shared_heap(ai);
     }
 }
 

@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      8u
+#define SHM_VERSION      9u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -61,7 +61,9 @@ struct shm_header {
     _Atomic uint32_t cma_probed; /* ranks that finished the CMA probe (after attached) */
     _Atomic uint32_t cma_off;    /* nonzero: some rank cannot use CMA, or has it off */
     _Atomic uint32_t cma_slow;   /* nonzero: some rank found the single copy slow */
-    uint8_t pad2[40];
+    _Atomic uint32_t heap_off;   /* nonzero: some rank has no shared heap, or could not map
+                                  * a peer's (peer_heap.c) */
+    uint8_t pad2[36];
     /* --- line 3: the doorbell that sleeping waiters block on (futex) --- */
     alignas(SHM_CACHE_LINE) _Atomic uint32_t bell; /* bumped when a sleeper must wake */
     _Atomic uint32_t sleepers;                     /* waiters blocked on bell right now */
@@ -95,7 +97,11 @@ struct shm_rank {
     int32_t numa_node;        /* node its staging memory is bound to, -1 none */
     uint64_t cma_word;        /* address, in the owner's process, of a word holding
                                * SHM_CMA_MAGIC: what the peers' CMA probe reads */
-    uint8_t pad0[SHM_CACHE_LINE - 32];
+    uint64_t heap_bytes;      /* size of the owner's shared heap (libarcomm_heap.so), 0:
+                               * it has none */
+    int32_t heap_fd;          /* with heap_bytes: the heap's memfd in the owner's process,
+                               * which peers open as /proc/<pid>/fd/<heap_fd> */
+    uint8_t pad0[SHM_CACHE_LINE - 44];
     /* --- line 1: progress of multi-step algorithms --- */
     alignas(SHM_CACHE_LINE) _Atomic uint64_t progress; /* steps completed, monotonic */
     _Atomic int32_t status;     /* sticky: COMM_OK, or the error that broke it */
@@ -137,6 +143,12 @@ enum shm_path {
 #define SHM_BUF_CMA                                                                                \
     0x10u /* send/recv are raw pointers of owner's process, which                                  \
            * the peers reach with process_vm_readv/writev */
+
+/* With SHM_BUF_IN_SEG, a published value with this bit set is an offset into the
+ * owner's shared heap (peer_heap.c), not into the segment. */
+#define SHM_HEAP_TAG (1ull << 63)
+/* The largest shared heap a peer may publish (1 TiB, the heap's own cap). */
+#define SHM_HEAP_MAX (1ull << 40)
 
 /* The word every rank's CMA probe reads from each peer (struct shm_rank.cma_word). */
 #define SHM_CMA_MAGIC 0x41524353434d4131ull /* "ARCSCMA1" */
@@ -189,6 +201,8 @@ _Static_assert(offsetof(struct shm_header, bell) == 3 * SHM_CACHE_LINE, "line 3"
 _Static_assert(offsetof(struct shm_rank, progress) == SHM_CACHE_LINE, "progress on line 1");
 _Static_assert(offsetof(struct shm_rank, cma_word) == 24, "cma_word on line 0, aligned");
 _Static_assert(offsetof(struct shm_header, cma_off) < 3 * SHM_CACHE_LINE, "cma on line 2");
+_Static_assert(offsetof(struct shm_header, heap_off) < 3 * SHM_CACHE_LINE, "heap on line 2");
+_Static_assert(offsetof(struct shm_rank, heap_fd) + 4 <= SHM_CACHE_LINE, "heap on line 0");
 _Static_assert(offsetof(struct shm_rank, root_kind) < 2 * SHM_CACHE_LINE, "root on line 1");
 _Static_assert(offsetof(struct shm_rank, errmsg) == 2 * SHM_CACHE_LINE, "message from line 2");
 

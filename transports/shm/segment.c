@@ -569,6 +569,11 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     me->start_time = rt_proc_start_time(getpid());
     me->numa_node = bind_staging(c, s);
     me->cma_word = shm_cma_word();
+    /* The host backend's process ranks reach buffers in each other's shared heaps. */
+    struct shm_heap_own own;
+    bool want_heap = strcmp(c->backend_name, "shm") == 0 && shm_heap_own(&own);
+    me->heap_bytes = want_heap ? own.bytes : 0;
+    me->heap_fd = want_heap ? own.fd : -1;
     atomic_store(&me->cpu, -1);
     atomic_store_explicit(&me->claimed, 2, memory_order_release); /* identity published */
     atomic_fetch_add(&h->attached, 1);
@@ -595,6 +600,9 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
                          (c->nranks != 2 || all_in_this_process(c, s) ||
                           !shm_cma_fast_here(&c->knobs)))
                     atomic_fetch_or(&h->cma_slow, 1u);
+                /* Every rank's line 0 is written (it attached after it): map their heaps. */
+                if (!want_heap || all_in_this_process(c, s) || !shm_heap_map_peers(c, s))
+                    atomic_fetch_or(&h->heap_off, 1u);
                 atomic_fetch_add(&h->cma_probed, 1);
                 probed = true;
             }
@@ -655,6 +663,14 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     /* Every rank read the same word after every rank's last write to it. */
     c->shm->cma = !c->shm->same_process && atomic_load(&h->cma_off) == 0;
     c->shm->cma_fast = c->shm->cma && atomic_load(&h->cma_slow) == 0;
+    c->shm->heap = !c->shm->same_process && atomic_load(&h->heap_off) == 0;
+    if (!c->shm->heap)
+        shm_heap_unmap_peers(s);
+    else
+        rt_log(c, RT_LOG_INFO,
+               "rank %d: every rank of communicator %s has a shared heap: malloc'd buffers "
+               "from ARCOMM_HEAP_MIN bytes take the one-pass path",
+               c->rank, c->id.str);
     return COMM_OK;
 
 err_leave:
@@ -663,6 +679,7 @@ err_leave:
     shm_init_leave(h, s->ranks, s->name, c->rank, reporter, linger);
     s->unlinked = true;
 err_unmap:
+    shm_heap_unmap_peers(s);
     shm_mapping_release(s);
     c->shm = NULL;
 err_free:
@@ -681,6 +698,7 @@ void shm_segment_detach(struct comm *c)
     shm_pool_release(c);
     if (!s->unlinked && c->rank == 0)
         shm_unlink(s->name);
+    shm_heap_unmap_peers(s);
     shm_mapping_release(s);
     free(s->scratch);
     free(s->cma_scratch);

@@ -25,6 +25,14 @@ struct shm_sizes {
     size_t pool_bytes; /* a rank's comm_mem_alloc arena */
 };
 
+/* The bulk paths of the host collectives, as struct shm_comm counts them. */
+enum shm_bulk {
+    SHM_BULK_DIRECT, /* one-pass: every rank reaches every buffer */
+    SHM_BULK_STAGED, /* through the staging slots */
+    SHM_BULK_CMA,    /* single copy through process_vm_readv/writev */
+    SHM_BULK_KINDS,
+};
+
 struct shm_comm {
     char name[SHM_NAME_MAX]; /* "/arcomm-<hex>", for shm_unlink */
     bool unlinked;           /* the name is gone (normally right after rendezvous) */
@@ -59,6 +67,17 @@ struct shm_comm {
                           * (host_paths.c), freed at detach */
     bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
     long spin_ns;        /* effective spin phase */
+
+    /* The shared heaps (peer_heap.c): heap is true when every rank is in a process with
+     * one and mapped every peer's (agreed at join); buffers there travel as heap offsets
+     * (SHM_HEAP_TAG). */
+    bool heap;
+    uint8_t **heap_base;     /* [nranks] with heap: rank p's heap as mapped here */
+    uint64_t *heap_bytes;    /* [nranks] with heap: its size */
+    uint8_t *heap_own;       /* with heap: this process's heap (not held in the registry) */
+    uint64_t heap_own_bytes; /* and its size */
+
+    uint64_t bulk_calls[SHM_BULK_KINDS]; /* host bulk calls by path (enum shm_bulk) */
 
     /* The root cause of this rank's COMM_ERR_PEER, when it saw a peer fail: what it
      * publishes instead of its own message, so every rank names the rank that really
@@ -118,6 +137,21 @@ typedef comm_status_t (*shm_ext_setup_fn)(struct comm *c, void *base, size_t siz
 typedef void (*shm_ext_teardown_fn)(void *base, size_t size);
 comm_status_t shm_mapping_ext_hold(struct comm *c, shm_ext_setup_fn setup);
 void shm_mapping_ext_release(struct comm *c, shm_ext_teardown_fn teardown);
+
+/* peer_heap.c: the shared heaps of process ranks (libarcomm_heap.so, heap_abi.h). */
+struct shm_heap_own {
+    uint8_t *base;
+    uint64_t bytes;
+    int fd;
+};
+/* This process's shared heap: false without libarcomm_heap.so (or when it has none). */
+bool shm_heap_own(struct shm_heap_own *own);
+/* Maps every rank's heap into s->heap_base (a rank of this process: our own); false,
+ * with nothing held and the reason logged, when some rank has none or one cannot be
+ * mapped.  Needs s->ranks' line 0 of every rank (after every rank attached). */
+bool shm_heap_map_peers(struct comm *c, struct shm_comm *s);
+/* Drops what shm_heap_map_peers holds (any time, also when it held nothing). */
+void shm_heap_unmap_peers(struct shm_comm *s);
 
 /* cma.c: Cross Memory Attach (process_vm_readv/writev) between process ranks. */
 

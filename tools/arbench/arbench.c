@@ -46,7 +46,7 @@
 static const char usage[] =
     "usage: arbench [--coll COLL] [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR]\n"
     "               [-d DTYPE] [-o OP] [--inplace] [--graph] [--check] [--fresh] [--iters N]\n"
-    "               [--warmup N] [--rounds R] [--no-bind] [--device host|cuda]\n"
+    "               [--warmup N] [--rounds R] [--no-bind] [--shared-heap] [--device host|cuda]\n"
     "               [--transport NAME] [--compare mpi|nccl]\n"
     "               [--csv FILE] [--json FILE] [--plot FILE.png] [--mpi]\n"
     "Times arcomm's collectives over a sweep of sizes, like nccl-tests' *_perf.\n"
@@ -91,6 +91,8 @@ static const char usage[] =
     "  --mem-alloc        the buffers under test from comm_mem_alloc (host): process ranks\n"
     "                     reach each other's and take the one-pass paths\n"
     "                     (ARCOMM_MEM_POOL_BYTES is set to fit the largest size unless set)\n"
+    "  --shared-heap      with --procs: the ranks run under arrun --shared-heap, their\n"
+    "                     private buffers in libarcomm_heap.so's shared heap (one-pass)\n"
     "  --no-bind          let ranks float; by default each rank gets its own core,\n"
     "                     round robin (threads here, arrun --bind core, mpirun's\n"
     "                     default binding): unbound ranks may share a core and wait\n"
@@ -533,6 +535,11 @@ int main(int argc, char **argv)
     if (o.mem_alloc && o.device != COMM_DEVICE_HOST) {
         fprintf(stderr, "arbench: --mem-alloc: comm_mem_alloc gives host buffers; leave out "
                         "--device or use --device host\n");
+        return BENCH_EXIT_USAGE;
+    }
+    if (o.shared_heap && (!o.procs || o.mem_alloc || o.device != COMM_DEVICE_HOST)) {
+        fprintf(stderr, "arbench: --shared-heap is for the private host buffers of process "
+                        "ranks: use it with --procs, without --mem-alloc and --device\n");
         return BENCH_EXIT_USAGE;
     }
     if (o.mem_alloc && getenv("ARCOMM_MEM_POOL_BYTES") == NULL) {

@@ -62,6 +62,7 @@ struct bench_opts {
     bool csv_stdout;       /* --csv-stdout: machine output for a parent arbench */
     bool no_bind;          /* --no-bind: ranks float (default: one core each) */
     bool mem_alloc;        /* --mem-alloc: buffers from comm_mem_alloc (host) */
+    bool shared_heap;      /* --shared-heap: process ranks under arrun --shared-heap */
     bool graph;            /* --graph: each timed call a replay of a CUDA graph of one call */
     bool fresh; /* --fresh: before each call (untimed) every rank writes its input and reads
                  * its output, as an application producing and consuming them does */

@@ -178,6 +178,7 @@ enum {
     OPT_CSV_STDOUT,
     OPT_NO_BIND,
     OPT_MEM_ALLOC,
+    OPT_SHARED_HEAP,
     OPT_VERSION,
     OPT_COLL,
     OPT_MPI,
@@ -207,6 +208,7 @@ static const struct option long_opts[] = {
     {"csv-stdout", no_argument, NULL, OPT_CSV_STDOUT},
     {"no-bind", no_argument, NULL, OPT_NO_BIND},
     {"mem-alloc", no_argument, NULL, OPT_MEM_ALLOC},
+    {"shared-heap", no_argument, NULL, OPT_SHARED_HEAP},
     {"graph", no_argument, NULL, OPT_GRAPH},
     {"fresh", no_argument, NULL, OPT_FRESH},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
@@ -316,6 +318,9 @@ int bench_parse_args(struct bench_opts *o, int argc, char **argv, const char *pr
             break;
         case OPT_MEM_ALLOC:
             o->mem_alloc = true;
+            break;
+        case OPT_SHARED_HEAP:
+            o->shared_heap = true;
             break;
         case OPT_GRAPH:
             o->graph = true;

@@ -167,7 +167,9 @@ void bench_print_header(FILE *f, const struct bench_report *rep)
         fprintf(f, "  warmup: 10%% of iters, >= 5");
     fprintf(f, "  rounds: %d%s  binding: %s  buffers: %s\n", o->rounds,
             o->rounds > 1 ? " (median reported)" : "", o->no_bind ? "none" : "one core per rank",
-            o->mem_alloc ? "comm_mem_alloc" : "private (posix_memalign)");
+            o->mem_alloc     ? "comm_mem_alloc"
+            : o->shared_heap ? "private (posix_memalign) in the shared heap (libarcomm_heap.so)"
+                             : "private (posix_memalign)");
     fprintf(f,
             "# time: each call timed on every rank (CLOCK_MONOTONIC), %s; per call the "
             "slowest rank; median and p90 over calls\n",
@@ -384,7 +386,7 @@ static void json_result(FILE *f, const struct bench_report *rep, const struct be
 /*
  * Schema: { "tool": "arbench", "machine": {"host", "cpu", "nproc"}, "date", "command",
  *   "arcomm_version", "transport", "mode", "nranks", "device", "dtype", "op", "inplace",
- *   "buffers": "private" | "comm_mem_alloc",
+ *   "buffers": "private" | "comm_mem_alloc" | "shared-heap",
  *   "fresh": true | false (--fresh: inputs written and outputs read between calls),
  *   "check", "rounds", "time_stat", "busbw_def", "peer": null | "mpi" | "nccl",
  *   "ratio_def", "coll": "allreduce" | ... | "all", "size_def", "root",
@@ -420,7 +422,10 @@ int bench_write_json(const char *path, const struct bench_report *rep)
     fprintf(f, "  \"dtype\": \"%s\",\n  \"op\": \"%s\",\n  \"inplace\": %s,\n  \"check\": %s,\n",
             bench_dtype_name(o->dtype), bench_op_name(o->op), o->inplace ? "true" : "false",
             o->check ? "true" : "false");
-    fprintf(f, "  \"buffers\": \"%s\",\n", o->mem_alloc ? "comm_mem_alloc" : "private");
+    fprintf(f, "  \"buffers\": \"%s\",\n",
+            o->mem_alloc     ? "comm_mem_alloc"
+            : o->shared_heap ? "shared-heap"
+                             : "private");
     fprintf(f, "  \"fresh\": %s,\n", o->fresh ? "true" : "false");
     fprintf(f,
             "  \"rounds\": %d,\n  \"time_stat\": \"per call the slowest rank; median and "

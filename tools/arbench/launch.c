@@ -104,6 +104,8 @@ int bench_run_procs(const struct bench_opts *o, struct bench_result *res, size_t
         argv[k++] = "--bind";
         argv[k++] = "none";
     }
+    if (o->shared_heap)
+        argv[k++] = "--shared-heap";
     argv[k++] = "--";
     argv[k++] = exe;
     k += bench_sweep_args(o, argv + k, sweep, sizeof(sweep));

@@ -41,6 +41,8 @@ struct arrun_opts {
     double grace_s;         /* --grace: SIGTERM to SIGKILL */
     bool label;             /* --label */
     const char *output_dir; /* --output-filename DIR, or NULL */
+    bool shared_heap;       /* --shared-heap */
+    char *heap_preload;     /* with it: the ranks' LD_PRELOAD (malloc'd; in env[] too) */
     struct arrun_env *env;  /* -x, in command-line order (a later NAME wins) */
     int nenv;
     char **argv; /* PROGRAM ARGS..., NULL-terminated (points into main's argv) */

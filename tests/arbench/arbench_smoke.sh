@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# arbench smoke test: arbench_smoke.sh threads|procs|mpi ARBENCH
+# arbench smoke test: arbench_smoke.sh threads|procs|procs-heap|mpi ARBENCH
 # A small checked sweep must exit 0 and report #wrong == 0 for every size (and for the
 # MPI peer with "mpi").  Exit 77 (meson: skipped) when arrun or mpirun is missing.
 set -u
@@ -23,6 +23,16 @@ procs)
     "$arbench" --procs -n 2 -b 4 -e 64K --check --iters 20 --csv "$csv" || {
         echo "arbench --procs exited with $?"; exit 1; }
     cols=11 ;;
+procs-heap)
+    # Under arrun --shared-heap, every buffer in the heap (ARCOMM_HEAP_MIN=0) and every
+    # call a bulk call: the one-pass path over the peers' heaps at every size.
+    if [ ! -x "$bindir/../arrun/arrun" ] && ! command -v arrun >/dev/null 2>&1; then
+        echo "arrun not built: skipping"; exit 77
+    fi
+    ARCOMM_HEAP_MIN=0 ARCOMM_FLAG_THRESHOLD=off "$arbench" --procs --shared-heap -n 2 -b 4 \
+        -e 64K --check --iters 20 --csv "$csv" || {
+        echo "arbench --procs --shared-heap exited with $?"; exit 1; }
+    cols=11 ;;
 mpi)
     if ! command -v mpirun >/dev/null 2>&1 || [ ! -x "$bindir/arbench-mpi" ]; then
         echo "mpirun or arbench-mpi missing: skipping"; exit 77
@@ -31,7 +41,7 @@ mpi)
         echo "arbench --compare mpi exited with $?"; exit 1; }
     cols="11 18" ;;
 *)
-    echo "usage: $0 threads|procs|mpi ARBENCH"; exit 2 ;;
+    echo "usage: $0 threads|procs|procs-heap|mpi ARBENCH"; exit 2 ;;
 esac
 
 cat "$csv"

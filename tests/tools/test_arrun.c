@@ -120,6 +120,42 @@ static void test_env_x(void **state)
     run_free(&r);
 }
 
+/* --shared-heap: libarcomm_heap.so (beside libarcomm) first in every rank's LD_PRELOAD,
+ * ahead of the one the ranks would have had otherwise (-x here, else arrun's own). */
+static void test_shared_heap(void **state)
+{
+    (void)state;
+    struct run_opts inherited = {.env = "LD_PRELOAD=libc.so.6"};
+    char got[4096];
+    struct run r;
+    const char *tail = "/libarcomm_heap.so";
+
+    run_arrun(&r, NULL, "-n", "2", "--shared-heap", helper_path, "vars", "LD_PRELOAD", NULL);
+    if (r.status != 0)
+        fail_msg("arrun --shared-heap exited %d; stderr:\n%s", r.status, r.err);
+    for (int i = 0; i < 2; i++) {
+        ta_rank_var(r.out, i, "LD_PRELOAD", got, sizeof(got));
+        size_t n = strlen(got);
+        if (n < strlen(tail) || strcmp(got + n - strlen(tail), tail) != 0)
+            fail_msg("rank %d: LD_PRELOAD=%s, not the heap library", i, got);
+    }
+    run_free(&r);
+    run_arrun(&r, &inherited, "-n", "2", "--shared-heap", helper_path, "vars", "LD_PRELOAD",
+              NULL);
+    assert_int_equal(r.status, 0);
+    ta_rank_var(r.out, 1, "LD_PRELOAD", got, sizeof(got));
+    if (strstr(got, "/libarcomm_heap.so:libc.so.6") == NULL)
+        fail_msg("rank 1: LD_PRELOAD=%s, not the heap library then arrun's own", got);
+    run_free(&r);
+    run_arrun(&r, &inherited, "-n", "2", "-x", "LD_PRELOAD=", "--shared-heap", helper_path,
+              "vars", "LD_PRELOAD", NULL);
+    assert_int_equal(r.status, 0);
+    ta_rank_var(r.out, 0, "LD_PRELOAD", got, sizeof(got));
+    if (strchr(got, ':') != NULL || strstr(got, tail) == NULL)
+        fail_msg("rank 0: LD_PRELOAD=%s: -x LD_PRELOAD= leaves the heap library alone", got);
+    run_free(&r);
+}
+
 /* ---- failures ------------------------------------------------------------------------ */
 
 static void test_rank_exits_3(void **state)
@@ -430,6 +466,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cpus_per_rank),
         cmocka_unit_test(test_report_bindings),
         cmocka_unit_test(test_env_x),
+        cmocka_unit_test(test_shared_heap),
         cmocka_unit_test_teardown(test_output_filename, ta_remove_output_top),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_segments_removed),

@@ -11,7 +11,20 @@ static void host_resolve_knobs(struct comm *c)
 {
     /* The host paths' defaults depend on whether all ranks are threads of this process,
      * known once they met. */
+    bool auto_flag = c->knobs.flag_threshold == RT_SIZE_AUTO;
     coll_host_knobs.used(&c->knobs, c->topo, c->nranks, c->shm->same_process);
+    /*
+     * Process ranks that all run with the shared heap (agreed at join) reach each
+     * other's buffers from the heap's smallest allocation on, as thread ranks do: there
+     * the one-pass path beats the flag path's copies (2 ranks, 64-512 KiB: 1.1-3.4 us
+     * against 2.8-22 us, docs/PERFORMANCE.md).  Smaller buffers are glibc's and keep
+     * the flag path; so does a buffer the program did not get from malloc (it stages).
+     */
+    if (auto_flag && c->shm->heap && c->knobs.flag_threshold != RT_SIZE_OFF) {
+        uint64_t below = c->shm->heap_min > 1024 ? c->shm->heap_min - 1 : 1024;
+        if (below < c->knobs.flag_threshold)
+            c->knobs.flag_threshold = below;
+    }
     /* Some rank cannot reach its peers through CMA (the segment's probe, the same
      * answer on every rank): no call takes that path, nor leaves the flag path for it. */
     if (!c->shm->cma)

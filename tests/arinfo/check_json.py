@@ -213,6 +213,7 @@ def check_full(d, this_system):
     preloaded = 'libarcomm_heap' in os.environ.get('LD_PRELOAD', '')
     assert d['shared_heap']['preloaded'] is preloaded, d['shared_heap']
     assert (d['shared_heap']['bytes'] is None) is not preloaded, d['shared_heap']
+    assert (d['shared_heap']['min_bytes'] is None) is not preloaded, d['shared_heap']
     for c in d['config']:
         assert set(c) == {'name', 'type', 'value', 'effective', 'default', 'source', 'table',
                           'used_by', 'doc'}

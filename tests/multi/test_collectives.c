@@ -583,6 +583,46 @@ static void heap_procs_2_one_without(void **s)
     free(run_job_hashes(&job, &len));
 }
 
+/*
+ * The default flag threshold with the heap: process ranks leave the flag path at the
+ * heap's smallest allocation (ARCOMM_HEAP_MIN, 64K), where thread ranks would, instead
+ * of at 512K: a 128 KiB allreduce of malloc'd buffers is a one-pass bulk call, a 16 KiB
+ * one (glibc's memory) stays on the flag path.
+ */
+static void heap_threshold_body(struct h_rank *r)
+{
+    static const size_t counts[] = {4096, 32768, 4096, 32768}; /* f32: 16K and 128K */
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        uint64_t before[3], after[3];
+        if (rt_hook_bulk_calls(r->comm, before) != COMM_OK) {
+            h_fail(r, "rt_hook_bulk_calls failed");
+            return;
+        }
+        h_allreduce_checked(r, counts[i], 40 + i, "allreduce around the heap's threshold");
+        (void)rt_hook_bulk_calls(r->comm, after);
+        bool bulk = counts[i] * sizeof(float) >= (64u << 10);
+        if (after[0] - before[0] != (bulk ? 1u : 0u) || after[1] != before[1] ||
+            after[2] != before[2])
+            h_fail(r,
+                   "allreduce of %zu bytes: %llu one-pass, %llu staged, %llu CMA calls; want "
+                   "%s",
+                   counts[i] * sizeof(float), (unsigned long long)(after[0] - before[0]),
+                   (unsigned long long)(after[1] - before[1]),
+                   (unsigned long long)(after[2] - before[2]),
+                   bulk ? "one one-pass call" : "none (the flag path)");
+    }
+}
+static void heap_procs_2_threshold(void **s)
+{
+    (void)s;
+    struct h_job job = {.nranks = 2, .procs = true, .body = heap_threshold_body, .kill_rank = -1};
+    struct h_rank *res = h_run(&job);
+    for (int r = 0; r < 2; r++)
+        if (res[r].errors)
+            fail_msg("%ld errors; first: %s", res[r].errors, res[r].first_error);
+    assert_int_equal(h_shm_leftovers(), 0);
+}
+
 int main(void)
 {
     /* The point is the preload: without it the cases would pass on other paths. */
@@ -591,10 +631,9 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(heap_procs_2_direct),
-        cmocka_unit_test(heap_procs_3_direct),
-        cmocka_unit_test(heap_procs_2_min),
-        cmocka_unit_test(heap_procs_2_one_without),
+        cmocka_unit_test(heap_procs_2_direct),    cmocka_unit_test(heap_procs_3_direct),
+        cmocka_unit_test(heap_procs_2_min),       cmocka_unit_test(heap_procs_2_one_without),
+        cmocka_unit_test(heap_procs_2_threshold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -480,21 +480,26 @@ static void print_shared_heap(struct arinfo *ai)
     if (ai->json) {
         json_object_begin(&ai->js, "shared_heap");
         json_bool(&ai->js, "preloaded", have);
-        if (have)
+        if (have) {
             json_uint(&ai->js, "bytes", own.bytes);
-        else
+            json_uint(&ai->js, "min_bytes", own.min_bytes);
+        } else {
             json_null(&ai->js, "bytes");
+            json_null(&ai->js, "min_bytes");
+        }
         json_object_end(&ai->js);
         return;
     }
     if (have) {
-        char size[32];
-        arinfo_fmt_size(own.bytes, size, sizeof(size));
+        char size[32], min[32];
+        snprintf(size, sizeof(size), "%.1f GiB", (double)own.bytes / (1u << 30));
+        arinfo_fmt_size(own.min_bytes, min, sizeof(min));
         fprintf(ai->out,
                 "  shared heap: libarcomm_heap.so preloaded here (%s of address space): "
                 "process ranks that all run with it take the one-pass path on buffers from "
-                "malloc of ARCOMM_HEAP_MIN bytes or more\n",
-                size);
+                "malloc of ARCOMM_HEAP_MIN (%s) bytes or more, and leave an automatic flag "
+                "path there\n",
+                size, min);
     } else {
         fprintf(ai->out, "  shared heap: not preloaded here: process ranks stage (or copy "
                          "through CMA) the buffers they allocate themselves; arrun "

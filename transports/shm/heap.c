@@ -818,6 +818,7 @@ HEAP_EXPORT int arcomm_heap_region(struct arcomm_heap_info *info)
     info->bytes = atomic_load_explicit(&heap_hi, memory_order_relaxed) - lo;
     info->fd = heap_fd;
     info->pad = 0;
+    info->min_bytes = heap_threshold();
     return 1;
 }
 

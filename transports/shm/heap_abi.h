@@ -19,6 +19,7 @@ struct arcomm_heap_info {
     uint64_t bytes; /* size of the mapping and of the memfd (a multiple of the page size) */
     int fd;         /* the memfd, open for the life of the process (close-on-exec) */
     int pad;
+    uint64_t min_bytes; /* ARCOMM_HEAP_MIN: allocations of this size and more come from it */
 };
 
 /*

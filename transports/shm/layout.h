@@ -101,7 +101,9 @@ struct shm_rank {
                                * it has none */
     int32_t heap_fd;          /* with heap_bytes: the heap's memfd in the owner's process,
                                * which peers open as /proc/<pid>/fd/<heap_fd> */
-    uint8_t pad0[SHM_CACHE_LINE - 44];
+    uint32_t pad_heap;
+    uint64_t heap_min;        /* with heap_bytes: allocations from this size lie in it */
+    uint8_t pad0[SHM_CACHE_LINE - 56];
     /* --- line 1: progress of multi-step algorithms --- */
     alignas(SHM_CACHE_LINE) _Atomic uint64_t progress; /* steps completed, monotonic */
     _Atomic int32_t status;     /* sticky: COMM_OK, or the error that broke it */
@@ -202,7 +204,7 @@ _Static_assert(offsetof(struct shm_rank, progress) == SHM_CACHE_LINE, "progress 
 _Static_assert(offsetof(struct shm_rank, cma_word) == 24, "cma_word on line 0, aligned");
 _Static_assert(offsetof(struct shm_header, cma_off) < 3 * SHM_CACHE_LINE, "cma on line 2");
 _Static_assert(offsetof(struct shm_header, heap_off) < 3 * SHM_CACHE_LINE, "heap on line 2");
-_Static_assert(offsetof(struct shm_rank, heap_fd) + 4 <= SHM_CACHE_LINE, "heap on line 0");
+_Static_assert(offsetof(struct shm_rank, heap_min) + 8 <= SHM_CACHE_LINE, "heap on line 0");
 _Static_assert(offsetof(struct shm_rank, root_kind) < 2 * SHM_CACHE_LINE, "root on line 1");
 _Static_assert(offsetof(struct shm_rank, errmsg) == 2 * SHM_CACHE_LINE, "message from line 2");
 

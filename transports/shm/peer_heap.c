@@ -52,6 +52,7 @@ bool shm_heap_own(struct shm_heap_own *own)
         return false;
     own->base = info.base;
     own->bytes = info.bytes;
+    own->min_bytes = info.min_bytes;
     own->fd = info.fd;
     return true;
 }
@@ -169,7 +170,11 @@ bool shm_heap_map_peers(struct comm *c, struct shm_comm *s)
                    "preloaded there): process ranks stage malloc'd buffers",
                    c->rank, p, (int)r->pid);
             ok = false;
-        } else if (r->pid == me->pid) {
+        }
+        if (!ok)
+            break;
+        s->heap_min = r->heap_min > s->heap_min ? r->heap_min : s->heap_min;
+        if (r->pid == me->pid) {
             /* A thread rank of this process: its heap is ours. */
             s->heap_base[p] = own.base;
             s->heap_bytes[p] = own.bytes;

@@ -574,6 +574,7 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     bool want_heap = strcmp(c->backend_name, "shm") == 0 && shm_heap_own(&own);
     me->heap_bytes = want_heap ? own.bytes : 0;
     me->heap_fd = want_heap ? own.fd : -1;
+    me->heap_min = want_heap ? own.min_bytes : 0;
     atomic_store(&me->cpu, -1);
     atomic_store_explicit(&me->claimed, 2, memory_order_release); /* identity published */
     atomic_fetch_add(&h->attached, 1);

@@ -76,6 +76,8 @@ struct shm_comm {
     uint64_t *heap_bytes;    /* [nranks] with heap: its size */
     uint8_t *heap_own;       /* with heap: this process's heap (not held in the registry) */
     uint64_t heap_own_bytes; /* and its size */
+    uint64_t heap_min;       /* with heap: the largest ARCOMM_HEAP_MIN of the ranks (agreed):
+                              * buffers from this size lie in the heaps */
 
     uint64_t bulk_calls[SHM_BULK_KINDS]; /* host bulk calls by path (enum shm_bulk) */
 
@@ -142,6 +144,7 @@ void shm_mapping_ext_release(struct comm *c, shm_ext_teardown_fn teardown);
 struct shm_heap_own {
     uint8_t *base;
     uint64_t bytes;
+    uint64_t min_bytes; /* ARCOMM_HEAP_MIN of this process */
     int fd;
 };
 /* This process's shared heap: false without libarcomm_heap.so (or when it has none). */

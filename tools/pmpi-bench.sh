@@ -7,8 +7,11 @@
 # per size the medians over the rounds, MPI / pmpi (the speedup an unmodified program
 # gets) and pmpi - arcomm (the interposition's own cost per call).  docs/pmpi.md has
 # the numbers.  Broadcast is timed in place everywhere (MPI_Bcast has no other form).
+# With HEAP=1 the pmpi and arcomm runs have the shared heap too (libarcomm_heap.so after
+# libarcomm_pmpi.so in LD_PRELOAD; arbench --shared-heap): the program's malloc'd buffers
+# are then reachable by the other ranks, and the one-pass paths serve them.
 #   tools/pmpi-bench.sh [BUILD] [OUTDIR]     env: NP (2), ROUNDS (3), MIN (4), MAX (64M),
-#                                            FACTOR (4), COLLS (all six)
+#                                            FACTOR (4), COLLS (all six), HEAP (0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -16,6 +19,11 @@ out=${2:-$(mktemp -d)}
 np=${NP:-2} rounds=${ROUNDS:-3} min=${MIN:-4} max=${MAX:-64M} factor=${FACTOR:-4}
 colls=${COLLS:-allreduce broadcast reduce allgather reduce_scatter alltoall}
 lib=$(readlink -f "$build/runtime/pmpi/libarcomm_pmpi.so")
+heap=()
+if [ "${HEAP:-0}" = 1 ]; then
+    lib="$lib:$(readlink -f "$build/libarcomm_heap.so")"
+    heap=(--shared-heap)
+fi
 mkdir -p "$out"
 sweep=(-b "$min" -e "$max" -f "$factor")
 for round in $(seq 1 "$rounds"); do
@@ -27,8 +35,8 @@ for round in $(seq 1 "$rounds"); do
         mpirun --allow-run-as-root -np "$np" -x "LD_PRELOAD=$lib" -x ARCOMM_LOG_LEVEL=warn \
             "$build/tools/arbench/arbench-mpi" --coll "$coll" "${sweep[@]}" "${extra[@]}" \
             --csv-stdout >"$out/pmpi-$coll-$round.csv"
-        "$build/tools/arbench/arbench" --procs -n "$np" --coll "$coll" "${sweep[@]}" \
-            "${extra[@]}" --csv "$out/arcomm-$coll-$round.csv" >/dev/null
+        "$build/tools/arbench/arbench" --procs "${heap[@]}" -n "$np" --coll "$coll" \
+            "${sweep[@]}" "${extra[@]}" --csv "$out/arcomm-$coll-$round.csv" >/dev/null
     done
     echo "pmpi-bench: round $round of $rounds done" >&2
 done

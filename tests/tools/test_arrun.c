@@ -140,15 +140,14 @@ static void test_shared_heap(void **state)
             fail_msg("rank %d: LD_PRELOAD=%s, not the heap library", i, got);
     }
     run_free(&r);
-    run_arrun(&r, &inherited, "-n", "2", "--shared-heap", helper_path, "vars", "LD_PRELOAD",
-              NULL);
+    run_arrun(&r, &inherited, "-n", "2", "--shared-heap", helper_path, "vars", "LD_PRELOAD", NULL);
     assert_int_equal(r.status, 0);
     ta_rank_var(r.out, 1, "LD_PRELOAD", got, sizeof(got));
     if (strstr(got, "/libarcomm_heap.so:libc.so.6") == NULL)
         fail_msg("rank 1: LD_PRELOAD=%s, not the heap library then arrun's own", got);
     run_free(&r);
-    run_arrun(&r, &inherited, "-n", "2", "-x", "LD_PRELOAD=", "--shared-heap", helper_path,
-              "vars", "LD_PRELOAD", NULL);
+    run_arrun(&r, &inherited, "-n", "2", "-x", "LD_PRELOAD=", "--shared-heap", helper_path, "vars",
+              "LD_PRELOAD", NULL);
     assert_int_equal(r.status, 0);
     ta_rank_var(r.out, 0, "LD_PRELOAD", got, sizeof(got));
     if (strchr(got, ':') != NULL || strstr(got, tail) == NULL)

@@ -102,7 +102,7 @@ struct shm_rank {
     int32_t heap_fd;          /* with heap_bytes: the heap's memfd in the owner's process,
                                * which peers open as /proc/<pid>/fd/<heap_fd> */
     uint32_t pad_heap;
-    uint64_t heap_min;        /* with heap_bytes: allocations from this size lie in it */
+    uint64_t heap_min; /* with heap_bytes: allocations from this size lie in it */
     uint8_t pad0[SHM_CACHE_LINE - 56];
     /* --- line 1: progress of multi-step algorithms --- */
     alignas(SHM_CACHE_LINE) _Atomic uint64_t progress; /* steps completed, monotonic */

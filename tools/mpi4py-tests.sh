@@ -13,6 +13,8 @@
 # ARCOMM_PMPI_MIN_BYTES=0: arcomm serves every size (its defaults leave small calls to MPI).
 #   tools/mpi4py-tests.sh [LIBARCOMM_PMPI] (default build/runtime/pmpi/libarcomm_pmpi.so)
 # Exit 0 passed, 1 failed, 77 skipped (no mpirun/mpicc, no pip or network, no library).
+# HEAP=1: the shared heap too (LD_PRELOAD=libarcomm_pmpi.so:libarcomm_heap.so, the heap
+# beside libarcomm_pmpi's libarcomm): numpy's and mpi4py's buffers from 64 KiB lie in it.
 # ARCOMM_MPI4PY_DIR: where the venv and the unpacked source go
 # (default ${XDG_CACHE_HOME:-$HOME/.cache}/arcomm-mpi4py).
 set -euo pipefail
@@ -25,6 +27,12 @@ for tool in mpirun mpicc python3; do
     command -v "$tool" >/dev/null 2>&1 || skip "$tool not found"
 done
 [ -n "$lib" ] && [ -f "$lib" ] || skip "no libarcomm_pmpi.so (${1:-build/runtime/pmpi})"
+if [ "${HEAP:-0}" = 1 ]; then
+    heap=$(dirname "$lib")/libarcomm_heap.so
+    [ -f "$heap" ] || heap=$(dirname "$lib")/../../libarcomm_heap.so
+    [ -f "$heap" ] || skip "HEAP=1: no libarcomm_heap.so beside $lib"
+    lib="$lib:$(readlink -f "$heap")"
+fi
 
 # The sdist carries test/.  fetch VERSION-SPEC: its source unpacked into $dir/src.
 fetch() {

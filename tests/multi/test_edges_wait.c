@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "../../transports/shm/layout.h"
 
+#include <dlfcn.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
@@ -179,6 +180,8 @@ enum garbage {
     G_DTYPE,       /* a dtype no rank publishes */
     G_COLL,        /* a collective no rank publishes */
     G_ROOT,        /* a root outside the communicator */
+    G_HEAP_TAIL,   /* a shared-heap offset whose buffer runs past the end of the heap */
+    G_HEAP_NONE,   /* a shared-heap offset on a communicator without the heap */
 };
 
 #define G_COUNT (1u << 19) /* floats: 2 MiB, past the flag path for process ranks */
@@ -253,6 +256,10 @@ static void garbage_body(struct h_rank *r)
             a->recv = 0;
         if (kind == G_WRAP)
             a->send = UINT64_MAX - 1024;
+        if (kind == G_HEAP_TAIL)
+            a->send = SHM_HEAP_TAG | (ranks[evil].heap_bytes - 4096);
+        if (kind == G_HEAP_NONE)
+            a->send = SHM_HEAP_TAG | 4096;
         if (kind == G_ADDEND) {
             a->flags |= SHM_BUF_ADD;
             a->addend_count = 64;
@@ -340,6 +347,25 @@ static void garbage_root(void **s)
 {
     (void)s;
     run_garbage(G_ROOT, 3, false);
+}
+/* Offsets into a peer's shared heap (libarcomm_heap.so): read only where the communicator
+ * agreed on the heap, and only inside the heap's published size.  The first needs the
+ * heap preloaded (test edges-wait-heap, suite heap, sets ARCOMM_TEST_WANT_HEAP): without
+ * it, it is skipped here. */
+static void garbage_heap_tail(void **s)
+{
+    (void)s;
+    if (dlsym(RTLD_DEFAULT, "arcomm_heap_region") == NULL) {
+        if (getenv("ARCOMM_TEST_WANT_HEAP") != NULL)
+            fail_msg("libarcomm_heap.so is not preloaded");
+        skip();
+    }
+    run_garbage(G_HEAP_TAIL, 2, true);
+}
+static void garbage_heap_none(void **s)
+{
+    (void)s;
+    run_garbage(G_HEAP_NONE, 2, true);
 }
 
 /* ---- 14, 15. a chain of failures names the root rank; a timeout names who is late ---- */
@@ -573,6 +599,8 @@ int main(void)
         cmocka_unit_test(garbage_dtype),
         cmocka_unit_test(garbage_coll),
         cmocka_unit_test(garbage_root),
+        cmocka_unit_test(garbage_heap_tail),
+        cmocka_unit_test(garbage_heap_none),
         cmocka_unit_test(chain_threads),
         cmocka_unit_test(chain_procs),
         cmocka_unit_test(chain_death),

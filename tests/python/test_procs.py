@@ -41,9 +41,11 @@ def _lines(out: str) -> dict[int, str]:
     return got
 
 
-def _arrun_job(n: int, mode: str, timeout: float = 120, **env: str) -> tuple[int, dict, str]:
+def _arrun_job(n: int, mode: str, timeout: float = 120, opts: tuple = (),
+               **env: str) -> tuple[int, dict, str]:
     p = subprocess.run(
-        [_arrun(), "-n", str(n), "--bind", "none", "--grace", "20", "--", PYTHON, WORKER, mode],
+        [_arrun(), "-n", str(n), "--bind", "none", "--grace", "20", *opts, "--", PYTHON, WORKER,
+         mode],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -60,6 +62,24 @@ def test_arrun_sweep():
     fields = [got[r].split() for r in range(3)]
     assert all(f[0] == "ok" and f[1] == "3" for f in fields), out
     assert len({f[3] for f in fields}) == 1 and len({f[4] for f in fields}) == 1, out
+
+
+def test_arrun_sweep_shared_heap():
+    """The same sweep under arrun --shared-heap, every numpy buffer in the heap
+    (ARCOMM_HEAP_MIN=0) and every call a bulk call: the one-pass paths over the peers'
+    heaps give the bits the other paths give."""
+    if not (build_dir() / "libarcomm_heap.so").is_file():
+        pytest.skip("no libarcomm_heap.so")
+    rc, got, out = _arrun_job(3, "sweep", ARCOMM_FLAG_THRESHOLD="off")
+    assert rc == 0, out
+    want = [got[r].split() for r in range(3)]
+    rc, got, out = _arrun_job(3, "sweep", opts=("--shared-heap",), ARCOMM_HEAP_MIN="0",
+                              ARCOMM_FLAG_THRESHOLD="off", ARCOMM_LOG_LEVEL="info")
+    assert rc == 0, out
+    assert "has a shared heap" in out, out
+    fields = [got[r].split() for r in range(3)]
+    assert all(f[0] == "ok" and f[1] == "3" for f in fields), out
+    assert [f[3:5] for f in fields] == [w[3:5] for w in want], out
 
 
 def test_arrun_mismatch():

@@ -96,18 +96,12 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     /* count 0 (flag path "off") touches nothing: matched and numbered, done. */
     if (st != COMM_OK || call->count == 0)
         return st;
-    /* Only the kinds this rank itself published can be common to all: raw pointers
-     * between thread ranks of this process (known at join), or segment offsets. */
-    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
-    for (int p = 0; p < c->nranks; p++)
-        all &= shm_arrival_at(c->shm, c->seq, p)->flags;
-    bool cma = (all & SHM_BUF_CMA) != 0;
-    bool direct = (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG)) != 0;
-    c->shm->bulk_calls[direct ? SHM_BULK_DIRECT : cma ? SHM_BULK_CMA : SHM_BULK_STAGED]++;
-    if (direct)
+    enum shm_bulk path = coll_bulk_path(c, mine.flags);
+    if (path == SHM_BULK_DIRECT)
         return coll_allreduce_direct(c, call, narrow);
     /* Private buffers of process ranks: one copy through the kernel where every rank
      * offered it, else through the staging slots. */
+    bool cma = path == SHM_BULK_CMA;
     st = cma ? coll_allreduce_cma(c, call) : coll_allreduce_staged(c, call, narrow);
     if (st == COMM_OK) {
         coll_host_cma_done(c, &pick, cma, bytes);

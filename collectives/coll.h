@@ -221,12 +221,20 @@ static inline struct shm_arrival coll_arrival_of(const struct coll_call *call, u
  * How peers may reach this rank's buffers bufs[0..n) (lens[i] bytes each; a buffer of
  * length 0 is one the peers do not touch): SHM_BUF_SAME_PROC (raw pointers, every rank
  * a thread of this process), SHM_BUF_IN_SEG (offsets: every buffer lies in the
- * comm_mem_alloc pools), SHM_BUF_CMA (raw pointers of this process, for
- * process_vm_readv/writev: only when cma says the call may take the CMA path and the
- * communicator agreed on CMA at join), or 0.  out[i] receives what to publish.
+ * comm_mem_alloc pools or, tagged SHM_HEAP_TAG, in this process's shared heap), SHM_BUF_CMA (raw
+ * pointers of this process, for process_vm_readv/writev: only when cma says the call may take the
+ * CMA path and the communicator agreed on CMA at join), or 0.  out[i] receives what to publish.
  */
 uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const size_t *lens,
                     bool cma, uint64_t *out);
+
+/*
+ * After a bulk call's handshake: the path every rank takes, from the buffer kinds every
+ * rank published (mine_flags: this rank's own, the only kinds that can be common to
+ * all): one-pass where all reach every buffer (raw pointers between thread ranks, or
+ * offsets), CMA where all offered it, else staged; counted in c->shm->bulk_calls.
+ */
+enum shm_bulk coll_bulk_path(struct comm *c, uint32_t mine_flags);
 
 /* Does a call of kind moving bytes_per_rank between nranks ranks take the CMA path
  * where the buffers allow it, on resolved knobs (cma_threshold is off for thread ranks

@@ -20,13 +20,16 @@ static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
 
 /* Does [p, p + len) lie in this process's shared heap, which every peer mapped?  Its
  * offset there, tagged, into *v. */
-static bool in_heap(const struct shm_comm *s, const void *p, size_t len, uint64_t *v)
+static bool in_heap(const struct comm *c, const void *p, size_t len, uint64_t *v)
 {
-    const uint8_t *b = p;
-    if (!s->heap || b < s->heap_own || len > s->heap_own_bytes ||
-        (uint64_t)(b - s->heap_own) > s->heap_own_bytes - len)
+    const struct shm_comm *s = c->shm;
+    if (!s->heap)
         return false;
-    *v = SHM_HEAP_TAG | (uint64_t)(b - s->heap_own);
+    const uint8_t *b = p, *own = s->heap_base[c->rank];
+    uint64_t bytes = s->heap_bytes[c->rank];
+    if (b < own || len > bytes || (uint64_t)(b - own) > bytes - len)
+        return false;
+    *v = SHM_HEAP_TAG | (uint64_t)(b - own);
     return true;
 }
 
@@ -60,11 +63,23 @@ uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const 
         }
         if (in_pool(s, bufs[i], lens[i]))
             out[i] = (uint64_t)((const uint8_t *)bufs[i] - s->base);
-        else if (!in_heap(s, bufs[i], lens[i], &out[i]))
+        else if (!in_heap(c, bufs[i], lens[i], &out[i]))
             return cma ? reach_cma(n, bufs, out) : 0;
     }
     /* A rank whose buffers no peer touches (broadcast's non-roots) suits either path. */
     return SHM_BUF_IN_SEG | (cma && !touched ? SHM_BUF_CMA : 0u);
+}
+
+enum shm_bulk coll_bulk_path(struct comm *c, uint32_t mine_flags)
+{
+    uint32_t all = mine_flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
+    for (int p = 0; p < c->nranks; p++)
+        all &= shm_arrival_at(c->shm, c->seq, p)->flags;
+    enum shm_bulk path = (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG)) ? SHM_BULK_DIRECT
+                         : (all & SHM_BUF_CMA)                        ? SHM_BULK_CMA
+                                                                      : SHM_BULK_STAGED;
+    c->shm->bulk_calls[path]++;
+    return path;
 }
 
 void *coll_peer_ptr(struct comm *c, int p, const struct shm_arrival *a, uint64_t v, uint64_t len,
@@ -209,15 +224,10 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
     comm_status_t st = coll_wait_arrivals(c, algo->bulk_what);
     if (st != COMM_OK || call->count == 0)
         return st;
-    /* Only the kinds this rank itself published can be common to all (see allreduce.c). */
-    uint32_t all = mine.flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
-    for (int p = 0; p < c->nranks; p++)
-        all &= shm_arrival_at(c->shm, c->seq, p)->flags;
-    bool cma = (all & SHM_BUF_CMA) != 0;
-    bool direct = (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG)) != 0;
-    c->shm->bulk_calls[direct ? SHM_BULK_DIRECT : cma ? SHM_BULK_CMA : SHM_BULK_STAGED]++;
-    if (direct)
+    enum shm_bulk path = coll_bulk_path(c, mine.flags);
+    if (path == SHM_BULK_DIRECT)
         return algo->direct(c, call);
+    bool cma = path == SHM_BULK_CMA;
     st = cma ? algo->cma(c, call) : algo->staged(c, call);
     if (st == COMM_OK)
         coll_host_cma_done(c, &pick, cma, bytes);

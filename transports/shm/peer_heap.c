@@ -145,19 +145,14 @@ static void drop_peer(const uint8_t *base)
     }
 }
 
-bool shm_heap_map_peers(struct comm *c, struct shm_comm *s)
+bool shm_heap_map_peers(struct comm *c, struct shm_comm *s, const struct shm_heap_own *own)
 {
-    struct shm_heap_own own;
-    if (!shm_heap_own(&own))
-        return false;
     s->heap_base = calloc(s->nranks, sizeof(*s->heap_base));
     s->heap_bytes = calloc(s->nranks, sizeof(*s->heap_bytes));
     if (s->heap_base == NULL || s->heap_bytes == NULL) {
-        shm_heap_unmap_peers(s);
+        shm_heap_unmap_peers(c, s);
         return false;
     }
-    s->heap_own = own.base;
-    s->heap_own_bytes = own.bytes;
     const struct shm_rank *me = &s->ranks[c->rank];
     bool ok = true;
     pthread_mutex_lock(&heaps_lock);
@@ -170,14 +165,13 @@ bool shm_heap_map_peers(struct comm *c, struct shm_comm *s)
                    "preloaded there): process ranks stage malloc'd buffers",
                    c->rank, p, (int)r->pid);
             ok = false;
-        }
-        if (!ok)
             break;
+        }
         s->heap_min = r->heap_min > s->heap_min ? r->heap_min : s->heap_min;
         if (r->pid == me->pid) {
             /* A thread rank of this process: its heap is ours. */
-            s->heap_base[p] = own.base;
-            s->heap_bytes[p] = own.bytes;
+            s->heap_base[p] = own->base;
+            s->heap_bytes[p] = own->bytes;
         } else if ((s->heap_base[p] = hold_peer(r, why, sizeof(why))) != NULL) {
             s->heap_bytes[p] = r->heap_bytes;
         } else {
@@ -191,17 +185,18 @@ bool shm_heap_map_peers(struct comm *c, struct shm_comm *s)
     }
     pthread_mutex_unlock(&heaps_lock);
     if (!ok)
-        shm_heap_unmap_peers(s);
+        shm_heap_unmap_peers(c, s);
     return ok;
 }
 
-void shm_heap_unmap_peers(struct shm_comm *s)
+void shm_heap_unmap_peers(const struct comm *c, struct shm_comm *s)
 {
     if (s->heap_base != NULL) {
+        /* This process's own heap (every rank of it has heap_base[c->rank]) is not held. */
+        const uint8_t *own = s->heap_base[c->rank];
         pthread_mutex_lock(&heaps_lock);
         for (uint32_t p = 0; p < s->nranks; p++) {
-            /* Our own heap (a thread rank of this process) is not held. */
-            if (s->heap_base[p] != NULL && s->heap_base[p] != s->heap_own)
+            if (s->heap_base[p] != NULL && s->heap_base[p] != own)
                 drop_peer(s->heap_base[p]);
         }
         pthread_mutex_unlock(&heaps_lock);

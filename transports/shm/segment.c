@@ -602,7 +602,7 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
                           !shm_cma_fast_here(&c->knobs)))
                     atomic_fetch_or(&h->cma_slow, 1u);
                 /* Every rank's line 0 is written (it attached after it): map their heaps. */
-                if (!want_heap || all_in_this_process(c, s) || !shm_heap_map_peers(c, s))
+                if (!want_heap || all_in_this_process(c, s) || !shm_heap_map_peers(c, s, &own))
                     atomic_fetch_or(&h->heap_off, 1u);
                 atomic_fetch_add(&h->cma_probed, 1);
                 probed = true;
@@ -666,7 +666,7 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     c->shm->cma_fast = c->shm->cma && atomic_load(&h->cma_slow) == 0;
     c->shm->heap = !c->shm->same_process && atomic_load(&h->heap_off) == 0;
     if (!c->shm->heap)
-        shm_heap_unmap_peers(s);
+        shm_heap_unmap_peers(c, s);
     else
         rt_log(c, RT_LOG_INFO,
                "rank %d: every rank of communicator %s has a shared heap: malloc'd buffers "
@@ -680,7 +680,7 @@ err_leave:
     shm_init_leave(h, s->ranks, s->name, c->rank, reporter, linger);
     s->unlinked = true;
 err_unmap:
-    shm_heap_unmap_peers(s);
+    shm_heap_unmap_peers(c, s);
     shm_mapping_release(s);
     c->shm = NULL;
 err_free:
@@ -699,7 +699,7 @@ void shm_segment_detach(struct comm *c)
     shm_pool_release(c);
     if (!s->unlinked && c->rank == 0)
         shm_unlink(s->name);
-    shm_heap_unmap_peers(s);
+    shm_heap_unmap_peers(c, s);
     shm_mapping_release(s);
     free(s->scratch);
     free(s->cma_scratch);

@@ -72,12 +72,11 @@ struct shm_comm {
      * one and mapped every peer's (agreed at join); buffers there travel as heap offsets
      * (SHM_HEAP_TAG). */
     bool heap;
-    uint8_t **heap_base;     /* [nranks] with heap: rank p's heap as mapped here */
-    uint64_t *heap_bytes;    /* [nranks] with heap: its size */
-    uint8_t *heap_own;       /* with heap: this process's heap (not held in the registry) */
-    uint64_t heap_own_bytes; /* and its size */
-    uint64_t heap_min;       /* with heap: the largest ARCOMM_HEAP_MIN of the ranks (agreed):
-                              * buffers from this size lie in the heaps */
+    uint8_t **heap_base;  /* [nranks] with heap: rank p's heap as mapped here (this rank's
+                           * and its process's: the process's own heap) */
+    uint64_t *heap_bytes; /* [nranks] with heap: its size */
+    uint64_t heap_min;    /* with heap: the largest ARCOMM_HEAP_MIN of the ranks (agreed):
+                           * buffers from this size lie in the heaps */
 
     uint64_t bulk_calls[SHM_BULK_KINDS]; /* host bulk calls by path (enum shm_bulk) */
 
@@ -149,12 +148,12 @@ struct shm_heap_own {
 };
 /* This process's shared heap: false without libarcomm_heap.so (or when it has none). */
 bool shm_heap_own(struct shm_heap_own *own);
-/* Maps every rank's heap into s->heap_base (a rank of this process: our own); false,
- * with nothing held and the reason logged, when some rank has none or one cannot be
- * mapped.  Needs s->ranks' line 0 of every rank (after every rank attached). */
-bool shm_heap_map_peers(struct comm *c, struct shm_comm *s);
+/* Maps every rank's heap into s->heap_base (a rank of this process: own, this process's
+ * heap); false, with nothing held and the reason logged, when some rank has none or one
+ * cannot be mapped.  Needs s->ranks' line 0 of every rank (after every rank attached). */
+bool shm_heap_map_peers(struct comm *c, struct shm_comm *s, const struct shm_heap_own *own);
 /* Drops what shm_heap_map_peers holds (any time, also when it held nothing). */
-void shm_heap_unmap_peers(struct shm_comm *s);
+void shm_heap_unmap_peers(const struct comm *c, struct shm_comm *s);
 
 /* cma.c: Cross Memory Attach (process_vm_readv/writev) between process ranks. */
 

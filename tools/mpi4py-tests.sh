@@ -10,7 +10,8 @@
 # them) on 1, 2 and 3 processes, once without and once with LD_PRELOAD=libarcomm_pmpi.so.
 # Passes when every test that passes without the library passes with it and arcomm
 # served calls; prints a table and the library's counts.
-# ARCOMM_PMPI_MIN_BYTES=0: arcomm serves every size (its defaults leave small calls to MPI).
+# ARCOMM_PMPI_MIN_BYTES=0: arcomm serves every size; PMPI_MIN_BYTES=SIZE passes another
+# size, PMPI_MIN_BYTES=default none (the library's defaults: small bcasts and reduces to MPI).
 #   tools/mpi4py-tests.sh [LIBARCOMM_PMPI] (default build/runtime/pmpi/libarcomm_pmpi.so)
 # Exit 0 passed, 1 failed, 77 skipped (no mpirun/mpicc, no pip or network, no library).
 # HEAP=1: the shared heap too (LD_PRELOAD=libarcomm_pmpi.so:libarcomm_heap.so, the heap
@@ -82,7 +83,10 @@ run_suite() {
     local np=$1 mode=$2 out=$runs/$1-$2
     local args=(--allow-run-as-root --oversubscribe -np "$np" --output-filename "$out")
     if [ "$mode" = with ]; then
-        args+=(-x "LD_PRELOAD=$lib" -x ARCOMM_PMPI_MIN_BYTES=0 -x ARCOMM_LOG_LEVEL=info
+        args+=(-x "LD_PRELOAD=$lib" -x ARCOMM_LOG_LEVEL=info)
+        [ "${PMPI_MIN_BYTES:-0}" = default ] ||
+            args+=(-x "ARCOMM_PMPI_MIN_BYTES=${PMPI_MIN_BYTES:-0}")
+        args+=(
             -x "ARCOMM_LOG_FILE=$out.log.%p"
             -x ARCOMM_TIMEOUT_MS=30000)
     fi

@@ -16,9 +16,10 @@
 
 #define MANY 24
 
-/* ARCOMM_PMPI_MIN_BYTES unset: the library's defaults hand calls under 1 KiB to MPI. */
+/* ARCOMM_PMPI_MIN_BYTES unset: the library's defaults hand broadcasts and reduces under
+ * 512 bytes to MPI and serve every other call at every size. */
 static bool defaults;
-#define SMALL(call) (defaults ? HANDED(call) : SERVED(call))
+#define SMALL_ROOTED(call) (defaults ? HANDED(call) : SERVED(call))
 
 static void user_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 {
@@ -161,11 +162,11 @@ static void use_comm(MPI_Comm comm, int k)
     PMPI_Comm_rank(comm, &me);
     int x = (me + 1) * k, sum = 0;
     int rc = MPI_Allreduce(&x, &sum, 1, MPI_INT, MPI_SUM, comm);
-    SMALL(T_ALLREDUCE);
+    SERVED(T_ALLREDUCE);
     CHECK(rc == MPI_SUCCESS && sum == ranks_sum(n, k), "comm %d allreduce: %d", k, sum);
     double d = me == n - 1 ? (double)k : -1.0;
     rc = MPI_Bcast(&d, 1, MPI_DOUBLE, n - 1, comm);
-    SMALL(T_BCAST);
+    SMALL_ROOTED(T_BCAST);
     CHECK(rc == MPI_SUCCESS && d == (double)k, "comm %d bcast: %g", k, d);
     /* 16 KiB: served under the defaults too. */
     static int big[4096], bigsum[4096];
@@ -204,10 +205,10 @@ static void test_served(void)
 
     /* count 0 with NULL buffers: nothing to move, served. */
     int rc = MPI_Allreduce(NULL, NULL, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    SMALL(T_ALLREDUCE);
+    SERVED(T_ALLREDUCE);
     CHECK(rc == MPI_SUCCESS, "count 0 allreduce");
     rc = MPI_Bcast(NULL, 0, MPI_BYTE, 0, MPI_COMM_WORLD);
-    SMALL(T_BCAST);
+    SMALL_ROOTED(T_BCAST);
     CHECK(rc == MPI_SUCCESS, "count 0 bcast");
 }
 

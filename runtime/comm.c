@@ -180,7 +180,7 @@ static comm_status_t check_config(const comm_config_t *cfg, char *why, size_t le
  * through the segment, since the caller agrees on them with its peers.
  */
 static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int local_rank,
-                               const struct backend_ops *forced, void *xport)
+                               const struct backend_ops *forced, void *xport, struct comm *parent)
 {
     char why[RT_ERRMSG_BYTES];
     rt_init_error_clear();
@@ -213,6 +213,7 @@ static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int loca
     c->id = cfg->id;
     c->init_abort = abort_flag_of(cfg);
     c->init_abort_what = "comm_init's abort_flag was set";
+    c->parent = parent;
     /* Set before this rank came: it fails at once (the waits below poll it too). */
     if (rt_abort_requested(c)) {
         rt_init_error(NULL, COMM_ERR_ABORTED,
@@ -294,6 +295,7 @@ static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int loca
         goto err_log;
     }
     c->init_abort = NULL; /* read during comm_init only: the word may go now */
+    c->parent = NULL;
     if (c->ops->resolve_knobs != NULL)
         c->ops->resolve_knobs(c);
     rt_log(c, RT_LOG_INFO, "rank %d: joined communicator %s of %d ranks over %s", c->rank,
@@ -313,7 +315,12 @@ err_free:
 
 ARCOMM_API comm_status_t comm_init(comm_t **comm, const comm_config_t *cfg)
 {
-    return init_with(comm, cfg, -1, NULL, NULL);
+    return init_with(comm, cfg, -1, NULL, NULL, NULL);
+}
+
+comm_status_t rt_init_split_child(comm_t **comm, const comm_config_t *cfg, struct comm *parent)
+{
+    return init_with(comm, cfg, -1, NULL, NULL, parent);
 }
 
 ARCOMM_HOOK comm_status_t rt_hook_init_backend(comm_t **comm, const comm_config_t *cfg,
@@ -323,7 +330,7 @@ ARCOMM_HOOK comm_status_t rt_hook_init_backend(comm_t **comm, const comm_config_
         rt_init_error(NULL, COMM_ERR_INVALID, "rt_hook_init_backend: ops is NULL");
         return COMM_ERR_INVALID;
     }
-    return init_with(comm, cfg, -1, ops, xport);
+    return init_with(comm, cfg, -1, ops, xport, NULL);
 }
 
 ARCOMM_HOOK void rt_hook_init_error(const char *msg)
@@ -426,7 +433,7 @@ ARCOMM_API comm_status_t comm_init_env(comm_t **comm)
     }
     /* The device follows the local rank modulo the devices the process sees (the
      * transport's rule for device_index -1): process ranks may share a GPU. */
-    return init_with(comm, &cfg, local_rank, NULL, NULL);
+    return init_with(comm, &cfg, local_rank, NULL, NULL, NULL);
 
 err_invalid:
     rt_init_error(NULL, COMM_ERR_INVALID, "comm_init_env: %s", why);

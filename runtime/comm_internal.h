@@ -36,6 +36,11 @@ comm_status_t rt_call_leave(struct comm *c, comm_status_t st);
 comm_status_t rt_call_usable(struct comm *c, const char *fn);
 comm_status_t rt_break(struct comm *c, comm_status_t status);
 
+/* comm.c: comm_init of a split's new communicator, which watches parent while it joins:
+ * parent's comm_abort, and a peer of parent that failed or died, stop the join at once
+ * (struct comm.parent) instead of at the timeout. */
+comm_status_t rt_init_split_child(comm_t **comm, const comm_config_t *cfg, struct comm *parent);
+
 /* live.c: the communicators alive in this process. */
 void rt_live_add(struct comm *c);
 enum rt_live_status { RT_LIVE_OK, RT_LIVE_GONE, RT_LIVE_BUSY };

@@ -15,6 +15,9 @@
  *   2. every rank publishes how its comm_init ended and reads everyone's: when any group
  *      failed, every rank destroys its new communicator and returns the same status.
  * A failure of either handshake breaks the parent on every rank, as any collective's.
+ * Between them the join watches the parent (rt_init_split_child): its comm_abort, or a
+ * peer of it that failed or died, ends the join at once, and handshake 2 then breaks
+ * the parent.
  */
 #include "comm_internal.h"
 #include "id.h"
@@ -167,8 +170,9 @@ static struct split_group group_of(int r, int nranks, const int64_t *colors, con
 
 /* Joins this rank's group: the parent's device, device, transport choice, timeout and
  * knob defaults; the split's abort word (c->init_abort, may be NULL) stops the join as
- * comm_init's abort_flag does. */
-static comm_status_t child_init(const struct comm *c, uint32_t call, const struct split_group *g,
+ * comm_init's abort_flag does, and so do the parent's comm_abort and a failed or dead
+ * peer of the parent (rt_init_split_child). */
+static comm_status_t child_init(struct comm *c, uint32_t call, const struct split_group *g,
                                 struct comm **out)
 {
     comm_config_t cfg;
@@ -184,7 +188,7 @@ static comm_status_t child_init(const struct comm *c, uint32_t call, const struc
     cfg.transport = c->knobs.transport[0] != '\0' ? c->knobs.transport : NULL;
     cfg.timeout_ms = c->timeout_ms < 0 ? -1 : (int)c->timeout_ms;
     cfg.knob_defaults = c->knob_defaults[0] != '\0' ? c->knob_defaults : NULL;
-    return comm_init(out, &cfg);
+    return rt_init_split_child(out, &cfg, c);
 }
 
 /*

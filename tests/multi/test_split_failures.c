@@ -2,10 +2,10 @@
 /*
  * comm_split and comm_dup when they must fail (the successes are in test_split.c, whose
  * main() runs these tests): a rank making another call (MISMATCH on every rank), bad
- * arguments, a dead or aborting peer, a group whose comm_init fails, and a child that
- * inherits its parent's timeout; every rank returns an error within the timeout, no
- * failed call writes *newcomm, and nothing may be left in /dev/shm, the children's
- * segments included.
+ * arguments, a dead or aborting peer (before the split, or while the new communicators
+ * form), a group whose comm_init fails, and a child that inherits its parent's timeout;
+ * every rank returns an error within the timeout, no failed call writes *newcomm, and
+ * nothing may be left in /dev/shm, the children's segments included.
  */
 #include "split_common.h"
 
@@ -21,6 +21,10 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/types.h>
 
 static void expect_status(struct h_rank *r, comm_t *c, comm_status_t got, comm_status_t want,
                           const char *must_contain)
@@ -316,6 +320,132 @@ void aborting_split_word_set(void **s)
     struct h_rank *res = h_run(&job);
     sp_expect_clean(res, 4);
     assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
+}
+
+/* ---- a peer held between the split's handshakes: the new communicators wait on it ----
+ *
+ * This shm_open takes the place of libc's for libarcomm too (the program's definition
+ * comes first).  Armed in one thread, the first shm_open of that thread after it waits
+ * first: a rank so armed before comm_split passes the first handshake and is held before
+ * it reaches its new communicator's segment, where its group's other ranks wait for it.
+ */
+static __thread int hold_next_open_ms;
+
+__attribute__((visibility("default"))) int shm_open(const char *name, int oflag, mode_t mode)
+{
+    typedef int (*open_fn)(const char *, int, mode_t);
+    static open_fn real;
+    open_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (f == NULL) {
+        f = (open_fn)dlsym(RTLD_NEXT, "shm_open");
+        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    }
+    int ms = hold_next_open_ms;
+    hold_next_open_ms = 0;
+    if (ms > 0)
+        usleep((useconds_t)ms * 1000);
+    return f(name, oflag, mode);
+}
+
+#define HELD_RANK 2
+
+/* Rank 2 is killed while held.  In group {0, 2} (keys 0) it is the second rank: rank 0
+ * made the new segment and waits for rank 2 to join it; in group {2, 0} (keys -rank,
+ * arg set) the first: rank 0 waits for rank 2 to make it.  Without the parent watched,
+ * rank 0 waited either way until the timeout. */
+static void dead_joining_body(struct h_rank *r)
+{
+    bool held_first = *(bool *)r->arg;
+    if (r->rank == HELD_RANK)
+        hold_next_open_ms = 30000; /* killed by the harness while held */
+    comm_t *child = SENTINEL;
+    double t0 = h_now_ms();
+    comm_status_t st = comm_split(r->comm, r->rank % 2, held_first ? -r->rank : 0, &child);
+    double ms = h_now_ms() - t0;
+    expect_status(r, r->comm, st, COMM_ERR_PEER, "rank 2");
+    if (child != SENTINEL)
+        h_fail(r, "a failed comm_split wrote *newcomm");
+    if (ms > FAIL_TIMEOUT_MS / 2)
+        h_fail(r, "comm_split returned after %.0f ms (timeout %d ms)", ms, FAIL_TIMEOUT_MS);
+}
+
+static void run_dead_joining(bool held_first)
+{
+    struct h_job job = {.nranks = 3,
+                        .procs = true,
+                        .body = dead_joining_body,
+                        .arg = &held_first,
+                        .kill_rank = HELD_RANK,
+                        .kill_after_ms = 300,
+                        .kill_after_ready = true,
+                        .timeout_ms = FAIL_TIMEOUT_MS};
+    struct h_rank *res = h_run(&job);
+    sp_expect_clean(res, 3);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
+}
+
+void dead_peer_joining(void **s)
+{
+    (void)s;
+    run_dead_joining(false);
+}
+
+void dead_peer_making(void **s)
+{
+    (void)s;
+    run_dead_joining(true);
+}
+
+/* Rank 2 is held 1.5 s as the first rank of its group {2, 0} (keys -rank): rank 0 waits
+ * for the segment rank 2 is to make when another of its threads aborts the parent at
+ * 200 ms.  Rank 0 stops then (before, it went on waiting until rank 2 came); the others
+ * learn it from the parent. */
+static void abort_joining_body(struct h_rank *r)
+{
+    pthread_t t;
+    struct aborter a = {.comm = r->comm, .delay_ms = 200};
+    if (r->rank == 0)
+        pthread_create(&t, NULL, abort_later, &a);
+    if (r->rank == HELD_RANK)
+        hold_next_open_ms = 1500;
+    comm_t *child = SENTINEL;
+    double t0 = h_now_ms();
+    comm_status_t st = comm_split(r->comm, r->rank % 2, -r->rank, &child);
+    double ms = h_now_ms() - t0;
+    if (r->rank == 0)
+        pthread_join(t, NULL);
+    expect_status(r, r->comm, st, r->rank == 0 ? COMM_ERR_ABORTED : COMM_ERR_PEER,
+                  r->rank == 0 ? "comm_abort" : "rank 0");
+    if (child != SENTINEL)
+        h_fail(r, "a failed comm_split wrote *newcomm");
+    if (r->rank == 0 && ms > 1000)
+        h_fail(r, "rank 0 returned %.0f ms after the split began, its abort came at 200 ms", ms);
+    if (ms > FAIL_TIMEOUT_MS)
+        h_fail(r, "comm_split returned after %.0f ms (timeout %d ms)", ms, FAIL_TIMEOUT_MS);
+}
+
+static void run_abort_joining(bool procs)
+{
+    struct h_job job = {.nranks = 3,
+                        .procs = procs,
+                        .body = abort_joining_body,
+                        .kill_rank = -1,
+                        .timeout_ms = FAIL_TIMEOUT_MS};
+    struct h_rank *res = h_run(&job);
+    sp_expect_clean(res, 3);
+    assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
+}
+
+void aborting_parent_joining(void **s)
+{
+    (void)s;
+    run_abort_joining(false);
+}
+
+void aborting_parent_joining_procs(void **s)
+{
+    (void)s;
+    run_abort_joining(true);
 }
 
 /* ---- one group's comm_init fails: every rank returns its status, the parent lives ---- */

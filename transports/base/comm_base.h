@@ -57,6 +57,10 @@ struct comm {
                                      * abort_flag in comm_init, rt_hook_split's in a split;
                                      * else NULL */
     const char *init_abort_what;    /* whose word it is, for the message */
+    struct comm *parent;            /* while a split's new communicator joins: the
+                                     * communicator being split, whose comm_abort and
+                                     * failed or dead peers stop the join (the segment
+                                     * transport's shm_parent_check); else NULL */
     _Atomic int published;          /* this rank's failure went out to the peers */
     _Atomic int entered;            /* a thread is inside a call on this communicator */
     _Atomic int misused;            /* two threads entered at once: the next call fails */
@@ -69,14 +73,16 @@ struct comm {
 
 /*
  * Is this rank told to stop: comm_abort, or (while it is in comm_init, or in a split
- * through rt_hook_split) the call's abort word, whose first sight counts as comm_abort?
- * Every wait polls it.
+ * through rt_hook_split) the call's abort word, or (while a split's new communicator
+ * joins) comm_abort of the communicator being split?  The first sight of either of the
+ * last two counts as comm_abort.  Every wait polls it.
  */
 static inline bool rt_abort_requested(struct comm *c)
 {
     if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
         return true;
-    if (c->init_abort == NULL || __atomic_load_n(c->init_abort, __ATOMIC_RELAXED) == 0)
+    if ((c->init_abort == NULL || __atomic_load_n(c->init_abort, __ATOMIC_RELAXED) == 0) &&
+        (c->parent == NULL || !atomic_load_explicit(&c->parent->aborted, memory_order_relaxed)))
         return false;
     atomic_store(&c->aborted, 1);
     return true;
@@ -85,7 +91,11 @@ static inline bool rt_abort_requested(struct comm *c)
 /* What stopped an aborted rank, for its message. */
 static inline const char *rt_abort_cause(const struct comm *c)
 {
-    return c->init_abort != NULL ? c->init_abort_what : "comm_abort was called";
+    if (c->init_abort != NULL && __atomic_load_n(c->init_abort, __ATOMIC_RELAXED) != 0)
+        return c->init_abort_what;
+    if (c->parent != NULL && atomic_load_explicit(&c->parent->aborted, memory_order_relaxed))
+        return "comm_abort was called on the communicator it is being split from";
+    return "comm_abort was called";
 }
 
 /* Records an error on c (message for comm_last_error) and logs it once. */

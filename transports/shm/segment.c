@@ -251,6 +251,7 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
     unsigned us = 20;
     int fd;
     struct stat st;
+    uint64_t next_liveness = rt_now_ns() + RT_LIVENESS_PERIOD_NS;
     for (;;) {
         if (shm_mapping_find(s)) {
             *fd_out = -1;
@@ -290,6 +291,15 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
             shm_init_failure_publish(&c->id, c->nranks, c->rank, c->timeout_ms, COMM_ERR_ABORTED,
                                      c->errmsg);
             return COMM_ERR_ABORTED;
+        }
+        /* A split whose rank 0 failed or died before it made the segment: the same. */
+        if (c->parent != NULL && rt_now_ns() >= next_liveness) {
+            next_liveness = rt_now_ns() + RT_LIVENESS_PERIOD_NS;
+            comm_status_t pst = shm_parent_check(c);
+            if (pst != COMM_OK) {
+                shm_init_failure_publish(&c->id, c->nranks, c->rank, c->timeout_ms, pst, c->errmsg);
+                return pst;
+            }
         }
         if (shm_past(deadline)) {
             rt_error(c, COMM_ERR_TIMEOUT,
@@ -631,6 +641,12 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
                          "before every rank had joined",
                          c->rank, dead, (int)s->ranks[dead].pid, c->id.str);
                 status = COMM_ERR_PEER;
+                reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
+                goto err_leave;
+            }
+            /* A split's peer that failed or died before it came here never will. */
+            status = shm_parent_check(c);
+            if (status != COMM_OK) {
                 reporter = shm_init_failure_record(h, c->rank, status, c->errmsg);
                 goto err_leave;
             }

@@ -266,6 +266,13 @@ int shm_dead_peer(const struct comm *c, enum shm_peers which);
  * completed call c->seq is not a failure of this call. */
 comm_status_t shm_check_peers(struct comm *c);
 
+/* While a split's new communicator c joins (c->parent set): has a peer of the
+ * communicator being split published a failure, or died?  Then its peers will never all
+ * join: records why on c (and on the parent, which the split then breaks) and returns
+ * COMM_ERR_PEER.  COMM_OK otherwise, and always without a parent.  Every wait of the
+ * join runs it with its dead-peer check. */
+comm_status_t shm_parent_check(struct comm *c);
+
 /* Peer's failure word: its sticky status (acquire: its message is whole after it). */
 static inline int32_t shm_peer_status(const struct comm *c, int peer)
 {

@@ -164,6 +164,23 @@ static comm_status_t check_liveness(struct comm *c, const char *what)
     return COMM_ERR_PEER;
 }
 
+comm_status_t shm_parent_check(struct comm *c)
+{
+    struct comm *p = c->parent;
+    if (p == NULL || p->shm == NULL)
+        return COMM_OK;
+    comm_status_t st = shm_check_peers(p);
+    if (st == COMM_OK && !p->shm->same_process)
+        st = check_liveness(p, "comm_split (joining the new communicators)");
+    if (st == COMM_OK)
+        return COMM_OK;
+    rt_error(c, st,
+             "%s (while joining communicator %s as its rank %d, split from %s: the "
+             "split's ranks cannot all come)",
+             p->errmsg, c->id.str, c->rank, p->id.str);
+    return st;
+}
+
 /* "rank 2 did not arrive (ranks 1, 3 did)", or "a rank did not ..." without behind. */
 /* waited (NULL: every peer) says which peers the wait is for: the others are neither
  * late nor there (a pipelined rooted call waits for the root alone, or for every rank
@@ -294,9 +311,11 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
                      c->rank, c->timeout_ms, what, c->seq, who);
             return COMM_ERR_TIMEOUT;
         }
-        if (now >= next_liveness && !c->shm->same_process) {
+        if (now >= next_liveness) {
             next_liveness = now + RT_LIVENESS_PERIOD_NS;
-            st = check_liveness(c, what);
+            st = c->shm->same_process ? COMM_OK : check_liveness(c, what);
+            if (st == COMM_OK)
+                st = shm_parent_check(c);
             if (st != COMM_OK)
                 return st;
         }
@@ -317,7 +336,7 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
             if (r == 0 && !atomic_load(&c->aborted)) {
                 uint64_t left = rt_left_ns(deadline, now);
                 uint64_t slice = left < SLEEP_SLICE_NS ? left : SLEEP_SLICE_NS;
-                if (!c->shm->same_process && next_liveness - now < slice)
+                if ((!c->shm->same_process || c->parent != NULL) && next_liveness - now < slice)
                     slice = next_liveness - now;
                 struct timespec ts = {.tv_sec = (time_t)(slice / 1000000000u),
                                       .tv_nsec = (long)(slice % 1000000000u)};

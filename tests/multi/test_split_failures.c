@@ -144,6 +144,33 @@ void invalid_arguments(void **s)
     assert_int_equal(sp_leftovers(&res[0].id, 1, 1), 0);
 }
 
+/* ---- holding a rank between the split's handshakes ----
+ *
+ * The new communicators' ranks wait there for each other.  This shm_open takes the place of libc's for libarcomm too (the program's definition
+ * comes first).  Armed in one thread, the first shm_open of that thread after it waits
+ * first: a rank so armed before comm_split passes the first handshake and is held before
+ * it reaches its new communicator's segment, where its group's other ranks wait for it.
+ */
+static __thread int hold_next_open_ms;
+
+__attribute__((visibility("default"))) int shm_open(const char *name, int oflag, mode_t mode)
+{
+    typedef int (*open_fn)(const char *, int, mode_t);
+    static open_fn real;
+    open_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (f == NULL) {
+        f = (open_fn)dlsym(RTLD_NEXT, "shm_open");
+        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    }
+    int ms = hold_next_open_ms;
+    hold_next_open_ms = 0;
+    if (ms > 0)
+        usleep((useconds_t)ms * 1000);
+    return f(name, oflag, mode);
+}
+
+#define HELD_RANK 2
+
 /* ---- a peer that dies or aborts: every rank returns an error within the timeout ---- */
 
 #define FAIL_TIMEOUT_MS 3000
@@ -192,19 +219,28 @@ static void *abort_later(void *arg)
     return NULL;
 }
 
+/*
+ * Rank 0 is blocked in comm_split when another of its threads aborts the parent at
+ * 200 ms.  Without arg: all in one group, rank 2 comes to the split 600 ms late.  With
+ * arg (joining): groups {2, 0} (keys -rank) and {1}, rank 2 held 1.5 s after the first
+ * handshake, so that rank 0 waits for the segment rank 2 is to make; rank 0 stops at
+ * its abort (before the join watched the parent, it went on waiting until rank 2 came).
+ */
 static void abort_body(struct h_rank *r)
 {
-    /* Rank 0 is blocked in comm_split (rank 2 comes late) when another of its threads
-     * aborts the parent; rank 2 then calls comm_split too. */
+    bool joining = r->arg != NULL;
     pthread_t t;
     struct aborter a = {.comm = r->comm, .delay_ms = 200};
     if (r->rank == 0)
         pthread_create(&t, NULL, abort_later, &a);
-    if (r->rank == 2)
+    if (r->rank == HELD_RANK && joining)
+        hold_next_open_ms = 1500;
+    else if (r->rank == HELD_RANK)
         usleep(600 * 1000);
     comm_t *child = SENTINEL;
     double t0 = h_now_ms();
-    comm_status_t st = comm_split(r->comm, 0, 0, &child);
+    comm_status_t st = joining ? comm_split(r->comm, r->rank % 2, -r->rank, &child)
+                               : comm_split(r->comm, 0, 0, &child);
     double ms = h_now_ms() - t0;
     if (r->rank == 0)
         pthread_join(t, NULL);
@@ -212,6 +248,8 @@ static void abort_body(struct h_rank *r)
                   r->rank == 0 ? "comm_abort" : "rank 0");
     if (child != SENTINEL)
         h_fail(r, "a failed comm_split wrote *newcomm");
+    if (joining && r->rank == 0 && ms > 1000)
+        h_fail(r, "rank 0 returned %.0f ms after the split began, its abort came at 200 ms", ms);
     if (ms > FAIL_TIMEOUT_MS)
         h_fail(r, "comm_split returned after %.0f ms", ms);
 }
@@ -322,32 +360,7 @@ void aborting_split_word_set(void **s)
     assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
 }
 
-/* ---- a peer held between the split's handshakes: the new communicators wait on it ----
- *
- * This shm_open takes the place of libc's for libarcomm too (the program's definition
- * comes first).  Armed in one thread, the first shm_open of that thread after it waits
- * first: a rank so armed before comm_split passes the first handshake and is held before
- * it reaches its new communicator's segment, where its group's other ranks wait for it.
- */
-static __thread int hold_next_open_ms;
-
-__attribute__((visibility("default"))) int shm_open(const char *name, int oflag, mode_t mode)
-{
-    typedef int (*open_fn)(const char *, int, mode_t);
-    static open_fn real;
-    open_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-    if (f == NULL) {
-        f = (open_fn)dlsym(RTLD_NEXT, "shm_open");
-        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
-    }
-    int ms = hold_next_open_ms;
-    hold_next_open_ms = 0;
-    if (ms > 0)
-        usleep((useconds_t)ms * 1000);
-    return f(name, oflag, mode);
-}
-
-#define HELD_RANK 2
+/* ---- a rank held between the split's handshakes, killed or aborted there ---- */
 
 /* Rank 2 is killed while held.  In group {0, 2} (keys 0) it is the second rank: rank 0
  * made the new segment and waits for rank 2 to join it; in group {2, 0} (keys -rank,
@@ -369,13 +382,14 @@ static void dead_joining_body(struct h_rank *r)
         h_fail(r, "comm_split returned after %.0f ms (timeout %d ms)", ms, FAIL_TIMEOUT_MS);
 }
 
-static void run_dead_joining(bool held_first)
+/* One of the jobs with rank 2 held: 3 ranks, killed while held when kill is set. */
+static void run_held(h_body_fn body, void *arg, bool procs, bool kill)
 {
     struct h_job job = {.nranks = 3,
-                        .procs = true,
-                        .body = dead_joining_body,
-                        .arg = &held_first,
-                        .kill_rank = HELD_RANK,
+                        .procs = procs,
+                        .body = body,
+                        .arg = arg,
+                        .kill_rank = kill ? HELD_RANK : -1,
                         .kill_after_ms = 300,
                         .kill_after_ready = true,
                         .timeout_ms = FAIL_TIMEOUT_MS};
@@ -387,65 +401,29 @@ static void run_dead_joining(bool held_first)
 void dead_peer_joining(void **s)
 {
     (void)s;
-    run_dead_joining(false);
+    bool held_first = false;
+    run_held(dead_joining_body, &held_first, true, true);
 }
 
 void dead_peer_making(void **s)
 {
     (void)s;
-    run_dead_joining(true);
+    bool held_first = true;
+    run_held(dead_joining_body, &held_first, true, true);
 }
 
-/* Rank 2 is held 1.5 s as the first rank of its group {2, 0} (keys -rank): rank 0 waits
- * for the segment rank 2 is to make when another of its threads aborts the parent at
- * 200 ms.  Rank 0 stops then (before, it went on waiting until rank 2 came); the others
- * learn it from the parent. */
-static void abort_joining_body(struct h_rank *r)
-{
-    pthread_t t;
-    struct aborter a = {.comm = r->comm, .delay_ms = 200};
-    if (r->rank == 0)
-        pthread_create(&t, NULL, abort_later, &a);
-    if (r->rank == HELD_RANK)
-        hold_next_open_ms = 1500;
-    comm_t *child = SENTINEL;
-    double t0 = h_now_ms();
-    comm_status_t st = comm_split(r->comm, r->rank % 2, -r->rank, &child);
-    double ms = h_now_ms() - t0;
-    if (r->rank == 0)
-        pthread_join(t, NULL);
-    expect_status(r, r->comm, st, r->rank == 0 ? COMM_ERR_ABORTED : COMM_ERR_PEER,
-                  r->rank == 0 ? "comm_abort" : "rank 0");
-    if (child != SENTINEL)
-        h_fail(r, "a failed comm_split wrote *newcomm");
-    if (r->rank == 0 && ms > 1000)
-        h_fail(r, "rank 0 returned %.0f ms after the split began, its abort came at 200 ms", ms);
-    if (ms > FAIL_TIMEOUT_MS)
-        h_fail(r, "comm_split returned after %.0f ms (timeout %d ms)", ms, FAIL_TIMEOUT_MS);
-}
-
-static void run_abort_joining(bool procs)
-{
-    struct h_job job = {.nranks = 3,
-                        .procs = procs,
-                        .body = abort_joining_body,
-                        .kill_rank = -1,
-                        .timeout_ms = FAIL_TIMEOUT_MS};
-    struct h_rank *res = h_run(&job);
-    sp_expect_clean(res, 3);
-    assert_int_equal(sp_leftovers(&res[0].id, 1, 2), 0);
-}
+static int joining_arg; /* abort_body's arg: any non-NULL pointer */
 
 void aborting_parent_joining(void **s)
 {
     (void)s;
-    run_abort_joining(false);
+    run_held(abort_body, &joining_arg, false, false);
 }
 
 void aborting_parent_joining_procs(void **s)
 {
     (void)s;
-    run_abort_joining(true);
+    run_held(abort_body, &joining_arg, true, false);
 }
 
 /* ---- one group's comm_init fails: every rank returns its status, the parent lives ---- */

@@ -419,8 +419,12 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
 #endif
     if (st == COMM_OK)
         st = make_intra(tc, h, cfg, one_host, &leader);
+    /* Agreed before the next step on world, which a rank whose host's communicator
+     * failed would not make: the ranks would pair different collectives on world (an
+     * Iallgather with an Iallreduce) and wait until the timeout, or read garbage. */
+    if (h->link.world != MPI_COMM_NULL)
+        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the hosts' communicators)");
     if (one_host) {
-        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the host's communicator)");
         if (st == COMM_OK) {
             c = h->intra;
             h->intra = NULL;
@@ -435,6 +439,9 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     }
     if (st == COMM_OK)
         st = map_ranks(tc, h, leader, deadline);
+    /* The same before make_comm's Ibcast (map_ranks fails alone only out of memory). */
+    if (h->link.world != MPI_COMM_NULL)
+        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the ranks' places)");
     if (st == COMM_OK) {
         h->link.watch = hier_watch; /* the host's ranks exist, and the map */
         h->link.watch_arg = h;

@@ -121,6 +121,53 @@ static void t_invalid(void)
     comm_destroy(c);
 }
 
+/* A fresh communicator after a failure that went out as notices: every call of it
+ * works.  (Open MPI gives a new communicator the context id of a freed one; a notice
+ * still on its way to the freed one was taken for the new one's traffic, and its second
+ * call stalled until the timeout, before a failed communicator kept its MPI ones.) */
+static void t_fresh_after_failure(void)
+{
+    comm_t *c = fresh();
+    float x[64], *y = malloc((size_t)g_size * 64 * sizeof(float));
+    for (int i = 0; i < 64; i++)
+        x[i] = (float)(g_rank + i);
+    for (int k = 0; k < 4; k++) {
+        comm_status_t st = k % 2 ? comm_allgather(c, x, y, 64, COMM_F32, NULL)
+                                 : comm_allreduce(c, x, y, 64, COMM_F32, COMM_SUM, NULL);
+        if (st != COMM_OK) {
+            fail("a fresh communicator after a failure", "a call failed", st, comm_last_error(c));
+            break;
+        }
+    }
+    comm_destroy(c);
+    free(y);
+}
+
+/* Rank 1's host communicator cannot be made (its log cannot open): comm_init_mpi fails
+ * on every rank, at once, not after the timeout (the ranks whose host's communicator
+ * was made went on to the next step on MPI while rank 1 did not, before that outcome
+ * was agreed first). */
+static void t_init_fails_one_rank(void)
+{
+    if (g_size < 2)
+        return;
+    if (g_rank == 1)
+        setenv("ARCOMM_LOG_FILE", "/nonexistent-arcomm-dir/init.log", 1);
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.timeout_ms = TIMEOUT_MS;
+    comm_t *c = NULL;
+    double t0 = now_ms();
+    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    double ms = now_ms() - t0;
+    if (g_rank == 1)
+        unsetenv("ARCOMM_LOG_FILE");
+    if (st == COMM_OK || c != NULL)
+        fail("comm_init_mpi with one rank failing", "it succeeded", st, "");
+    if (ms > TIMEOUT_MS / 2)
+        fail("comm_init_mpi with one rank failing", "took the timeout", st, comm_last_error(NULL));
+}
+
 /* The last rank never calls: the others time out (or see a peer's timeout) in time. */
 static void t_absent(void)
 {
@@ -269,6 +316,10 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);
     }
     t_invalid();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_fresh_after_failure();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_init_fails_one_rank();
     MPI_Barrier(MPI_COMM_WORLD);
     t_absent();
     MPI_Barrier(MPI_COMM_WORLD);

@@ -299,6 +299,12 @@ void mpi_link_free(struct mpi_link *l)
 {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    /* A link whose failure went out as notices (sent, or one came) keeps its MPI
+     * communicators until MPI_Finalize.  Every failing rank sends one to every other,
+     * and a notice still on its way when a peer frees world would arrive after it:
+     * Open MPI gives the next communicator that context id, takes the notice for that
+     * one's traffic (its per-peer message order) and stalls it until the timeout. */
+    bool keep = l->notice_out != NULL || l->noticed;
     if (!finalized && l->world != MPI_COMM_NULL && l->notice_req != MPI_REQUEST_NULL) {
         MPI_Cancel(&l->notice_req);
         MPI_Wait(&l->notice_req, MPI_STATUS_IGNORE);
@@ -321,7 +327,7 @@ void mpi_link_free(struct mpi_link *l)
     }
     MPI_Comm *all[] = {&l->slice, &l->host, &l->world};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        if (*all[i] != MPI_COMM_NULL && !finalized)
+        if (*all[i] != MPI_COMM_NULL && !finalized && !keep)
             MPI_Comm_free(all[i]);
         *all[i] = MPI_COMM_NULL;
     }

@@ -146,10 +146,11 @@ void invalid_arguments(void **s)
 
 /* ---- holding a rank between the split's handshakes ----
  *
- * The new communicators' ranks wait there for each other.  This shm_open takes the place of libc's for libarcomm too (the program's definition
- * comes first).  Armed in one thread, the first shm_open of that thread after it waits
- * first: a rank so armed before comm_split passes the first handshake and is held before
- * it reaches its new communicator's segment, where its group's other ranks wait for it.
+ * The new communicators' ranks wait there for each other.  This shm_open takes the place of libc's
+ * for libarcomm too (the program's definition comes first).  Armed in one thread, the first
+ * shm_open of that thread after it waits first: a rank so armed before comm_split passes the first
+ * handshake and is held before it reaches its new communicator's segment, where its group's other
+ * ranks wait for it.
  */
 static __thread int hold_next_open_ms;
 

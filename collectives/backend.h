@@ -74,6 +74,19 @@ struct backend_ops {
     void (*wake)(struct comm *c);
     comm_status_t (*mem_alloc)(struct comm *c, size_t bytes, void **ptr);
     comm_status_t (*mem_free)(struct comm *c, void *ptr);
+    /*
+     * comm_split and comm_dup of a communicator without the shared segment whose
+     * arrival words carry the split's handshakes (runtime/split.c); NULL: the segment's.
+     * split_handshake: one handshake, call c->seq: (a, b) out from this rank, every
+     * rank's into all_a and all_b (either may be NULL), bounded; a rank making another
+     * call at this number gets COMM_ERR_MISMATCH, as every rank does.  split_join: made
+     * by every rank, color < 0 (COMM_SPLIT_NONE) too: the new communicator of this
+     * rank's group into *out (ranked by key, then rank), or none for color < 0; the
+     * same status on every rank of a group, its message in comm_last_error(NULL).
+     */
+    comm_status_t (*split_handshake)(struct comm *c, uint64_t count, int64_t a, int64_t b,
+                                     int64_t *all_a, int64_t *all_b, const char *what);
+    comm_status_t (*split_join)(struct comm *c, int color, int key, struct comm **out);
 };
 
 /* The backends; which are built is runtime/backend.c's list. */

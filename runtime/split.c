@@ -17,7 +17,9 @@
  * A failure of either handshake breaks the parent on every rank, as any collective's.
  * Between them the join watches the parent (rt_init_split_child): its comm_abort, or a
  * peer of it that failed or died, ends the join at once, and handshake 2 then breaks
- * the parent.
+ * the parent.  A communicator without the segment (comm_init_mpi's, over several hosts)
+ * has its backend carry both handshakes and the join (struct backend_ops.split_*: over
+ * MPI, each group's communicator made by comm_init_mpi); the rest is the same.
  */
 #include "comm_internal.h"
 #include "id.h"
@@ -80,6 +82,8 @@ static void mismatch_message(struct comm *c, const struct shm_arrival *mine, con
 static comm_status_t handshake(struct comm *c, uint64_t count, int64_t a, int64_t b, const char *fn,
                                const char *what, int64_t *all_a, int64_t *all_b)
 {
+    if (c->ops->split_handshake != NULL)
+        return c->ops->split_handshake(c, count, a, b, all_a, all_b, what);
     struct shm_arrival mine = {
         .count = count,
         .path = SHM_PATH_BARRIER,
@@ -171,10 +175,12 @@ static struct split_group group_of(int r, int nranks, const int64_t *colors, con
 /* Joins this rank's group: the parent's device, device, transport choice, timeout and
  * knob defaults; the split's abort word (c->init_abort, may be NULL) stops the join as
  * comm_init's abort_flag does, and so do the parent's comm_abort and a failed or dead
- * peer of the parent (rt_init_split_child). */
-static comm_status_t child_init(struct comm *c, uint32_t call, const struct split_group *g,
+ * peer of the parent (rt_init_split_child).  A backend with its own join does it all. */
+static comm_status_t child_init(struct comm *c, uint32_t call, const struct split_group *g, int key,
                                 struct comm **out)
 {
+    if (c->ops->split_join != NULL)
+        return c->ops->split_join(c, g->color, key, out);
     comm_config_t cfg;
     comm_config_init(&cfg);
     cfg.abort_flag = c->init_abort;
@@ -218,9 +224,9 @@ static comm_status_t split_run(struct comm *c, int color, int key, comm_t **newc
     comm_status_t st = rt_call_usable(c, fn);
     if (st != COMM_OK)
         return st;
-    if (c->shm == NULL) {
-        /* A communicator without a segment (comm_init_mpi's, over several hosts) has no
-         * arrival words for the handshakes; every rank of it answers alike. */
+    if (c->shm == NULL && c->ops->split_handshake == NULL) {
+        /* A communicator without a segment and without handshakes of its backend's has
+         * nothing to split through; every rank of it answers alike. */
         rt_error(c, COMM_ERR_UNSUPPORTED,
                  "rank %d: %s: the %s communicator has no shared segment to split through: "
                  "split its MPI communicator (MPI_Comm_split) and call comm_init_mpi on the "
@@ -250,8 +256,10 @@ static comm_status_t split_run(struct comm *c, int color, int key, comm_t **newc
     struct split_group g = group_of(c->rank, c->nranks, colors, keys);
     comm_status_t mine = COMM_OK;
     char cause[RT_ERRMSG_BYTES] = "";
-    if (color >= 0) {
-        mine = child_init(c, call, &g, &child);
+    /* A backend's join is collective over every rank (MPI_Comm_split). */
+    if (color >= 0 || c->ops->split_join != NULL) {
+        rt_init_error_clear();
+        mine = child_init(c, call, &g, key, &child);
         if (mine != COMM_OK)
             snprintf(cause, sizeof(cause), "%s", comm_last_error(NULL));
     }

@@ -266,6 +266,42 @@ static comm_status_t hier_mem_free(struct comm *c, void *ptr)
     return COMM_OK;
 }
 
+/*
+ * One of comm_split's handshakes (struct backend_ops.split_handshake): the descriptor
+ * exchange of a split (kind COLL_SPLIT, the handshake's count), so that a rank making
+ * another call gets COMM_ERR_MISMATCH on every host, then every rank's (a, b) in one
+ * MPI_Iallgather, bounded by the timeout and comm_abort.  The buffer is scratch: a
+ * request abandoned on a failure may still be written to until teardown.
+ */
+static comm_status_t hier_split_handshake(struct comm *c, uint64_t count, int64_t a, int64_t b,
+                                          int64_t *all_a, int64_t *all_b, const char *what)
+{
+    struct hier_comm *h = hier_of(c);
+    uint64_t deadline = rt_comm_deadline(c);
+    struct coll_call call = {.kind = COLL_SPLIT, .count = count, .dtype = COMM_I64, .op = COMM_SUM};
+    comm_status_t st = hier_begin(c, &call, deadline);
+    if (st != COMM_OK)
+        return st;
+    int64_t mine[2] = {a, b};
+    int64_t *all = hier_scratch(c, 0, 2 * sizeof(int64_t) * (size_t)c->nranks);
+    if (all == NULL)
+        return COMM_ERR_NOMEM;
+    MPI_Request req;
+    int err = MPI_Iallgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, h->link.world, &req);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(c, err, "MPI_Iallgather (comm_split)");
+    st = mpi_link_wait(c, &h->link, &req, 1, deadline, true, what);
+    if (st != COMM_OK)
+        return st;
+    for (int p = 0; p < c->nranks; p++) {
+        if (all_a != NULL)
+            all_a[p] = all[2 * p];
+        if (all_b != NULL)
+            all_b[p] = all[2 * p + 1];
+    }
+    return COMM_OK;
+}
+
 static bool hier_probe(const struct transport_probe *p, char *why, size_t len)
 {
     (void)p;
@@ -294,4 +330,6 @@ const struct backend_ops hier_backend = {
     .wake = hier_wake,
     .mem_alloc = hier_mem_alloc,
     .mem_free = hier_mem_free,
+    .split_handshake = hier_split_handshake,
+    .split_join = NULL, /* comm_init_mpi's (runtime/mpi), set in each communicator's table */
 };

@@ -299,6 +299,40 @@ static void hier_free(struct comm *tc, struct hier_comm *h)
     free(h);
 }
 
+/*
+ * comm_split's join on a communicator made here (struct backend_ops.split_join): every
+ * rank splits the MPI communicator (MPI_UNDEFINED for COMM_SPLIT_NONE; the handshake
+ * before it found every rank in this split, so the blocking call meets them all), and
+ * each group's ranks make theirs over their part with comm_init_mpi (bounded; the same
+ * status on every rank of the group), with the device, GPU, transport, timeout and knob
+ * defaults of c.  A group on one host gets that host's own communicator.
+ */
+static comm_status_t split_join(struct comm *c, int color, int key, struct comm **out)
+{
+    struct hier_comm *h = hier_of(c);
+    MPI_Comm part = MPI_COMM_NULL;
+    int err = MPI_Comm_split(h->link.world, color < 0 ? MPI_UNDEFINED : color, key, &part);
+    if (err != MPI_SUCCESS) {
+        comm_status_t st = mpi_link_error(c, err, "MPI_Comm_split (comm_split)");
+        rt_hook_init_error(c->errmsg);
+        return st;
+    }
+    if (part == MPI_COMM_NULL)
+        return COMM_OK;
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    if (h->cuda != NULL) {
+        cfg.device = COMM_DEVICE_CUDA;
+        cfg.device_index = h->device_index;
+    }
+    cfg.transport = h->intra->knobs.transport[0] != '\0' ? h->intra->knobs.transport : NULL;
+    cfg.timeout_ms = c->timeout_ms < 0 ? -1 : (int)c->timeout_ms;
+    cfg.knob_defaults = c->knob_defaults[0] != '\0' ? c->knob_defaults : NULL;
+    comm_status_t st = comm_init_mpi(out, part, &cfg);
+    MPI_Comm_free(&part);
+    return st;
+}
+
 /* The communicator over every rank, with the hierarchical backend, id from rank 0. */
 static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **out,
                                uint64_t deadline)
@@ -330,6 +364,7 @@ static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **ou
     h->ops = hier_backend;
     if (h->cuda != NULL)
         hier_cuda_adapt(&h->ops);
+    h->ops.split_join = split_join;
     snprintf(h->name, sizeof(h->name), "%s+mpi", comm_transport_name(h->intra));
     h->ops.name = h->name;
     st = rt_hook_init_backend(out, &hcfg, &h->ops, h);

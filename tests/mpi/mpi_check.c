@@ -2,6 +2,7 @@
 /* The MPI tests' inputs, references and checks (mpi_check.h). */
 #include "mpi_check.h"
 
+#include <arcomm_mpi.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -314,4 +315,19 @@ bool mc_first_wrong(const void *out, size_t n, size_t first, uint64_t seed, int 
         }
     }
     return false;
+}
+
+comm_t *mc_world_comm(int timeout_ms)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.timeout_ms = timeout_ms;
+    comm_t *c = NULL;
+    if (comm_init_mpi(&c, MPI_COMM_WORLD, &cfg) != COMM_OK) {
+        int rank = -1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        fprintf(stderr, "rank %d: comm_init_mpi: %s\n", rank, comm_last_error(NULL));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return c;
 }

@@ -50,6 +50,10 @@ const char *mc_dtype_name(comm_dtype_t dtype);
  * shared-memory split, or ARCOMM_MPI_RANKS_PER_HOST covering every rank)? */
 bool mc_one_host(void);
 
+/* A communicator over MPI_COMM_WORLD by comm_init_mpi with this timeout; on failure
+ * the message and MPI_Abort (the test cannot go on). */
+comm_t *mc_world_comm(int timeout_ms);
+
 /* The /dev/shm/arcomm-* entries now (count, names into names[max]). */
 int mc_shm_list(char names[][96], int max);
 /* Entries not in before that stay for half a second: what the test left behind. */

@@ -36,16 +36,7 @@ static void fail(const char *test, const char *fmt, comm_status_t st, const char
 
 static comm_t *fresh(void)
 {
-    comm_config_t cfg;
-    comm_config_init(&cfg);
-    cfg.timeout_ms = TIMEOUT_MS;
-    comm_t *c = NULL;
-    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
-    if (st != COMM_OK) {
-        fprintf(stderr, "rank %d: comm_init_mpi: %s\n", g_rank, comm_last_error(NULL));
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    return c;
+    return mc_world_comm(TIMEOUT_MS);
 }
 
 static double now_ms(void)

@@ -640,6 +640,22 @@ int main(int argc, char **argv)
     t_broadcast(COMM_F64, BIG, seed++);
     t_allgather(COMM_I32, BIG / (size_t)g_size, seed++, false);
     t_alltoall(COMM_F32, BIG / (size_t)g_size, seed++);
+
+    /* A dup (comm_split's handshakes and join over MPI where there are several hosts):
+     * the same ranks, CUDA buffers, the same transport; the parent's calls after it. */
+    comm_t *parent = g_comm, *dup = NULL;
+    st = comm_dup(parent, &dup);
+    if (st != COMM_OK || strcmp(comm_transport_name(dup), name) != 0) {
+        fail("comm_dup", COMM_F32, COMM_SUM, 0,
+             st != COMM_OK ? comm_last_error(parent) : comm_transport_name(dup));
+    } else {
+        g_comm = dup;
+        t_allreduce(COMM_F32, COMM_SUM, 97, seed++, false);
+        t_allgather(COMM_BF16, 97, seed++, false);
+        g_comm = parent;
+        comm_destroy(dup);
+        t_allreduce(COMM_F32, COMM_SUM, 97, seed++, false);
+    }
     if (comm_destroy(g_comm) != COMM_OK)
         fail("comm_destroy", COMM_F32, COMM_SUM, 0, comm_last_error(NULL));
 

@@ -228,9 +228,9 @@ static comm_status_t split_run(struct comm *c, int color, int key, comm_t **newc
         /* A communicator without a segment and without handshakes of its backend's has
          * nothing to split through; every rank of it answers alike. */
         rt_error(c, COMM_ERR_UNSUPPORTED,
-                 "rank %d: %s: the %s communicator has no shared segment to split through: "
-                 "split its MPI communicator (MPI_Comm_split) and call comm_init_mpi on the "
-                 "result; this communicator stays usable",
+                 "rank %d: %s: the %s communicator has no shared segment to split through "
+                 "and its transport no split of its own: make the new communicator with "
+                 "comm_init; this communicator stays usable",
                  c->rank, fn, c->ops->name);
         return COMM_ERR_UNSUPPORTED;
     }

@@ -17,7 +17,8 @@ extern "C" {
  * Collective over mpi_comm: an arcomm communicator over all its ranks, on any number of
  * hosts.  cfg may be NULL; its nranks, rank and id are ignored (taken from mpi_comm).
  * Ranks keep their MPI rank.  Every collective of arcomm works on it (host buffers:
- * comm_allreduce_add too; comm_split and comm_dup return COMM_ERR_UNSUPPORTED).
+ * comm_allreduce_add too); comm_split and comm_dup make new communicators the same way
+ * (a group on one host gets that host's own communicator).
  * cfg->device COMM_DEVICE_CUDA (the same on every rank): CUDA buffers, each rank on GPU
  * cfg->device_index (-1: its index on its host modulo the GPUs it sees); a call is
  * ordered on its stream but returns only after its inter-host step, staged through

@@ -43,12 +43,17 @@ const char *hier_kind_name(enum coll_kind kind)
     return kind >= COLL_ALLREDUCE && kind < COLL_KIND_END ? names[kind] : "?";
 }
 
-/* The exchange itself: every rank of the communicator, bounded by deadline. */
+/* The exchange itself: every rank of the communicator, bounded by deadline; its
+ * buffers are MPI's to write until it completes (mpi_ctl_new). */
 static comm_status_t exchange(struct comm *c, const int64_t *fields, comm_status_t mine,
                               uint64_t deadline, int64_t *out)
 {
     struct hier_comm *h = hier_of(c);
-    int64_t in[D_LEN];
+    int64_t *in = mpi_ctl_new(2 * D_LEN * sizeof(int64_t)), *res = in + D_LEN;
+    if (in == NULL) {
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for the call descriptor", c->rank);
+        return COMM_ERR_NOMEM;
+    }
     for (int i = 0; i < D_FIELDS; i++) {
         in[i] = fields[i];
         in[D_FIELDS + i] = -fields[i];
@@ -58,12 +63,18 @@ static comm_status_t exchange(struct comm *c, const int64_t *fields, comm_status
     h->desc_seq = c->seq;
     h->desc_sent = true;
     MPI_Request req;
-    int err = MPI_Iallreduce(in, out, D_LEN, MPI_INT64_T, MPI_MAX, h->link.world, &req);
-    if (err != MPI_SUCCESS)
+    int err = MPI_Iallreduce(in, res, D_LEN, MPI_INT64_T, MPI_MAX, h->link.world, &req);
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(in, true);
         return mpi_link_error(c, err, "MPI_Iallreduce (call descriptor)");
+    }
     /* A failing rank still completes it (past an abort too): the peers need its part. */
-    return mpi_link_wait(c, &h->link, &req, 1, deadline, mine == COMM_OK,
-                         "the call descriptor exchange");
+    comm_status_t st = mpi_link_wait(c, &h->link, &req, 1, deadline, mine == COMM_OK,
+                                     "the call descriptor exchange");
+    if (st == COMM_OK)
+        memcpy(out, res, D_LEN * sizeof(int64_t));
+    mpi_ctl_done(in, st == COMM_OK);
+    return st;
 }
 
 comm_status_t hier_begin(struct comm *c, const struct coll_call *call, uint64_t deadline)
@@ -215,8 +226,12 @@ static void hier_teardown(struct comm *c)
     free(h->slice_rank_of);
     free(h->host_size);
     free(h->host_off);
-    free(h->scratch[0]);
-    free(h->scratch[1]);
+    /* A broken communicator's waits may have given up on MPI requests that a rank coming
+     * later still completes, writing their buffers: its scratch is never freed. */
+    if (atomic_load(&c->broken) == 0) {
+        free(h->scratch[0]);
+        free(h->scratch[1]);
+    }
     free(h);
     c->xport = NULL;
 }
@@ -270,8 +285,7 @@ static comm_status_t hier_mem_free(struct comm *c, void *ptr)
  * One of comm_split's handshakes (struct backend_ops.split_handshake): the descriptor
  * exchange of a split (kind COLL_SPLIT, the handshake's count), so that a rank making
  * another call gets COMM_ERR_MISMATCH on every host, then every rank's (a, b) in one
- * MPI_Iallgather, bounded by the timeout and comm_abort.  The buffer is scratch: a
- * request abandoned on a failure may still be written to until teardown.
+ * MPI_Iallgather, bounded by the timeout and comm_abort (its buffers mpi_ctl_new's).
  */
 static comm_status_t hier_split_handshake(struct comm *c, uint64_t count, int64_t a, int64_t b,
                                           int64_t *all_a, int64_t *all_b, const char *what)
@@ -282,24 +296,28 @@ static comm_status_t hier_split_handshake(struct comm *c, uint64_t count, int64_
     comm_status_t st = hier_begin(c, &call, deadline);
     if (st != COMM_OK)
         return st;
-    int64_t mine[2] = {a, b};
-    int64_t *all = hier_scratch(c, 0, 2 * sizeof(int64_t) * (size_t)c->nranks);
-    if (all == NULL)
+    int64_t *mine = mpi_ctl_new(2 * sizeof(int64_t) * ((size_t)c->nranks + 1)), *all = mine + 2;
+    if (mine == NULL) {
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, what);
         return COMM_ERR_NOMEM;
+    }
+    mine[0] = a;
+    mine[1] = b;
     MPI_Request req;
     int err = MPI_Iallgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, h->link.world, &req);
-    if (err != MPI_SUCCESS)
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(mine, true);
         return mpi_link_error(c, err, "MPI_Iallgather (comm_split)");
+    }
     st = mpi_link_wait(c, &h->link, &req, 1, deadline, true, what);
-    if (st != COMM_OK)
-        return st;
-    for (int p = 0; p < c->nranks; p++) {
+    for (int p = 0; st == COMM_OK && p < c->nranks; p++) {
         if (all_a != NULL)
             all_a[p] = all[2 * p];
         if (all_b != NULL)
             all_b[p] = all[2 * p + 1];
     }
-    return COMM_OK;
+    mpi_ctl_done(mine, st == COMM_OK);
+    return st;
 }
 
 static bool hier_probe(const struct transport_probe *p, char *why, size_t len)

@@ -172,6 +172,12 @@ void hier_cuda_close(struct comm *c, struct hier_comm *h)
                 event_done_within(x->ev_end, HIER_CUDA_DRAIN_NS);
     for (int k = 0; k < HIER_CUDA_CHUNKS && idle; k++)
         idle = event_done_within(x->ev_chunk[k], HIER_CUDA_DRAIN_NS);
+    /* A broken communicator's MPI requests may have been given up on, and MPI may still
+     * write the pinned buffers they point at (a rank that comes later): they stay too. */
+    if (atomic_load(&c->broken) != 0) {
+        (void)cudaSetDevice(prev);
+        return;
+    }
     if (!idle) {
         rt_log(c, RT_LOG_WARN,
                "rank %d: GPU %d still has staging copies of comm_init_mpi's communicator "

@@ -27,11 +27,17 @@ comm_status_t hier_inter_segments(struct comm *c, const struct hier_inter *s, co
         seg = 1;
     MPI_Datatype type = s->kind == HIER_INTER_ALLREDUCE ? mpi_link_dtype(s->dtype) : MPI_BYTE;
     MPI_Op op = mpi_link_op(&hier_of(c)->link, s->op, s->dtype);
-    struct mpi_status_word sin, sout;
+    struct mpi_status_word *w = mpi_ctl_new(2 * sizeof(*w));
+    if (w == NULL) {
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, s->what);
+        return COMM_ERR_NOMEM;
+    }
     MPI_Request reqs[1 + HIER_SEGS_IN_FLIGHT];
-    int err = mpi_link_status_start(s->mc, c->rank, mine, &sin, &sout, &reqs[0]);
-    if (err != MPI_SUCCESS)
+    int err = mpi_link_status_start(s->mc, c->rank, mine, &w[0], &w[1], &reqs[0]);
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(w, true);
         return mpi_link_error(c, err, "MPI_Iallreduce (status)");
+    }
     int nr = 1;
     size_t off = 0;
     for (;;) {
@@ -42,20 +48,26 @@ comm_status_t hier_inter_segments(struct comm *c, const struct hier_inter *s, co
                 err = MPI_Iallreduce(MPI_IN_PLACE, p, (int)k, type, op, s->mc, &reqs[nr]);
             else
                 err = MPI_Ibcast(p, (int)(k * s->esize), MPI_BYTE, s->root, s->mc, &reqs[nr]);
-            if (err != MPI_SUCCESS)
+            if (err != MPI_SUCCESS) {
+                mpi_ctl_done(w, false); /* the status request may be under way */
                 return mpi_link_error(
                     c, err, s->kind == HIER_INTER_ALLREDUCE ? "MPI_Iallreduce" : "MPI_Ibcast");
+            }
             nr++;
             off += k;
         }
         comm_status_t st = mpi_link_wait(c, &hier_of(c)->link, reqs, nr, deadline, true, s->what);
-        if (st != COMM_OK)
+        if (st != COMM_OK) {
+            mpi_ctl_done(w, false);
             return st;
+        }
         nr = 0;
         if (off >= s->n)
             break;
     }
-    return mpi_link_status_check(c, mine, &sout, s->what);
+    comm_status_t st = mpi_link_status_check(c, mine, &w[1], s->what);
+    mpi_ctl_done(w, true);
+    return st;
 }
 
 comm_status_t hier_inter_one(struct comm *c, MPI_Comm mc, MPI_Request *data, int err,
@@ -64,13 +76,21 @@ comm_status_t hier_inter_one(struct comm *c, MPI_Comm mc, MPI_Request *data, int
 {
     if (err != MPI_SUCCESS)
         return mpi_link_error(c, err, call);
-    struct mpi_status_word sin, sout;
+    struct mpi_status_word *w = mpi_ctl_new(2 * sizeof(*w));
+    if (w == NULL) {
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, what);
+        return COMM_ERR_NOMEM; /* the data request is left to MPI, as on any failure */
+    }
     MPI_Request reqs[2] = {*data, MPI_REQUEST_NULL};
-    err = mpi_link_status_start(mc, c->rank, mine, &sin, &sout, &reqs[1]);
-    if (err != MPI_SUCCESS)
+    err = mpi_link_status_start(mc, c->rank, mine, &w[0], &w[1], &reqs[1]);
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(w, true);
         return mpi_link_error(c, err, "MPI_Iallreduce (status)");
+    }
     comm_status_t st = mpi_link_wait(c, &hier_of(c)->link, reqs, 2, deadline, true, what);
-    if (st != COMM_OK)
-        return st;
-    return mpi_link_status_check(c, mine, &sout, what);
+    bool completed = st == COMM_OK;
+    if (completed)
+        st = mpi_link_status_check(c, mine, &w[1], what);
+    mpi_ctl_done(w, completed);
+    return st;
 }

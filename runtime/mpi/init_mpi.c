@@ -18,19 +18,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* MPI's status of the whole job: every rank's mine, MAX over mc, bounded. */
+/* Out of memory for the setup's own few bytes. */
+static comm_status_t no_memory(struct comm *tc, const char *what)
+{
+    rt_error(tc, COMM_ERR_NOMEM, "comm_init_mpi: rank %d: out of memory in %s", tc->rank, what);
+    return COMM_ERR_NOMEM;
+}
+
+/* MPI's status of the whole job: every rank's mine, MAX over mc, bounded.  Every buffer
+ * a wait of the setup may give up on is mpi_ctl_new's, as the calls' own are. */
 static comm_status_t agree(struct comm *tc, MPI_Comm mc, comm_status_t mine, uint64_t deadline,
                            const char *what)
 {
-    struct mpi_status_word in, out;
+    struct mpi_status_word *w = mpi_ctl_new(2 * sizeof(*w));
+    if (w == NULL)
+        return no_memory(tc, what);
     MPI_Request req;
-    int err = mpi_link_status_start(mc, tc->rank, mine, &in, &out, &req);
-    if (err != MPI_SUCCESS)
+    int err = mpi_link_status_start(mc, tc->rank, mine, &w[0], &w[1], &req);
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(w, true);
         return mpi_link_error(tc, err, "MPI_Iallreduce");
+    }
     comm_status_t st = mpi_link_wait(tc, NULL, &req, 1, deadline, false, what);
-    if (st != COMM_OK)
-        return mine != COMM_OK ? mine : st;
-    return mpi_link_status_check(tc, mine, &out, what);
+    bool completed = st == COMM_OK;
+    if (completed)
+        st = mpi_link_status_check(tc, mine, &w[1], what);
+    else if (mine != COMM_OK)
+        st = mine;
+    mpi_ctl_done(w, completed);
+    return st;
 }
 
 /* This rank's own arguments and knobs. */
@@ -109,20 +125,28 @@ static comm_status_t check_gpu(struct comm *tc, const comm_config_t *cfg)
 static comm_status_t agree_device(struct comm *tc, MPI_Comm mc, comm_device_t dev,
                                   uint64_t deadline)
 {
-    int32_t in[2] = {(int32_t)dev, -(int32_t)dev}, out[2] = {0, 0};
+    int32_t *in = mpi_ctl_new(4 * sizeof(int32_t)), *out = in + 2;
+    if (in == NULL)
+        return no_memory(tc, "comm_init_mpi (the ranks' devices)");
+    in[0] = (int32_t)dev;
+    in[1] = -(int32_t)dev;
     MPI_Request req;
     int err = MPI_Iallreduce(in, out, 2, MPI_INT32_T, MPI_MAX, mc, &req);
-    if (err != MPI_SUCCESS)
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(in, true);
         return mpi_link_error(tc, err, "MPI_Iallreduce");
+    }
     comm_status_t st =
         mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the ranks' devices)");
+    int32_t hi = out[0], lo = -out[1];
+    mpi_ctl_done(in, st == COMM_OK);
     if (st != COMM_OK)
         return st;
-    if (out[0] != -out[1]) {
+    if (hi != lo) {
         rt_error(tc, COMM_ERR_INVALID,
                  "comm_init_mpi: rank %d: the ranks pass different cfg->device (this rank %d, "
                  "others from %d to %d): every rank must pass the same device",
-                 tc->rank, (int)dev, (int)-out[1], (int)out[0]);
+                 tc->rank, (int)dev, (int)lo, (int)hi);
         return COMM_ERR_INVALID;
     }
     return COMM_OK;
@@ -139,12 +163,20 @@ struct host_hello {
 static comm_status_t make_comms(struct comm *tc, MPI_Comm user, struct hier_comm *h,
                                 uint64_t deadline)
 {
+    MPI_Comm *dup = mpi_ctl_new(sizeof(*dup));
+    if (dup == NULL)
+        return no_memory(tc, "comm_init_mpi (MPI_Comm_idup)");
     MPI_Request req;
-    int err = MPI_Comm_idup(user, &h->link.world, &req);
-    if (err != MPI_SUCCESS)
+    int err = MPI_Comm_idup(user, dup, &req);
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(dup, true);
         return mpi_link_error(tc, err, "MPI_Comm_idup");
+    }
     comm_status_t st =
         mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (MPI_Comm_idup)");
+    if (st == COMM_OK)
+        h->link.world = *dup;
+    mpi_ctl_done(dup, st == COMM_OK);
     if (st != COMM_OK)
         return st;
     MPI_Comm_set_errhandler(h->link.world, MPI_ERRORS_RETURN);
@@ -177,28 +209,31 @@ static comm_status_t map_ranks(struct comm *tc, struct hier_comm *h, int leader,
 {
     int n = tc->nranks, slice_rank;
     MPI_Comm_rank(h->link.slice, &slice_rank);
-    int32_t mine[4] = {h->local, h->nlocal, slice_rank, leader};
-    int32_t *all = calloc((size_t)n * 4, sizeof(*all));
+    int32_t *mine = mpi_ctl_new(((size_t)n + 1) * 4 * sizeof(int32_t)), *all = mine + 4;
     h->host_of = calloc((size_t)n, sizeof(int));
     h->local_of = calloc((size_t)n, sizeof(int));
     h->slice_rank_of = calloc((size_t)n, sizeof(int));
     h->host_size = calloc((size_t)n, sizeof(int));
     h->host_off = calloc((size_t)n, sizeof(int));
-    if (!all || !h->host_of || !h->local_of || !h->slice_rank_of || !h->host_size || !h->host_off) {
-        free(all);
-        rt_error(tc, COMM_ERR_NOMEM, "comm_init_mpi: rank %d: out of memory", tc->rank);
-        return COMM_ERR_NOMEM;
+    if (!mine || !h->host_of || !h->local_of || !h->slice_rank_of || !h->host_size ||
+        !h->host_off) {
+        mpi_ctl_done(mine, true);
+        return no_memory(tc, "comm_init_mpi (the ranks' places)");
     }
+    mine[0] = h->local;
+    mine[1] = h->nlocal;
+    mine[2] = slice_rank;
+    mine[3] = leader;
     MPI_Request req;
     int err = MPI_Iallgather(mine, 4, MPI_INT32_T, all, 4, MPI_INT32_T, h->link.world, &req);
     if (err != MPI_SUCCESS) {
-        free(all);
+        mpi_ctl_done(mine, true);
         return mpi_link_error(tc, err, "MPI_Iallgather");
     }
     comm_status_t st =
         mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the ranks' places)");
     if (st != COMM_OK) {
-        free(all); /* not reached by MPI any more: the wait gave up on it */
+        mpi_ctl_done(mine, false);
         return st;
     }
     h->nhosts = 0;
@@ -215,7 +250,7 @@ static comm_status_t map_ranks(struct comm *tc, struct hier_comm *h, int leader,
     for (int k = 1; k < h->nhosts; k++)
         h->host_off[k] = h->host_off[k - 1] + h->host_size[k - 1];
     h->host = h->host_of[tc->rank];
-    free(all);
+    mpi_ctl_done(mine, true);
     return COMM_OK;
 }
 
@@ -347,13 +382,21 @@ static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **ou
         hcfg.device = COMM_DEVICE_CUDA;
         hcfg.device_index = h->device_index;
     }
-    if (tc->rank == 0 && comm_id_new(&hcfg.id) != COMM_OK)
-        memset(&hcfg.id, 0, sizeof(hcfg.id)); /* comm_init refuses it below, on every rank */
+    comm_id_t *id = mpi_ctl_new(sizeof(*id));
+    if (id == NULL)
+        return no_memory(tc, "comm_init_mpi (the id)");
+    if (tc->rank == 0 && comm_id_new(id) != COMM_OK)
+        memset(id, 0, sizeof(*id)); /* comm_init refuses it below, on every rank */
     MPI_Request req;
-    int err = MPI_Ibcast(&hcfg.id, (int)sizeof(hcfg.id), MPI_BYTE, 0, h->link.world, &req);
-    if (err != MPI_SUCCESS)
+    int err = MPI_Ibcast(id, (int)sizeof(*id), MPI_BYTE, 0, h->link.world, &req);
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(id, true);
         return mpi_link_error(tc, err, "MPI_Ibcast (the id)");
+    }
     comm_status_t st = mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the id)");
+    if (st == COMM_OK)
+        hcfg.id = *id;
+    mpi_ctl_done(id, st == COMM_OK);
     if (st != COMM_OK)
         return st;
     /* The key of this communicator's failure notices: 64 bits of its random id. */

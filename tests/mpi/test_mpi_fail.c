@@ -159,6 +159,46 @@ static void t_init_fails_one_rank(void)
         fail("comm_init_mpi with one rank failing", "took the timeout", st, comm_last_error(NULL));
 }
 
+/* Fills stack below the caller's frame, where a call that returned had its frames,
+ * progresses MPI for ms, and counts the bytes that changed meanwhile. */
+static __attribute__((noinline)) int stack_touched(double ms)
+{
+    volatile unsigned char pad[32768];
+    memset((void *)pad, 0x5a, sizeof(pad));
+    double end = now_ms() + ms;
+    int flag;
+    while (now_ms() < end)
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    int changed = 0;
+    for (size_t i = 0; i < sizeof(pad); i++)
+        changed += pad[i] != 0x5a;
+    return changed;
+}
+
+/* The last rank comes after the others timed out: it completes the MPI requests their
+ * calls gave up on (a nonblocking collective cannot be cancelled), and what MPI then
+ * writes must land in memory of the library's, not in the stack of calls that returned. */
+static void t_late_rank(void)
+{
+    comm_t *c = fresh();
+    float x[4] = {1, 2, 3, 4}, y[4];
+    if (g_rank == g_size - 1) {
+        usleep((useconds_t)(2 * TIMEOUT_MS) * 1000);
+        comm_allreduce(c, x, y, 4, COMM_F32, COMM_SUM, NULL); /* fails: the others left */
+    } else {
+        comm_status_t st = comm_allreduce(c, x, y, 4, COMM_F32, COMM_SUM, NULL);
+        if (st == COMM_OK)
+            fail("a late rank", "expected a timeout", st, "");
+        int n = stack_touched(2.5 * TIMEOUT_MS);
+        if (n != 0) {
+            char d[64];
+            snprintf(d, sizeof(d), "%d bytes changed", n);
+            fail("a late rank", "MPI wrote into the stack of a call that had returned", st, d);
+        }
+    }
+    comm_destroy(c);
+}
+
 /* The last rank never calls: the others time out (or see a peer's timeout) in time. */
 static void t_absent(void)
 {
@@ -311,6 +351,8 @@ int main(int argc, char **argv)
     t_fresh_after_failure();
     MPI_Barrier(MPI_COMM_WORLD);
     t_init_fails_one_rank();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_late_rank();
     MPI_Barrier(MPI_COMM_WORLD);
     t_absent();
     MPI_Barrier(MPI_COMM_WORLD);

@@ -273,6 +273,17 @@ void mpi_link_ignore_sigpipe(const struct comm *c)
                c->rank);
 }
 
+void *mpi_ctl_new(size_t bytes)
+{
+    return calloc(1, bytes);
+}
+
+void mpi_ctl_done(void *p, bool completed)
+{
+    if (completed)
+        free(p);
+}
+
 int mpi_link_status_start(MPI_Comm mc, int rank, comm_status_t mine, struct mpi_status_word *in,
                           struct mpi_status_word *out, MPI_Request *req)
 {

@@ -107,8 +107,20 @@ comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_pol
 int mpi_link_notice_start(struct mpi_link *l);
 void mpi_link_notify(struct comm *c, struct mpi_link *l, comm_status_t status);
 
+/*
+ * The buffers of the small nonblocking calls a wait may give up on (call descriptors,
+ * status words, ids): a nonblocking collective cannot be cancelled, and a rank that
+ * comes after the timeout still completes it, and MPI then writes its result (and reads
+ * what was sent) wherever the call put them.  So they are never a caller's stack:
+ * mpi_ctl_new gives bytes zeroed on the heap (NULL: out of memory); mpi_ctl_done frees
+ * them once the requests completed (completed: the wait returned COMM_OK, or none was
+ * started), and otherwise leaves them to MPI, never freed (a few bytes a failed call).
+ */
+void *mpi_ctl_new(size_t bytes);
+void mpi_ctl_done(void *p, bool completed);
+
 /* Starts the status exchange of a step on mc (after its data requests, in the same
- * order on every rank). */
+ * order on every rank); in and out from mpi_ctl_new. */
 int mpi_link_status_start(MPI_Comm mc, int rank, comm_status_t mine, struct mpi_status_word *in,
                           struct mpi_status_word *out, MPI_Request *req);
 

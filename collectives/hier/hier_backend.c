@@ -49,11 +49,12 @@ static comm_status_t exchange(struct comm *c, const int64_t *fields, comm_status
                               uint64_t deadline, int64_t *out)
 {
     struct hier_comm *h = hier_of(c);
-    int64_t *in = mpi_ctl_new(2 * D_LEN * sizeof(int64_t)), *res = in + D_LEN;
+    int64_t *in = mpi_ctl_new(2 * D_LEN * sizeof(int64_t));
     if (in == NULL) {
         rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for the call descriptor", c->rank);
         return COMM_ERR_NOMEM;
     }
+    int64_t *res = in + D_LEN;
     for (int i = 0; i < D_FIELDS; i++) {
         in[i] = fields[i];
         in[D_FIELDS + i] = -fields[i];
@@ -296,11 +297,12 @@ static comm_status_t hier_split_handshake(struct comm *c, uint64_t count, int64_
     comm_status_t st = hier_begin(c, &call, deadline);
     if (st != COMM_OK)
         return st;
-    int64_t *mine = mpi_ctl_new(2 * sizeof(int64_t) * ((size_t)c->nranks + 1)), *all = mine + 2;
+    int64_t *mine = mpi_ctl_new(2 * sizeof(int64_t) * ((size_t)c->nranks + 1));
     if (mine == NULL) {
         rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, what);
         return COMM_ERR_NOMEM;
     }
+    int64_t *all = mine + 2;
     mine[0] = a;
     mine[1] = b;
     MPI_Request req;

@@ -125,9 +125,10 @@ static comm_status_t check_gpu(struct comm *tc, const comm_config_t *cfg)
 static comm_status_t agree_device(struct comm *tc, MPI_Comm mc, comm_device_t dev,
                                   uint64_t deadline)
 {
-    int32_t *in = mpi_ctl_new(4 * sizeof(int32_t)), *out = in + 2;
+    int32_t *in = mpi_ctl_new(4 * sizeof(int32_t));
     if (in == NULL)
         return no_memory(tc, "comm_init_mpi (the ranks' devices)");
+    int32_t *out = in + 2;
     in[0] = (int32_t)dev;
     in[1] = -(int32_t)dev;
     MPI_Request req;
@@ -209,7 +210,7 @@ static comm_status_t map_ranks(struct comm *tc, struct hier_comm *h, int leader,
 {
     int n = tc->nranks, slice_rank;
     MPI_Comm_rank(h->link.slice, &slice_rank);
-    int32_t *mine = mpi_ctl_new(((size_t)n + 1) * 4 * sizeof(int32_t)), *all = mine + 4;
+    int32_t *mine = mpi_ctl_new(((size_t)n + 1) * 4 * sizeof(int32_t));
     h->host_of = calloc((size_t)n, sizeof(int));
     h->local_of = calloc((size_t)n, sizeof(int));
     h->slice_rank_of = calloc((size_t)n, sizeof(int));
@@ -220,6 +221,7 @@ static comm_status_t map_ranks(struct comm *tc, struct hier_comm *h, int leader,
         mpi_ctl_done(mine, true);
         return no_memory(tc, "comm_init_mpi (the ranks' places)");
     }
+    int32_t *all = mine + 4;
     mine[0] = h->local;
     mine[1] = h->nlocal;
     mine[2] = slice_rank;

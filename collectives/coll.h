@@ -258,14 +258,25 @@ static inline bool coll_host_cma_size(enum coll_kind kind, const struct rt_knobs
  * and so are whether every rank reaches every peer (c->shm->cma) and whether all found
  * the single copy fast (c->shm->cma_fast).  Inside the windows of ARCOMM_CMA_THRESHOLD=
  * auto each call is tuned, per collective and size class: the first COLL_CMA_BURST calls
- * run on CMA and the next COLL_CMA_BURST on the staging slots, then every
- * COLL_CMA_EXPLORE calls a burst of COLL_CMA_BURST runs on the path not in use, and the
- * rest on the one with the lower time per byte as this rank measured it (the first call
- * of a burst not counted).  Ranks that measure differently still agree: the call takes
- * CMA only if every rank offered it.  coll_host_cma_done records the call's time.
+ * run on CMA and the next COLL_CMA_BURST on the staging slots; then a burst of
+ * COLL_CMA_BURST runs on the path not in use at calls 64, 128, 256, 512 and every 1024
+ * calls from 1024 on, and the rest on the one with the lower time per byte as this rank
+ * measured it (coll_tune_record: the median of its last 3 calls, the first call on a
+ * path after the other not counted).  The bursts thin out because the path measured
+ * slower may be twice as slow and more (process_vm_readv at a fifth of memcpy's rate on
+ * the AMD VM): with a burst every 64 calls, 1 and 2 MiB per rank allgathers of 2
+ * process ranks there took 96 and 191 us at the 90th percentile, 65 and 135 us on
+ * average; with these, 71 and 160, 63 and 129 (medians of 10 alternated runs,
+ * docs/PERFORMANCE.md).  A path that gets slower is left after two of its calls show
+ * it; that the other got faster is seen within 1024 calls.  The schedule depends on the
+ * call's number alone, so that the exploring calls are the same on every rank; ranks
+ * that measure differently still agree: the call takes CMA only if every rank offered
+ * it.
+ * coll_host_cma_done records the call's time.
  */
-#define COLL_CMA_EXPLORE 64
-#define COLL_CMA_BURST   3
+#define COLL_CMA_EXPLORE     64
+#define COLL_CMA_EXPLORE_MAX 1024
+#define COLL_CMA_BURST       3
 /*
  * The flag path or CMA, for calls of 2 process ranks that agreed at join that the single
  * copy is fast (c->shm->cma_fast) and that the flag path would take: every kind from
@@ -297,14 +308,33 @@ bool coll_choice_take(struct comm *c, enum coll_kind kind, size_t bytes_per_rank
 /* After the call, on rank 0: its time counted, the choice for later calls published. */
 void coll_choice_done(struct comm *c, const struct coll_choice *ch, size_t bytes_per_rank);
 
+/* A tuned size class: the calls seen, each path's time per byte (0: not measured yet)
+ * and the last COLL_TUNE_SAMPLES counted times it is taken from, and the path of the
+ * class's last call. */
+#define COLL_TUNE_SAMPLES 3
+struct coll_tune_cell {
+    uint64_t calls;
+    double ns_per_byte[2]; /* [0] staged (or flag), [1] CMA */
+    double sample[2][COLL_TUNE_SAMPLES];
+    uint8_t nsamples[2], next[2];
+    int8_t last; /* the last call's path + 1; 0: none yet */
+};
+/* A call of t's class took path (1: CMA) in ns: counted unless it was the first on its
+ * path after a call on the other (it ran cold: the other path's buffers in the caches).
+ * A path's time is the median of its last 3 counted calls (the lower of 2, the one of
+ * 1): one call the host delayed (a preemption: 10-70 times a call's time on the
+ * development VM) changes nothing, two in a row do; the mean with half the weight on
+ * the newest call that it replaces moved to the other path on every such call, and
+ * stayed there until the next exploring burst. */
+void coll_tune_record(struct coll_tune_cell *t, int path, uint64_t ns, size_t bytes_per_rank);
 /* The tuner's rule for call n of a size class (pure, for the tests): offer CMA? */
 bool coll_cma_tune_offer(uint64_t n, double staged_ns, double cma_ns);
-/* Does call n's time count (not the first of a burst)? */
-bool coll_cma_tune_counts(uint64_t n);
+/* Is call n one of an exploring burst (on the path measured slower)? */
+bool coll_cma_tune_exploring(uint64_t n);
 struct coll_cma_pick {
-    bool offer;  /* offer CMA in this call's handshake */
-    void *cell;  /* the tuned size class, or NULL: not tuned */
-    uint64_t t0; /* when the call started (tuned calls) */
+    bool offer;                  /* offer CMA in this call's handshake */
+    struct coll_tune_cell *cell; /* the tuned size class, or NULL: not tuned */
+    uint64_t t0;                 /* when the call started (tuned calls) */
 };
 struct coll_cma_pick coll_host_cma_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank);
 /* After a tuned call that ran on the staged (cma false) or the CMA path. */

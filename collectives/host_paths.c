@@ -234,28 +234,42 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
     return st;
 }
 
-/* The tuner of the CMA windows: per collective and size class (bytes per rank: below
- * 1 MiB, then by powers of two up to 64 MiB and beyond), the calls seen and each
- * path's time per byte (0: not measured yet), smoothed over its calls. */
+/* The tuner of the CMA windows: a cell per collective and size class (bytes per rank:
+ * below 1 MiB, then by powers of two up to 64 MiB and beyond). */
 #define CMA_TUNE_CLASSES 8
-struct cma_tune_cell {
-    uint64_t calls;
-    double ns_per_byte[2]; /* [0] staged, [1] CMA */
-};
 struct cma_tune {
-    struct cma_tune_cell cell[COLL_KIND_END][CMA_TUNE_CLASSES];
+    struct coll_tune_cell cell[COLL_KIND_END][CMA_TUNE_CLASSES];
     /* Rank 0's times of the lagged choices (coll_choice_done): [0] flag, [1] CMA. */
-    struct cma_tune_cell choice[SHM_CHOICES];
-    int8_t choice_last[SHM_CHOICES]; /* the path of the class's last call, -1: none */
+    struct coll_tune_cell choice[SHM_CHOICES];
 };
 _Static_assert((COLL_ALLTOALL - COLL_ALLREDUCE + 1) * COLL_CHOICE_CLASSES <= SHM_CHOICES,
                "a choice word per kind and class");
 
 static struct cma_tune *tune_of(struct shm_comm *s)
 {
-    if (s->cma_tune == NULL && (s->cma_tune = calloc(1, sizeof(struct cma_tune))) != NULL)
-        memset(((struct cma_tune *)s->cma_tune)->choice_last, -1, SHM_CHOICES);
+    if (s->cma_tune == NULL)
+        s->cma_tune = calloc(1, sizeof(struct cma_tune));
     return s->cma_tune;
+}
+
+_Static_assert(COLL_TUNE_SAMPLES == 3, "coll_tune_record takes the median of 3");
+
+void coll_tune_record(struct coll_tune_cell *t, int path, uint64_t ns, size_t bytes_per_rank)
+{
+    if (t->last == path + 1) {
+        double *r = t->sample[path];
+        r[t->next[path]] = (double)ns / (double)bytes_per_rank;
+        t->next[path] = (uint8_t)((t->next[path] + 1) % COLL_TUNE_SAMPLES);
+        if (t->nsamples[path] < COLL_TUNE_SAMPLES)
+            t->nsamples[path]++;
+        double lo = r[0] < r[1] ? r[0] : r[1], hi = r[0] < r[1] ? r[1] : r[0];
+        t->ns_per_byte[path] = t->nsamples[path] == 1   ? r[0]
+                               : t->nsamples[path] == 2 ? lo
+                               : r[2] < lo              ? lo
+                               : r[2] > hi              ? hi
+                                                        : r[2];
+    }
+    t->last = (int8_t)(path + 1);
 }
 
 comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
@@ -314,15 +328,8 @@ void coll_choice_done(struct comm *c, const struct coll_choice *ch, size_t bytes
         return;
     struct shm_comm *s = c->shm;
     struct cma_tune *tu = tune_of(s);
-    struct cma_tune_cell *t = &tu->choice[ch->index];
-    int path = ch->cma ? 1 : 0;
-    /* The first call after a change of path runs cold: not counted. */
-    if (tu->choice_last[ch->index] == path) {
-        double v = (double)(rt_now_ns() - ch->t0) / (double)bytes_per_rank;
-        double *m = &t->ns_per_byte[path];
-        *m = *m == 0 ? v : 0.5 * *m + 0.5 * v;
-    }
-    tu->choice_last[ch->index] = (int8_t)path;
+    struct coll_tune_cell *t = &tu->choice[ch->index];
+    coll_tune_record(t, ch->cma ? 1 : 0, rt_now_ns() - ch->t0, bytes_per_rank);
     /* The bulk tuner's schedule, two calls late: the choice for the class's call n + 2
      * is its rule's for call n. */
     bool want = coll_cma_tune_offer(t->calls++, t->ns_per_byte[0], t->ns_per_byte[1]);
@@ -342,20 +349,24 @@ static int tune_class(size_t bytes_per_rank)
     return k;
 }
 
+bool coll_cma_tune_exploring(uint64_t n)
+{
+    if (n < COLL_CMA_EXPLORE)
+        return false;
+    if (n >= COLL_CMA_EXPLORE_MAX)
+        return n % COLL_CMA_EXPLORE_MAX < COLL_CMA_BURST;
+    uint64_t p = COLL_CMA_EXPLORE; /* the largest power of two <= n */
+    while (p * 2 <= n)
+        p *= 2;
+    return n - p < COLL_CMA_BURST;
+}
+
 bool coll_cma_tune_offer(uint64_t n, double staged_ns, double cma_ns)
 {
     bool best = cma_ns <= staged_ns;
     if (n < 2 * COLL_CMA_BURST)
         return n < COLL_CMA_BURST; /* a burst on each path */
-    if (n % COLL_CMA_EXPLORE < COLL_CMA_BURST)
-        return !best; /* a burst on the other path */
-    return best;
-}
-
-bool coll_cma_tune_counts(uint64_t n)
-{
-    /* The first call of a burst runs cold (the other path's buffers in the caches). */
-    return n % COLL_CMA_BURST != 0;
+    return coll_cma_tune_exploring(n) ? !best : best;
 }
 
 struct coll_cma_pick coll_host_cma_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
@@ -370,13 +381,13 @@ struct coll_cma_pick coll_host_cma_pick(struct comm *c, enum coll_kind kind, siz
         return p; /* a size set: every call from it, untuned */
     if (tune_of(s) == NULL)
         return p; /* no memory for the tuner: the windows as they are */
-    struct cma_tune_cell *t =
+    struct coll_tune_cell *t =
         &((struct cma_tune *)s->cma_tune)->cell[kind][tune_class(bytes_per_rank)];
     /* Every rank sees the same calls, so the same numbering: the exploring calls are
      * the same calls on every rank (coll_cma_tune_offer). */
     uint64_t n = t->calls++;
     p.offer = coll_cma_tune_offer(n, t->ns_per_byte[0], t->ns_per_byte[1]);
-    p.cell = coll_cma_tune_counts(n) ? t : NULL;
+    p.cell = t;
     p.t0 = rt_now_ns();
     return p;
 }
@@ -387,13 +398,7 @@ void coll_host_cma_done(struct comm *c, const struct coll_cma_pick *p, bool cma,
     (void)c;
     if (p->cell == NULL || bytes_per_rank == 0)
         return;
-    struct cma_tune_cell *t = p->cell;
-    double v = (double)(rt_now_ns() - p->t0) / (double)bytes_per_rank;
-    double *m = &t->ns_per_byte[cma ? 1 : 0];
-    /* Half the weight on the newest call: the VM this was measured on flips between
-     * two speeds of its caches within seconds, and an explored path is seen once in
-     * COLL_CMA_EXPLORE calls. */
-    *m = *m == 0 ? v : 0.5 * *m + 0.5 * v;
+    coll_tune_record(p->cell, cma ? 1 : 0, rt_now_ns() - p->t0, bytes_per_rank);
 }
 
 /* Bytes of one peer's chunk in a CMA reduction: a round's chunks (every peer's and

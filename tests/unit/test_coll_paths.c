@@ -176,7 +176,7 @@ static void cma_rule(void **s)
 }
 
 /* The tuner's schedule: a burst of 3 on CMA, 3 on the slots, then the faster path with a
- * burst of 3 on the other one every 64 calls; the first call of a burst not counted. */
+ * burst of 3 on the other one at calls 64, 128, 256, 512 and every 1024 from 1024 on. */
 static void cma_tuner(void **s)
 {
     (void)s;
@@ -186,25 +186,67 @@ static void cma_tuner(void **s)
         assert_false(coll_cma_tune_offer(n, 0, 0));
         assert_false(coll_cma_tune_offer(n, 2.0, 1.0));
     }
+    const uint64_t starts[] = {64, 128, 256, 512, 1024, 2048, 3072, 4096};
+    size_t next = 0;
     int cma = 0, slots = 0;
-    for (uint64_t n = 6; n < 6 + 64 * 4; n++) {
-        /* CMA measured faster: on CMA but for a burst of 3 in every 64. */
-        if (coll_cma_tune_offer(n, 2.0, 1.0))
-            cma++;
-        else
-            slots++;
+    for (uint64_t n = 6; n < 4096 + 64; n++) {
+        bool in_burst = next < 8 && n >= starts[next] && n < starts[next] + 3;
+        /* CMA measured faster: on CMA but for the bursts. */
+        bool offer = coll_cma_tune_offer(n, 2.0, 1.0);
+        assert_int_equal(offer, !in_burst);
+        assert_int_equal(coll_cma_tune_exploring(n), in_burst);
+        cma += offer;
+        slots += !offer;
         /* Slots faster: the mirror image. */
-        assert_true(coll_cma_tune_offer(n, 1.0, 2.0) != coll_cma_tune_offer(n, 2.0, 1.0));
+        assert_true(coll_cma_tune_offer(n, 1.0, 2.0) != offer);
+        if (next < 8 && n == starts[next] + 2)
+            next++;
     }
-    assert_int_equal(slots, 4 * 3);
-    assert_int_equal(cma, 4 * 61);
-    assert_true(coll_cma_tune_offer(64, 2.0, 1.0) == false);
-    assert_true(coll_cma_tune_offer(66, 2.0, 1.0) == false);
-    assert_true(coll_cma_tune_offer(67, 2.0, 1.0) == true);
+    assert_int_equal(next, 8);
+    assert_int_equal(slots, 8 * 3);
+    assert_int_equal(cma, (4096 + 64 - 6) - 8 * 3);
+    /* Far on, every 1024 calls. */
+    assert_true(coll_cma_tune_exploring(((uint64_t)1 << 40) + 2));
+    assert_false(coll_cma_tune_exploring(((uint64_t)1 << 40) + 3));
+    assert_false(coll_cma_tune_exploring(((uint64_t)1 << 40) + 512));
     /* Equal times: CMA (one copy). */
     assert_true(coll_cma_tune_offer(100, 1.0, 1.0));
-    for (uint64_t n = 0; n < 12; n++)
-        assert_int_equal(coll_cma_tune_counts(n), n % 3 != 0);
+}
+
+/* A call's time counts unless it was the first on its path after a call on the other
+ * (cold); a path's time is the median of its last 3 counted calls, the lower of 2: one
+ * delayed call changes nothing, two in a row do. */
+static void cma_tuner_record(void **s)
+{
+    (void)s;
+    struct coll_tune_cell t = {0};
+    coll_tune_record(&t, 1, 4000, 1000); /* the first call of all: cold */
+    assert_true(t.ns_per_byte[1] == 0);
+    coll_tune_record(&t, 1, 4000, 1000);
+    assert_true(t.ns_per_byte[1] == 4.0);
+    coll_tune_record(&t, 1, 2000, 1000);
+    assert_true(t.ns_per_byte[1] == 2.0);
+    coll_tune_record(&t, 1, 3000, 1000);
+    assert_true(t.ns_per_byte[1] == 3.0);
+    coll_tune_record(&t, 0, 9000, 1000); /* an exploring burst: its first call cold */
+    assert_true(t.ns_per_byte[0] == 0);
+    coll_tune_record(&t, 0, 1000, 1000);
+    coll_tune_record(&t, 0, 1500, 1000);
+    assert_true(t.ns_per_byte[0] == 1.0);
+    coll_tune_record(&t, 1, 9000, 1000); /* back: cold again */
+    assert_true(t.ns_per_byte[1] == 3.0);
+    assert_int_equal(t.last, 2);
+    /* One delayed call (a preemption) among them: ignored. */
+    coll_tune_record(&t, 1, 3000, 1000);
+    coll_tune_record(&t, 1, 70000, 1000);
+    assert_true(t.ns_per_byte[1] == 3.0);
+    coll_tune_record(&t, 1, 3100, 1000);
+    assert_true(t.ns_per_byte[1] == 3.1);
+    /* Two in a row: the host is slower now. */
+    coll_tune_record(&t, 1, 8000, 1000);
+    coll_tune_record(&t, 1, 9000, 1000);
+    assert_true(t.ns_per_byte[1] == 8.0);
+    assert_true(t.ns_per_byte[0] == 1.0);
 }
 
 /* Rank 0's lagged choices: a word says old before call `from`, new from it on (call
@@ -266,6 +308,7 @@ int main(void)
         cmocka_unit_test(cma_fast_here),
         cmocka_unit_test(cma_fast_windows),
         cmocka_unit_test(cma_tuner),
+        cmocka_unit_test(cma_tuner_record),
         cmocka_unit_test(lagged_choice),
         cmocka_unit_test(cma_rule),
         cmocka_unit_test(shapes),

@@ -334,12 +334,13 @@ static void print_single_copy(struct arinfo *ai)
     else
         fprintf(ai->out, "%s: ", cal->outcome == SHM_CMA_FAILED ? cal->why : "not measured");
     fprintf(ai->out,
-            "%s; in them each call takes the path measured faster (%d calls in %d on "
-            "the other)%s\n",
+            "%s; in them each call takes the path measured faster (%d calls on the other "
+            "at calls %d, %d, ... and every %d from %d on)%s\n",
             fast ? "bulk calls from 512K per rank (allreduce up to 16M, reduce and reduce_scatter "
                    "up to 8M)"
                  : "allgather 1M-4M per rank only",
-            COLL_CMA_BURST, COLL_CMA_EXPLORE,
+            COLL_CMA_BURST, COLL_CMA_EXPLORE, 2 * COLL_CMA_EXPLORE, COLL_CMA_EXPLORE_MAX,
+            COLL_CMA_EXPLORE_MAX,
             fast ? "; calls the flag path would take, from 16K per rank: the "
                    "flag path or CMA as rank 0 measures them, for every rank"
                  : "");

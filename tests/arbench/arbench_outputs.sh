@@ -78,9 +78,9 @@ fi
     echo "a sweep with writable outputs failed:"; cat "$dir/err"; bad=1; }
 [ -s "$dir/o.csv" ] && [ -s "$dir/o.json" ] || { echo "--csv or --json file empty"; bad=1; }
 # The CSV keeps its old columns in their places; the collectives' come after them.
-cols="size,count,type,op,nranks,iters,time_us,p90_us,algbw_gbs,busbw_gbs,wrong,coll,ceiling_gbs,ceiling_frac"
+cols="size,count,type,op,nranks,iters,time_us,p90_us,algbw_gbs,busbw_gbs,wrong,coll,ceiling_gbs,ceiling_frac,mean_us"
 grep -qx "$cols" "$dir/o.csv" || { echo "--csv header is not $cols:"; cat "$dir/o.csv"; bad=1; }
-for key in '"coll": "allreduce"' '"ceiling_gbs": ' '"ceiling_frac": ' '"traffic_def": '; do
+for key in '"coll": "allreduce"' '"ceiling_gbs": ' '"ceiling_frac": ' '"mean_us": ' '"traffic_def": '; do
     grep -q "$key" "$dir/o.json" || { echo "--json lacks $key"; bad=1; }
 done
 if grep -q PNG "$dir/out"; then

@@ -677,6 +677,10 @@ int bench_run_size(const struct bench_rank *r, size_t bytes, struct bench_result
     res->iters = iters;
     res->time_us = bench_median(times, (size_t)iters) * 1e6;
     res->p90_us = bench_p90(times, (size_t)iters) * 1e6;
+    double sum = 0;
+    for (int i = 0; i < iters; i++)
+        sum += times[i];
+    res->mean_us = iters > 0 ? sum / iters * 1e6 : 0.0;
     res->algbw = res->time_us > 0 ? (double)bytes / res->time_us * 1e-3 : 0.0;
     res->busbw = bench_busbw(res->algbw, o->coll, r->nranks);
     res->wrong = -1;

@@ -77,6 +77,8 @@ struct bench_result {
     int iters;      /* timed calls */
     double time_us; /* median over calls of the slowest rank's time */
     double p90_us;  /* 90th percentile, same series */
+    double mean_us; /* mean, same series: what calls cost in all (a path taken now and
+                       then, slower, shows here and not in the median) */
     double algbw;   /* GB/s: bytes / time */
     double busbw;   /* GB/s: algbw * bench_bus_factor */
     int64_t wrong;  /* --check: see bench_run_size; -1 when not checked */

@@ -247,7 +247,7 @@ void bench_print_table(FILE *f, const struct bench_report *rep)
 
 static const char *const sweep_cols =
     "size,count,type,op,nranks,iters,time_us,p90_us,algbw_gbs,busbw_gbs,wrong";
-static const char *const sweep_cols_new = ",coll,ceiling_gbs,ceiling_frac";
+static const char *const sweep_cols_new = ",coll,ceiling_gbs,ceiling_frac,mean_us";
 
 static void csv_result(FILE *f, const struct bench_result *r)
 {
@@ -263,8 +263,8 @@ static void csv_sweep_rows(FILE *f, const struct bench_report *rep)
         fprintf(f, "%zu,%zu,%s,%s,%d,", row->a.bytes, row->a.count, bench_dtype_name(o->dtype),
                 op_of(o, row->coll), o->nranks);
         csv_result(f, &row->a);
-        fprintf(f, ",%s,%.4f,%.6g\n", bench_coll_name(row->coll), rep->ceiling_gbs,
-                bench_ceiling_frac(rep, row->coll, &row->a));
+        fprintf(f, ",%s,%.4f,%.6g,%.4f\n", bench_coll_name(row->coll), rep->ceiling_gbs,
+                bench_ceiling_frac(rep, row->coll, &row->a), row->a.mean_us);
     }
 }
 
@@ -301,9 +301,15 @@ int bench_csv_read(FILE *f, struct bench_result *res, size_t max, char *transpor
         int nranks;
         long long wrong;
         /* Anything else on stdout (a library's chatter) simply does not parse. */
-        if (sscanf(line, "%zu,%zu,%15[^,],%15[^,],%d,%d,%lf,%lf,%lf,%lf,%lld", &r->bytes, &r->count,
-                   type, op, &nranks, &r->iters, &r->time_us, &r->p90_us, &r->algbw, &r->busbw,
-                   &wrong) == 11) {
+        char coll[32];
+        double ceiling, frac;
+        int got =
+            sscanf(line, "%zu,%zu,%15[^,],%15[^,],%d,%d,%lf,%lf,%lf,%lf,%lld,%31[^,],%lf,%lf,%lf",
+                   &r->bytes, &r->count, type, op, &nranks, &r->iters, &r->time_us, &r->p90_us,
+                   &r->algbw, &r->busbw, &wrong, coll, &ceiling, &frac, &r->mean_us);
+        if (got >= 11) {
+            if (got < 15)
+                r->mean_us = 0; /* an older writer's row */
             r->wrong = wrong;
             n++;
         }
@@ -327,7 +333,8 @@ int bench_write_csv(const char *path, const struct bench_report *rep)
         fprintf(f, "size,count,type,op,nranks,arcomm_iters,arcomm_time_us,arcomm_p90_us,"
                    "arcomm_algbw_gbs,arcomm_busbw_gbs,arcomm_wrong,peer,peer_iters,"
                    "peer_time_us,peer_p90_us,peer_algbw_gbs,peer_busbw_gbs,peer_wrong,ratio,"
-                   "coll,ceiling_gbs,arcomm_ceiling_frac,peer_ceiling_frac\n");
+                   "coll,ceiling_gbs,arcomm_ceiling_frac,peer_ceiling_frac,arcomm_mean_us,"
+                   "peer_mean_us\n");
         for (size_t i = 0; i < rep->nrows; i++) {
             const struct bench_row *row = &rep->rows[i];
             fprintf(f, "%zu,%zu,%s,%s,%d,", row->a.bytes, row->a.count, bench_dtype_name(o->dtype),
@@ -335,11 +342,11 @@ int bench_write_csv(const char *path, const struct bench_report *rep)
             csv_result(f, &row->a);
             fprintf(f, ",%s,", rep->peer_name);
             csv_result(f, &row->p);
-            fprintf(f, ",%.4f,%s,%.4f,%.6g,%.6g\n",
+            fprintf(f, ",%.4f,%s,%.4f,%.6g,%.6g,%.4f,%.4f\n",
                     row->a.time_us > 0 ? row->p.time_us / row->a.time_us : 0.0,
                     bench_coll_name(row->coll), rep->ceiling_gbs,
                     bench_ceiling_frac(rep, row->coll, &row->a),
-                    bench_ceiling_frac(rep, row->coll, &row->p));
+                    bench_ceiling_frac(rep, row->coll, &row->p), row->a.mean_us, row->p.mean_us);
         }
     }
     if (fclose(f)) {
@@ -370,9 +377,9 @@ static void json_result(FILE *f, const struct bench_report *rep, const struct be
                         const struct bench_result *r)
 {
     fprintf(f,
-            "{\"iters\": %d, \"time_us\": %.4f, \"p90_us\": %.4f, \"algbw_gbs\": %.6f, "
-            "\"busbw_gbs\": %.6f, \"wrong\": ",
-            r->iters, r->time_us, r->p90_us, r->algbw, r->busbw);
+            "{\"iters\": %d, \"time_us\": %.4f, \"p90_us\": %.4f, \"mean_us\": %.4f, "
+            "\"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, \"wrong\": ",
+            r->iters, r->time_us, r->p90_us, r->mean_us, r->algbw, r->busbw);
     if (r->wrong < 0)
         fprintf(f, "null");
     else
@@ -392,7 +399,7 @@ static void json_result(FILE *f, const struct bench_report *rep, const struct be
  *   "ratio_def", "coll": "allreduce" | ... | "all", "size_def", "root",
  *   "ceiling_gbs": number | null, "floor_us": number | null, "floor_def", "ceiling_bytes",
  *   "ceiling_def", "traffic_def",
- *   "rows": [ { "size", "count", "coll", "op", "arcomm": {iters, time_us, p90_us,
+ *   "rows": [ { "size", "count", "coll", "op", "arcomm": {iters, time_us, p90_us, mean_us,
  *   algbw_gbs, busbw_gbs, wrong (null without --check), ceiling_frac (null without a
  *   ceiling)}, "peer": {...} | null, "ratio": number | null } ] }
  * "op" of a row is "none" for the collectives that do not reduce.
@@ -577,16 +584,18 @@ int bench_plot(const char *path, const struct bench_report *rep)
 void bench_result_median(const struct bench_result *rounds, int nrounds, enum bench_coll_kind coll,
                          int nranks, struct bench_result *out)
 {
-    double t[100], p[100];
+    double t[100], p[100], m[100];
     *out = rounds[0];
     for (int i = 0; i < nrounds; i++) {
         t[i] = rounds[i].time_us;
         p[i] = rounds[i].p90_us;
+        m[i] = rounds[i].mean_us;
         if (rounds[i].wrong > out->wrong)
             out->wrong = rounds[i].wrong;
     }
     out->time_us = bench_median(t, (size_t)nrounds);
     out->p90_us = bench_median(p, (size_t)nrounds);
+    out->mean_us = bench_median(m, (size_t)nrounds);
     out->algbw = out->time_us > 0 ? (double)out->bytes / out->time_us * 1e-3 : 0.0;
     out->busbw = bench_busbw(out->algbw, coll, nranks);
 }

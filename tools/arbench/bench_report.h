@@ -6,15 +6,17 @@
  *
  * CSV of one sweep (--csv-stdout, and --csv without --compare), one row per size:
  *   size,count,type,op,nranks,iters,time_us,p90_us,algbw_gbs,busbw_gbs,wrong,
- *   coll,ceiling_gbs,ceiling_frac
+ *   coll,ceiling_gbs,ceiling_frac,mean_us
  * With --compare, --csv writes
  *   size,count,type,op,nranks,arcomm_iters,arcomm_time_us,arcomm_p90_us,
  *   arcomm_algbw_gbs,arcomm_busbw_gbs,arcomm_wrong,peer,peer_iters,peer_time_us,
  *   peer_p90_us,peer_algbw_gbs,peer_busbw_gbs,peer_wrong,ratio,
- *   coll,ceiling_gbs,arcomm_ceiling_frac,peer_ceiling_frac
- * (the columns after wrong / ratio came with the collectives beyond allreduce: the
- * older ones keep their names and places).  size is nccl-tests' size of the collective
- * (bench_sizes: bytes per rank for allreduce, broadcast, reduce); count = size / element
+ *   coll,ceiling_gbs,arcomm_ceiling_frac,peer_ceiling_frac,arcomm_mean_us,peer_mean_us
+ * (the columns after wrong / ratio came with the collectives beyond allreduce, the
+ * means after them later: the older ones keep their names and places; a peer's CSV
+ * without the mean reads as 0 there).  time_us is the median over calls of the
+ * slowest rank's time, mean_us the mean of the same series.  size is nccl-tests' size of the
+ * collective (bench_sizes: bytes per rank for allreduce, broadcast, reduce); count = size / element
  * size; op is "none" for the collectives that do not reduce; wrong is -1 without
  * --check; ratio = peer_time_us / arcomm_time_us (> 1: arcomm faster); ceiling_gbs is
  * the memcpy ceiling (bench_ceiling; 0 when not measured) and ceiling_frac =

@@ -160,7 +160,13 @@ struct host_hello {
     int32_t status; /* how making the id went */
 };
 
-/* The MPI communicators: a duplicate, the host's, the slice of this local index. */
+/*
+ * The MPI communicators: a duplicate, the host's, the slice of this local index.  MPI
+ * has no nonblocking split: MPI_Comm_split_type and MPI_Comm_split wait for every rank
+ * without a bound.  So every step that can fail on one rank alone (the op, the notice
+ * receive) comes after them, and comm_init_mpi agrees on the outcome before its next
+ * step: a rank that failed there never leaves its peers in a split it does not make.
+ */
 static comm_status_t make_comms(struct comm *tc, MPI_Comm user, struct hier_comm *h,
                                 uint64_t deadline)
 {
@@ -181,12 +187,6 @@ static comm_status_t make_comms(struct comm *tc, MPI_Comm user, struct hier_comm
     if (st != COMM_OK)
         return st;
     MPI_Comm_set_errhandler(h->link.world, MPI_ERRORS_RETURN);
-    err = mpi_link_ops_create(&h->link);
-    if (err != MPI_SUCCESS)
-        return mpi_link_error(tc, err, "MPI_Op_create");
-    err = mpi_link_notice_start(&h->link);
-    if (err != MPI_SUCCESS)
-        return mpi_link_error(tc, err, "MPI_Irecv (failure notices)");
     long per = tc->knobs.mpi_ranks_per_host;
     if (per > 0)
         err = MPI_Comm_split(h->link.world, tc->rank / (int)per, tc->rank, &h->link.host);
@@ -202,6 +202,12 @@ static comm_status_t make_comms(struct comm *tc, MPI_Comm user, struct hier_comm
         return mpi_link_error(tc, err, "MPI_Comm_split (slices)");
     MPI_Comm_set_errhandler(h->link.host, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(h->link.slice, MPI_ERRORS_RETURN);
+    err = mpi_link_ops_create(&h->link);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Op_create");
+    err = mpi_link_notice_start(&h->link);
+    if (err != MPI_SUCCESS)
+        return mpi_link_error(tc, err, "MPI_Irecv (failure notices)");
     return COMM_OK;
 }
 
@@ -270,16 +276,27 @@ static const struct hier_intra_ops intra_ops = {
 
 /* The intra-host communicator, its id from the host's leader. */
 static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm_config_t *cfg,
-                                bool alone, int *leader)
+                                bool alone, int *leader, uint64_t deadline)
 {
-    struct host_hello hello;
-    memset(&hello, 0, sizeof(hello));
-    hello.leader = tc->rank;
-    if (h->local == 0 && comm_id_new(&hello.id) != COMM_OK)
-        hello.status = COMM_ERR_SYSTEM;
-    int err = MPI_Bcast(&hello, (int)sizeof(hello), MPI_BYTE, 0, h->link.host);
-    if (err != MPI_SUCCESS)
-        return mpi_link_error(tc, err, "MPI_Bcast (the host's id)");
+    struct host_hello *msg = mpi_ctl_new(sizeof(*msg));
+    if (msg == NULL)
+        return no_memory(tc, "comm_init_mpi (the host's id)");
+    memset(msg, 0, sizeof(*msg));
+    msg->leader = tc->rank;
+    if (h->local == 0 && comm_id_new(&msg->id) != COMM_OK)
+        msg->status = COMM_ERR_SYSTEM;
+    MPI_Request req;
+    int err = MPI_Ibcast(msg, (int)sizeof(*msg), MPI_BYTE, 0, h->link.host, &req);
+    if (err != MPI_SUCCESS) {
+        mpi_ctl_done(msg, true);
+        return mpi_link_error(tc, err, "MPI_Ibcast (the host's id)");
+    }
+    comm_status_t st =
+        mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the host's id)");
+    struct host_hello hello = *msg;
+    mpi_ctl_done(msg, st == COMM_OK);
+    if (st != COMM_OK)
+        return st;
     *leader = hello.leader;
     if (hello.status != COMM_OK) {
         rt_error(tc, COMM_ERR_SYSTEM,
@@ -310,7 +327,7 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
 #endif
     }
     h->iops = &intra_ops;
-    comm_status_t st = comm_init(&h->intra, &icfg);
+    st = comm_init(&h->intra, &icfg);
     if (st != COMM_OK) {
         snprintf(tc->errmsg, sizeof(tc->errmsg),
                  "comm_init_mpi: rank %d: the communicator of this host's %d ranks: %s", tc->rank,
@@ -488,6 +505,9 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     int leader = 0;
     comm_t *c = NULL;
     st = make_comms(tc, mpi_comm, h, deadline);
+    /* Agreed before the host's Ibcast, which a rank whose setup failed would not make. */
+    if (h->link.world != MPI_COMM_NULL)
+        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the MPI communicators)");
     /* Every rank on one host: the host's communicator is the communicator (its ranks in
      * the MPI communicator's order), and no call goes through MPI; for CUDA buffers its
      * calls are a single-host CUDA communicator's (kernels and copies on the stream, graph
@@ -498,7 +518,7 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     one_host = one_host && (cfg == NULL || cfg->device == COMM_DEVICE_HOST);
 #endif
     if (st == COMM_OK)
-        st = make_intra(tc, h, cfg, one_host, &leader);
+        st = make_intra(tc, h, cfg, one_host, &leader, deadline);
     /* Agreed before the next step on world, which a rank whose host's communicator
      * failed would not make: the ranks would pair different collectives on world (an
      * Iallgather with an Iallreduce) and wait until the timeout, or read garbage. */

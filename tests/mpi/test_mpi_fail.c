@@ -3,7 +3,8 @@
  * Failures of a communicator made by comm_init_mpi, started by mpirun: ranks that
  * disagree (COMM_ERR_MISMATCH on every rank, outputs untouched), a bad argument on one
  * rank (INVALID there, PEER elsewhere), a rank that never calls (every other rank
- * TIMEOUT or PEER within the timeout), comm_abort before a call and during one, an
+ * TIMEOUT or PEER within the timeout), a rank whose comm_init_mpi fails on its own
+ * (every rank fails at once), comm_abort before a call and during one, an
  * abort that reaches every other rank at once (its failure notice), and
  * comm_destroy then MPI_Finalize with nothing left in /dev/shm; SIGPIPE ignored after
  * comm_init_mpi where it was at its default, a program's own handler kept.  A fresh
@@ -157,6 +158,43 @@ static void t_init_fails_one_rank(void)
         fail("comm_init_mpi with one rank failing", "it succeeded", st, "");
     if (ms > TIMEOUT_MS / 2)
         fail("comm_init_mpi with one rank failing", "took the timeout", st, comm_last_error(NULL));
+}
+
+/* MPI_Op_create as the library sees it: this program's, which fails on demand. */
+static int g_fail_op_create;
+
+int MPI_Op_create(MPI_User_function *fn, int commute, MPI_Op *op)
+{
+    if (g_fail_op_create)
+        return MPI_ERR_OP;
+    return PMPI_Op_create(fn, commute, op);
+}
+
+/* Rank 1's setup fails between making the MPI communicators and the host's id (its
+ * MPI_Op_create): every rank returns an error at once.  The op was made before the
+ * splits, which have no bound: the other ranks waited in MPI_Comm_split_type for rank 1
+ * for ever. */
+static void t_init_fails_locally(void)
+{
+    if (g_size < 2)
+        return;
+    g_fail_op_create = g_rank == 1;
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.timeout_ms = TIMEOUT_MS;
+    comm_t *c = NULL;
+    double t0 = now_ms();
+    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    double ms = now_ms() - t0;
+    g_fail_op_create = 0;
+    if (st == COMM_OK || c != NULL)
+        fail("comm_init_mpi with one rank's MPI_Op_create failing", "it succeeded", st, "");
+    if (ms > TIMEOUT_MS / 2)
+        fail("comm_init_mpi with one rank's MPI_Op_create failing", "took the timeout", st,
+             comm_last_error(NULL));
+    if (g_rank == 1 && strstr(comm_last_error(NULL), "MPI_Op_create") == NULL)
+        fail("comm_init_mpi with one rank's MPI_Op_create failing", "the message does not say", st,
+             comm_last_error(NULL));
 }
 
 /* Fills stack below the caller's frame, where a call that returned had its frames,
@@ -351,6 +389,8 @@ int main(int argc, char **argv)
     t_fresh_after_failure();
     MPI_Barrier(MPI_COMM_WORLD);
     t_init_fails_one_rank();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_init_fails_locally();
     MPI_Barrier(MPI_COMM_WORLD);
     t_late_rank();
     MPI_Barrier(MPI_COMM_WORLD);

@@ -135,16 +135,14 @@ static void t_fresh_after_failure(void)
     free(y);
 }
 
-/* Rank 1's host communicator cannot be made (its log cannot open): comm_init_mpi fails
- * on every rank, at once, not after the timeout (the ranks whose host's communicator
- * was made went on to the next step on MPI while rank 1 did not, before that outcome
- * was agreed first). */
-static void t_init_fails_one_rank(void)
+/* comm_init_mpi over MPI_COMM_WORLD with arm(1) on rank 1 alone, arm(0) after: it must
+ * fail on every rank, and at once, not after the timeout. */
+static void init_fails_at_once(const char *test, void (*arm)(int on))
 {
     if (g_size < 2)
         return;
     if (g_rank == 1)
-        setenv("ARCOMM_LOG_FILE", "/nonexistent-arcomm-dir/init.log", 1);
+        arm(1);
     comm_config_t cfg;
     comm_config_init(&cfg);
     cfg.timeout_ms = TIMEOUT_MS;
@@ -153,11 +151,23 @@ static void t_init_fails_one_rank(void)
     comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
     double ms = now_ms() - t0;
     if (g_rank == 1)
-        unsetenv("ARCOMM_LOG_FILE");
+        arm(0);
     if (st == COMM_OK || c != NULL)
-        fail("comm_init_mpi with one rank failing", "it succeeded", st, "");
+        fail(test, "it succeeded", st, "");
     if (ms > TIMEOUT_MS / 2)
-        fail("comm_init_mpi with one rank failing", "took the timeout", st, comm_last_error(NULL));
+        fail(test, "took the timeout", st, comm_last_error(NULL));
+}
+
+/* Rank 1's host communicator cannot be made (its log cannot open): comm_init_mpi fails
+ * on every rank, at once, not after the timeout (the ranks whose host's communicator
+ * was made went on to the next step on MPI while rank 1 did not, before that outcome
+ * was agreed first). */
+static void arm_log_file(int on)
+{
+    if (on)
+        setenv("ARCOMM_LOG_FILE", "/nonexistent-arcomm-dir/init.log", 1);
+    else
+        unsetenv("ARCOMM_LOG_FILE");
 }
 
 /* MPI_Op_create as the library sees it: this program's, which fails on demand. */
@@ -171,30 +181,22 @@ int MPI_Op_create(MPI_User_function *fn, int commute, MPI_Op *op)
 }
 
 /* Rank 1's setup fails between making the MPI communicators and the host's id (its
- * MPI_Op_create): every rank returns an error at once.  The op was made before the
- * splits, which have no bound: the other ranks waited in MPI_Comm_split_type for rank 1
- * for ever. */
-static void t_init_fails_locally(void)
+ * MPI_Op_create): every rank returns an error at once, rank 1 naming the call.  The op
+ * was made before the splits, which have no bound: the other ranks waited in
+ * MPI_Comm_split_type for rank 1 for ever. */
+static void arm_op_create(int on)
 {
-    if (g_size < 2)
-        return;
-    g_fail_op_create = g_rank == 1;
-    comm_config_t cfg;
-    comm_config_init(&cfg);
-    cfg.timeout_ms = TIMEOUT_MS;
-    comm_t *c = NULL;
-    double t0 = now_ms();
-    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
-    double ms = now_ms() - t0;
-    g_fail_op_create = 0;
-    if (st == COMM_OK || c != NULL)
-        fail("comm_init_mpi with one rank's MPI_Op_create failing", "it succeeded", st, "");
-    if (ms > TIMEOUT_MS / 2)
-        fail("comm_init_mpi with one rank's MPI_Op_create failing", "took the timeout", st,
-             comm_last_error(NULL));
+    g_fail_op_create = on;
+}
+
+static void t_init_fails(void)
+{
+    init_fails_at_once("comm_init_mpi with one rank's log failing", arm_log_file);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const char *test = "comm_init_mpi with one rank's MPI_Op_create failing";
+    init_fails_at_once(test, arm_op_create);
     if (g_rank == 1 && strstr(comm_last_error(NULL), "MPI_Op_create") == NULL)
-        fail("comm_init_mpi with one rank's MPI_Op_create failing", "the message does not say", st,
-             comm_last_error(NULL));
+        fail(test, "the message does not say", COMM_OK, comm_last_error(NULL));
 }
 
 /* Fills stack below the caller's frame, where a call that returned had its frames,
@@ -388,9 +390,7 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
     t_fresh_after_failure();
     MPI_Barrier(MPI_COMM_WORLD);
-    t_init_fails_one_rank();
-    MPI_Barrier(MPI_COMM_WORLD);
-    t_init_fails_locally();
+    t_init_fails();
     MPI_Barrier(MPI_COMM_WORLD);
     t_late_rank();
     MPI_Barrier(MPI_COMM_WORLD);

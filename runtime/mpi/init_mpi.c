@@ -25,10 +25,22 @@ static comm_status_t no_memory(struct comm *tc, const char *what)
     return COMM_ERR_NOMEM;
 }
 
-/* MPI's status of the whole job: every rank's mine, MAX over mc, bounded.  Every buffer
- * a wait of the setup may give up on is mpi_ctl_new's, as the calls' own are. */
-static comm_status_t agree(struct comm *tc, MPI_Comm mc, comm_status_t mine, uint64_t deadline,
-                           const char *what)
+/* A wait of the setup on req: when it gives up, the request stays MPI's, and so do the
+ * link's communicators if it was on one of them (l: else NULL). */
+static comm_status_t setup_wait(struct comm *tc, struct mpi_link *l, MPI_Request *req,
+                                uint64_t deadline, const char *what)
+{
+    comm_status_t st = mpi_link_wait(tc, NULL, req, 1, deadline, false, what);
+    if (st != COMM_OK && l != NULL)
+        l->abandoned = true;
+    return st;
+}
+
+/* MPI's status of the whole job: every rank's mine, MAX over mc (the user's
+ * communicator, or l's world), bounded.  Every buffer a wait of the setup may give up
+ * on is mpi_ctl_new's, as the calls' own are. */
+static comm_status_t agree(struct comm *tc, MPI_Comm mc, struct mpi_link *l, comm_status_t mine,
+                           uint64_t deadline, const char *what)
 {
     struct mpi_status_word *w = mpi_ctl_new(2 * sizeof(*w));
     if (w == NULL)
@@ -39,7 +51,7 @@ static comm_status_t agree(struct comm *tc, MPI_Comm mc, comm_status_t mine, uin
         mpi_ctl_done(w, true);
         return mpi_link_error(tc, err, "MPI_Iallreduce");
     }
-    comm_status_t st = mpi_link_wait(tc, NULL, &req, 1, deadline, false, what);
+    comm_status_t st = setup_wait(tc, l, &req, deadline, what);
     bool completed = st == COMM_OK;
     if (completed)
         st = mpi_link_status_check(tc, mine, &w[1], what);
@@ -137,8 +149,7 @@ static comm_status_t agree_device(struct comm *tc, MPI_Comm mc, comm_device_t de
         mpi_ctl_done(in, true);
         return mpi_link_error(tc, err, "MPI_Iallreduce");
     }
-    comm_status_t st =
-        mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the ranks' devices)");
+    comm_status_t st = setup_wait(tc, NULL, &req, deadline, "comm_init_mpi (the ranks' devices)");
     int32_t hi = out[0], lo = -out[1];
     mpi_ctl_done(in, st == COMM_OK);
     if (st != COMM_OK)
@@ -179,8 +190,7 @@ static comm_status_t make_comms(struct comm *tc, MPI_Comm user, struct hier_comm
         mpi_ctl_done(dup, true);
         return mpi_link_error(tc, err, "MPI_Comm_idup");
     }
-    comm_status_t st =
-        mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (MPI_Comm_idup)");
+    comm_status_t st = setup_wait(tc, NULL, &req, deadline, "comm_init_mpi (MPI_Comm_idup)");
     if (st == COMM_OK)
         h->link.world = *dup;
     mpi_ctl_done(dup, st == COMM_OK);
@@ -239,7 +249,7 @@ static comm_status_t map_ranks(struct comm *tc, struct hier_comm *h, int leader,
         return mpi_link_error(tc, err, "MPI_Iallgather");
     }
     comm_status_t st =
-        mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the ranks' places)");
+        setup_wait(tc, &h->link, &req, deadline, "comm_init_mpi (the ranks' places)");
     if (st != COMM_OK) {
         mpi_ctl_done(mine, false);
         return st;
@@ -291,8 +301,7 @@ static comm_status_t make_intra(struct comm *tc, struct hier_comm *h, const comm
         mpi_ctl_done(msg, true);
         return mpi_link_error(tc, err, "MPI_Ibcast (the host's id)");
     }
-    comm_status_t st =
-        mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the host's id)");
+    comm_status_t st = setup_wait(tc, &h->link, &req, deadline, "comm_init_mpi (the host's id)");
     struct host_hello hello = *msg;
     mpi_ctl_done(msg, st == COMM_OK);
     if (st != COMM_OK)
@@ -412,7 +421,7 @@ static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **ou
         mpi_ctl_done(id, true);
         return mpi_link_error(tc, err, "MPI_Ibcast (the id)");
     }
-    comm_status_t st = mpi_link_wait(tc, NULL, &req, 1, deadline, false, "comm_init_mpi (the id)");
+    comm_status_t st = setup_wait(tc, &h->link, &req, deadline, "comm_init_mpi (the id)");
     if (st == COMM_OK)
         hcfg.id = *id;
     mpi_ctl_done(id, st == COMM_OK);
@@ -485,11 +494,13 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     mpi_link_ignore_sigpipe(tc);
     if (mine == COMM_OK)
         mine = check_args(tc, comm, cfg);
-    comm_status_t st = agree(tc, mpi_comm, mine, deadline, "comm_init_mpi (the ranks' arguments)");
+    comm_status_t st =
+        agree(tc, mpi_comm, NULL, mine, deadline, "comm_init_mpi (the ranks' arguments)");
     if (st == COMM_OK)
         st = agree_device(tc, mpi_comm, cfg != NULL ? cfg->device : COMM_DEVICE_HOST, deadline);
     if (st == COMM_OK && cfg != NULL && cfg->device == COMM_DEVICE_CUDA)
-        st = agree(tc, mpi_comm, check_gpu(tc, cfg), deadline, "comm_init_mpi (the ranks' GPUs)");
+        st = agree(tc, mpi_comm, NULL, check_gpu(tc, cfg), deadline,
+                   "comm_init_mpi (the ranks' GPUs)");
     if (st != COMM_OK)
         goto out;
 
@@ -507,7 +518,8 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     st = make_comms(tc, mpi_comm, h, deadline);
     /* Agreed before the host's Ibcast, which a rank whose setup failed would not make. */
     if (h->link.world != MPI_COMM_NULL)
-        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the MPI communicators)");
+        st = agree(tc, h->link.world, &h->link, st, deadline,
+                   "comm_init_mpi (the MPI communicators)");
     /* Every rank on one host: the host's communicator is the communicator (its ranks in
      * the MPI communicator's order), and no call goes through MPI; for CUDA buffers its
      * calls are a single-host CUDA communicator's (kernels and copies on the stream, graph
@@ -523,7 +535,8 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
      * failed would not make: the ranks would pair different collectives on world (an
      * Iallgather with an Iallreduce) and wait until the timeout, or read garbage. */
     if (h->link.world != MPI_COMM_NULL)
-        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the hosts' communicators)");
+        st = agree(tc, h->link.world, &h->link, st, deadline,
+                   "comm_init_mpi (the hosts' communicators)");
     if (one_host) {
         if (st == COMM_OK) {
             c = h->intra;
@@ -541,7 +554,7 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
         st = map_ranks(tc, h, leader, deadline);
     /* The same before make_comm's Ibcast (map_ranks fails alone only out of memory). */
     if (h->link.world != MPI_COMM_NULL)
-        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (the ranks' places)");
+        st = agree(tc, h->link.world, &h->link, st, deadline, "comm_init_mpi (the ranks' places)");
     if (st == COMM_OK) {
         h->link.watch = hier_watch; /* the host's ranks exist, and the map */
         h->link.watch_arg = h;
@@ -549,7 +562,7 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     if (st == COMM_OK)
         st = make_comm(tc, h, &c, deadline);
     if (h->link.world != MPI_COMM_NULL)
-        st = agree(tc, h->link.world, st, deadline, "comm_init_mpi (every host's setup)");
+        st = agree(tc, h->link.world, &h->link, st, deadline, "comm_init_mpi (every host's setup)");
     if (st != COMM_OK) {
         if (c != NULL)
             comm_destroy(c); /* its teardown frees h */

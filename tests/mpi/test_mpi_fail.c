@@ -4,7 +4,8 @@
  * disagree (COMM_ERR_MISMATCH on every rank, outputs untouched), a bad argument on one
  * rank (INVALID there, PEER elsewhere), a rank that never calls (every other rank
  * TIMEOUT or PEER within the timeout), a rank whose comm_init_mpi fails on its own
- * (every rank fails at once), comm_abort before a call and during one, an
+ * (every rank fails at once), a rank two timeouts late in comm_init_mpi (the others'
+ * abandoned requests complete safely), comm_abort before a call and during one, an
  * abort that reaches every other rank at once (its failure notice), and
  * comm_destroy then MPI_Finalize with nothing left in /dev/shm; SIGPIPE ignored after
  * comm_init_mpi where it was at its default, a program's own handler kept.  A fresh
@@ -187,6 +188,42 @@ int MPI_Op_create(MPI_User_function *fn, int commute, MPI_Op *op)
 static void arm_op_create(int on)
 {
     g_fail_op_create = on;
+}
+
+/* MPI_Ibcast as the library sees it: this program's, which can hold rank 1 once on a
+ * communicator other than MPI_COMM_WORLD (comm_init_mpi's host communicator). */
+static int g_slow_ibcast;
+
+int MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request *req)
+{
+    if (g_slow_ibcast && comm != MPI_COMM_WORLD) {
+        g_slow_ibcast = 0;
+        usleep((useconds_t)(2 * TIMEOUT_MS) * 1000);
+    }
+    return PMPI_Ibcast(buf, count, type, root, comm, req);
+}
+
+/* Rank 1 comes to a step of comm_init_mpi (the host's id) two timeouts late: the others
+ * gave up on the next one (an agreement over the setup's own copy of the communicator)
+ * and returned TIMEOUT, leaving their requests to MPI; rank 1 completes them later and
+ * fails too.  The communicators those requests are on must outlive them: the setup
+ * freed them, and Open MPI then progressed a request of a freed communicator in rank
+ * 0's next MPI call, when rank 1's part came (SIGSEGV in this MPI_Barrier). */
+static void t_init_late_in_setup(void)
+{
+    if (g_size < 2)
+        return;
+    g_slow_ibcast = g_rank == 1;
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.timeout_ms = TIMEOUT_MS;
+    comm_t *c = NULL;
+    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    g_slow_ibcast = 0;
+    if (st == COMM_OK || c != NULL)
+        fail("comm_init_mpi with rank 1 late in the setup", "it succeeded", st, "");
+    /* The others wait here while rank 1's parts of their requests come. */
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 static void t_init_fails(void)
@@ -391,6 +428,8 @@ int main(int argc, char **argv)
     t_fresh_after_failure();
     MPI_Barrier(MPI_COMM_WORLD);
     t_init_fails();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_init_late_in_setup();
     MPI_Barrier(MPI_COMM_WORLD);
     t_late_rank();
     MPI_Barrier(MPI_COMM_WORLD);

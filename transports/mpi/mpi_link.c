@@ -314,8 +314,11 @@ void mpi_link_free(struct mpi_link *l)
      * communicators until MPI_Finalize.  Every failing rank sends one to every other,
      * and a notice still on its way when a peer frees world would arrive after it:
      * Open MPI gives the next communicator that context id, takes the notice for that
-     * one's traffic (its per-peer message order) and stalls it until the timeout. */
-    bool keep = l->notice_out != NULL || l->noticed;
+     * one's traffic (its per-peer message order) and stalls it until the timeout.  So
+     * does one whose setup gave up on a request (l->abandoned): Open MPI 4.1 progresses a
+     * nonblocking collective of a freed communicator when the peers' parts come, and
+     * crashed there (a rank of comm_init_mpi coming about a timeout late). */
+    bool keep = l->notice_out != NULL || l->noticed || l->abandoned;
     if (!finalized && l->world != MPI_COMM_NULL && l->notice_req != MPI_REQUEST_NULL) {
         MPI_Cancel(&l->notice_req);
         MPI_Wait(&l->notice_req, MPI_STATUS_IGNORE);

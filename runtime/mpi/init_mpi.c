@@ -392,7 +392,10 @@ static comm_status_t split_join(struct comm *c, int color, int key, struct comm 
     cfg.timeout_ms = c->timeout_ms < 0 ? -1 : (int)c->timeout_ms;
     cfg.knob_defaults = c->knob_defaults[0] != '\0' ? c->knob_defaults : NULL;
     comm_status_t st = comm_init_mpi(out, part, &cfg);
-    MPI_Comm_free(&part);
+    /* A failed setup may have given up on a request on part (the first agreement): then
+     * part stays until MPI_Finalize (mpi_link_free says why). */
+    if (st == COMM_OK)
+        MPI_Comm_free(&part);
     return st;
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TIMEOUT_MS 3000
 #define N          1031
@@ -188,6 +189,49 @@ static void t_child_fails(void)
     comm_destroy(c);
 }
 
+/* The timeout of t_join_late's communicators (short: it waits for it twice). */
+#define LATE_TIMEOUT_MS 1000
+
+/* MPI_Comm_split as the library sees it: this program's, which can hold rank 1 once,
+ * after the split, on a communicator other than MPI_COMM_WORLD. */
+static int g_slow_split;
+
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
+{
+    int err = PMPI_Comm_split(comm, color, key, newcomm);
+    if (g_slow_split && comm != MPI_COMM_WORLD) {
+        g_slow_split = 0;
+        usleep((useconds_t)(2 * LATE_TIMEOUT_MS) * 1000);
+    }
+    return err;
+}
+
+/* Rank 1 comes two timeouts late to its new communicator's setup (comm_init_mpi over
+ * the MPI split): the others gave up on its first agreement, over the split's MPI
+ * communicator, and the split fails everywhere.  That communicator must outlive the
+ * request left on it: the join freed it, and Open MPI progressed the request of the
+ * freed communicator when rank 1's part came (SIGSEGV in this MPI_Barrier).  Only where
+ * the split goes through MPI (ranks on several hosts). */
+static void t_join_late(void)
+{
+    comm_t *c = mc_world_comm(LATE_TIMEOUT_MS);
+    if (strstr(comm_transport_name(c), "+mpi") == NULL) {
+        comm_destroy(c);
+        return;
+    }
+    g_slow_split = g_rank == 1;
+    comm_t *child = NULL;
+    comm_status_t st = comm_split(c, 0, g_rank, &child);
+    g_slow_split = 0;
+    if (st == COMM_OK || child != NULL)
+        fail("a rank late to its new communicator", "the split succeeded", st, "");
+    if (child != NULL)
+        comm_destroy(child);
+    comm_destroy(c);
+    /* The others wait here while rank 1's parts of their requests come. */
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -205,6 +249,8 @@ int main(int argc, char **argv)
         t_null_newcomm();
         MPI_Barrier(MPI_COMM_WORLD);
         t_child_fails();
+        MPI_Barrier(MPI_COMM_WORLD);
+        t_join_late();
         MPI_Barrier(MPI_COMM_WORLD);
     }
     return mc_finish(g_failed, before, nbefore);

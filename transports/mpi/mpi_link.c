@@ -193,8 +193,21 @@ static comm_status_t explain_mpi_failure(struct comm *c, struct mpi_link *l, com
     return pst;
 }
 
+static comm_status_t wait_for(struct comm *c, struct mpi_link *l, mpi_link_poll_fn poll, void *arg,
+                              uint64_t deadline, bool abortable, const char *what);
+
 comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_poll_fn poll,
                                 void *arg, uint64_t deadline, bool abortable, const char *what)
+{
+    comm_status_t st = wait_for(c, l, poll, arg, deadline, abortable, what);
+    /* Given up: what it waited for stays MPI's, and so do l's communicators. */
+    if (st != COMM_OK && l != NULL)
+        l->abandoned = true;
+    return st;
+}
+
+static comm_status_t wait_for(struct comm *c, struct mpi_link *l, mpi_link_poll_fn poll, void *arg,
+                              uint64_t deadline, bool abortable, const char *what)
 {
     uint64_t start = 0, now = 0, next_watch = 0;
     for (unsigned polls = 0;; polls++) {

@@ -30,9 +30,9 @@ struct mpi_link {
                            * one, whose MPI context id MPI reused, is dropped */
     bool noticed;         /* a notice came: every later wait fails at once */
     struct mpi_notice_out *notice_out;
-    /* A wait on these communicators gave up with requests in flight (comm_init_mpi's
-     * steps, which send no notices): MPI may still progress them, so the communicators
-     * stay until MPI_Finalize (mpi_link_free). */
+    /* A wait on these communicators gave up with requests in flight (mpi_link_wait_for
+     * with this link, comm_init_mpi's steps, which send no notices): MPI may still
+     * progress them, so the communicators stay until MPI_Finalize (mpi_link_free). */
     bool abandoned;
     /* A check every wait with l makes every RT_LIVENESS_PERIOD_NS (NULL: none): a status
      * other than OK ends the wait with it (watch recorded the message on c). */

@@ -499,6 +499,13 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
         mine = check_args(tc, comm, cfg);
     comm_status_t st =
         agree(tc, mpi_comm, NULL, mine, deadline, "comm_init_mpi (the ranks' arguments)");
+    /* Every rank has come: the later steps get a timeout of their own, from now.  A rank
+     * that came late (near the others' timeout) would otherwise see them give up on a
+     * later step that it then completes: on the last agreement it would return COMM_OK
+     * with the others failed, and after MPI_Comm_idup wait in the blocking splits for
+     * ever. */
+    if (st == COMM_OK)
+        deadline = rt_comm_deadline(tc);
     if (st == COMM_OK)
         st = agree_device(tc, mpi_comm, cfg != NULL ? cfg->device : COMM_DEVICE_HOST, deadline);
     if (st == COMM_OK && cfg != NULL && cfg->device == COMM_DEVICE_CUDA)

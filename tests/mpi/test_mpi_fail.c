@@ -5,7 +5,8 @@
  * rank (INVALID there, PEER elsewhere), a rank that never calls (every other rank
  * TIMEOUT or PEER within the timeout), a rank whose comm_init_mpi fails on its own
  * (every rank fails at once), a rank two timeouts late in comm_init_mpi (the others'
- * abandoned requests complete safely), comm_abort before a call and during one, an
+ * abandoned requests complete safely), a rank just before the timeout (every rank
+ * makes the communicator), comm_abort before a call and during one, an
  * abort that reaches every other rank at once (its failure notice), and
  * comm_destroy then MPI_Finalize with nothing left in /dev/shm; SIGPIPE ignored after
  * comm_init_mpi where it was at its default, a program's own handler kept.  A fresh
@@ -226,6 +227,50 @@ static void t_init_late_in_setup(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* MPI_Comm_idup as the library sees it: this program's, which can hold rank 1 once. */
+static int g_slow_idup;
+
+int MPI_Comm_idup(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *req)
+{
+    if (g_slow_idup) {
+        g_slow_idup = 0;
+        usleep(400 * 1000);
+    }
+    return PMPI_Comm_idup(comm, newcomm, req);
+}
+
+/* Rank 1 comes 300 ms before the others' timeout and is 400 ms slower than them in the
+ * step after the first agreement (its MPI_Comm_idup): every rank makes the
+ * communicator.  With one deadline for the whole setup the others gave up on the idup
+ * (TIMEOUT) that rank 1 then completed, and rank 1 waited in MPI_Comm_split_type for
+ * ever (the job hung in the next MPI_Barrier). */
+static void t_init_late_rank(void)
+{
+    if (g_size < 2)
+        return;
+    if (g_rank == 1) {
+        usleep((useconds_t)(TIMEOUT_MS - 300) * 1000);
+        g_slow_idup = 1;
+    }
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.timeout_ms = TIMEOUT_MS;
+    comm_t *c = NULL;
+    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    g_slow_idup = 0;
+    if (st != COMM_OK)
+        fail("comm_init_mpi with rank 1 late", "it failed", st, comm_last_error(NULL));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (c != NULL) {
+        float x[3] = {1, 2, 3}, y[3];
+        st = comm_allreduce(c, x, y, 3, COMM_F32, COMM_SUM, NULL);
+        if (st != COMM_OK || y[2] != 3.0f * (float)g_size)
+            fail("comm_init_mpi with rank 1 late", "its allreduce went wrong", st,
+                 comm_last_error(c));
+        comm_destroy(c);
+    }
+}
+
 static void t_init_fails(void)
 {
     init_fails_at_once("comm_init_mpi with one rank's log failing", arm_log_file);
@@ -430,6 +475,8 @@ int main(int argc, char **argv)
     t_init_fails();
     MPI_Barrier(MPI_COMM_WORLD);
     t_init_late_in_setup();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_init_late_rank();
     MPI_Barrier(MPI_COMM_WORLD);
     t_late_rank();
     MPI_Barrier(MPI_COMM_WORLD);

@@ -271,8 +271,7 @@ static inline bool coll_host_cma_size(enum coll_kind kind, const struct rt_knobs
  * it; that the other got faster is seen within 1024 calls.  The schedule depends on the
  * call's number alone, so that the exploring calls are the same on every rank; ranks
  * that measure differently still agree: the call takes CMA only if every rank offered
- * it.
- * coll_host_cma_done records the call's time.
+ * it.  coll_host_cma_done records the call's time.
  */
 #define COLL_CMA_EXPLORE     64
 #define COLL_CMA_EXPLORE_MAX 1024

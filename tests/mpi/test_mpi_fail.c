@@ -137,6 +137,15 @@ static void t_fresh_after_failure(void)
     free(y);
 }
 
+/* comm_init_mpi over MPI_COMM_WORLD with the tests' timeout. */
+static comm_status_t init_world(comm_t **c)
+{
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.timeout_ms = TIMEOUT_MS;
+    return comm_init_mpi(c, MPI_COMM_WORLD, &cfg);
+}
+
 /* comm_init_mpi over MPI_COMM_WORLD with arm(1) on rank 1 alone, arm(0) after: it must
  * fail on every rank, and at once, not after the timeout. */
 static void init_fails_at_once(const char *test, void (*arm)(int on))
@@ -145,12 +154,9 @@ static void init_fails_at_once(const char *test, void (*arm)(int on))
         return;
     if (g_rank == 1)
         arm(1);
-    comm_config_t cfg;
-    comm_config_init(&cfg);
-    cfg.timeout_ms = TIMEOUT_MS;
     comm_t *c = NULL;
     double t0 = now_ms();
-    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    comm_status_t st = init_world(&c);
     double ms = now_ms() - t0;
     if (g_rank == 1)
         arm(0);
@@ -215,11 +221,8 @@ static void t_init_late_in_setup(void)
     if (g_size < 2)
         return;
     g_slow_ibcast = g_rank == 1;
-    comm_config_t cfg;
-    comm_config_init(&cfg);
-    cfg.timeout_ms = TIMEOUT_MS;
     comm_t *c = NULL;
-    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    comm_status_t st = init_world(&c);
     g_slow_ibcast = 0;
     if (st == COMM_OK || c != NULL)
         fail("comm_init_mpi with rank 1 late in the setup", "it succeeded", st, "");
@@ -252,11 +255,8 @@ static void t_init_late_rank(void)
         usleep((useconds_t)(TIMEOUT_MS - 300) * 1000);
         g_slow_idup = 1;
     }
-    comm_config_t cfg;
-    comm_config_init(&cfg);
-    cfg.timeout_ms = TIMEOUT_MS;
     comm_t *c = NULL;
-    comm_status_t st = comm_init_mpi(&c, MPI_COMM_WORLD, &cfg);
+    comm_status_t st = init_world(&c);
     g_slow_idup = 0;
     if (st != COMM_OK)
         fail("comm_init_mpi with rank 1 late", "it failed", st, comm_last_error(NULL));

@@ -112,7 +112,9 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
 
 comm_status_t coll_host_allreduce(struct comm *c, const struct coll_call *call)
 {
-    comm_status_t st = host_allreduce_path(c, call);
+    comm_status_t st = coll_settle(c);
+    if (st == COMM_OK)
+        st = host_allreduce_path(c, call);
     /* A rank that completed this call never fails a peer's. */
     if (st == COMM_OK)
         shm_complete(c);

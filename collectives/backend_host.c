@@ -29,6 +29,9 @@ static void host_resolve_knobs(struct comm *c)
      * answer on every rank): no call takes that path, nor leaves the flag path for it. */
     if (!c->shm->cma)
         c->knobs.cma_threshold = RT_SIZE_OFF;
+    /* The eager broadcast publishes without fences (broadcast_eager.c). */
+    if (c->knobs.bcast_eager != RT_SIZE_OFF)
+        c->shm->lax_wake_ns = COLL_EAGER_WAKE_NS;
 }
 
 const struct backend_knobs coll_host_knobs = {

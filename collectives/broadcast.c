@@ -121,5 +121,7 @@ static const struct coll_host_algo broadcast_algo = {
 
 comm_status_t coll_host_broadcast(struct comm *c, const struct coll_call *call)
 {
+    if (coll_bcast_eager_takes(c, call))
+        return coll_bcast_eager(c, call);
     return coll_host_run(c, call, &broadcast_algo);
 }

@@ -470,6 +470,21 @@ static inline void *coll_flag_data(const struct comm *c, int p, uint32_t slot)
                                     : shm_slot(c->shm, p, slot);
 }
 
+/* The eager broadcast (broadcast_eager.c, ARCOMM_BCAST_EAGER): does this call take it
+ * (decided from the call alone, as on every rank), and the call itself. */
+bool coll_bcast_eager_takes(const struct comm *c, const struct coll_call *call);
+/* Its ranks publish without a fence before looking for sleepers: a sleep on such a
+ * communicator lasts at most this long (shm_ring_lax). */
+#define COLL_EAGER_WAKE_NS 1000000u
+comm_status_t coll_bcast_eager(struct comm *c, const struct coll_call *call);
+/* After an eager broadcast the peers may still be in it: a call of any other kind first
+ * waits until every peer completed every call before it. */
+comm_status_t coll_settle_wait(struct comm *c);
+static inline comm_status_t coll_settle(struct comm *c)
+{
+    return c->shm->eager_prev ? coll_settle_wait(c) : COMM_OK;
+}
+
 /* The host paths. */
 comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, bool narrow);
 comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call, bool narrow);

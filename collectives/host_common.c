@@ -78,13 +78,26 @@ struct arrivals_arg {
     int next; /* first peer not yet seen: peers already seen are not polled again */
 };
 
+static comm_status_t eager_mismatch(struct comm *c, int p);
+
+/* Did peer p make an eager broadcast (broadcast_eager.c) where this rank synchronises? */
+static bool peer_went_eager(const struct comm *c, int p)
+{
+    const struct shm_comm *s = c->shm;
+    if (c->knobs.bcast_eager == RT_SIZE_OFF)
+        return false;
+    const struct shm_eager *e = shm_eager_at(s, p, s->eager_calls);
+    return atomic_load_explicit(&e->tag, memory_order_acquire) == s->eager_calls + 1 &&
+           e->seq == c->seq;
+}
+
 static int arrivals_ready(struct comm *c, void *arg)
 {
     struct arrivals_arg *w = arg;
     for (; w->next < c->nranks; w->next++) {
         const struct shm_arrival *a = shm_arrival_at(c->shm, c->seq, w->next);
         if (!shm_seq_reached(atomic_load_explicit(&a->seq, memory_order_acquire), c->seq))
-            return 0;
+            return peer_went_eager(c, w->next) ? eager_mismatch(c, w->next) : 0;
         int32_t st = atomic_load_explicit(&a->status, memory_order_relaxed);
         /* A peer that found a mismatch in this call saw every arrival of it: this rank
          * will find the same mismatch itself, and report it as such, not as PEER. */
@@ -141,6 +154,22 @@ static void describe(const struct shm_arrival *a, bool with_path, char *buf, siz
         append(buf, len, &n, " root %d", (int)a->root);
     if (with_path)
         append(buf, len, &n, " (%s path)", path_name(a->path));
+}
+
+/* Peer p made an eager broadcast where this rank made the call its own arrival says. */
+static comm_status_t eager_mismatch(struct comm *c, int p)
+{
+    const struct shm_eager *e = shm_eager_at(c->shm, p, c->shm->eager_calls);
+    char mine[160];
+    describe(shm_arrival_at(c->shm, c->seq, c->rank), false, mine, sizeof(mine));
+    rt_error(c, COMM_ERR_MISMATCH,
+             "rank %d: collective call %u mismatch: this rank called %s, rank %d made an eager "
+             "broadcast count %llu dtype %s root %d (ARCOMM_BCAST_EAGER: up to %zu bytes): "
+             "every rank must make the same calls in the same order",
+             c->rank, c->seq, mine, p, (unsigned long long)e->count,
+             e->dtype < RT_DTYPE_COUNT ? rt_dtype_name((comm_dtype_t)e->dtype) : "?", (int)e->root,
+             c->knobs.bcast_eager);
+    return COMM_ERR_MISMATCH;
 }
 
 /* Values no rank of this library publishes: a corrupted segment, not a disagreement. */
@@ -207,9 +236,12 @@ void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_
 
 comm_status_t coll_host_barrier(struct comm *c)
 {
+    comm_status_t st = coll_settle(c);
+    if (st != COMM_OK)
+        return st;
     struct shm_arrival mine = {.path = SHM_PATH_BARRIER, .coll = COLL_BARRIER};
     coll_arrive(c, &mine);
-    comm_status_t st = coll_wait_arrivals(c, "comm_barrier");
+    st = coll_wait_arrivals(c, "comm_barrier");
     if (st == COMM_OK)
         shm_complete(c);
     return st;

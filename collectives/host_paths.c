@@ -275,11 +275,14 @@ void coll_tune_record(struct coll_tune_cell *t, int path, uint64_t ns, size_t by
 comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
                             const struct coll_host_algo *algo)
 {
+    comm_status_t st = coll_settle(c);
+    if (st != COMM_OK)
+        return st;
     size_t bytes = call->count * rt_dtype_size(call->dtype);
     struct coll_choice ch = {0};
     bool flag = coll_host_kind_flag(call->kind, &c->knobs, bytes, c->nranks) &&
                 !coll_choice_take(c, call->kind, bytes, &ch);
-    comm_status_t st = flag ? run_flag(c, call, algo) : run_bulk(c, call, algo, ch.cma);
+    st = flag ? run_flag(c, call, algo) : run_bulk(c, call, algo, ch.cma);
     /* A rank that completed this call never fails a peer's. */
     if (st == COMM_OK) {
         coll_choice_done(c, &ch, bytes);

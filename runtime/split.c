@@ -84,6 +84,9 @@ static comm_status_t handshake(struct comm *c, uint64_t count, int64_t a, int64_
 {
     if (c->ops->split_handshake != NULL)
         return c->ops->split_handshake(c, count, a, b, all_a, all_b, what);
+    comm_status_t st = coll_settle(c);
+    if (st != COMM_OK)
+        return st;
     struct shm_arrival mine = {
         .count = count,
         .path = SHM_PATH_BARRIER,
@@ -92,7 +95,7 @@ static comm_status_t handshake(struct comm *c, uint64_t count, int64_t a, int64_
         .recv = (uint64_t)b,
     };
     coll_arrive(c, &mine);
-    comm_status_t st = coll_wait_arrivals(c, what);
+    st = coll_wait_arrivals(c, what);
     if (st == COMM_ERR_MISMATCH)
         mismatch_message(c, &mine, fn);
     if (st != COMM_OK)

@@ -59,6 +59,11 @@ static void arrival(void **s)
     /* An inline message takes the buffer fields' place, to the line's end. */
     assert_int_equal(offsetof(struct shm_arrival, data), 32);
     assert_int_equal(offsetof(struct shm_arrival, data) + SHM_INLINE_BYTES, 64);
+    /* An eager entry: the call and 32 bytes of message on its first line, then whole
+     * lines. */
+    assert_int_equal(offsetof(struct shm_eager, data), 32);
+    assert_int_equal(sizeof(struct shm_eager) % 64, 0);
+    assert_true(sizeof(struct shm_eager) >= 32 + SHM_EAGER_BYTES);
 }
 
 static void geometry(void **s)
@@ -71,8 +76,11 @@ static void geometry(void **s)
         assert_true(g.off_ranks >= sizeof(struct shm_header));
         assert_int_equal(g.off_arrival % 64, 0);
         assert_true(g.off_arrival >= g.off_ranks + n * sizeof(struct shm_rank));
+        assert_int_equal(g.off_eager % 64, 0);
+        assert_true(g.off_eager >= g.off_arrival + 2 * n * sizeof(struct shm_arrival));
         assert_int_equal(g.off_staging % 4096, 0);
-        assert_true(g.off_staging >= g.off_arrival + 2 * n * sizeof(struct shm_arrival));
+        assert_true(g.off_staging >=
+                    g.off_eager + n * SHM_EAGER_ENTRIES * sizeof(struct shm_eager));
         assert_int_equal(g.off_pool, g.off_staging + (uint64_t)n * 2 * slot);
         assert_int_equal(g.off_pool % 4096, 0);
         assert_int_equal(g.total_bytes, g.off_pool + (uint64_t)n * pool);

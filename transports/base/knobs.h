@@ -103,7 +103,10 @@ enum rt_knob_source {
       "private buffers (process_vm_readv/writev; auto: where measured faster; off: never)")        \
     X(CMA_FAST, RT_KNOB_INT, "-1", cma_fast, -1, 1, 0,                                             \
       "host: is the single copy fast here, for CMA_THRESHOLD=auto's wider windows: -1 = "          \
-      "measured at first use, 1 = yes, 0 = no (each process its own)")
+      "measured at first use, 1 = yes, 0 = no (each process its own)")                             \
+    X(BCAST_EAGER, RT_KNOB_SIZE, "off", bcast_eager, 0, 512, RT_KNOB_AGREE | RT_KNOB_NO_AUTO,      \
+      "host: broadcasts up to this many bytes are eager, as in MPI: the root returns once its "    \
+      "message is staged, a mismatch fails the others, the root at a later call (off: never)")
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \
@@ -166,6 +169,7 @@ struct rt_knobs {
     size_t nt_threshold;             /* bulk outputs at or above: streaming stores */
     size_t cma_threshold;            /* host: CMA bulk path at or above (process ranks) */
     long cma_fast;                   /* host: -1 = measure whether CMA is fast, 0 no, 1 yes */
+    size_t bcast_eager;              /* host: eager broadcasts up to this many bytes */
     long spin_ns;                    /* busy-poll this long before yielding */
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */

@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      9u
+#define SHM_VERSION      10u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -53,7 +53,8 @@ struct shm_header {
     uint64_t off_staging;                         /* offset of the staging slots */
     uint64_t off_pool;                            /* offset of the pools */
     char transport[16];                           /* transport that created it, NUL-terminated */
-    uint8_t pad1[24];
+    uint64_t off_eager;                           /* offset of struct shm_eager[n][ENTRIES] */
+    uint8_t pad1[16];
     /* --- line 2: rendezvous, written by every rank during comm_init --- */
     alignas(SHM_CACHE_LINE) _Atomic uint32_t attached; /* ranks that have joined */
     _Atomic int32_t init_status; /* COMM_OK, or why some rank gave up joining */
@@ -208,10 +209,33 @@ _Static_assert(offsetof(struct shm_rank, heap_min) + 8 <= SHM_CACHE_LINE, "heap 
 _Static_assert(offsetof(struct shm_rank, root_kind) < 2 * SHM_CACHE_LINE, "root on line 1");
 _Static_assert(offsetof(struct shm_rank, errmsg) == 2 * SHM_CACHE_LINE, "message from line 2");
 
+/*
+ * The eager broadcasts' rings (ARCOMM_BCAST_EAGER, collectives/broadcast_eager.c), one
+ * per rank, written by that rank alone: the n-th eager broadcast of a communicator takes
+ * entry n % SHM_EAGER_ENTRIES of its root's ring: the call in the first 32 bytes, the
+ * message after them (on the same line up to 32 bytes), tag last.  A peer waits for
+ * tag == n + 1 (acquire), checks the call against its own and copies.  The root reuses
+ * the entry once every peer completed call seq (struct shm_rank.completed).
+ */
+#define SHM_EAGER_ENTRIES 16u
+#define SHM_EAGER_BYTES   512u
+struct shm_eager {
+    _Atomic uint64_t tag; /* the communicator's eager broadcast number plus one, 0 = unused */
+    uint64_t count;       /* elements */
+    uint32_t seq;         /* call number of that broadcast */
+    int32_t root;         /* its root (the writer) */
+    uint8_t dtype;        /* comm_dtype_t */
+    uint8_t pad[7];
+    unsigned char data[SHM_EAGER_BYTES]; /* the message, count x the dtype's size bytes */
+} __attribute__((aligned(SHM_CACHE_LINE)));
+
+_Static_assert(offsetof(struct shm_eager, data) == 32, "the message starts on the first line");
+_Static_assert(offsetof(struct shm_header, off_eager) < 2 * SHM_CACHE_LINE, "off_eager on line 1");
+
 /* Geometry of a segment for nranks ranks; every offset page aligned.  ok is false when
  * a size does not fit 64 bits (then the offsets mean nothing). */
 struct shm_geometry {
-    uint64_t off_ranks, off_arrival, off_staging, off_pool, total_bytes;
+    uint64_t off_ranks, off_arrival, off_eager, off_staging, off_pool, total_bytes;
     bool ok;
 };
 
@@ -236,8 +260,10 @@ static inline struct shm_geometry shm_geometry_compute(uint32_t nranks, uint64_t
     /* nranks is at most 2^32, the records a few lines each: these cannot overflow. */
     g.off_ranks = shm_align_up(sizeof(struct shm_header), SHM_CACHE_LINE);
     g.off_arrival = shm_align_up(g.off_ranks + n * sizeof(struct shm_rank), SHM_CACHE_LINE);
+    g.off_eager =
+        shm_align_up(g.off_arrival + SHM_SLOTS * n * sizeof(struct shm_arrival), SHM_CACHE_LINE);
     g.off_staging =
-        shm_align_up(g.off_arrival + SHM_SLOTS * n * sizeof(struct shm_arrival), SHM_PAGE);
+        shm_align_up(g.off_eager + n * SHM_EAGER_ENTRIES * sizeof(struct shm_eager), SHM_PAGE);
     /* The sizes come from knobs (or a peer's header): every step is checked. */
     g.ok = shm_mul_add(n * SHM_SLOTS, slot_bytes, g.off_staging, &g.off_pool) &&
            shm_mul_add(n, pool_bytes, g.off_pool, &end) && end != UINT64_MAX;

@@ -225,6 +225,7 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, uint64_t
     h->header_bytes = sizeof(*h);
     h->off_ranks = g.off_ranks;
     h->off_arrival = g.off_arrival;
+    h->off_eager = g.off_eager;
     h->off_staging = g.off_staging;
     h->off_pool = g.off_pool;
     snprintf(h->transport, sizeof(h->transport), "%s", c->backend_name);
@@ -356,8 +357,9 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
     struct shm_geometry g = shm_geometry_compute(h->nranks, h->slot_bytes, h->pool_bytes);
     if (!g.ok || h->owner_uid != (uint32_t)geteuid() || g.total_bytes != h->total_bytes ||
         g.off_ranks != h->off_ranks || g.off_arrival != h->off_arrival ||
-        g.off_staging != h->off_staging || g.off_pool != h->off_pool ||
-        h->slot_bytes % SHM_PAGE != 0 || (uint64_t)st.st_size < h->total_bytes) {
+        g.off_eager != h->off_eager || g.off_staging != h->off_staging ||
+        g.off_pool != h->off_pool || h->slot_bytes % SHM_PAGE != 0 ||
+        (uint64_t)st.st_size < h->total_bytes) {
         rt_error(c, COMM_ERR_INVALID,
                  "rank %d: segment %s has an inconsistent header (size %llu, file %llu): "
                  "refusing to use it",
@@ -535,6 +537,7 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     s->nranks = (uint32_t)c->nranks; /* geometry is never re-read from the header */
     s->ranks = (struct shm_rank *)(s->base + h->off_ranks);
     s->arrival = (struct shm_arrival *)(s->base + h->off_arrival);
+    s->eager = (struct shm_eager *)(s->base + h->off_eager);
     s->staging = s->base + h->off_staging;
     s->slot_bytes = h->slot_bytes;
     s->pool = s->base + h->off_pool;

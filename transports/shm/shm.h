@@ -42,6 +42,7 @@ struct shm_comm {
     uint32_t nranks;             /* local copy: never re-read from the header */
     struct shm_rank *ranks;      /* [nranks] */
     struct shm_arrival *arrival; /* [SHM_SLOTS][nranks] */
+    struct shm_eager *eager;     /* [nranks][SHM_EAGER_ENTRIES] */
     uint8_t *staging;            /* rank r slot s at (r * SHM_SLOTS + s) * slot_bytes */
     uint64_t slot_bytes;
     uint8_t *pool; /* rank r's arena at r * pool_bytes */
@@ -55,18 +56,28 @@ struct shm_comm {
      * collectives built on it read. */
     uint64_t steps;      /* progress steps this rank has published */
     uint32_t stage_slot; /* staging slot of the next phase (alternates) */
-    void *scratch;       /* private scratch of slot size (staged path), freed at detach */
-    bool same_process;   /* every rank lives in this process */
-    bool cma;            /* every rank reaches every peer's memory through CMA (agreed at
-                          * join: the same on every rank) */
-    bool cma_fast;       /* and 2 ranks that all found the single copy fast (agreed at
-                          * join; cma_calibrate.h): ARCOMM_CMA_THRESHOLD=auto's wider
-                          * windows */
-    void *cma_scratch;   /* private scratch of the CMA reductions, freed at detach */
-    void *cma_tune;      /* the collectives' measured times of the staged and CMA paths
-                          * (host_paths.c), freed at detach */
-    bool same_cpu_check; /* ranks unpinned: waiters check for a peer on their CPU */
-    long spin_ns;        /* effective spin phase */
+    /* Nonzero: some publisher on this segment looks for sleepers without a fence after
+     * its store (shm_ring_lax), so a waiter sleeps at most this long before it looks
+     * again (a wake-up missed in that race costs this much at most). */
+    uint64_t lax_wake_ns;
+    /* The eager broadcasts (collectives/broadcast_eager.c): */
+    uint64_t eager_calls; /* made on this communicator (the same count on every rank) */
+    bool eager_prev;      /* the last call was one: peers may still be in it, so the next
+                           * call of another kind first waits until they completed it */
+    uint32_t eager_done;  /* every peer completed the calls before this one (seen) */
+    uint32_t eager_bell;  /* the doorbell's count when the peers' status was last read */
+    void *scratch;        /* private scratch of slot size (staged path), freed at detach */
+    bool same_process;    /* every rank lives in this process */
+    bool cma;             /* every rank reaches every peer's memory through CMA (agreed at
+                           * join: the same on every rank) */
+    bool cma_fast;        /* and 2 ranks that all found the single copy fast (agreed at
+                           * join; cma_calibrate.h): ARCOMM_CMA_THRESHOLD=auto's wider
+                           * windows */
+    void *cma_scratch;    /* private scratch of the CMA reductions, freed at detach */
+    void *cma_tune;       /* the collectives' measured times of the staged and CMA paths
+                           * (host_paths.c), freed at detach */
+    bool same_cpu_check;  /* ranks unpinned: waiters check for a peer on their CPU */
+    long spin_ns;         /* effective spin phase */
 
     /* The shared heaps (peer_heap.c): heap is true when every rank is in a process with
      * one and mapped every peer's (agreed at join); buffers there travel as heap offsets
@@ -182,6 +193,12 @@ static inline struct shm_arrival *shm_arrival_at(const struct shm_comm *s, uint3
     return &s->arrival[(seq % SHM_SLOTS) * s->nranks + (uint32_t)rank];
 }
 
+/* The entry of rank's eager ring that the communicator's eager broadcast n takes. */
+static inline struct shm_eager *shm_eager_at(const struct shm_comm *s, int rank, uint64_t n)
+{
+    return &s->eager[(size_t)rank * SHM_EAGER_ENTRIES + n % SHM_EAGER_ENTRIES];
+}
+
 static inline void *shm_slot(const struct shm_comm *s, int rank, uint32_t seq)
 {
     return s->staging + ((uint64_t)rank * SHM_SLOTS + seq % SHM_SLOTS) * s->slot_bytes;
@@ -237,6 +254,10 @@ void shm_ring(struct shm_comm *s);
  * before the load of the sleeper count as the fence would: one locked instruction
  * fewer per publication). */
 void shm_ring_after_rmw(struct shm_comm *s);
+/* The same without the fence: cheap, but a waiter that went to sleep just as the word
+ * was published may sleep on until its slice ends; only where s->lax_wake_ns bounds the
+ * slices. */
+void shm_ring_lax(struct shm_comm *s);
 /* Wakes every sleeper unconditionally (abort, teardown). */
 void shm_ring_all(struct shm_comm *s);
 

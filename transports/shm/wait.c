@@ -52,6 +52,12 @@ void shm_ring_after_rmw(struct shm_comm *s)
         shm_ring_all(s);
 }
 
+void shm_ring_lax(struct shm_comm *s)
+{
+    if (atomic_load_explicit(&s->hdr->sleepers, memory_order_relaxed) != 0)
+        shm_ring_all(s);
+}
+
 void shm_ring_all(struct shm_comm *s)
 {
     atomic_fetch_add(&s->hdr->bell, 1);
@@ -335,7 +341,8 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
             r = ready(c, arg);
             if (r == 0 && !atomic_load(&c->aborted)) {
                 uint64_t left = rt_left_ns(deadline, now);
-                uint64_t slice = left < SLEEP_SLICE_NS ? left : SLEEP_SLICE_NS;
+                uint64_t most = s->lax_wake_ns ? s->lax_wake_ns : SLEEP_SLICE_NS;
+                uint64_t slice = left < most ? left : most;
                 if ((!c->shm->same_process || c->parent != NULL) && next_liveness - now < slice)
                     slice = next_liveness - now;
                 struct timespec ts = {.tv_sec = (time_t)(slice / 1000000000u),

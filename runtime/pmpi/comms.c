@@ -39,7 +39,7 @@ static _Atomic uint64_t stateless_handed[PMPI_CALL_COUNT];
  * generation: a freed MPI_Comm whose handle MPI reuses is never mistaken for the old.
  */
 static _Atomic uint64_t generation;
-static _Thread_local struct {
+static _Thread_local PMPI_TLS struct {
     MPI_Comm comm;
     struct pmpi_comm *pc;
     uint64_t gen;
@@ -121,7 +121,7 @@ static bool pmpi_comm_servable(MPI_Comm comm, int size, bool *multi, const char 
 
 /* Inside comm_init_mpi: its own blocking MPI calls (the host's id, MPI_Bcast) go
  * straight to PMPI, never to a state of their own. */
-static _Thread_local int inside_init;
+static _Thread_local PMPI_TLS int inside_init;
 
 /* Whether every rank joined (st: this rank's comm_init or comm_init_mpi, arc its
  * communicator): kept in pc when all did, else destroyed and failed says why. */
@@ -148,8 +148,11 @@ static bool comm_join_hosts(struct pmpi_comm *pc, const char **why)
 {
 #if PMPI_HAVE_INIT_MPI
     comm_t *arc = NULL;
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.knob_defaults = PMPI_KNOB_DEFAULTS;
     inside_init++;
-    comm_status_t st = comm_init_mpi(&arc, pc->mpi, NULL);
+    comm_status_t st = comm_init_mpi(&arc, pc->mpi, &cfg);
     inside_init--;
     return comm_keep(pc, arc, st, "comm_init_mpi failed (logged by the rank it failed on)", why);
 #else
@@ -183,6 +186,7 @@ static bool comm_join(struct pmpi_comm *pc, const char **why)
     cfg.nranks = pc->size;
     cfg.rank = pc->rank;
     cfg.id = msg.id;
+    cfg.knob_defaults = PMPI_KNOB_DEFAULTS;
     comm_t *arc = NULL;
     comm_status_t st = comm_init(&arc, &cfg);
     return comm_keep(pc, arc, st, "comm_init failed (logged by the rank it failed on)", why);

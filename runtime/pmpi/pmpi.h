@@ -15,6 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The library's thread-locals, read in every intercepted call: initial-exec, one load
+ * from the thread pointer instead of a __tls_get_addr call (the library is loaded with
+ * the program: LD_PRELOAD or linked before -lmpi, so it sits in the static TLS block). */
+#define PMPI_TLS __attribute__((tls_model("initial-exec")))
+
 /* The intercepted calls, for the counters and the report. */
 enum pmpi_call {
     PMPI_CALL_ALLREDUCE = 0,
@@ -47,6 +52,11 @@ struct pmpi_settings {
     size_t min_bytes[PMPI_CALL_COUNT];
 };
 extern struct pmpi_settings pmpi_settings;
+/* What the library's communicators default to (the environment still overrides): MPI's
+ * semantics for broadcasts up to 512 bytes, whose root returns once the message is staged
+ * (ARCOMM_BCAST_EAGER; arcomm's own API has every rank agree first). */
+#define PMPI_KNOB_DEFAULTS "ARCOMM_BCAST_EAGER=512"
+#define PMPI_EAGER_BYTES   512
 
 /* Loads the settings on the first call of any thread (idempotent, thread-safe). */
 void pmpi_settings_load(void);

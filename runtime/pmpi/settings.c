@@ -18,10 +18,11 @@
 #include <unistd.h>
 
 /* The sizes below which Open MPI's own calls were faster than arcomm's on the 2-core
- * development VM, 2 processes (docs/pmpi.md, "Sizes"): its eager small-message bcast
- * and reduce return before the receivers have the data, up to 256 bytes there.  Every
- * other call arcomm serves at every size (1.01x-2.5x ahead of Open MPI from 4 bytes,
- * 2026-12-03). */
+ * development VM, 2 processes (docs/pmpi.md, "Sizes"): its eager small-message reduce
+ * returns before the root has the data, up to 256 bytes there.  Every other call arcomm
+ * serves at every size (1.01x-2.5x ahead of Open MPI from 4 bytes, 2026-12-03); small
+ * broadcasts with an eager root of arcomm's own (PMPI_KNOB_DEFAULTS) unless
+ * ARCOMM_BCAST_EAGER turns it off, which hands them to MPI again. */
 struct pmpi_settings pmpi_settings = {
     .off = false,
     .log_level = PMPI_LOG_WARN,
@@ -29,7 +30,7 @@ struct pmpi_settings pmpi_settings = {
         {
             [PMPI_CALL_ALLREDUCE] = 0,
             [PMPI_CALL_REDUCE] = 512,
-            [PMPI_CALL_BCAST] = 512,
+            [PMPI_CALL_BCAST] = 0,
             [PMPI_CALL_ALLGATHER] = 0,
             [PMPI_CALL_REDUCE_SCATTER_BLOCK] = 0,
             [PMPI_CALL_ALLTOALL] = 0,
@@ -63,6 +64,9 @@ static void settings_read(void)
         if (strcasecmp(v, "trace") == 0)
             pmpi_settings.log_level = PMPI_LOG_DEBUG;
     }
+    v = getenv("ARCOMM_BCAST_EAGER");
+    if (v != NULL && (strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0))
+        pmpi_settings.min_bytes[PMPI_CALL_BCAST] = PMPI_EAGER_BYTES;
     v = getenv("ARCOMM_PMPI_MIN_BYTES");
     if (v != NULL && *v != '\0') {
         char *end;

@@ -15,10 +15,12 @@
  *
  * What MPI allows and arcomm's own rule does not: the root returns COMM_OK before the
  * others checked the call.  A disagreement fails the other ranks with MISMATCH, and
- * reaches the root at its next call on the communicator (COMM_ERR_PEER, naming the rank
- * that found it and what differed).  A rank that makes a call of another kind where the
- * root made an eager broadcast, or the other way round, sees the other's word and fails
- * with MISMATCH too.
+ * reaches the root at a later call on the communicator (COMM_ERR_PEER, naming the rank
+ * that found it and what differed): the first after the failure was published (every
+ * publication rings the doorbell, which the root looks at in each call), at the latest
+ * the first that waits for that rank.  A rank that makes a call of another kind where
+ * the root made an eager broadcast, or the other way round, sees the other's word and
+ * fails with MISMATCH too.
  */
 #include "coll.h"
 

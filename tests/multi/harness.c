@@ -18,6 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <setjmp.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
 static struct h_rank *results; /* shared mapping: [H_MAX_RANKS] */
 static uint8_t *outs;          /* shared mapping: [H_MAX_RANKS][H_OUT_BYTES] */
 
@@ -455,6 +460,22 @@ long h_check(struct h_rank *r, const void *out, size_t count, comm_dtype_t dtype
     for (int p = 0; p < nranks; p++)
         free(in[p]);
     return wrong;
+}
+
+struct h_rank *h_run_killed(const struct h_job *job, double limit_ms, const char *what)
+{
+    double start = h_now_ms();
+    struct h_rank *res = h_run(job);
+    /* The harness stores when it killed the rank, from its own start. */
+    double killed_at = start + res[job->kill_rank].elapsed_s * 1e3;
+    res[job->kill_rank].errors = 0;
+    for (int r = 0; r < job->nranks; r++) {
+        double noticed = res[r].elapsed_s * 1e3 - killed_at;
+        if (r != job->kill_rank && noticed > limit_ms)
+            fail_msg("%s: rank %d noticed the dead rank after %.0f ms (limit %.0f)", what, r,
+                     noticed, limit_ms);
+    }
+    return res;
 }
 
 bool h_comm_init(struct h_rank *r, int timeout_ms)

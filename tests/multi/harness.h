@@ -50,6 +50,14 @@ struct h_job {
 /* Runs the job; returns the per-rank results (valid until the next h_run). */
 struct h_rank *h_run(const struct h_job *job);
 
+/*
+ * Runs a job whose process rank job->kill_rank the harness kills, whose other ranks'
+ * bodies store h_now_ms() / 1e3 in elapsed_s once they noticed: fails the test (its
+ * message led by what) when one noticed more than limit_ms after the kill.  Returns the
+ * results, the killed rank's errors cleared (its own death is no failure).
+ */
+struct h_rank *h_run_killed(const struct h_job *job, double limit_ms, const char *what);
+
 /* comm_init of r's communicator into r->comm (rank, size and id from r; timeout_ms 0 =
  * 60 s), as the harness does unless job.no_init; false (the failure recorded in r)
  * when it fails. */

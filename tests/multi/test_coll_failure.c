@@ -108,19 +108,7 @@ static void run_kill(struct spec sp, int n)
                         .kill_after_ms = KILL_AFTER_MS,
                         .kill_after_ready = true,
                         .timeout_ms = 60000};
-    double start = h_now_ms();
-    struct h_rank *res = h_run(&job);
-    double killed_at = start + res[1].elapsed_s * 1e3;
-    res[1].errors = 0;
-    for (int r = 0; r < n; r++) {
-        if (r == 1)
-            continue;
-        double noticed = res[r].elapsed_s * 1e3 - killed_at;
-        if (noticed > 2000)
-            fail_msg("%s: rank %d noticed the dead rank after %.0f ms (limit 2000)",
-                     kind_names[sp.k], r, noticed);
-    }
-    expect_clean(res, n);
+    expect_clean(h_run_killed(&job, 2000, kind_names[sp.k]), n);
 }
 
 static void kill_flag(void **s)
@@ -223,15 +211,7 @@ static void kill_direct(void **s)
                             .kill_after_ms = KILL_AFTER_MS,
                             .kill_after_ready = true,
                             .timeout_ms = 60000};
-        double start = h_now_ms();
-        struct h_rank *res = h_run(&job);
-        double killed_at = start + res[1].elapsed_s * 1e3;
-        res[1].errors = 0;
-        for (int r = 0; r < 3; r += 2)
-            if (res[r].elapsed_s * 1e3 - killed_at > 2000)
-                fail_msg("%s: rank %d noticed the dead rank after %.0f ms", kind_names[k], r,
-                         res[r].elapsed_s * 1e3 - killed_at);
-        expect_clean(res, 3);
+        expect_clean(h_run_killed(&job, 2000, kind_names[k]), 3);
     }
     h_env_pop();
 }

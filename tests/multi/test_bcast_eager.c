@@ -339,6 +339,41 @@ static void killed(void **s)
     h_env_pop();
 }
 
+/* ---- a rank that leaves while a peer still finishes a call it completed ---- */
+
+/* Rank 0 arrives late at a barrier that rank 1 sleeps in, completes it, roots an eager
+ * broadcast and leaves (the harness's comm_destroy) at once: its call count is then two
+ * ahead of the barrier that rank 1 may still be waking up in.  Rank 1 must finish both
+ * calls: rank 0 made them, and left only after (its failure is for calls it never
+ * made). */
+static void leave_body(struct h_rank *r)
+{
+    uint8_t msg[64];
+    if (r->rank == 0)
+        usleep(200);
+    expect(r, "the barrier", comm_barrier(r->comm), COMM_OK, NULL);
+    if (r->rank == 0)
+        h_fill(msg, sizeof(msg), COMM_U8, 9, 0);
+    else
+        h_poison(msg, sizeof(msg), COMM_U8);
+    expect(r, "the eager broadcast",
+           comm_broadcast(r->comm, msg, msg, sizeof(msg), COMM_U8, 0, NULL), COMM_OK, NULL);
+    if (r->rank == 1 && !h_holds(msg, sizeof(msg), COMM_U8, COMM_SUM, 9, 0))
+        h_fail(r, "the eager broadcast: wrong data");
+}
+
+static void left_after_calls(void **s)
+{
+    (void)s;
+    h_env_push("ARCOMM_SPIN_NS", "0");
+    h_env_push("ARCOMM_YIELD_NS", "0");
+    struct h_job job = {.nranks = 2, .body = leave_body, .kill_rank = -1};
+    for (int i = 0; i < (h_quick() ? 100 : 300); i++)
+        expect_clean(h_run(&job), 2);
+    h_env_pop();
+    h_env_pop();
+}
+
 /* ---- ranks that disagree on the knob: MISMATCH at comm_init ---- */
 
 static void knob_body(struct h_rank *r)
@@ -381,7 +416,7 @@ int main(void)
         cmocka_unit_test(data_threads),   cmocka_unit_test(data_procs),
         cmocka_unit_test(data_sleeping),  cmocka_unit_test(mismatches),
         cmocka_unit_test(never_calls),    cmocka_unit_test(killed),
-        cmocka_unit_test(knob_disagrees),
+        cmocka_unit_test(knob_disagrees), cmocka_unit_test(left_after_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,24 @@ bool shm_probe(const struct transport_probe *p, char *why, size_t len)
     return true;
 }
 
+/*
+ * May this rank write its arrival slot of call c->seq?  Only once every peer completed
+ * the call that used the slot before (SHM_SLOTS calls back).  A call that synchronises
+ * is only entered after that, but a failure may be published where no arrival would be:
+ * after eager broadcasts, which run ahead of the peers, or in comm_destroy after them.
+ * A peer still finishing that earlier call would take the failure for its own, in a call
+ * this rank completed.  The sticky status word tells every waiter anyway; the slot only
+ * tells one waiting for this rank's arrival sooner.
+ */
+static bool slot_free(const struct comm *c)
+{
+    /* The first calls: completed words start at 0, which has reached any seq before. */
+    for (int p = 0; p < c->nranks; p++)
+        if (p != c->rank && !shm_peer_completed(c->shm, p, c->seq - SHM_SLOTS))
+            return false;
+    return true;
+}
+
 void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, bool in_call)
 {
     struct shm_comm *s = c->shm;
@@ -41,7 +59,7 @@ void shm_publish_failure(struct comm *c, comm_status_t status, const char *msg, 
         me->failed_seq = in_call ? c->seq : UINT32_MAX;
         atomic_store_explicit(&me->status, (int32_t)status, memory_order_release);
     }
-    if (in_call) {
+    if (in_call && slot_free(c)) {
         /* Peers waiting for this rank's arrival in this call see the failure at once. */
         struct shm_arrival *a = shm_arrival_at(s, c->seq, c->rank);
         atomic_store_explicit(&a->status, (int32_t)status, memory_order_relaxed);

@@ -46,6 +46,17 @@ static inline bool small(enum pmpi_call call, size_t n, comm_dtype_t dtype, int 
     return n * comm_dtype_size(dtype) * (size_t)k < pmpi_settings.min_bytes[call];
 }
 
+/* A broadcast of n elements of dtype for MPI: under PMPI_EAGER_BYTES, one that arcomm's
+ * eager broadcast does not cover (pmpi_settings.bcast_eager_max). */
+static inline bool small_bcast(size_t n, comm_dtype_t dtype)
+{
+    size_t bytes = n * comm_dtype_size(dtype);
+    if (small(PMPI_CALL_BCAST, n, dtype, 1))
+        return true;
+    size_t eager = pmpi_settings.bcast_eager_max;
+    return eager != SIZE_MAX && bytes < PMPI_EAGER_BYTES && (eager == 0 || bytes > eager);
+}
+
 static inline int served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
 {
     if (st != COMM_OK)
@@ -98,7 +109,7 @@ PMPI_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
     comm_dtype_t dt;
     size_t n;
     if (pc == NULL || pc->arc == NULL || root < 0 || root >= pc->size ||
-        !pmpi_move_dtype(datatype, count, &dt, &n) || small(PMPI_CALL_BCAST, n, dt, 1) ||
+        !pmpi_move_dtype(datatype, count, &dt, &n) || small_bcast(n, dt) ||
         (n > 0 && buffer == NULL)) {
         handed(pc, PMPI_CALL_BCAST);
         return PMPI_Bcast(buffer, count, datatype, root, comm);

@@ -50,6 +50,11 @@ struct pmpi_settings {
      * whole send buffer of reduce_scatter_block and alltoall) go to PMPI, where Open MPI
      * was measured faster (docs/pmpi.md); ARCOMM_PMPI_MIN_BYTES sets all of them. */
     size_t min_bytes[PMPI_CALL_COUNT];
+    /* Broadcasts under PMPI_EAGER_BYTES go to arcomm only up to this size, which its eager
+     * broadcast covers (ARCOMM_BCAST_EAGER, PMPI_EAGER_BYTES by default; 0 with "off" or
+     * "0"), and to PMPI above it: arcomm's broadcast that agrees first is slower than
+     * Open MPI's there.  ARCOMM_PMPI_MIN_BYTES, when set, decides instead (SIZE_MAX). */
+    size_t bcast_eager_max;
 };
 extern struct pmpi_settings pmpi_settings;
 /* What the library's communicators default to (the environment still overrides): MPI's

@@ -21,8 +21,8 @@
  * development VM, 2 processes (docs/pmpi.md, "Sizes"): its eager small-message reduce
  * returns before the root has the data, up to 256 bytes there.  Every other call arcomm
  * serves at every size (1.01x-2.5x ahead of Open MPI from 4 bytes, 2026-12-03); small
- * broadcasts with an eager root of arcomm's own (PMPI_KNOB_DEFAULTS) unless
- * ARCOMM_BCAST_EAGER turns it off, which hands them to MPI again. */
+ * broadcasts with an eager root of arcomm's own (PMPI_KNOB_DEFAULTS) as far as
+ * ARCOMM_BCAST_EAGER reaches: those above it (all of them with "off") go to MPI again. */
 struct pmpi_settings pmpi_settings = {
     .off = false,
     .log_level = PMPI_LOG_WARN,
@@ -36,6 +36,7 @@ struct pmpi_settings pmpi_settings = {
             [PMPI_CALL_ALLTOALL] = 0,
             [PMPI_CALL_BARRIER] = 0,
         },
+    .bcast_eager_max = PMPI_EAGER_BYTES,
 };
 
 /* ARCOMM_LOG_FILE with %h (host name) and %p (pid) expanded; "" is stderr. */
@@ -65,8 +66,16 @@ static void settings_read(void)
             pmpi_settings.log_level = PMPI_LOG_DEBUG;
     }
     v = getenv("ARCOMM_BCAST_EAGER");
-    if (v != NULL && (strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0))
-        pmpi_settings.min_bytes[PMPI_CALL_BCAST] = PMPI_EAGER_BYTES;
+    if (v != NULL && *v != '\0') {
+        /* As arcomm reads the knob (a size, "off"); a value it refuses fails comm_init,
+         * which hands every call to MPI anyway. */
+        char *end;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (strcasecmp(v, "off") == 0 || strcasecmp(v, "never") == 0)
+            pmpi_settings.bcast_eager_max = 0;
+        else if (end != v && (*end == '\0' || strcasecmp(end, "B") == 0))
+            pmpi_settings.bcast_eager_max = n < PMPI_EAGER_BYTES ? (size_t)n : PMPI_EAGER_BYTES;
+    }
     v = getenv("ARCOMM_PMPI_MIN_BYTES");
     if (v != NULL && *v != '\0') {
         char *end;
@@ -75,6 +84,7 @@ static void settings_read(void)
         if (end != v && (end[shift ? 1 : 0] == '\0')) {
             for (int i = 0; i < PMPI_CALL_COUNT; i++)
                 pmpi_settings.min_bytes[i] = (size_t)(n << shift);
+            pmpi_settings.bcast_eager_max = SIZE_MAX;
         } else {
             fprintf(stderr,
                     "arcomm warn: pmpi: ARCOMM_PMPI_MIN_BYTES=%s is not a size "

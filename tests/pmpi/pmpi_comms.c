@@ -19,9 +19,12 @@
 
 /* ARCOMM_PMPI_MIN_BYTES unset: the library's defaults hand reduces under 512 bytes to MPI
  * and serve every other call at every size, broadcasts under 512 bytes with arcomm's
- * eager broadcast; ARCOMM_BCAST_EAGER=off hands those to MPI too. */
-static bool defaults, eager_off;
-#define SMALL_BCAST(call) (defaults && eager_off ? HANDED(call) : SERVED(call))
+ * eager broadcast as far as ARCOMM_BCAST_EAGER reaches (eager_max bytes, 512 unless set;
+ * -1 with "off"): larger ones to MPI too. */
+static bool defaults;
+static long eager_max = 512;
+#define SMALL_BCAST(call, bytes)                                                                   \
+    (defaults && (eager_max < 0 || (long)(bytes) > eager_max) ? HANDED(call) : SERVED(call))
 
 static void user_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 {
@@ -168,7 +171,7 @@ static void use_comm(MPI_Comm comm, int k)
     CHECK(rc == MPI_SUCCESS && sum == ranks_sum(n, k), "comm %d allreduce: %d", k, sum);
     double d = me == n - 1 ? (double)k : -1.0;
     rc = MPI_Bcast(&d, 1, MPI_DOUBLE, n - 1, comm);
-    SMALL_BCAST(T_BCAST);
+    SMALL_BCAST(T_BCAST, sizeof(d));
     CHECK(rc == MPI_SUCCESS && d == (double)k, "comm %d bcast: %g", k, d);
     /* 16 KiB: served under the defaults too. */
     static int big[4096], bigsum[4096];
@@ -210,7 +213,7 @@ static void test_served(void)
     SERVED(T_ALLREDUCE);
     CHECK(rc == MPI_SUCCESS, "count 0 allreduce");
     rc = MPI_Bcast(NULL, 0, MPI_BYTE, 0, MPI_COMM_WORLD);
-    SMALL_BCAST(T_BCAST);
+    SMALL_BCAST(T_BCAST, 0);
     CHECK(rc == MPI_SUCCESS, "count 0 bcast");
 }
 
@@ -221,7 +224,8 @@ int main(int argc, char **argv)
     PMPI_Comm_size(MPI_COMM_WORLD, &t_size);
     defaults = getenv("ARCOMM_PMPI_MIN_BYTES") == NULL;
     const char *eager = getenv("ARCOMM_BCAST_EAGER");
-    eager_off = eager != NULL && strcmp(eager, "off") == 0;
+    if (eager != NULL)
+        eager_max = strcmp(eager, "off") == 0 ? -1 : atol(eager) > 0 ? atol(eager) : -1;
     test_served();
     test_handed();
     int rc = t_finish();

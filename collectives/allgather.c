@@ -77,7 +77,7 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     size_t esize = rt_dtype_size(call->dtype);
     size_t bytes = call->count * esize;
     struct coll_pipe pp;
-    coll_pipe_begin(&pp, c, -1, call->count, esize);
+    coll_pipe_begin(&pp, c, -1, call->count, esize, COLL_PIPE_CHUNK_BYTES_ALLGATHER);
     for (size_t k = 0; k < pp.rounds; k++) {
         size_t lo = k * pp.chunk;
         size_t len = (call->count - lo < pp.chunk ? call->count - lo : pp.chunk) * esize;

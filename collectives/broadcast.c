@@ -62,7 +62,7 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
 {
     size_t esize = rt_dtype_size(call->dtype);
     struct coll_pipe pp;
-    coll_pipe_begin(&pp, c, call->root, call->count, esize);
+    coll_pipe_begin(&pp, c, call->root, call->count, esize, COLL_PIPE_CHUNK_BYTES);
     bool root = c->rank == call->root;
     for (size_t k = 0; k < pp.rounds; k++) {
         size_t lo = k * pp.chunk;

@@ -418,7 +418,18 @@ struct coll_pipe {
     uint64_t base; /* this rank's progress steps before round 0 (every rank's alike) */
 };
 
-void coll_pipe_begin(struct coll_pipe *pp, struct comm *c, int root, size_t count, size_t esize);
+/*
+ * A round's chunk, in bytes (at most a slot).  128 KiB keeps a producer's place and a
+ * consumer's reads of it in the caches while the ring holds 16 of them (1 MiB slots).
+ * Allgather, where every rank produces and consumes at once, reads 5-6% faster at 2-4 MiB
+ * with 256 KiB chunks on the 2-core EPYC VM, broadcast and reduce 5-10% slower at 1-2 MiB
+ * (docs/PERFORMANCE.md, 2026-12-03 19:45).
+ */
+#define COLL_PIPE_CHUNK_BYTES           (128u << 10)
+#define COLL_PIPE_CHUNK_BYTES_ALLGATHER (256u << 10)
+
+void coll_pipe_begin(struct coll_pipe *pp, struct comm *c, int root, size_t count, size_t esize,
+                     size_t chunk_bytes);
 /* Rank p's place for round k. */
 void *coll_pipe_place(const struct coll_pipe *pp, int p, size_t k);
 /* Waits until the root (root_side) or every other rank has published step base + steps

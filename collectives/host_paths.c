@@ -148,14 +148,11 @@ comm_status_t coll_sync(struct comm *c, const char *what)
     return shm_progress_wait_all(c, what);
 }
 
-/* A round's chunk: 128 KiB keeps a producer's place and a consumer's reads of it in
- * the caches while the ring holds 16 of them (1 MiB slots). */
-#define PIPE_CHUNK_BYTES (128u << 10)
-
-void coll_pipe_begin(struct coll_pipe *pp, struct comm *c, int root, size_t count, size_t esize)
+void coll_pipe_begin(struct coll_pipe *pp, struct comm *c, int root, size_t count, size_t esize,
+                     size_t chunk_bytes)
 {
     size_t slot = (size_t)c->shm->slot_bytes;
-    size_t want = slot < PIPE_CHUNK_BYTES ? slot : PIPE_CHUNK_BYTES;
+    size_t want = slot < chunk_bytes ? slot : chunk_bytes;
     pp->c = c;
     pp->root = root;
     pp->chunk = want / 64 * 64 / esize;

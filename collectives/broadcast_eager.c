@@ -143,7 +143,7 @@ static comm_status_t root_side(struct comm *c, const struct coll_call *call, siz
     shm_ring_lax(s);
     shm_note_cpu(c);
     /* After the tag: a peer that sees this rank completed the call sees its entry. */
-    atomic_store_explicit(&s->ranks[c->rank].completed, c->seq + 1, memory_order_release);
+    shm_complete(c);
     if (call->recv != call->send)
         memcpy(call->recv, call->send, bytes);
     return COMM_OK;
@@ -194,8 +194,7 @@ static bool entry_behind(struct comm *c, void *arg, int p)
     return p == w->root && atomic_load_explicit(&w->e->tag, memory_order_acquire) != w->tag;
 }
 
-/* "broadcast count 10 dtype f32 root 0". */
-static void describe(char *buf, size_t len, uint64_t count, unsigned dtype, int root)
+void coll_bcast_describe(char *buf, size_t len, uint64_t count, unsigned dtype, int root)
 {
     snprintf(buf, len, "broadcast count %llu dtype %s root %d", (unsigned long long)count,
              dtype < RT_DTYPE_COUNT ? rt_dtype_name((comm_dtype_t)dtype) : "?", root);
@@ -204,13 +203,14 @@ static void describe(char *buf, size_t len, uint64_t count, unsigned dtype, int 
 /*
  * This rank found that the root's call differs: it publishes its own call in its arrival
  * word, so that a root in a call that synchronises finds the mismatch too (once every
- * peer completed the call two before, which may still read that word), and fails.
+ * peer completed the call that used the slot before, which may still read that word:
+ * the rule of shm_publish_failure), and fails.
  */
 static comm_status_t mismatch(struct comm *c, const struct coll_call *call, const char *theirs)
 {
     char mine[96];
-    describe(mine, sizeof(mine), call->count, call->dtype, call->root);
-    comm_status_t st = wait_completed(c, c->seq - 2, "broadcast (eager path, mismatch)");
+    coll_bcast_describe(mine, sizeof(mine), call->count, call->dtype, call->root);
+    comm_status_t st = wait_completed(c, c->seq - SHM_SLOTS, "broadcast (eager path, mismatch)");
     if (st != COMM_OK)
         return st;
     struct shm_arrival me = coll_arrival_of(call, SHM_PATH_FLAG);
@@ -238,14 +238,14 @@ static comm_status_t peer_side(struct comm *c, const struct coll_call *call, siz
     if (e->seq != c->seq || e->count != call->count || e->dtype != (uint8_t)call->dtype ||
         e->root != call->root) {
         char theirs[96];
-        describe(theirs, sizeof(theirs), e->count, e->dtype, (int)e->root);
+        coll_bcast_describe(theirs, sizeof(theirs), e->count, e->dtype, (int)e->root);
         return mismatch(c, call, theirs);
     }
     /* bytes is this rank's own size, checked against the entry's room (the knob's range). */
     memcpy(call->recv, e->data, bytes);
     /* Release: the root may reuse the entry once it sees this.  Rung: a root whose ring
      * is full may sleep on it (lax, as the root's tag). */
-    atomic_store_explicit(&s->ranks[c->rank].completed, c->seq + 1, memory_order_release);
+    shm_complete(c);
     shm_ring_lax(s);
     return COMM_OK;
 }

@@ -488,6 +488,9 @@ bool coll_bcast_eager_takes(const struct comm *c, const struct coll_call *call);
  * communicator lasts at most this long (shm_ring_lax). */
 #define COLL_EAGER_WAKE_NS 1000000u
 comm_status_t coll_bcast_eager(struct comm *c, const struct coll_call *call);
+/* "broadcast count 10 dtype f32 root 0", for messages (dtype as a peer published it:
+ * "?" when it names none). */
+void coll_bcast_describe(char *buf, size_t len, uint64_t count, unsigned dtype, int root);
 /* After an eager broadcast the peers may still be in it: a call of any other kind first
  * waits until every peer completed every call before it. */
 comm_status_t coll_settle_wait(struct comm *c);

@@ -160,15 +160,14 @@ static void describe(const struct shm_arrival *a, bool with_path, char *buf, siz
 static comm_status_t eager_mismatch(struct comm *c, int p)
 {
     const struct shm_eager *e = shm_eager_at(c->shm, p, c->shm->eager_calls);
-    char mine[160];
+    char mine[160], theirs[96];
     describe(shm_arrival_at(c->shm, c->seq, c->rank), false, mine, sizeof(mine));
+    coll_bcast_describe(theirs, sizeof(theirs), e->count, e->dtype, (int)e->root);
     rt_error(c, COMM_ERR_MISMATCH,
              "rank %d: collective call %u mismatch: this rank called %s, rank %d made an eager "
-             "broadcast count %llu dtype %s root %d (ARCOMM_BCAST_EAGER: up to %zu bytes): "
-             "every rank must make the same calls in the same order",
-             c->rank, c->seq, mine, p, (unsigned long long)e->count,
-             e->dtype < RT_DTYPE_COUNT ? rt_dtype_name((comm_dtype_t)e->dtype) : "?", (int)e->root,
-             c->knobs.bcast_eager);
+             "%s (ARCOMM_BCAST_EAGER: up to %zu bytes): every rank must make the same calls in "
+             "the same order",
+             c->rank, c->seq, mine, p, theirs, c->knobs.bcast_eager);
     return COMM_ERR_MISMATCH;
 }
 

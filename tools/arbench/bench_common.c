@@ -607,8 +607,13 @@ int bench_run_size(const struct bench_rank *r, size_t bytes, struct bench_result
         /*
          * Estimate the time per call from doubling batches until one lasts 10 ms; every
          * rank must run the same number of calls, so each batch ends with an agreement
-         * on the slowest rank's time.  The first, cold batches count for nothing.
+         * on the slowest rank's time.  The first, cold batches count for nothing.  One
+         * call before them all: a first call may set things up (libarcomm_pmpi makes
+         * its communicator on first use, milliseconds), and a probe that timed it would
+         * settle on the fewest calls, then timed cold.
          */
+        if (call(r, psend, precv, l.count))
+            goto out;
         double est = 0.0;
         for (int k = 1;; k *= 2) {
             double t0 = bench_now();

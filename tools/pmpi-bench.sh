@@ -26,6 +26,18 @@ if [ "${HEAP:-0}" = 1 ]; then
 fi
 mkdir -p "$out"
 sweep=(-b "$min" -e "$max" -f "$factor")
+floor="$build/tools/arbench/shm-floor"
+floor_sizes=$(python3 -c '
+import sys
+def b(v):
+    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(v[:-1]) * m[v[-1].upper()] if v[-1].upper() in m else int(v)
+s, e, f = b(sys.argv[1]), b(sys.argv[2]), int(sys.argv[3])
+out = []
+while s <= e:
+    out.append(str(s))
+    s *= f
+print(" ".join(out))' "$min" "$max" "$factor")
 for round in $(seq 1 "$rounds"); do
     for coll in $colls; do
         extra=()
@@ -37,6 +49,10 @@ for round in $(seq 1 "$rounds"); do
             --csv-stdout >"$out/pmpi-$coll-$round.csv"
         "$build/tools/arbench/arbench" --procs "${heap[@]}" -n "$np" --coll "$coll" \
             "${sweep[@]}" "${extra[@]}" --csv "$out/arcomm-$coll-$round.csv" >/dev/null
+        if [ "$coll" = allgather ] && [ "$np" = 2 ] && [ -x "$floor" ]; then
+            # shellcheck disable=SC2086 # the sizes are words
+            "$floor" -r 3 $floor_sizes >"$out/floor-$coll-$round.txt"
+        fi
     done
     echo "pmpi-bench: round $round of $rounds done" >&2
 done
@@ -50,6 +66,14 @@ def load(kind, coll):
         for r in csv.DictReader(rows):
             t.setdefault(int(r["size"]), []).append(float(r["time_us"]))
     return {s: statistics.median(v) for s, v in t.items()}
+def load_floor(coll):
+    t = {}
+    for path in sorted(glob.glob(os.path.join(out, f"floor-{coll}-*.txt"))):
+        for line in open(path):
+            f = line.split()
+            if f and not line.startswith("#"):
+                t.setdefault(int(f[0]), []).append(float(f[1]))
+    return {s: statistics.median(v) for s, v in t.items()}
 def human(n):
     for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= f:
@@ -57,12 +81,21 @@ def human(n):
     return f"{n} B"
 for coll in colls:
     mpi, pmpi, arc = load("mpi", coll), load("pmpi", coll), load("arcomm", coll)
+    floor = load_floor(coll)
     print(f"\n{coll} (median µs per call over the rounds)\n")
-    print("| size | Open MPI | MPI on arcomm (pmpi) | arcomm API | MPI / pmpi | pmpi − API (µs) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    head = "| size | Open MPI | MPI on arcomm (pmpi) | arcomm API | MPI / pmpi | pmpi − API (µs) |"
+    rule = "|---:|---:|---:|---:|---:|---:|"
+    if floor:
+        head += " bare floor | MPI / floor |"
+        rule += "---:|---:|"
+    print(head)
+    print(rule)
     for s in sorted(mpi):
         if s in pmpi and s in arc:
-            print(f"| {human(s)} | {mpi[s]:.2f} | {pmpi[s]:.2f} | {arc[s]:.2f} | "
-                  f"{mpi[s] / pmpi[s]:.2f}x | {pmpi[s] - arc[s]:+.2f} |")
+            row = (f"| {human(s)} | {mpi[s]:.2f} | {pmpi[s]:.2f} | {arc[s]:.2f} | "
+                   f"{mpi[s] / pmpi[s]:.2f}x | {pmpi[s] - arc[s]:+.2f} |")
+            if floor and s in floor:
+                row += f" {floor[s]:.2f} | {mpi[s] / floor[s]:.2f}x |"
+            print(row)
 PY
 echo "pmpi-bench: CSVs in $out" >&2

@@ -33,9 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FLOOR_CHUNK  (256u << 10) /* arcomm's COLL_PIPE_CHUNK_BYTES_ALLGATHER */
-#define FLOOR_PLACES 8            /* places of a rank's ring, as arcomm's 1 MiB slots give */
-#define FLOOR_ROUNDS 5
+#define FLOOR_CHUNK     (256u << 10) /* arcomm's COLL_PIPE_CHUNK_BYTES_ALLGATHER */
+#define FLOOR_PLACES    8            /* places of a rank's ring, as arcomm's 1 MiB slots give */
+#define FLOOR_ROUNDS    5
 #define FLOOR_MAX_ITERS 10000 /* timed calls a round at most, as arbench */
 
 /* The shared mapping: a progress word a rank (own line), then each rank's places. */
@@ -66,15 +66,19 @@ static void publish(struct floor_run *r, uint64_t step)
 
 static void wait_peer(const struct floor_run *r, uint64_t step)
 {
-    while (atomic_load_explicit(&r->sh->step[1 - r->me][0], memory_order_acquire) < step)
-        ;
+    /* Spinning, as arcomm's waits do; a host of one CPU (no pinning) yields now and then. */
+    for (unsigned n = 1;
+         atomic_load_explicit(&r->sh->step[1 - r->me][0], memory_order_acquire) < step; n++)
+        if ((n & 0xffff) == 0)
+            sched_yield();
 }
 
 /* One allgather from step base on: returns the step it ends at. */
 static uint64_t floor_allgather(struct floor_run *r, uint64_t base)
 {
     size_t rounds = (r->block + FLOOR_CHUNK - 1) / FLOOR_CHUNK;
-    char *own = r->recv + (size_t)r->me * r->block, *peer = r->recv + (size_t)(1 - r->me) * r->block;
+    char *own = r->recv + (size_t)r->me * r->block,
+         *peer = r->recv + (size_t)(1 - r->me) * r->block;
 
     if (rounds <= 1) {
         /* Two slots alternate: a peer that published call n + 1 has read call n. */
@@ -87,7 +91,8 @@ static uint64_t floor_allgather(struct floor_run *r, uint64_t base)
         return base + 1;
     }
     for (size_t k = 0; k < rounds; k++) {
-        size_t lo = k * FLOOR_CHUNK, len = r->block - lo < FLOOR_CHUNK ? r->block - lo : FLOOR_CHUNK;
+        size_t lo = k * FLOOR_CHUNK,
+               len = r->block - lo < FLOOR_CHUNK ? r->block - lo : FLOOR_CHUNK;
         size_t place = k % FLOOR_PLACES * FLOOR_CHUNK;
         if (k >= FLOOR_PLACES)
             wait_peer(r, base + 2 * (k - FLOOR_PLACES) + 2); /* the peer consumed it */
@@ -185,8 +190,8 @@ int main(int argc, char **argv)
     if (optind >= argc || iters < 0 || iters > FLOOR_MAX_ITERS || rounds < 1 ||
         rounds > FLOOR_ROUNDS * 4)
         goto usage;
-    size_t shared_bytes = 4096 + 2 * (size_t)FLOOR_PLACES * FLOOR_CHUNK +
-                          2 * FLOOR_MAX_ITERS * sizeof(double);
+    size_t shared_bytes =
+        4096 + 2 * (size_t)FLOOR_PLACES * FLOOR_CHUNK + 2 * FLOOR_MAX_ITERS * sizeof(double);
     char *map = mmap(NULL, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) {
         fprintf(stderr, "shm-floor: mmap of %zu bytes: %m\n", shared_bytes);

@@ -18,9 +18,10 @@
  * call between two clock readings, so the two compare; a reading costs about 0.03 us in
  * a VM).  Every byte of the output is checked once per size.  Not installed: a
  * measurement of this host.
- *   shm-floor [-i ITERS] [-r ROUNDS] SIZE...      SIZE: bytes, or with K/M
+ *   shm-floor [-i ITERS] [-r ROUNDS] SIZE...      SIZE: as arbench reads it (64, 4K, 1M)
  */
-#include <errno.h>
+#include "bench_common.h"
+
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -152,20 +153,6 @@ static double measure(struct floor_run *r, uint64_t *step, long iters, int round
     return med[rounds / 2];
 }
 
-static size_t parse_size(const char *s)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return 0;
-    if (*end == 'K' || *end == 'k')
-        v <<= 10, end++;
-    else if (*end == 'M' || *end == 'm')
-        v <<= 20, end++;
-    return *end ? 0 : (size_t)v;
-}
-
 static void pin(int cpu)
 {
     cpu_set_t set;
@@ -215,8 +202,9 @@ int main(int argc, char **argv)
                "# %12s %12s %12s %8s\n",
                "size(B)", "floor(us)", "sync(us)", "#wrong");
     for (int a = optind; a < argc; a++) {
-        size_t size = parse_size(argv[a]);
-        if (size < 2 || size % 2 != 0 || size > (1ULL << 32)) {
+        size_t size = 0;
+        if (bench_parse_size(argv[a], &size) != 0 || size < 2 || size % 2 != 0 ||
+            size > (1ULL << 32)) {
             if (r.me == 0)
                 fprintf(stderr, "shm-floor: size '%s': an even number of bytes, 2 to 4G\n",
                         argv[a]);

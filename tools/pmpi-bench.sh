@@ -27,17 +27,6 @@ fi
 mkdir -p "$out"
 sweep=(-b "$min" -e "$max" -f "$factor")
 floor="$build/tools/arbench/shm-floor"
-floor_sizes=$(python3 -c '
-import sys
-def b(v):
-    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(v[:-1]) * m[v[-1].upper()] if v[-1].upper() in m else int(v)
-s, e, f = b(sys.argv[1]), b(sys.argv[2]), int(sys.argv[3])
-out = []
-while s <= e:
-    out.append(str(s))
-    s *= f
-print(" ".join(out))' "$min" "$max" "$factor")
 for round in $(seq 1 "$rounds"); do
     for coll in $colls; do
         extra=()
@@ -50,8 +39,7 @@ for round in $(seq 1 "$rounds"); do
         "$build/tools/arbench/arbench" --procs "${heap[@]}" -n "$np" --coll "$coll" \
             "${sweep[@]}" "${extra[@]}" --csv "$out/arcomm-$coll-$round.csv" >/dev/null
         if [ "$coll" = allgather ] && [ "$np" = 2 ] && [ -x "$floor" ]; then
-            # shellcheck disable=SC2086 # the sizes are words
-            "$floor" -r 3 $floor_sizes >"$out/floor-$coll-$round.txt"
+            "$floor" -r 3 "${sweep[@]}" >"$out/floor-$coll-$round.txt"
         fi
     done
     echo "pmpi-bench: round $round of $rounds done" >&2

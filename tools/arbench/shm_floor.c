@@ -18,9 +18,11 @@
  * call between two clock readings, so the two compare; a reading costs about 0.03 us in
  * a VM).  Every byte of the output is checked once per size.  Not installed: a
  * measurement of this host.
- *   shm-floor [-i ITERS] [-r ROUNDS] SIZE...      SIZE: as arbench reads it (64, 4K, 1M)
+ *   shm-floor [-i ITERS] [-r ROUNDS] -b MIN [-e MAX] [-f FACTOR]   the sizes of arbench
+ *                                                -n 2 --coll allgather over the same options
  */
 #include "bench_common.h"
+#include "bench_report.h"
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -166,15 +168,31 @@ int main(int argc, char **argv)
 {
     long iters = 0;
     int rounds = FLOOR_ROUNDS, opt;
-    while ((opt = getopt(argc, argv, "i:r:")) != -1) {
+    /* The sizes of arbench --coll allgather -n 2 over the same -b, -e and -f. */
+    struct bench_opts o;
+    bench_opts_init(&o);
+    o.coll = BENCH_ALLGATHER;
+    o.nranks = 2;
+    o.min_bytes = o.max_bytes = 0;
+    while ((opt = getopt(argc, argv, "i:r:b:e:f:")) != -1) {
         if (opt == 'i')
             iters = atol(optarg);
         else if (opt == 'r')
             rounds = atoi(optarg);
+        else if (opt == 'b' && bench_parse_size(optarg, &o.min_bytes) == 0)
+            continue;
+        else if (opt == 'e' && bench_parse_size(optarg, &o.max_bytes) == 0)
+            continue;
+        else if (opt == 'f')
+            o.factor = atof(optarg);
         else
             goto usage;
     }
-    if (optind >= argc || iters < 0 || iters > FLOOR_MAX_ITERS || rounds < 1 ||
+    if (o.max_bytes == 0)
+        o.max_bytes = o.min_bytes;
+    size_t sizes[BENCH_MAX_SIZES], nsizes = bench_sizes(&o, sizes, BENCH_MAX_SIZES);
+    if (optind != argc || o.min_bytes == 0 || o.factor <= 1.0 || o.max_bytes > (1ULL << 32) ||
+        nsizes == 0 || iters < 0 || iters > FLOOR_MAX_ITERS || rounds < 1 ||
         rounds > FLOOR_ROUNDS * 4)
         goto usage;
     size_t shared_bytes =
@@ -201,16 +219,8 @@ int main(int argc, char **argv)
         printf("# shm-floor: 2 processes, private buffers; size = the whole receive buffer\n"
                "# %12s %12s %12s %8s\n",
                "size(B)", "floor(us)", "sync(us)", "#wrong");
-    for (int a = optind; a < argc; a++) {
-        size_t size = 0;
-        if (bench_parse_size(argv[a], &size) != 0 || size < 2 || size % 2 != 0 ||
-            size > (1ULL << 32)) {
-            if (r.me == 0)
-                fprintf(stderr, "shm-floor: size '%s': an even number of bytes, 2 to 4G\n",
-                        argv[a]);
-            wrong_total = 1;
-            break;
-        }
+    for (size_t a = 0; a < nsizes; a++) {
+        size_t size = sizes[a];
         r.block = size / 2;
         r.send = aligned_alloc(64, (r.block + 63) / 64 * 64);
         r.recv = aligned_alloc(64, (size + 63) / 64 * 64);
@@ -248,7 +258,7 @@ int main(int argc, char **argv)
     waitpid(child, &status, 0);
     return wrong_total != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 usage:
-    fprintf(stderr, "usage: shm-floor [-i ITERS] [-r ROUNDS] SIZE...  (SIZE: the whole receive "
-                    "buffer of a 2-rank allgather, bytes or with K/M)\n");
+    fprintf(stderr, "usage: shm-floor [-i ITERS] [-r ROUNDS] -b MIN [-e MAX] [-f FACTOR]  (sizes: "
+                    "the whole receive buffer of a 2-rank allgather, as arbench's -b/-e/-f)\n");
     return 2;
 }

@@ -197,6 +197,26 @@ comm_status_t comm_init_all(comm_t **comms, int n, const int *devices, const com
 comm_status_t comm_abort(comm_t *comm);
 
 /*
+ * The wait hook (0.3): a function that the waits of a call on comm run from the
+ * waiting thread while that call waits for its peers: first once the call has waited
+ * period_us microseconds, then about every period_us; never on a call whose peers are
+ * all there, so it costs such calls nothing.  Layers above arcomm use it to keep their
+ * own world moving while a call waits: an MPI interposer drives MPI's progress engine,
+ * a Python binding runs the interpreter's signal handlers (Ctrl-C).  A nonzero return
+ * stops the call as comm_abort would: this rank returns COMM_ERR_ABORTED (its message
+ * names the hook and the value), the communicator is broken on every rank (the peers
+ * return COMM_ERR_PEER).  fn must not call arcomm on comm (comm_abort excepted).
+ *
+ * Local, not collective: each rank sets its own.  Set it while no call runs on comm
+ * (COMM_ERR_INVALID otherwise); fn == NULL removes it; comm_split and comm_dup children
+ * do not inherit it.  period_us 0 means 1000; more than 1000000 is COMM_ERR_INVALID.
+ * Every host-side wait of a call runs it (shared memory, the CUDA backends' host-side
+ * waits, Hexagon's fences, the MPI steps of comm_init_mpi's communicators).
+ */
+typedef int (*comm_wait_hook_fn)(comm_t *comm, void *arg);
+comm_status_t comm_set_wait_hook(comm_t *comm, comm_wait_hook_fn fn, void *arg, unsigned period_us);
+
+/*
  * Frees every resource of the communicator, also after an error.  comm may be NULL.
  * Call it once, when no other thread is inside a call on comm: while one is, nothing
  * is freed and COMM_ERR_INVALID is returned (comm_abort it first, let that call

@@ -505,6 +505,36 @@ ARCOMM_API comm_status_t comm_abort(comm_t *comm)
     return COMM_OK;
 }
 
+/* The longest period comm_set_wait_hook takes: a second. */
+#define WAIT_HOOK_MAX_US 1000000u
+
+ARCOMM_API comm_status_t comm_set_wait_hook(comm_t *comm, comm_wait_hook_fn fn, void *arg,
+                                            unsigned period_us)
+{
+    if (!rt_handle_ok(comm, "comm_set_wait_hook"))
+        return COMM_ERR_INVALID;
+    /* The waits read the hook without a lock: it may change only between calls. */
+    if (atomic_load_explicit(&comm->entered, memory_order_acquire) != 0) {
+        rt_init_error(&comm->knobs, COMM_ERR_INVALID,
+                      "rank %d: comm_set_wait_hook: a call on this communicator is running in "
+                      "another thread; set the hook before the calls (or between them)",
+                      comm->rank);
+        return COMM_ERR_INVALID;
+    }
+    if (period_us > WAIT_HOOK_MAX_US) {
+        rt_error(comm, COMM_ERR_INVALID,
+                 "rank %d: comm_set_wait_hook: period_us %u is more than %u (a second): a "
+                 "hook that runs less often cannot keep anything moving; pass 0 for the "
+                 "default of 1000",
+                 comm->rank, period_us, WAIT_HOOK_MAX_US);
+        return COMM_ERR_INVALID;
+    }
+    comm->wait_hook = fn;
+    comm->wait_hook_arg = fn != NULL ? arg : NULL;
+    comm->wait_hook_period_ns = (uint64_t)(period_us != 0 ? period_us : 1000u) * 1000u;
+    return COMM_OK;
+}
+
 ARCOMM_API comm_status_t comm_mem_alloc(comm_t *comm, size_t bytes, void **ptr)
 {
     if (!rt_handle_ok(comm, "comm_mem_alloc"))

@@ -118,9 +118,8 @@ static comm_status_t report(struct comm *c, const struct hex_op_args *a,
         }
         return COMM_ERR_PEER;
     case HEX_ERR_ABORTED:
-        rt_error(c, COMM_ERR_ABORTED,
-                 "rank %d: comm_abort was called while the HTP session waited at the %s", c->rank,
-                 stage);
+        rt_error(c, COMM_ERR_ABORTED, "rank %d: %s while the HTP session waited at the %s", c->rank,
+                 rt_abort_cause(c), stage);
         return COMM_ERR_ABORTED;
     default:
         if (r->peer == c->rank) {
@@ -269,6 +268,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
         hx->debug_stall_ms = 0;
     }
     struct hex_op_result r;
+    hx->next_hook = rt_wait_hook_first(c, rt_now_ns());
     hex_op_allreduce(hx->session, &a, &r);
     rt_log(c, RT_LOG_TRACE,
            "rank %d: op_allreduce%s count %zu %s: rows %u..%u cols %u..%u, %u threads, "

@@ -442,6 +442,9 @@ static comm_status_t make_comm(struct comm *tc, struct hier_comm *h, comm_t **ou
     snprintf(h->name, sizeof(h->name), "%s+mpi", comm_transport_name(h->intra));
     h->ops.name = h->name;
     st = rt_hook_init_backend(out, &hcfg, &h->ops, h);
+    /* The host's waits in this communicator's calls run its wait hook. */
+    if (st == COMM_OK)
+        h->intra->hook_owner = *out;
     if (st != COMM_OK)
         snprintf(tc->errmsg, sizeof(tc->errmsg), "comm_init_mpi: rank %d: %s", tc->rank,
                  comm_last_error(NULL));

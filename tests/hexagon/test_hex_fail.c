@@ -2,8 +2,8 @@
 /*
  * Failures on Hexagon communicators: a stalled session (entry-fence timeout, the
  * peers fail with its status), an error status injected into one session reaching
- * every other, comm_abort while a session waits at a fence; afterwards the
- * communicator answers at once with an error.
+ * every other, comm_abort while a session waits at a fence, a wait hook that stops the
+ * call there; afterwards the communicator answers at once with an error.
  */
 #include "hex_test_util.h"
 #include "comm_base.h"
@@ -22,7 +22,8 @@
 #define COUNT 5000
 
 struct fail_arg {
-    int mode; /* 0 stall rank 2, 1 inject on rank 1, 2 abort rank 0 */
+    int mode;       /* 0 stall rank 2, 1 inject on rank 1, 2 abort rank 0, 3 rank 0's hook stops */
+    int hook_calls; /* mode 3: how often rank 0's hook ran */
     double second_ms[HT_MAX_RANKS];
     comm_status_t second[HT_MAX_RANKS];
 };
@@ -41,6 +42,14 @@ static void *abort_later(void *p)
     return NULL;
 }
 
+/* Mode 3's hook: stops rank 0's call on its second run. */
+static int stop_second(comm_t *comm, void *arg)
+{
+    (void)comm;
+    struct fail_arg *f = arg;
+    return ++f->hook_calls == 2 ? 5 : 0;
+}
+
 static void body(struct ht_rank *r)
 {
     struct fail_arg *f = r->user;
@@ -56,8 +65,11 @@ static void body(struct ht_rank *r)
         hex_debug_stall(r->comm, 1500);
     if (f->mode == 1 && r->rank == 1)
         hex_debug_inject_status(r->comm, COMM_ERR_SYSTEM);
-    if (f->mode == 2 && r->rank == 1)
+    if ((f->mode == 2 || f->mode == 3) && r->rank == 1)
         hex_debug_stall(r->comm, 1500);
+    if (f->mode == 3 && r->rank == 0 &&
+        comm_set_wait_hook(r->comm, stop_second, f, 10000) != COMM_OK)
+        return;
     if (f->mode == 2 && r->rank == 0)
         aborter = pthread_create(&th, NULL, abort_later, r->comm) == 0;
     r->status = comm_allreduce(r->comm, buf, buf, COUNT, COMM_F32, COMM_SUM, NULL);
@@ -135,12 +147,30 @@ static void test_abort_at_fence(void **state)
     check_broken(&f, 2);
 }
 
+static void test_hook_stops_at_fence(void **state)
+{
+    (void)state;
+    ht_env_set("ARCOMM_HEX_FENCE_TIMEOUT_MS", "10000");
+    struct fail_arg f = {.mode = 3};
+    struct ht_rank out[2];
+    double t0 = now_ms();
+    ht_run_threads(2, body, &f, out);
+    ht_env_restore();
+    assert_true(now_ms() - t0 < 5000.0);
+    assert_int_equal(f.hook_calls, 2);
+    assert_int_equal(out[0].status, COMM_ERR_ABORTED);
+    assert_non_null(strstr(out[0].msg, "wait hook"));
+    assert_int_equal(out[1].status, COMM_ERR_PEER);
+    check_broken(&f, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stalled_session),
         cmocka_unit_test(test_injected_status),
         cmocka_unit_test(test_abort_at_fence),
+        cmocka_unit_test(test_hook_stops_at_fence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

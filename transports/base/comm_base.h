@@ -66,6 +66,15 @@ struct comm {
     _Atomic int misused;            /* two threads entered at once: the next call fails */
     char errmsg[RT_ERRMSG_BYTES];   /* comm_last_error */
 
+    /* comm_set_wait_hook's hook, run by the waits of a call (rt_wait_hook_due).  Written
+     * only while no call runs; hook_owner is the communicator whose hook applies: this
+     * one, or the communicator of comm_init_mpi that this one serves within a host. */
+    comm_wait_hook_fn wait_hook;
+    void *wait_hook_arg;
+    uint64_t wait_hook_period_ns;
+    struct comm *hook_owner;
+    char stop_why[96]; /* what the hook returned, once it stopped a call ("" before) */
+
     FILE *log; /* NULL = stderr */
     bool log_owned;
     struct comm *live_next; /* runtime/: the registry of live communicators (live.c) */
@@ -91,6 +100,8 @@ static inline bool rt_abort_requested(struct comm *c)
 /* What stopped an aborted rank, for its message. */
 static inline const char *rt_abort_cause(const struct comm *c)
 {
+    if (c->stop_why[0] != '\0')
+        return c->stop_why;
     if (c->init_abort != NULL && __atomic_load_n(c->init_abort, __ATOMIC_RELAXED) != 0)
         return c->init_abort_what;
     if (c->parent != NULL && atomic_load_explicit(&c->parent->aborted, memory_order_relaxed))
@@ -141,6 +152,20 @@ static inline bool rt_passed(uint64_t deadline, uint64_t now)
 static inline uint64_t rt_left_ns(uint64_t deadline, uint64_t now)
 {
     return deadline == RT_NEVER ? RT_NEVER : now >= deadline ? 0 : deadline - now;
+}
+
+/*
+ * The wait hook's turn in a wait (comm_set_wait_hook): once now reaches *next (which a
+ * wait starts at rt_wait_hook_first), the hook of c's owner runs and *next moves one
+ * period on.  True when the hook asked the call to stop: c is then aborted, and
+ * rt_abort_cause names the hook; the wait reports it as it reports comm_abort.
+ */
+bool rt_wait_hook_run(struct comm *c, uint64_t now, uint64_t *next);
+/* When a wait that starts at now first runs the hook: RT_NEVER without one. */
+static inline uint64_t rt_wait_hook_first(const struct comm *c, uint64_t now)
+{
+    const struct comm *o = c->hook_owner != NULL ? c->hook_owner : c;
+    return o->wait_hook == NULL ? RT_NEVER : now + o->wait_hook_period_ns;
 }
 
 #endif /* ARCOMM_BASE_COMM_BASE_H */

@@ -114,3 +114,19 @@ void rt_init_error_quiet(const char *fmt, ...)
     vsnprintf(init_errmsg, sizeof(init_errmsg), fmt, ap);
     va_end(ap);
 }
+
+bool rt_wait_hook_run(struct comm *c, uint64_t now, uint64_t *next)
+{
+    struct comm *o = c->hook_owner != NULL ? c->hook_owner : c;
+    if (o->wait_hook == NULL || now < *next)
+        return false;
+    int r = o->wait_hook(o, o->wait_hook_arg);
+    /* A slow hook must not run back to back: the period counts from its return. */
+    *next = rt_now_ns() + o->wait_hook_period_ns;
+    if (r == 0)
+        return false;
+    snprintf(c->stop_why, sizeof(c->stop_why),
+             "the wait hook (comm_set_wait_hook) returned %d, which stops the call", r);
+    atomic_store(&c->aborted, 1);
+    return true;
+}

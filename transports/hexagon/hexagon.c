@@ -43,6 +43,8 @@ static int32_t hx_poll(void *ctx)
     if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
         return HEX_ERR_ABORTED;
     uint64_t now = rt_now_ns();
+    if (rt_wait_hook_run(c, now, &hx->next_hook))
+        return HEX_ERR_ABORTED;
     if (!c->shm->same_process && now >= hx->next_liveness) {
         hx->next_liveness = now + RT_LIVENESS_PERIOD_NS;
         int p = shm_dead_peer(c, SHM_PEERS_ALL);

@@ -72,6 +72,7 @@ struct hex_comm {
     uint32_t threads;
     long fence_timeout_ms;   /* < 0 = never */
     uint64_t next_liveness;  /* when the op's poll next checks peer processes */
+    uint64_t next_hook;      /* when the op's poll next runs the wait hook (RT_NEVER: none) */
     uint32_t debug_stall_ms; /* tests: the next op starts this late */
     int last_peer_dead;      /* the poll saw a dead peer process (its rank) + 1 */
 };

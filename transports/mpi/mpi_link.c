@@ -209,7 +209,7 @@ comm_status_t mpi_link_wait_for(struct comm *c, struct mpi_link *l, mpi_link_pol
 static comm_status_t wait_for(struct comm *c, struct mpi_link *l, mpi_link_poll_fn poll, void *arg,
                               uint64_t deadline, bool abortable, const char *what)
 {
-    uint64_t start = 0, now = 0, next_watch = 0;
+    uint64_t start = 0, now = 0, next_watch = 0, next_hook = RT_NEVER;
     for (unsigned polls = 0;; polls++) {
         bool done = false;
         comm_status_t pst = poll(c, arg, &done);
@@ -239,6 +239,12 @@ static comm_status_t wait_for(struct comm *c, struct mpi_link *l, mpi_link_poll_
         if (start == 0) {
             start = now;
             next_watch = now + RT_LIVENESS_PERIOD_NS;
+            next_hook = abortable ? rt_wait_hook_first(c, now) : RT_NEVER;
+        }
+        if (rt_wait_hook_run(c, now, &next_hook)) {
+            rt_error(c, COMM_ERR_ABORTED, "rank %d: %s during %s (call %u)", c->rank,
+                     rt_abort_cause(c), what, c->seq);
+            return COMM_ERR_ABORTED;
         }
         if (l != NULL && l->watch != NULL && now >= next_watch) {
             next_watch = now + RT_LIVENESS_PERIOD_NS;

@@ -256,6 +256,14 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
     return shm_wait_for(c, ready, NULL, arg, what, NULL);
 }
 
+/* comm_abort, an abort word or the wait hook stopped the wait. */
+static comm_status_t aborted(struct comm *c, const char *what)
+{
+    rt_error(c, COMM_ERR_ABORTED, "rank %d: %s while rank %d waited in %s (call %u)", c->rank,
+             rt_abort_cause(c), c->rank, what, c->seq);
+    return COMM_ERR_ABORTED;
+}
+
 static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind,
                               shm_behind_fn waited, void *arg, const char *what,
                               const char *missing)
@@ -283,6 +291,7 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
     uint64_t sleep_at = sat_add(yield_at, c->knobs.yield_ns > 0 ? (uint64_t)c->knobs.yield_ns : 0);
     uint64_t deadline = rt_deadline_after(start, rt_ms_to_ns(c->timeout_ms));
     uint64_t next_liveness = start + RT_LIVENESS_PERIOD_NS;
+    uint64_t next_hook = rt_wait_hook_first(c, start);
     enum phase phase = c->shm->spin_ns > 0 ? PHASE_SPIN : PHASE_YIELD;
     unsigned iter = 0;
 
@@ -294,15 +303,14 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
             cpu_relax();
             continue;
         }
-        if (rt_abort_requested(c)) {
-            rt_error(c, COMM_ERR_ABORTED, "rank %d: %s while rank %d waited in %s (call %u)",
-                     c->rank, rt_abort_cause(c), c->rank, what, c->seq);
-            return COMM_ERR_ABORTED;
-        }
+        if (rt_abort_requested(c))
+            return aborted(c, what);
         comm_status_t st = shm_check_peers(c);
         if (st != COMM_OK)
             return st;
         uint64_t now = rt_now_ns();
+        if (rt_wait_hook_run(c, now, &next_hook))
+            return aborted(c, what);
         if (rt_passed(deadline, now)) {
             /* One last look: the condition may have come true while this rank slept. */
             r = ready(c, arg);
@@ -345,6 +353,8 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
                 uint64_t slice = left < most ? left : most;
                 if ((!c->shm->same_process || c->parent != NULL) && next_liveness - now < slice)
                     slice = next_liveness - now;
+                if (next_hook != RT_NEVER && next_hook > now && next_hook - now < slice)
+                    slice = next_hook - now;
                 struct timespec ts = {.tv_sec = (time_t)(slice / 1000000000u),
                                       .tv_nsec = (long)(slice % 1000000000u)};
                 futex(&s->hdr->bell, FUTEX_WAIT, bell, &ts);

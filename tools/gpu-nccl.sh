@@ -31,6 +31,9 @@ NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$NG" -ge 1 ] 2>/dev/null || NG=1
 rows=()
 rc=0
+# The arcomm-* names in /dev/shm before the steps: only names the steps made count below
+# (another job's beside this one never do).
+shm_before=$(ls /dev/shm 2>/dev/null | grep '^arcomm-' | sort)
 
 {
   date -u
@@ -122,8 +125,11 @@ grep -E '^ +[0-9]+ |^# [0-9]+ of' "$OUT/time-both.log" | tee -a "$OUT/overhead.t
 echo "real NCCL ($NG rank(s)):" | tee -a "$OUT/overhead.txt"
 grep -E '^ +[0-9]+ ' "$OUT/time-real.log" | tee -a "$OUT/overhead.txt"
 
-left=$(ls /dev/shm 2>/dev/null | grep -c '^arcomm-')
-[ "$left" = 0 ] || { echo "left in /dev/shm: $left arcomm-* names"; rc=1; }
+# Names made since the start that stay for 2 s: what the steps left behind.
+new_names() { comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | grep '^arcomm-' | sort); }
+left=$(new_names)
+[ -z "$left" ] || { sleep 2; left=$(comm -12 <(echo "$left") <(new_names)); }
+[ -z "$left" ] || { echo "left in /dev/shm: $(echo $left)"; rc=1; }
 
 echo "== summary (logs in $OUT)"
 printf '%-28s %4s  %s\n' step rc verdict

@@ -13,10 +13,17 @@
 #include <limits.h>
 #include <stddef.h>
 
-/* As NCCL's, this header brings the CUDA runtime's (programs rely on it); with
- * ARCOMM_NCCL_NO_CUDA_RUNTIME defined it declares only cudaStream_t (the same type). */
+/* As NCCL 2.19's, this header brings the CUDA runtime's and the 16-bit float types'
+ * headers (programs rely on them: nccl-tests uses half and __nv_bfloat16 through it; not
+ * cuda_fp8.h, which NCCL's header brings from 2.24 on, with the fp8 types this ABI lacks);
+ * with ARCOMM_NCCL_NO_CUDA_RUNTIME defined it declares only cudaStream_t (the same
+ * type). */
 #ifndef ARCOMM_NCCL_NO_CUDA_RUNTIME
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
 #else
 struct CUstream_st;
 typedef struct CUstream_st *cudaStream_t;

@@ -5,8 +5,17 @@
 One resolved buffer is a tuple ``(ptr, count, dtype, device, device_index, stream, keep)``:
 ``dtype`` a ``comm_dtype_t`` value, ``device`` 0 (host) or 1 (CUDA), ``device_index`` the
 GPU ordinal where the object says (-1 where it does not), ``stream`` the CUDA stream
-handle its framework orders work on (``None`` where there is none), ``keep`` an object
-to hold on to until the call returns (a DLPack capsule) or ``None``.
+handle its framework orders work on (``None`` where there is none), ``keep`` what holds
+the memory for the call: the buffer export (a ctypes object made by ``from_buffer``, a
+memoryview, a DLPack capsule with its producer) or the object itself.  The caller keeps
+the tuple until the C call has returned, so that a ``bytearray`` cannot be resized nor an
+``mmap`` closed while arcomm reads or writes it (Python refuses with BufferError).
+
+Elements are taken only as what they are: a numpy dtype, a buffer format, a DLPack or
+``__cuda_array_interface__`` type of one of arcomm's dtypes, in native byte order.
+``dtype=`` (override) reads plain numbers (signed or unsigned integers, floats) of the
+same size as another dtype (bf16 over uint16 storage); never objects, records, booleans,
+complex numbers or byte-swapped data.
 """
 from __future__ import annotations
 
@@ -179,9 +188,21 @@ _DL_HOST = (1, 3)
 _DL_CUDA = (2, 13)
 
 
-def _pick(code: int | None, itemsize: int, desc: Any, role: str, override: int | None) -> int:
-    """The dtype code: the override (same element size) or the buffer's own."""
+# The largest buffer a call takes: count * itemsize must fit a signed size (ptrdiff_t).
+_MAX_BYTES = (1 << 63) - 1
+
+
+def _pick(code: int | None, plain: bool, itemsize: int, desc: Any, role: str,
+          override: int | None) -> int:
+    """The dtype code: the buffer's own, or the override where the buffer holds plain
+    numbers (``plain``: integers or floats, native byte order) of the override's size."""
     if override is not None:
+        if not plain:
+            raise TypeError(
+                f"arcomm: {role} holds {desc} elements: dtype={DTYPE_NAMES[override]!r} "
+                "reinterprets plain numbers only (integers or floats in native byte order); "
+                f"pass an array of {DTYPE_NAMES[override]} (or 16-bit storage for bf16)"
+            )
         if ITEMSIZE[override] != itemsize:
             raise TypeError(
                 f"arcomm: dtype={DTYPE_NAMES[override]!r} has {ITEMSIZE[override]}-byte "
@@ -198,21 +219,60 @@ def _what(obj: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
+def _count(shape: Any, itemsize: int, role: str) -> int:
+    n = 1
+    for d in shape:
+        d = int(d)
+        if d < 0:
+            raise ValueError(f"arcomm: {role}: negative dimension in shape {tuple(shape)}")
+        n *= d
+    if n * itemsize > _MAX_BYTES:
+        raise ValueError(
+            f"arcomm: {role}: shape {tuple(shape)} of {itemsize}-byte elements is "
+            f"{n * itemsize} bytes, more than a process can address"
+        )
+    return n
+
+
+def _np_desc(dt: np.dtype) -> str:
+    if not dt.isnative:
+        return f"byte-swapped {dt.str} ({'big' if dt.byteorder == '>' else 'little'}-endian)"
+    return f"{dt} (numpy kind {dt.kind!r})"
+
+
 def _numpy(a: np.ndarray, writable: bool, role: str, override: int | None = None) -> tuple:
-    code = NP_CODES.get(a.dtype)
+    dt = a.dtype
+    code = NP_CODES.get(dt)
     if code is None or override is not None:
-        code = _pick(code, a.itemsize, a.dtype, role, override)
+        if code is None and override is None and not dt.isnative and dt.kind in "iuf":
+            raise TypeError(
+                f"arcomm: {role} is {_np_desc(dt)}: arcomm reads numbers in this machine's "
+                "byte order; pass x.astype(x.dtype.newbyteorder('='))"
+            )
+        plain = code is not None or (dt.kind in "iuf" and dt.isnative)
+        code = _pick(code, plain, dt.itemsize, _np_desc(dt) if code is None else dt, role,
+                     override)
     if not a.flags.c_contiguous:
-        raise ValueError(f"arcomm: {role} must be C-contiguous (got strides {a.strides})")
+        raise ValueError(
+            f"arcomm: {role} must be C-contiguous (got strides {a.strides} for shape "
+            f"{a.shape}); pass np.ascontiguousarray(x)"
+            + (" and copy the result back" if writable else "")
+        )
     n = a.size
-    if a.flags.writeable and n:
-        try:
-            return (_addressof(_c_char.from_buffer(a)), n, code, 0, -1, None, None)
-        except ValueError:  # no buffer export for this dtype (ml_dtypes' bfloat16)
-            return (a.ctypes.data, n, code, 0, -1, None, None)
     if writable and not a.flags.writeable:
         raise ValueError(f"arcomm: {role} must be writable (a read-only array was given)")
-    return ((a.ctypes.data or None) if n else None, n, code, 0, -1, None, None)
+    if not n:
+        return (None, 0, code, 0, -1, None, a)
+    if a.flags.writeable:
+        try:
+            # The ctypes object holds the buffer export for as long as it lives.
+            exp = _c_char.from_buffer(a)
+            return (_addressof(exp), n, code, 0, -1, None, exp)
+        except (TypeError, ValueError):  # no buffer export for this dtype (ml_dtypes' bfloat16)
+            pass
+    # Read-only (or unexportable) arrays: the array itself holds its memory and, through
+    # its base, any export it was made from.
+    return (a.ctypes.data, n, code, 0, -1, None, a)
 
 
 def _contiguous(shape: list[int], strides: list[int] | None) -> bool:
@@ -227,6 +287,12 @@ def _contiguous(shape: list[int], strides: list[int] | None) -> bool:
     return True
 
 
+# DLPack type codes: kDLInt, kDLUInt, kDLFloat, kDLBfloat hold plain numbers.
+_DL_PLAIN = (0, 1, 2, 4)
+_DL_KINDS = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "complex",
+             6: "bool"}
+
+
 def _dlpack(obj: Any, writable: bool, role: str, stream: int | None, override: int | None) -> tuple:
     dev_type, dev_id = obj.__dlpack_device__()
     if dev_type in _DL_CUDA:
@@ -239,19 +305,20 @@ def _dlpack(obj: Any, writable: bool, role: str, stream: int | None, override: i
     t = _DLTensor.from_address(_capsule_ptr(cap, b"dltensor"))
     shape = [t.shape[i] for i in range(t.ndim)]
     strides = None if not t.strides else [t.strides[i] for i in range(t.ndim)]
-    code = _DL_CODES.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
-    if override is not None and t.dtype.lanes == 1:
-        code = _pick(code, t.dtype.bits // 8, None, role, override)
-    if code is None:
-        raise TypeError(
-            f"arcomm: {role}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, "
-            f"{t.dtype.lanes} lanes) is not one of {', '.join(DTYPE_NAMES)}"
-        )
+    dl = t.dtype
+    desc = (f"DLPack {_DL_KINDS.get(dl.code, f'code {dl.code}')} ({dl.bits} bits, "
+            f"{dl.lanes} lanes)")
+    code = _DL_CODES.get((dl.code, dl.bits)) if dl.lanes == 1 else None
+    if code is None or override is not None:
+        plain = dl.lanes == 1 and dl.code in _DL_PLAIN and dl.bits % 8 == 0
+        if code is None and override is None:
+            raise TypeError(
+                f"arcomm: {role}: {desc} is not one of {', '.join(DTYPE_NAMES)}"
+            )
+        code = _pick(code, plain, dl.bits // 8, desc, role, override)
     if not _contiguous(shape, strides):
         raise ValueError(f"arcomm: {role} must be C-contiguous (DLPack strides {strides})")
-    n = 1
-    for d in shape:
-        n *= d
+    n = _count(shape, ITEMSIZE[code], role)
     if t.device.device_type in _DL_HOST:
         dev = 0
     elif t.device.device_type in _DL_CUDA:
@@ -259,7 +326,13 @@ def _dlpack(obj: Any, writable: bool, role: str, stream: int | None, override: i
     else:
         raise ValueError(f"arcomm: {role}: DLPack device type {t.device.device_type} unsupported")
     ptr = (t.data or 0) + t.byte_offset
-    return (ptr or None, n, code, dev, t.device.device_id if dev else -1, None, cap)
+    if n and not ptr:
+        raise ValueError(f"arcomm: {role}: DLPack tensor of {n} elements has no data pointer")
+    # The capsule (not yet consumed) keeps the producer's memory alive; obj too.
+    return (ptr or None, n, code, dev, t.device.device_id if dev else -1, None, (cap, obj))
+
+
+_NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
 def _cai(obj: Any, writable: bool, role: str, override: int | None) -> tuple:
@@ -267,49 +340,77 @@ def _cai(obj: Any, writable: bool, role: str, override: int | None) -> tuple:
     ptr, readonly = cai["data"]
     if writable and readonly:
         raise ValueError(f"arcomm: {role} must be writable (read-only CUDA array)")
+    if cai.get("mask") is not None:
+        raise ValueError(f"arcomm: {role}: masked CUDA arrays are not supported")
     typestr = cai["typestr"]
-    code = _TYPESTR_CODES.get(typestr[1:])
-    if override is not None and typestr[0] != ">":
-        code = _pick(code, int(typestr[2:]), None, role, override)
-    if code is None or typestr[0] == ">":
-        raise TypeError(f"arcomm: {role}: CUDA array typestr {typestr!r} is not an arcomm dtype")
+    native = typestr[0] in (_NATIVE, "|", "=")
+    code = _TYPESTR_CODES.get(typestr[1:]) if native else None
+    if code is None or override is not None:
+        try:
+            size = int(typestr[2:])
+        except ValueError:
+            size = 0
+        plain = native and typestr[1:2] in ("i", "u", "f") and size > 0
+        if code is None and override is None:
+            raise TypeError(f"arcomm: {role}: CUDA array typestr {typestr!r} is not an arcomm dtype")
+        code = _pick(code, plain, size, f"typestr {typestr!r}", role, override)
     shape = list(cai["shape"])
     item = ITEMSIZE[code]
     strides = cai.get("strides")
-    if strides is not None and not _contiguous(shape, [s // item for s in strides]):
+    if strides is not None and (
+        any(s % item for s in strides) or not _contiguous(shape, [s // item for s in strides])
+    ):
         raise ValueError(f"arcomm: {role} must be C-contiguous (strides {tuple(strides)})")
-    n = 1
-    for d in shape:
-        n *= d
+    n = _count(shape, item, role)
     stream = cai.get("stream")
     if stream is None and "stream" not in cai:
         cupy = sys.modules.get("cupy")
         if cupy is not None and type(obj).__module__.startswith("cupy"):
             stream = cupy.cuda.get_current_stream().ptr
-    return (ptr or None, n, code, 1, -1, stream, None)
+    return (ptr or None, n, code, 1, -1, stream, obj)
 
 
 def _torch(t: Any, writable: bool, role: str, override: int | None) -> tuple:
     torch = sys.modules["torch"]
-    code = _torch_codes(torch).get(t.dtype)
+    dt = t.dtype
+    code = _torch_codes(torch).get(dt)
+    if t.layout != torch.strided:
+        raise ValueError(f"arcomm: {role}: a {t.layout} torch tensor; pass a dense one (t.to_dense())")
     if code is None or override is not None:
-        code = _pick(code, t.element_size(), t.dtype, role, override)
+        plain = not (dt.is_complex or dt == torch.bool or t.is_quantized)
+        code = _pick(code, plain, t.element_size(), dt, role, override)
     if not t.is_contiguous():
-        raise ValueError(f"arcomm: {role} must be contiguous (torch strides {t.stride()})")
+        raise ValueError(
+            f"arcomm: {role} must be contiguous (torch strides {t.stride()}); pass "
+            "t.contiguous()" + (" and copy the result back" if writable else "")
+        )
+    if t.is_neg() or t.is_conj():
+        raise ValueError(
+            f"arcomm: {role} is a lazily negated or conjugated view: its memory does not "
+            "hold its values; pass t.resolve_neg() / t.resolve_conj()"
+        )
+    if writable and t.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"arcomm: {role} requires grad: arcomm writes it behind autograd's back; make "
+            "the call under torch.no_grad(), or pass t.detach() (the same memory)"
+        )
     dev = t.device
+    n = t.numel()
     if dev.type == "cuda":
         stream = torch.cuda.current_stream(dev).cuda_stream
-        return (t.data_ptr() or None, t.numel(), code, 1, dev.index, stream, None)
+        return (t.data_ptr() or None, n, code, 1, dev.index, stream, t)
     if dev.type != "cpu":
         raise ValueError(f"arcomm: {role}: torch device {dev} is not cpu or cuda")
-    return (t.data_ptr() or None, t.numel(), code, 0, -1, None, None)
+    return (t.data_ptr() or None, n, code, 0, -1, None, t)
 
 
 def resolve(
     obj: Any, writable: bool, role: str, stream: int | None = None, override: int | None = None
 ) -> tuple:
     """Resolves one buffer object; raises TypeError or ValueError for what arcomm cannot
-    use.  ``override``: a comm_dtype_t to read the elements as (same element size)."""
+    use.  ``override``: a comm_dtype_t to read the elements as (plain numbers of the
+    same size).  Keep the result until the C call returned: its last item holds the
+    memory."""
     if isinstance(obj, _ndarray):
         return _numpy(obj, writable, role, override)
     torch = sys.modules.get("torch")
@@ -330,4 +431,13 @@ def resolve(
         raise ValueError(f"arcomm: {role} must be writable ({_what(obj)} is read-only)")
     if not mv.c_contiguous:
         raise ValueError(f"arcomm: {role} must be C-contiguous")
-    return _numpy(np.asarray(mv), writable, role, override)
+    try:
+        a = np.asarray(mv)
+    except (TypeError, ValueError, NotImplementedError) as e:
+        raise TypeError(
+            f"arcomm: {role}: {_what(obj)}'s buffer format {mv.format!r} is not one arcomm "
+            f"reads ({e})"
+        ) from None
+    # a's base is mv, which holds obj's buffer export as long as a lives (the tuple's
+    # last item): obj cannot be resized or closed under the call.
+    return _numpy(a, writable, role, override)

@@ -3,7 +3,8 @@
 (Comm.from_mpi).  Usage: worker.py MODE; prints one line "rank R: ..." that the test
 reads.  Modes: sweep, mpi-sweep (every collective; prints a digest of the allreduce
 bits), mismatch, mpi-mismatch, exit, sigkill (rank 1 dies mid-communicator; the others
-report what they raised), cuda-torch, cuda-cupy (ARCOMM_DEVICE=cuda)."""
+report what they raised), interrupt (rank 0 blocks in a call until SIGINT; rank 1
+calls once it reads a line on stdin), cuda-torch, cuda-cupy (ARCOMM_DEVICE=cuda)."""
 from __future__ import annotations
 
 import hashlib
@@ -63,6 +64,39 @@ def do_death(c: arcomm.Comm, how: str) -> None:
         report(c.rank, f"{e.status} {time.monotonic() - t0:.3f}s {e.message[:80]}")
 
 
+def do_interrupt(c: arcomm.Comm) -> None:
+    x = np.ones(100)
+    c.barrier()  # every rank joined
+    if c.rank == 0:
+        def announce() -> None:
+            while not c._busy:  # the call is in flight: its buffers held, C entered soon
+                time.sleep(0.001)
+            time.sleep(0.05)
+            report(0, "waiting")
+
+        import threading
+
+        threading.Thread(target=announce, daemon=True).start()
+        try:
+            c.allreduce(x)
+            report(0, "no interrupt")
+        except KeyboardInterrupt:
+            t = time.monotonic()
+            try:
+                c.barrier()
+                report(0, "KeyboardInterrupt; then barrier returned")
+            except arcomm.Error as e:
+                report(0, f"KeyboardInterrupt; then {e.status} {time.monotonic() - t:.3f}s")
+        return
+    sys.stdin.readline()
+    t0 = time.monotonic()
+    try:
+        c.allreduce(x)
+        report(c.rank, "no error")
+    except arcomm.Error as e:
+        report(c.rank, f"{e.status} {time.monotonic() - t0:.3f}s {e.message[:120]}")
+
+
 def do_cuda(c: arcomm.Comm, module: str) -> None:
     import cuda_checks
 
@@ -105,6 +139,8 @@ def main() -> int:
             do_cuda(c, mode[5:])
         elif mode in ("exit", "sigkill"):
             do_death(c, mode)
+        elif mode == "interrupt":
+            do_interrupt(c)
         else:
             raise SystemExit(f"worker.py: unknown mode {mode}")
     finally:

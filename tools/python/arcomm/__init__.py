@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ctypes import byref, c_int
 
-from . import _lib
+from . import _interrupt, _lib
 from ._buffers import DTYPE_NAMES
 from ._comm import Comm, InitAbort
 from ._collectives import OPS
@@ -34,6 +34,7 @@ __all__ = [
 
 def new_id() -> str:
     """A fresh communicator id (``comm_id_new``): give it to every rank of one communicator."""
+    _interrupt.install_sigint()
     cid = _lib.CommId()
     st = _lib.lib().comm_id_new(byref(cid))
     if st:

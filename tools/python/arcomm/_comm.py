@@ -21,7 +21,7 @@ import weakref
 from ctypes import byref, c_int, c_void_p
 from typing import Any, Sequence
 
-from . import _buffers, _lib
+from . import _buffers, _interrupt, _lib
 from ._buffers import NP_CODES as _NP_CODES
 from ._buffers import DTYPE_NAMES, dtype_code
 from ._collectives import OPS, Collectives
@@ -31,6 +31,7 @@ _ndarray = _buffers.np.ndarray
 _addressof = ctypes.addressof
 _c_char = ctypes.c_char
 _get_ident = threading.get_ident
+_count = _interrupt.count
 
 _DEVICES = {"host": 0, "cuda": 1, "hexagon": 2}
 _DEVICE_NAMES = {v: k for k, v in _DEVICES.items()}
@@ -212,6 +213,15 @@ class Comm(Collectives):
         self._reduce_scatter = lib.comm_reduce_scatter
         self._alltoall = lib.comm_alltoall
         self._barrier = lib.comm_barrier
+        # The wait hook: Ctrl-C (any signal handler that raises) stops a waiting call.
+        self._hs = _interrupt.CallState()
+        fnptr, self._hook_keep = _interrupt.make_hook(self._hs)
+        st = lib.comm_set_wait_hook(handle, fnptr, None, _interrupt.PERIOD_US)
+        if st:
+            msg = last_error(handle)
+            lib.comm_destroy(handle)
+            raise Error(st, msg, "comm_set_wait_hook")
+        _interrupt.install_sigint()
         self._h = handle
         with _live_lock:
             _live.add(self)
@@ -314,7 +324,8 @@ class Comm(Collectives):
 
     def _run(self, name: str, fn: Any, *args: Any) -> None:
         """fn(handle, *args) as one call on this communicator; raises Error for a
-        nonzero status.  See the module's docstring."""
+        nonzero status, or what a signal handler raised while the call waited (see
+        _interrupt).  See the module's docstring."""
         me = _get_ident()
         busy = 0
         try:
@@ -325,14 +336,23 @@ class Comm(Collectives):
                 if h is None or self._busy:
                     raise self._refusal(name, me)
                 busy = self._busy = me
+            hs = self._hs
+            hs.exc = None
+            hs.why = ""
+            hs.sigint0 = _count.sigint
             st = fn(h, *args)
-            if st:
-                err = self._failure(st, h, name)
+            exc = hs.exc
+            if exc is not None:
+                hs.exc = None
+            elif st:
+                err = self._failure(st, h, name, hs.why)
         finally:
             if busy:
                 self._busy = 0
                 if self._defer is not None:
                     self._destroy_deferred()
+        if exc is not None:
+            raise exc
         if st:
             raise err
 
@@ -360,15 +380,22 @@ class Comm(Collectives):
             name,
         )
 
-    def _failure(self, st: int, h: int, name: str) -> Error:
+    def _failure(self, st: int, h: int, name: str, why: str = "") -> Error:
         """The Error of a failed call, read while the call is still marked in flight."""
         msg = last_error(h)
         if st == ABORTED:
-            if self._closing:
+            if why:
                 msg = (
-                    f"rank {self._rank}: {name}: Comm.close() was called in another thread "
-                    "while this call ran: the call was aborted (its peers return "
-                    "COMM_ERR_PEER) and the communicator destroyed"
+                    f"rank {self._rank}: {name}: interrupted: {why} while this call waited "
+                    f"in thread {threading.current_thread().name}; the call was stopped as "
+                    "comm_abort stops it: the communicator is broken on every rank (its "
+                    "peers return COMM_ERR_PEER)"
+                )
+            elif self._closing:
+                msg = (
+                    f"rank {self._rank}: {name}: Comm.close() was called (in another thread "
+                    "or a signal handler) while this call ran: the call was aborted (its "
+                    "peers return COMM_ERR_PEER) and the communicator destroyed"
                 )
             elif self._misuse is not None and self._misuse[1] != _get_ident():
                 msg = (

@@ -165,6 +165,7 @@ def _signatures() -> dict:
         "comm_last_error": (c_char_p, [p_comm]),
         "comm_dtype_size": (c_size_t, [c_int]),
         "comm_get_version": (None, [POINTER(c_int), POINTER(c_int), POINTER(c_int)]),
+        "comm_set_wait_hook": (st, [p_comm, c_void_p, c_void_p, ctypes.c_uint]),
     }
     return sigs
 

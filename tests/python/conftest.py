@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """pytest setup for arcomm's Python tests: the package from tools/python (no install
-needed), thread-rank helpers, and checks that nothing is left behind (threads, the
-/dev/shm/arcomm-* names)."""
+needed), thread-rank helpers, and checks that a test leaves nothing of its own behind
+(threads, child processes, the /dev/shm names of its own communicators)."""
 from __future__ import annotations
 
 import glob
@@ -79,28 +79,139 @@ def run_each(n: int, fn: Callable[[int], Any], timeout: float = 120.0) -> tuple[
     return results, errors
 
 
-def _shm() -> set[str]:
-    return set(glob.glob("/dev/shm/arcomm-*"))
+# ---- what a test made, and checks that it left none of it behind ----
+#
+# Another arcomm job may run beside the tests (a second suite, a benchmark): its
+# /dev/shm/arcomm-* names come and go, and can live long (a rank waiting in comm_init
+# for its peers).  So a test checks only the names of its own communicators: every id
+# the package made in this process (new_id), every communicator's id (made by
+# comm_init_all or comm_split inside the library, read back through rt_hook_comm_id),
+# and the ids its process ranks report (made(): arrun's and mpirun's jobs).
+
+_ids: set[str] = set()  # the hex digits of every id this process saw made or used
+_ids_lock = threading.Lock()
+
+
+def made(comm_id: str) -> None:
+    """Counts comm_id ("arc1-<hex>") as one of the running test's communicators."""
+    hexpart = comm_id.split("-", 1)[-1]
+    with _ids_lock:
+        _ids.add(hexpart)
+
+
+def _comm_id(handle: int) -> str:
+    import ctypes
+
+    lib = arcomm._lib.lib()
+    fn = lib.rt_hook_comm_id
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(arcomm._lib.CommId)]
+    cid = arcomm._lib.CommId()
+    return cid.str.decode() if fn(handle, ctypes.byref(cid)) == 0 else ""
+
+
+def _record_ids() -> None:
+    """Wraps the package's constructors so that every id it makes or joins is made()."""
+    if getattr(arcomm, "_test_ids_recorded", False):
+        return
+    arcomm._test_ids_recorded = True
+    setup, new_id, init = arcomm.Comm._setup, arcomm.new_id, arcomm.Comm.__init__
+
+    def _setup(self, handle, device):
+        cid = _comm_id(handle)
+        if cid:
+            made(cid)
+        return setup(self, handle, device)
+
+    def _new_id():
+        cid = new_id()
+        made(cid)
+        return cid
+
+    def _init(self, id, *args, **kw):
+        if isinstance(id, str) and id.startswith("arc1-"):
+            made(id)
+        return init(self, id, *args, **kw)
+
+    arcomm.Comm._setup = _setup
+    arcomm.new_id = _new_id
+    arcomm.Comm.__init__ = _init
+
+
+_record_ids()
+
+
+def _children() -> set[int]:
+    """This process's child processes (alive or not yet reaped)."""
+    kids: set[int] = set()
+    for f in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        try:
+            with open(f) as fh:
+                kids.update(int(p) for p in fh.read().split())
+        except OSError:
+            pass
+    return kids
+
+
+class LeakCheck:
+    """One test's leak check: begin() before it, end() after it.  end() raises
+    AssertionError naming what the test left: a thread, a child process, a /dev/shm name
+    of one of its own communicators that outlived ``grace`` seconds (a rendezvous that
+    failed leaves a stub for its stragglers up to 5 s); it removes those names first, so
+    that one leak does not fail the tests after it."""
+
+    def __init__(self, grace: float = 6.0) -> None:
+        self.grace = grace
+
+    def begin(self) -> None:
+        with _ids_lock:
+            _ids.clear()
+        self.threads = threading.active_count()
+        self.children = _children()
+
+    def own_names(self) -> set[str]:
+        with _ids_lock:
+            ids = list(_ids)
+        names: set[str] = set()
+        for h in ids:
+            names.update(glob.glob(f"/dev/shm/arcomm-{h}*"))
+        return names
+
+    def end(self) -> None:
+        import gc
+
+        gc.collect()
+        problems = []
+        if threading.active_count() != self.threads:
+            problems.append(
+                f"{threading.active_count() - self.threads} thread(s) left running: "
+                + ", ".join(t.name for t in threading.enumerate())
+            )
+        kids = _children() - self.children
+        if kids:
+            problems.append(f"child process(es) left: {sorted(kids)}")
+        deadline = time.monotonic() + self.grace
+        left = self.own_names()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = self.own_names()
+        for name in left:
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+        if left:
+            problems.append(f"its own communicators' names left in /dev/shm: {sorted(left)}")
+        assert not problems, "; ".join(problems)
 
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """Every test: no new thread and no new /dev/shm/arcomm-* name survives it.  Other
-    jobs on the host (a parallel meson test) make names of their own that live for a
-    moment, so a new name counts as left behind only once it has lasted 3 s."""
-    shm0 = _shm()
-    threads0 = threading.active_count()
-    yield
-    import gc
-
-    gc.collect()
-    assert threading.active_count() == threads0, "a test left a thread running"
-    deadline = time.monotonic() + 3.0
-    left = _shm() - shm0
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left &= _shm()
-    assert not left, f"left in /dev/shm: {sorted(left)}"
+    """Every test: no thread, child process or /dev/shm name of its own survives it."""
+    chk = LeakCheck()
+    chk.begin()
+    yield chk
+    chk.end()
 
 
 def pytest_sessionfinish(session, exitstatus):

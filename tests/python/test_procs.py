@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import build_dir
+from conftest import build_dir, made
 
 WORKER = str(Path(__file__).resolve().parent / "worker.py")
 PYTHON = sys.executable
@@ -33,8 +33,14 @@ def _env(**extra: str) -> dict:
 
 
 def _lines(out: str) -> dict[int, str]:
+    """The workers' "rank R: ..." lines by rank; their "comm-id R: ID" lines count
+    those ids as the test's own (the leak check)."""
     got = {}
     for line in out.splitlines():
+        m = re.match(r"(?:\[\d+\] )?comm-id \d+: (arc1-[0-9a-f]+)", line)
+        if m:
+            made(m.group(1))
+            continue
         m = re.match(r"(?:\[\d+\] )?rank (\d+): (.*)", line)
         if m:
             got[int(m.group(1))] = m.group(2)

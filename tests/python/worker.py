@@ -28,6 +28,17 @@ def report(comm_rank: int, text: str) -> None:
     sys.stdout.flush()
 
 
+def comm_id(c: arcomm.Comm) -> str:
+    """The communicator's id (rt_hook_comm_id), for the tests' leak check."""
+    import ctypes
+
+    fn = arcomm._lib.lib().rt_hook_comm_id
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(arcomm._lib.CommId)]
+    cid = arcomm._lib.CommId()
+    fn(c._h, ctypes.byref(cid))
+    return cid.str.decode()
+
+
 def do_sweep(c: arcomm.Comm) -> None:
     from sweep import sweep
 
@@ -130,6 +141,8 @@ def main() -> int:
         mode = mode[4:]
     else:
         c = arcomm.Comm.from_env()
+    sys.stdout.write(f"comm-id {c.rank}: {comm_id(c)}\n")
+    sys.stdout.flush()
     try:
         if mode == "sweep":
             do_sweep(c)

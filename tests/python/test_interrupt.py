@@ -223,3 +223,26 @@ def test_handler_closes_the_comm():
         cs[1].allreduce(np.ones(64))
     assert ei.value.status == "COMM_ERR_PEER"
     cs[1].close()
+
+
+def test_sigint_main_thread_in_comm_init():
+    """The main thread waits in Comm(...) for a rank that never comes: SIGINT raises
+    KeyboardInterrupt at once (the init is aborted), not after the 30 s timeout; an
+    InitAbort of the program's own still works beside it."""
+    sent: list = []
+
+    def body() -> None:
+        time.sleep(0.3)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=body, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        arcomm.Comm(arcomm.new_id(), 0, 2, timeout_ms=30000)
+    assert time.monotonic() - sent[0] < 10
+    flag = arcomm.InitAbort()
+    threading.Timer(0.3, flag.set).start()
+    with pytest.raises(arcomm.Error) as ei:
+        arcomm.Comm(arcomm.new_id(), 0, 2, timeout_ms=30000, abort=flag)
+    assert ei.value.status == "COMM_ERR_ABORTED"
+    time.sleep(0.1)  # the helper thread and the Timer end

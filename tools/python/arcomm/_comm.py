@@ -139,6 +139,40 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _init_in_thread(h: c_void_p, cfg: Any, flag: InitAbort) -> tuple[int, str]:
+    """comm_init for the main thread, interruptible: a communicator does not exist yet,
+    so no wait hook can run Python's signal handlers.  The init runs in a helper thread
+    while the main thread waits on an Event, which signal handlers interrupt; whatever
+    a handler raises sets the init's abort flag (the init returns COMM_ERR_ABORTED at
+    once, the other ranks' inits COMM_ERR_PEER), and is raised once the helper is done."""
+    out: list = [INVALID, ""]
+    done = threading.Event()
+
+    def body() -> None:
+        try:
+            st = _lib.lib().comm_init(byref(h), byref(cfg))
+            # comm_last_error(NULL) is the calling thread's: read it here.
+            out[:] = [st, last_error(None) if st else ""]
+        finally:
+            done.set()
+
+    threading.Thread(target=body, name="arcomm comm_init", daemon=True).start()
+    raised: BaseException | None = None
+    while True:
+        try:
+            done.wait()
+            break
+        except BaseException as e:  # noqa: BLE001 - raised again below
+            if raised is None:
+                raised = e
+            flag.set()
+    if raised is not None:
+        if out[0] == 0 and h.value:
+            _lib.lib().comm_destroy(h.value)  # completed before it saw the flag
+        raise raised
+    return out[0], out[1]
+
+
 class Comm(Collectives):
     """One rank's communicator (a ``comm_t``).
 
@@ -174,14 +208,21 @@ class Comm(Collectives):
         abort: InitAbort | None = None,
     ) -> None:
         self._h = None
+        main = threading.current_thread() is threading.main_thread()
+        if abort is None and main:
+            abort = InitAbort()  # for Ctrl-C, see _init_in_thread
         cfg, keep = _config(
             nranks, rank, id, device, device_index, transport, timeout_ms, knob_defaults, abort
         )
         h = c_void_p()
-        st = _lib.lib().comm_init(byref(h), byref(cfg))
+        if main:
+            st, msg = _init_in_thread(h, cfg, abort)
+        else:
+            st = _lib.lib().comm_init(byref(h), byref(cfg))
+            msg = last_error(None) if st else ""
         del keep
         if st:
-            raise_status(st, None, "comm_init")
+            raise Error(st, msg, "comm_init")
         self._setup(h.value, _DEVICES[device])
 
     @classmethod

@@ -165,3 +165,26 @@ def test_library_search_order():
     found = Path(p.stdout.strip())
     assert found.name == "libarcomm.so" and found.parent.name.startswith("build"), found
     assert found.parent.parent == Path(__file__).resolve().parents[2], found
+
+
+def test_import_without_a_library(tmp_path):
+    """The package copied where no build tree is above it, no ARCOMM_LIBRARY: import
+    works; the first call raises OSError saying how to provide the library."""
+    import shutil as sh
+
+    import arcomm
+
+    if arcomm._lib._installed_candidates():
+        pytest.skip("an installed libarcomm would be found")
+    pkg = Path(__file__).resolve().parents[2] / "tools" / "python" / "arcomm"
+    sh.copytree(pkg, tmp_path / "arcomm")
+    e = {k: v for k, v in os.environ.items() if k != "ARCOMM_LIBRARY"}
+    e["PYTHONPATH"] = str(tmp_path)
+    p = subprocess.run([PYTHON, "-c", "import arcomm; print('imported'); arcomm.new_id()"],
+                       capture_output=True, text=True, timeout=60, env=e, cwd=tmp_path)
+    assert p.returncode != 0 and p.stdout.strip() == "imported", p.stdout + p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("OSError: arcomm: no usable libarcomm.so: build arcomm"), last
+    for what in ("ninja -C build", "meson install", "ARCOMM_LIBRARY", "found none"):
+        assert what in last, last
+

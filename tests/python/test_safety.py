@@ -371,3 +371,60 @@ def test_garbage_collection_with_a_call_in_flight():
     check_equal(got[0], np.full(16, 3.0), "rank 0")
     check_equal(x1, np.full(16, 3.0), "rank 1")
     c1.close()
+
+
+def test_refused_dlpack_export_is_named(one):
+    """numpy exports no read-only array through DLPack: the refusal comes as a
+    ValueError naming the rank, the call, the buffer and what to pass instead."""
+    ro = np.arange(4.0)
+    ro.flags.writeable = False
+    for call in (lambda: one.allreduce(_DLPackOnly(ro), np.zeros(4)),
+                 lambda: one.allreduce(np.zeros(4), _DLPackOnly(ro))):
+        with pytest.raises(ValueError, match="rank 0: allreduce: (send|recv): .*__dlpack__ refused "
+                           "the export .*; pass a numpy array or a buffer-protocol object"):
+            call()
+
+
+def test_broken_communicator_says_so():
+    """After a failure the communicator answers every call with that failure's status,
+    and comm_last_error still holds that failure's text: the package says that the
+    communicator is broken since that call, instead of repeating the old text as if it
+    were the new call's."""
+    (c,) = arcomm.Comm.init_all(1)
+    y = np.arange(20.0)
+    with pytest.raises(arcomm.Error) as first:
+        c.allreduce(y[0:10], y[5:15])  # overlapping views: COMM_ERR_INVALID
+    assert "overlap" in first.value.message
+    with pytest.raises(arcomm.Error) as later:
+        c.barrier()
+    assert later.value.status == first.value.status
+    assert later.value.message.startswith(
+        "rank 0: barrier: the communicator is broken since allreduce failed (make a new one): "
+    ), later.value.message
+    c.close()
+
+
+def test_awkward_arrays(one):
+    """0-d arrays, numpy scalars, Fortran-ordered and negative-stride views, huge claimed
+    shapes: used where arcomm can, else refused with the fix."""
+    z = np.array(3.0)
+    one.allreduce(z)
+    assert z == 3.0
+    out = np.array(0.0)
+    one.allreduce(np.array(2.5), out)
+    assert out == 2.5
+    r = np.zeros(1)
+    one.allreduce(np.float64(1.5), r)  # a numpy scalar is a read-only buffer: send only
+    assert r[0] == 1.5
+    with pytest.raises(ValueError, match="rank 0: allreduce: recv must be writable"):
+        one.allreduce(np.zeros(1), np.float64(1.5))
+    x = np.arange(10.0)
+    with pytest.raises(ValueError, match="C-contiguous \\(got strides \\(-8,\\) .*np.ascontiguousarray"):
+        one.allreduce(x[::-1])
+    with pytest.raises(ValueError, match="C-contiguous .*np.ascontiguousarray\\(x\\) and copy the result back"):
+        one.allreduce(np.zeros(10), np.zeros((5, 2), order="F").reshape(5, 2))
+    one.allreduce(np.zeros((3, 1), order="F"))  # one column: contiguous all the same
+    huge = _FakeCAI(np.zeros(1, np.float32), "<f4")
+    huge.__cuda_array_interface__["shape"] = (1 << 62,)
+    with pytest.raises(ValueError, match="more than a process can address"):
+        one.allreduce(huge)

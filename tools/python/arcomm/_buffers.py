@@ -294,12 +294,19 @@ _DL_KINDS = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5
 
 
 def _dlpack(obj: Any, writable: bool, role: str, stream: int | None, override: int | None) -> tuple:
-    dev_type, dev_id = obj.__dlpack_device__()
-    if dev_type in _DL_CUDA:
-        # DLPack: the stream the consumer will use; 1 = the legacy default stream.
-        cap = obj.__dlpack__(stream=1 if stream in (None, 0) else stream)
-    else:
-        cap = obj.__dlpack__()
+    try:
+        dev_type, dev_id = obj.__dlpack_device__()
+        if dev_type in _DL_CUDA:
+            # DLPack: the stream the consumer will use; 1 = the legacy default stream.
+            cap = obj.__dlpack__(stream=1 if stream in (None, 0) else stream)
+        else:
+            cap = obj.__dlpack__()
+    except (BufferError, TypeError, ValueError, RuntimeError) as e:
+        # numpy, for one, exports no read-only array through (unversioned) DLPack.
+        raise ValueError(
+            f"arcomm: {role}: {_what(obj)}.__dlpack__ refused the export ({e}); pass a "
+            "numpy array or a buffer-protocol object instead"
+        ) from None
     if not _capsule_valid(cap, b"dltensor"):
         raise TypeError(f"arcomm: {role}: {_what(obj)}.__dlpack__ returned no DLPack tensor")
     t = _DLTensor.from_address(_capsule_ptr(cap, b"dltensor"))

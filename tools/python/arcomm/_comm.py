@@ -240,6 +240,7 @@ class Comm(Collectives):
         self._defer: int | None = None  # a handle close() left to the call in flight
         self._closing = False
         self._misuse: tuple | None = None
+        self._broken: tuple | None = None  # (call, message) of the last failure
         self._gone = _CLOSED
         self._pid = os.getpid()
         self._dev = device
@@ -424,6 +425,17 @@ class Comm(Collectives):
     def _failure(self, st: int, h: int, name: str, why: str = "") -> Error:
         """The Error of a failed call, read while the call is still marked in flight."""
         msg = last_error(h)
+        # A broken communicator answers every later call with the status that broke it
+        # and leaves comm_last_error as that failure wrote it: say so, or the message of
+        # an allreduce's overlap would seem to be about the next barrier.
+        if msg and self._broken is not None and msg == self._broken[1]:
+            return Error(
+                st,
+                f"rank {self._rank}: {name}: the communicator is broken since {self._broken[0]} "
+                f"failed (make a new one): {msg}",
+                name,
+            )
+        self._broken = (name, msg)
         if st == ABORTED:
             if why:
                 msg = (

@@ -106,11 +106,19 @@ def _locate() -> tuple[ctypes.CDLL, str]:
         lib = _try_load(p)
         if lib is not None and _has_api(lib):
             return lib, p
-        tried.append(p if lib is None else p + " (an older arcomm: lacks this API)")
+        if lib is None:
+            tried.append(f"{p} (does not load into this interpreter: a sanitizer build?)")
+        else:
+            missing = [n for n in _signatures() if not hasattr(lib, n)]
+            tried.append(f"{p} (an older arcomm: lacks {', '.join(missing[:3])})")
+    here = Path(__file__).resolve().parent
     raise OSError(
-        "arcomm: libarcomm.so not found (set ARCOMM_LIBRARY to its path, build arcomm "
-        "in a checkout above this package, or install it); tried: "
-        + (", ".join(tried) if tried else "nothing")
+        "arcomm: no usable libarcomm.so: build arcomm in the checkout that holds this "
+        "package (meson setup build && ninja -C build), install it (meson install -C "
+        "build), or set ARCOMM_LIBRARY to the library's path.  Looked in: build*/ "
+        f"directories above {here}, ctypes.util.find_library('arcomm'), /usr/local/lib*, "
+        "/usr/lib*; "
+        + ("candidates passed over: " + "; ".join(tried) if tried else "found none")
     )
 
 

@@ -68,3 +68,16 @@ def test_bench_mpirun():
     assert p.returncode == 0, p.stdout + p.stderr
     assert "ranks: 2 (processes, mpirun)" in p.stdout
     _check(p.stdout, 11, 6)  # + mpi4py time, busbw, ratio
+
+
+def test_bench_interrupt():
+    """python -m arcomm.bench_interrupt runs and prints its four lines."""
+    p = subprocess.run([sys.executable, "-m", "arcomm.bench_interrupt", "--trials", "1",
+                        "--wait", "0.2"], capture_output=True, text=True, timeout=120, env=_env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("# arcomm "), p.stdout
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "wait with hook   ", "wait without hook",
+        "SIGINT -> KeyboardInterrupt, main thread rank", "SIGINT -> both thread ranks' calls returned",
+    ], p.stdout

@@ -246,3 +246,39 @@ def test_sigint_main_thread_in_comm_init():
         arcomm.Comm(arcomm.new_id(), 0, 2, timeout_ms=30000, abort=flag)
     assert ei.value.status == "COMM_ERR_ABORTED"
     time.sleep(0.1)  # the helper thread and the Timer end
+
+
+_CLOSE_IN_HANDLER = r"""
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import arcomm
+from arcomm import _comm
+
+(a,) = arcomm.Comm.init_all(1)
+signal.signal(signal.SIGINT, lambda s, f: a.close())
+
+
+class Adding(set):
+    # The registry's add, where the signal arrives: its handler runs here, while this
+    # thread holds the registry's lock.
+    def add(self, c):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100):
+            pass
+        return super().add(c)
+
+
+_comm._live = Adding(_comm._live)
+(b,) = arcomm.Comm.init_all(1)
+print("closed" if a.closed else "open", flush=True)
+b.close()
+"""
+
+
+def test_handler_closes_a_comm_while_another_is_made():
+    """A signal handler closes Comm a while the main thread is registering Comm b (the
+    handler runs inside the registry's lock): no deadlock, a is closed."""
+    pkg = str(Path(__file__).resolve().parents[2] / "tools" / "python")
+    p = subprocess.run([sys.executable, "-c", _CLOSE_IN_HANDLER, pkg], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, ARCOMM_LOG_LEVEL="none"))
+    assert p.returncode == 0 and p.stdout.strip() == "closed", p.stdout + p.stderr

@@ -103,9 +103,10 @@ def _config(
 _mpi_comms: "weakref.WeakSet[Comm]" = weakref.WeakSet()
 _mpi_atexit = False
 
-# Every open Comm of this process, for what a fork() child must forget.
+# Every open Comm of this process, for what a fork() child must forget.  Re-entrant: a
+# signal handler may close a Comm while this thread is adding another.
 _live: "weakref.WeakSet[Comm]" = weakref.WeakSet()
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()
 
 
 def _close_mpi_comms() -> None:
@@ -121,7 +122,7 @@ def _after_fork_in_child() -> None:
     same shared segments.  Using one (or destroying it at exit) would act as the parent's
     rank and break the parent's communicator on every rank, so the child forgets them."""
     global _live_lock
-    _live_lock = threading.Lock()
+    _live_lock = threading.RLock()
     for c in list(_live):
         c._lock = threading.RLock()
         c._busy = 0

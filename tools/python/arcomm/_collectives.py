@@ -54,7 +54,8 @@ class Collectives:
             if r[1] != s[1]:
                 raise self._bad(ValueError, call, f"recv has {r[1]} elements, send {s[1]}")
             self._same_dtype(s, r, call)
-        self._same_device(call, s, r)
+        if self._dev:
+            self._same_device(call, s, r)
         strm = None if self._dev == 0 and stream is None else self._stream(call, stream, s, r)
         self._run(call, self._allreduce, s[0], r[0], s[1], s[2], opc, strm)
         return recv
@@ -88,7 +89,8 @@ class Collectives:
             raise self._bad(
                 ValueError, call, f"addend's {a[1]} elements must divide send's {s[1]}"
             )
-        self._same_device(call, s, r, a)
+        if self._dev:
+            self._same_device(call, s, r, a)
         strm = None if stream is None and self._dev == 0 else self._stream(call, stream, s, r, a)
         self._run(call, self._allreduce_add, s[0], r[0], a[0], a[1], s[1], s[2], strm)
         return recv
@@ -126,7 +128,8 @@ class Collectives:
                 if r[1] != s[1]:
                     raise self._bad(ValueError, call, f"recv has {r[1]} elements, send {s[1]}")
                 self._same_dtype(s, r, call)
-                self._same_device(call, s, r)
+                if self._dev:
+                    self._same_device(call, s, r)
         strm = None if stream is None and self._dev == 0 else self._stream(call, stream, r)
         self._run(call, self._broadcast, s[0], r[0], r[1], r[2], root, strm)
         return recv
@@ -163,7 +166,8 @@ class Collectives:
             if r[1] != s[1]:
                 raise self._bad(ValueError, call, f"recv has {r[1]} elements, send {s[1]}")
             self._same_dtype(s, r, call)
-            self._same_device(call, s, r)
+            if self._dev:
+                self._same_device(call, s, r)
         strm = None if stream is None and self._dev == 0 else self._stream(call, stream, s)
         self._run(call, self._reduce, s[0], r[0], s[1], s[2], opc, root, strm)
         return recv if is_root else None
@@ -206,7 +210,8 @@ class Collectives:
                 )
             count = s[1]
             sp = s[0]
-        self._same_device(call, s, r)
+        if self._dev:
+            self._same_device(call, s, r)
         strm = None if stream is None and self._dev == 0 else self._stream(call, stream, r)
         self._run(call, self._allgather, sp, r[0], count, r[2], strm)
         return recv
@@ -257,7 +262,8 @@ class Collectives:
                 f"send must have nranks * recv = {n} * {r[1]} = {n * r[1]} elements, "
                 f"has {s[1]}",
             )
-        self._same_device(call, s, r)
+        if self._dev:
+            self._same_device(call, s, r)
         strm = None if stream is None and self._dev == 0 else self._stream(call, stream, s, r)
         self._run(call, self._reduce_scatter, s[0], r[0], r[1], r[2], opc, strm)
         return recv
@@ -288,7 +294,8 @@ class Collectives:
                 f"send and recv must both have nranks * count elements ({n} ranks; send "
                 f"has {s[1]}, recv {r[1]})",
             )
-        self._same_device(call, s, r)
+        if self._dev:
+            self._same_device(call, s, r)
         strm = None if stream is None and self._dev == 0 else self._stream(call, stream, s, r)
         self._run(call, self._alltoall, s[0], r[0], s[1] // n, s[2], strm)
         return recv

@@ -371,6 +371,7 @@ class Comm(Collectives):
         _interrupt).  See the module's docstring."""
         me = _get_ident()
         busy = 0
+        hs = self._hs
         try:
             # Between acquiring the lock and marking the call there are only loads,
             # stores and comparisons: no point at which a signal handler can run.
@@ -379,25 +380,28 @@ class Comm(Collectives):
                 if h is None or self._busy:
                     raise self._refusal(name, me)
                 busy = self._busy = me
-            hs = self._hs
-            hs.exc = None
-            hs.why = ""
             hs.sigint0 = _count.sigint
             st = fn(h, *args)
-            exc = hs.exc
-            if exc is not None:
-                hs.exc = None
-            elif st:
-                err = self._failure(st, h, name, hs.why)
+            err = None
+            if st or hs.exc is not None or hs.why:
+                err = self._outcome(st, h, name, hs)
         finally:
             if busy:
                 self._busy = 0
                 if self._defer is not None:
                     self._destroy_deferred()
-        if exc is not None:
-            raise exc
-        if st:
+        if err is not None:
             raise err
+
+    def _outcome(self, st: int, h: int, name: str, hs: Any) -> BaseException | None:
+        """What a call that failed, or whose wait hook stopped it, raises: what a signal
+        handler raised, else the Error of st (read while the call is still marked in
+        flight); the hook's state is cleared for the next call."""
+        exc, why = hs.exc, hs.why
+        hs.exc, hs.why = None, ""
+        if exc is not None:
+            return exc
+        return self._failure(st, h, name, why) if st else None
 
     def _refusal(self, name: str, me: int) -> Exception:
         """Why a call cannot start (called under the lock)."""

@@ -25,11 +25,12 @@ WORKER = str(Path(__file__).resolve().parent / "worker.py")
 
 
 def _in_flight(*cs: arcomm.Comm) -> None:
+    """Returns once the calls on cs wait in C (their wait hooks have run)."""
+    runs = [c._hs.runs for c in cs]
     deadline = time.monotonic() + 30
-    while not all(c._busy for c in cs):
-        assert time.monotonic() < deadline, "the calls never started"
+    while not all(c._busy and c._hs.runs > r for c, r in zip(cs, runs)):
+        assert time.monotonic() < deadline, "the calls never started waiting"
         time.sleep(0.001)
-    time.sleep(0.05)  # from Python's mark into the C wait
 
 
 def _sigint_later(*cs: arcomm.Comm) -> list:

@@ -80,9 +80,9 @@ def do_interrupt(c: arcomm.Comm) -> None:
     c.barrier()  # every rank joined
     if c.rank == 0:
         def announce() -> None:
-            while not c._busy:  # the call is in flight: its buffers held, C entered soon
+            runs = c._hs.runs
+            while not (c._busy and c._hs.runs > runs):  # its wait hook ran: it waits in C
                 time.sleep(0.001)
-            time.sleep(0.05)
             report(0, "waiting")
 
         import threading

@@ -75,12 +75,13 @@ def install_sigint() -> None:
 class CallState:
     """One Comm's hook state: what the hook saw during the call in flight."""
 
-    __slots__ = ("exc", "sigint0", "why")
+    __slots__ = ("exc", "sigint0", "why", "runs")
 
     def __init__(self) -> None:
         self.exc: BaseException | None = None  # what a handler raised (main thread)
         self.sigint0 = 0  # count.sigint when the call began
         self.why = ""  # why the hook stopped a thread rank's call
+        self.runs = 0  # how often the hook ran (a call is waiting in C once it grows)
 
 
 def _waiter(state: CallState):
@@ -91,6 +92,7 @@ def _waiter(state: CallState):
             # Pending signal handlers run as the generator resumes here, inside the try.
             yield stop
             stop = 0
+            state.runs += 1
             me = threading.get_ident()
             if me == _main_ident:
                 continue

@@ -33,16 +33,23 @@ def _in_flight(*cs: arcomm.Comm) -> None:
         time.sleep(0.001)
 
 
-def _sigint_later(*cs: arcomm.Comm) -> list:
-    """Sends this process SIGINT once the calls on cs are in flight; [send time]."""
-    sent: list = []
+class _Later(list):
+    """The time SIGINT was sent (its one item, once sent) and the sending thread."""
+
+    thread: threading.Thread
+
+
+def _sigint_later(*cs: arcomm.Comm) -> _Later:
+    """Sends this process SIGINT once the calls on cs wait in C; join .thread after."""
+    sent = _Later()
 
     def body() -> None:
         _in_flight(*cs)
         sent.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=body, daemon=True).start()
+    sent.thread = threading.Thread(target=body)
+    sent.thread.start()
     return sent
 
 
@@ -99,6 +106,7 @@ def test_sigint_main_thread_rank():
     with pytest.raises(KeyboardInterrupt):
         cs[0].allreduce(np.ones(64))
     took = time.monotonic() - sent[0]
+    sent.thread.join()
     t0 = time.monotonic()
     with pytest.raises(arcomm.Error) as ei:
         cs[1].allreduce(np.ones(64))
@@ -128,8 +136,9 @@ def test_sigint_thread_ranks():
             errors[r] = e
         done[r].set()
 
-    for r in (0, 1):
-        threading.Thread(target=rank, args=(r,)).start()
+    ranks = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in ranks:
+        t.start()
     sent = _sigint_later(cs[0], cs[1])
     with pytest.raises(KeyboardInterrupt):
         # An Event's wait, not join: an interrupted join() of Python 3.11 can mark the
@@ -138,6 +147,8 @@ def test_sigint_thread_ranks():
         done[1].wait(30)
     assert done[0].wait(10) and done[1].wait(10), "thread ranks still waiting after SIGINT"
     took = time.monotonic() - sent[0]
+    for t in ranks + [sent.thread]:
+        t.join()  # after their Events: an interrupted join() was never made on them
     st = sorted(e.status if isinstance(e, arcomm.Error) else repr(e) for e in errors)
     assert st in (["COMM_ERR_ABORTED", "COMM_ERR_ABORTED"], ["COMM_ERR_ABORTED", "COMM_ERR_PEER"]), st
     why = [e for e in errors if e.status == "COMM_ERR_ABORTED"][0].message
@@ -146,7 +157,6 @@ def test_sigint_thread_ranks():
     with pytest.raises(arcomm.Error) as ei:
         cs[2].allreduce(np.ones(64))
     assert ei.value.status == "COMM_ERR_PEER"
-    time.sleep(0.1)  # let the thread ranks' threads end
     for c in cs:
         c.close()
 
@@ -165,9 +175,10 @@ def test_program_handler_that_raises():
 
     old = signal.signal(signal.SIGINT, handler)
     try:
-        _sigint_later(cs[0])
+        sent = _sigint_later(cs[0])
         with pytest.raises(_Stop):
             cs[0].allreduce(np.ones(64))
+        sent.thread.join()
     finally:
         signal.signal(signal.SIGINT, old)
     with pytest.raises(arcomm.Error) as ei:
@@ -197,6 +208,7 @@ def test_program_handler_that_returns():
         x = np.full(64, 1.0)
         cs[0].allreduce(x)
         t.join(30)
+        sent.thread.join()
     finally:
         signal.signal(signal.SIGINT, old)
     assert seen == [signal.SIGINT]
@@ -212,9 +224,10 @@ def test_handler_closes_the_comm():
     cs = arcomm.Comm.init_all(2, timeout_ms=30000)
     old = signal.signal(signal.SIGINT, lambda s, f: cs[0].close())
     try:
-        _sigint_later(cs[0])
+        sent = _sigint_later(cs[0])
         with pytest.raises(arcomm.Error) as ei:
             cs[0].allreduce(np.ones(64))
+        sent.thread.join()
     finally:
         signal.signal(signal.SIGINT, old)
     assert ei.value.status == "COMM_ERR_ABORTED"
@@ -237,16 +250,19 @@ def test_sigint_main_thread_in_comm_init():
         sent.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=body, daemon=True).start()
+    killer = threading.Thread(target=body)
+    killer.start()
     with pytest.raises(KeyboardInterrupt):
         arcomm.Comm(arcomm.new_id(), 0, 2, timeout_ms=30000)
     assert time.monotonic() - sent[0] < 10
+    killer.join()
     flag = arcomm.InitAbort()
-    threading.Timer(0.3, flag.set).start()
+    timer = threading.Timer(0.3, flag.set)
+    timer.start()
     with pytest.raises(arcomm.Error) as ei:
         arcomm.Comm(arcomm.new_id(), 0, 2, timeout_ms=30000, abort=flag)
     assert ei.value.status == "COMM_ERR_ABORTED"
-    time.sleep(0.1)  # the helper thread and the Timer end
+    timer.join()
 
 
 _CLOSE_IN_HANDLER = r"""

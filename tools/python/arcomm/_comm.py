@@ -157,7 +157,8 @@ def _init_in_thread(h: c_void_p, cfg: Any, flag: InitAbort) -> tuple[int, str]:
         finally:
             done.set()
 
-    threading.Thread(target=body, name="arcomm comm_init", daemon=True).start()
+    helper = threading.Thread(target=body, name="arcomm comm_init", daemon=True)
+    helper.start()
     raised: BaseException | None = None
     while True:
         try:
@@ -167,6 +168,7 @@ def _init_in_thread(h: c_void_p, cfg: Any, flag: InitAbort) -> tuple[int, str]:
             if raised is None:
                 raised = e
             flag.set()
+    helper.join()  # it has returned from C: this only waits for the thread to end
     if raised is not None:
         if out[0] == 0 and h.value:
             _lib.lib().comm_destroy(h.value)  # completed before it saw the flag

@@ -2,7 +2,7 @@
 /*
  * What the MPI tests share: every rank's inputs made from (case, rank, index) alone,
  * so any rank can compute the float64 reference of a collective without
- * communicating; checks that report the first wrong element; /dev/shm bookkeeping.
+ * communicating; checks that report the first wrong element; what the test left in /dev/shm.
  */
 #ifndef ARCOMM_TEST_MPI_CHECK_H
 #define ARCOMM_TEST_MPI_CHECK_H
@@ -54,13 +54,25 @@ bool mc_one_host(void);
  * the message and MPI_Abort (the test cannot go on). */
 comm_t *mc_world_comm(int timeout_ms);
 
-/* The /dev/shm/arcomm-* entries now (count, names into names[max]). */
-int mc_shm_list(char names[][96], int max);
-/* Entries not in before that stay for half a second: what the test left behind. */
-int mc_shm_left(char before[][96], int nbefore);
-/* The end of a test program: every rank's failure count summed, rank 0 checks for
- * /dev/shm entries left behind and prints "ok"/"FAIL", then MPI_Finalize.  Returns
- * the exit status (0 when nothing failed anywhere). */
-int mc_finish(int failed, char before[][96], int nbefore);
+/*
+ * What the test left in /dev/shm, counting only what it made: every shm_open of an
+ * "/arcomm-..." name by this process (the library's segments and failure records, made
+ * or attached; mpi_check.c interposes shm_open) is recorded, and those names alone are
+ * checked, so another arcomm job on the machine changes nothing.  mc_shm_begin also
+ * puts a bystander name beside the test's (rank 0, by open(2), so not recorded): the
+ * check must pass with it there, and the library must not remove it.
+ */
+void mc_shm_begin(void);
+/* Removes the bystander now (async-signal-safe): for a watchdog that ends the test. */
+void mc_shm_abandon(void);
+/* After every rank destroyed its communicators (collective): this rank's recorded names
+ * still in /dev/shm (given 6 s: a failure record stays while its reporter waits for late
+ * ranks), and on rank 0 the bystander checked and removed.  Returns the number of
+ * problems this rank saw, each printed. */
+int mc_shm_end(void);
+/* The end of a test program: every rank's failure count and mc_shm_end summed, rank 0
+ * prints "ok"/"FAIL", then MPI_Finalize.  Returns the exit status (0 when nothing
+ * failed anywhere). */
+int mc_finish(int failed);
 
 #endif /* ARCOMM_TEST_MPI_CHECK_H */

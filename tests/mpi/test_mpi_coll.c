@@ -240,8 +240,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    char before[256][96];
-    int nbefore = mc_shm_list(before, 256);
+    mc_shm_begin();
 
     comm_status_t st = comm_init_mpi(&g_comm, MPI_COMM_WORLD, NULL);
     if (st != COMM_OK) {
@@ -310,5 +309,5 @@ int main(int argc, char **argv)
 
     if (comm_destroy(g_comm) != COMM_OK)
         fail("comm_destroy", COMM_F32, COMM_SUM, 0, comm_last_error(NULL));
-    return mc_finish(g_failed, before, nbefore);
+    return mc_finish(g_failed);
 }

@@ -546,8 +546,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    char before[256][96];
-    int nbefore = mc_shm_list(before, 256);
+    mc_shm_begin();
 
     t_refusals();
     int ngpu = 0;
@@ -557,11 +556,11 @@ int main(int argc, char **argv)
     MPI_Allreduce(MPI_IN_PLACE, &min_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (min_gpu == 0) {
         t_no_gpu();
-        int failed = g_failed;
+        int left = mc_shm_end(), failed = g_failed;
         MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-        int left = g_rank == 0 ? mc_shm_left(before, nbefore) : 0;
+        MPI_Allreduce(MPI_IN_PLACE, &left, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         if (g_rank == 0)
-            printf("%s: the checks without a GPU (%d failed, %d /dev/shm entries left); no GPU: "
+            printf("%s: the checks without a GPU (%d failed, %d problems in /dev/shm); no GPU: "
                    "the CUDA collectives skipped\n",
                    failed + left ? "FAIL" : "ok", failed, left);
         MPI_Finalize();
@@ -662,5 +661,5 @@ int main(int argc, char **argv)
     if (g_size > 1)
         t_failures();
     cudaStreamDestroy(g_stream);
-    return mc_finish(g_failed, before, nbefore);
+    return mc_finish(g_failed);
 }

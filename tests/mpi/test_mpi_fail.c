@@ -459,8 +459,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    char before[256][96];
-    int nbefore = mc_shm_list(before, 256);
+    mc_shm_begin();
 
     t_sigpipe(); /* first: before any comm_init_mpi of this process */
     MPI_Barrier(MPI_COMM_WORLD);
@@ -497,5 +496,5 @@ int main(int argc, char **argv)
         fail("after the failures", "allreduce went wrong", st, comm_last_error(c));
     comm_destroy(c);
 
-    return mc_finish(g_failed, before, nbefore);
+    return mc_finish(g_failed);
 }

@@ -238,8 +238,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    char before[256][96];
-    int nbefore = mc_shm_list(before, 256);
+    mc_shm_begin();
 
     t_splits();
     MPI_Barrier(MPI_COMM_WORLD);
@@ -253,5 +252,5 @@ int main(int argc, char **argv)
         t_join_late();
         MPI_Barrier(MPI_COMM_WORLD);
     }
-    return mc_finish(g_failed, before, nbefore);
+    return mc_finish(g_failed);
 }

@@ -7,10 +7,11 @@
  * (collectives/hier) serves the calls.  With every rank on one host, the host's
  * communicator (host or CUDA buffers) is returned itself: no call goes through MPI.
  * Every rank ends with the same status: the outcome is agreed over MPI, nonblocking and
- * bounded by the timeout, at the start (the arguments) and at the end (every part of
- * the setup).
+ * bounded by the timeout, at the start (the arguments, the device and the settings that
+ * must be alike everywhere: settings.c), between the steps, and at the end (every part
+ * of the setup).
  */
-#include "arcomm_mpi.h"
+#include "init_mpi.h"
 #include "rt_hooks.h"
 #include "hier/hier.h"
 
@@ -127,38 +128,6 @@ static comm_status_t check_gpu(struct comm *tc, const comm_config_t *cfg)
                  "comm_init_mpi: rank %d: cfg->device_index is %d, but this process sees %d "
                  "CUDA device(s)",
                  tc->rank, cfg->device_index, ngpu);
-        return COMM_ERR_INVALID;
-    }
-    return COMM_OK;
-}
-
-/* Every rank must pass the same device (else COMM_ERR_INVALID on every rank, before
- * any rank touches a GPU): MAX over mc of {device, -device}, bounded. */
-static comm_status_t agree_device(struct comm *tc, MPI_Comm mc, comm_device_t dev,
-                                  uint64_t deadline)
-{
-    int32_t *in = mpi_ctl_new(4 * sizeof(int32_t));
-    if (in == NULL)
-        return no_memory(tc, "comm_init_mpi (the ranks' devices)");
-    int32_t *out = in + 2;
-    in[0] = (int32_t)dev;
-    in[1] = -(int32_t)dev;
-    MPI_Request req;
-    int err = MPI_Iallreduce(in, out, 2, MPI_INT32_T, MPI_MAX, mc, &req);
-    if (err != MPI_SUCCESS) {
-        mpi_ctl_done(in, true);
-        return mpi_link_error(tc, err, "MPI_Iallreduce");
-    }
-    comm_status_t st = setup_wait(tc, NULL, &req, deadline, "comm_init_mpi (the ranks' devices)");
-    int32_t hi = out[0], lo = -out[1];
-    mpi_ctl_done(in, st == COMM_OK);
-    if (st != COMM_OK)
-        return st;
-    if (hi != lo) {
-        rt_error(tc, COMM_ERR_INVALID,
-                 "comm_init_mpi: rank %d: the ranks pass different cfg->device (this rank %d, "
-                 "others from %d to %d): every rank must pass the same device",
-                 tc->rank, (int)dev, (int)lo, (int)hi);
         return COMM_ERR_INVALID;
     }
     return COMM_OK;
@@ -500,8 +469,9 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
     mpi_link_ignore_sigpipe(tc);
     if (mine == COMM_OK)
         mine = check_args(tc, comm, cfg);
-    comm_status_t st =
-        agree(tc, mpi_comm, NULL, mine, deadline, "comm_init_mpi (the ranks' arguments)");
+    /* Before any step that depends on them: the ranks' arguments, devices and the
+     * settings that shape the setup, alike on every rank (settings.c). */
+    comm_status_t st = rt_mpi_agree_settings(tc, mpi_comm, mine, cfg, deadline);
     /* Every rank has come: the later steps get a timeout of their own, from now.  A rank
      * that came late (near the others' timeout) would otherwise see them give up on a
      * later step that it then completes: on the last agreement it would return COMM_OK
@@ -509,8 +479,6 @@ ARCOMM_API comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const c
      * ever. */
     if (st == COMM_OK)
         deadline = rt_comm_deadline(tc);
-    if (st == COMM_OK)
-        st = agree_device(tc, mpi_comm, cfg != NULL ? cfg->device : COMM_DEVICE_HOST, deadline);
     if (st == COMM_OK && cfg != NULL && cfg->device == COMM_DEVICE_CUDA)
         st = agree(tc, mpi_comm, NULL, check_gpu(tc, cfg), deadline,
                    "comm_init_mpi (the ranks' GPUs)");

@@ -93,6 +93,14 @@ static void run_arrun_v(struct run *r, const struct run_opts *ro, va_list ap)
             putenv((char *)ro->env);
         if (ro->leak_fd)
             dup2(null_fd, 9); /* dup2 clears FD_CLOEXEC on 9 */
+        if (ro->cpus) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            for (const char *c = ro->cpus; *c; c += strspn(c, ","))
+                CPU_SET((int)strtol(c, (char **)&c, 10), &set);
+            if (sched_setaffinity(0, sizeof(set), &set) < 0)
+                _exit(125);
+        }
         execv(arrun_path, (char *const *)argv);
         _exit(126);
     }

@@ -21,7 +21,8 @@ struct run_opts {
     const char *stdin_text; /* arrun's stdin (a pipe holding this text), or NULL: /dev/null */
     int signo;              /* sent to arrun signal_after seconds after the start */
     double signal_after;
-    bool leak_fd; /* give arrun an fd without FD_CLOEXEC, as a careless parent would */
+    bool leak_fd;     /* give arrun an fd without FD_CLOEXEC, as a careless parent would */
+    const char *cpus; /* arrun's affinity ("1", "0,2"), as taskset -c gives it; NULL: ours */
 };
 
 struct run {

@@ -14,6 +14,7 @@ void ta_rank_var(const char *out, int rank, const char *name, char *buf, size_t 
 void test_bind(void **state);
 void test_cpus_per_rank(void **state);
 void test_report_bindings(void **state);
+void test_bind_inherited(void **state);
 
 /* test_arrun_streams.c */
 void test_stdin(void **state);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * arrun's binding, tested from the outside: --bind core and numa spread ranks round robin
- * over the objects that have cpus, --bind none keeps arrun's affinity, --cpus-per-rank
- * gives each rank its cores and OMP_NUM_THREADS and warns when ranks share cores, and
- * --report-bindings says where each rank runs.  Part of test_arrun (main in test_arrun.c).
+ * over the objects that have cpus arrun may run on, --bind none keeps arrun's affinity,
+ * --cpus-per-rank gives each rank its cores and OMP_NUM_THREADS, a warning says when
+ * ranks share cores, and --report-bindings says where each rank runs.  arrun started on
+ * some of the cpus only (taskset) binds within them.  Part of test_arrun (main in
+ * test_arrun.c).  The expectations are the cpus this test may run on, as arrun's are.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +25,29 @@
 
 /* ---- binding ------------------------------------------------------------------------- */
 
+/* The cpus this test (and so an arrun it starts) may run on: set by load_topology. */
+static hwloc_bitmap_t g_allowed;
+
+static void load_topology(hwloc_topology_t *topo)
+{
+    assert_int_equal(hwloc_topology_init(topo), 0);
+    assert_int_equal(hwloc_topology_load(*topo), 0);
+    hwloc_bitmap_free(g_allowed);
+    g_allowed = hwloc_bitmap_alloc();
+    assert_non_null(g_allowed);
+    if (hwloc_get_cpubind(*topo, g_allowed, HWLOC_CPUBIND_THREAD) < 0)
+        hwloc_bitmap_copy(g_allowed, hwloc_topology_get_allowed_cpuset(*topo));
+    hwloc_bitmap_and(g_allowed, g_allowed, hwloc_topology_get_allowed_cpuset(*topo));
+}
+
+static void free_topology(hwloc_topology_t topo)
+{
+    hwloc_topology_destroy(topo);
+    hwloc_bitmap_free(g_allowed);
+    g_allowed = NULL;
+}
+
+/* The cpus of set that this test may run on, as "0,1,5". */
 static void cpulist(hwloc_const_bitmap_t set, char *buf, size_t cap)
 {
     size_t len = 0;
@@ -30,21 +55,53 @@ static void cpulist(hwloc_const_bitmap_t set, char *buf, size_t cap)
     buf[0] = '\0';
     hwloc_bitmap_foreach_begin(i, set)
     {
-        len += (size_t)snprintf(buf + len, cap - len, "%s%u", len ? "," : "", i);
+        if (!g_allowed || hwloc_bitmap_isset(g_allowed, i))
+            len += (size_t)snprintf(buf + len, cap - len, "%s%u", len ? "," : "", i);
     }
     hwloc_bitmap_foreach_end();
 }
 
-/* The objects arrun spreads ranks over: those of `type` that have cpus. */
+/* The objects arrun spreads ranks over: those of `type` with cpus this test may run on. */
 static int objs_with_cpus(hwloc_topology_t topo, hwloc_obj_type_t type, hwloc_obj_t *objs, int max)
 {
     int n = 0;
     for (int i = 0; i < hwloc_get_nbobjs_by_type(topo, type) && n < max; i++) {
         hwloc_obj_t o = hwloc_get_obj_by_type(topo, type, (unsigned)i);
-        if (o->cpuset && !hwloc_bitmap_iszero(o->cpuset))
+        if (o->cpuset && hwloc_bitmap_intersects(o->cpuset, g_allowed))
             objs[n++] = o;
     }
     return n;
+}
+
+/* How many objects of `type` have cpus in set that this test may run on. */
+static int count_in(hwloc_topology_t topo, hwloc_obj_type_t type, hwloc_const_bitmap_t set)
+{
+    int n = 0;
+    for (int i = 0; i < hwloc_get_nbobjs_by_type(topo, type); i++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(topo, type, (unsigned)i);
+        if (o->cpuset && hwloc_bitmap_intersects(o->cpuset, set) &&
+            hwloc_bitmap_intersects(o->cpuset, g_allowed))
+            n++;
+    }
+    return n;
+}
+
+/* "N of the M ranks share cores": ranks given per cores each, round robin over ncores. */
+static int sharing_ranks(int nranks, int per, int ncores)
+{
+    int users[1024] = {0}, sharing = 0;
+    for (int i = 0; i < nranks; i++)
+        for (int j = 0; j < per; j++)
+            users[(i * per + j) % ncores]++;
+    for (int i = 0; i < nranks; i++) {
+        for (int j = 0; j < per; j++) {
+            if (users[(i * per + j) % ncores] > 1) {
+                sharing++;
+                break;
+            }
+        }
+    }
+    return sharing;
 }
 
 static void check_binding(hwloc_topology_t topo, const char *bind, hwloc_obj_type_t type)
@@ -70,8 +127,22 @@ static void check_binding(hwloc_topology_t topo, const char *bind, hwloc_obj_typ
         if (strcmp(l[i].cpus, want) != 0)
             fail_msg("--bind %s: rank %d runs on cpus %s, expected %s", bind, i, l[i].cpus, want);
     }
-    /* Oversubscribed, and still quiet unless ARCOMM_LOG_LEVEL asks. */
-    assert_string_equal(r.err, "");
+    /* More ranks than cores: they share, round robin, and one warning says so (as mpirun
+     * refuses to bind more processes than cpus unless told to).  NUMA nodes are meant to
+     * hold several ranks: nothing to say. */
+    if (type == HWLOC_OBJ_NUMANODE) {
+        assert_string_equal(r.err, "");
+    } else {
+        char warn[160];
+        snprintf(warn, sizeof(warn), "arrun: warning: %d ranks x 1 core on %d ", nranks, n);
+        if (strncmp(r.err, warn, strlen(warn)) != 0)
+            fail_msg("--bind %s, %d ranks on %d: expected '%s...' as the only output, not:\n%s",
+                     bind, nranks, n, warn, r.err);
+        snprintf(warn, sizeof(warn), ": %d of the %d ranks share cores\n",
+                 sharing_ranks(nranks, 1, n), nranks);
+        if (strstr(r.err, warn) == NULL || strchr(r.err, '\n')[1] != '\0')
+            fail_msg("--bind %s: expected '%s' on one line, not:\n%s", bind, warn, r.err);
+    }
     run_free(&r);
 }
 
@@ -85,11 +156,10 @@ void test_bind(void **state)
     struct env_line l[3];
     struct run r;
 
-    assert_int_equal(hwloc_topology_init(&topo), 0);
-    assert_int_equal(hwloc_topology_load(topo), 0);
+    load_topology(&topo);
     check_binding(topo, "core", HWLOC_OBJ_CORE);
     check_binding(topo, "numa", HWLOC_OBJ_NUMANODE);
-    hwloc_topology_destroy(topo);
+    free_topology(topo);
 
     /* Default: core, the same as --bind core. */
     run_arrun(&r, NULL, "-n", "3", helper_path, "env", NULL);
@@ -233,8 +303,7 @@ void test_cpus_per_rank(void **state)
     int n, nnodes, node_cores;
     struct run r;
 
-    assert_int_equal(hwloc_topology_init(&topo), 0);
-    assert_int_equal(hwloc_topology_load(topo), 0);
+    load_topology(&topo);
     n = cores_of(topo, objs, 1024);
     assert_true(n > 0);
 
@@ -251,7 +320,10 @@ void test_cpus_per_rank(void **state)
     snprintf(arg, sizeof(arg), "%d", n + 1);
     run_arrun(&r, NULL, "-n", "1", "--cpus-per-rank", arg, helper_path, "vars", NULL);
     assert_int_equal(r.status, 2);
-    snprintf(msg, sizeof(msg), "arrun: --cpus-per-rank %d: this host has %d ", n + 1, n);
+    if (hwloc_bitmap_isincluded(hwloc_topology_get_allowed_cpuset(topo), g_allowed))
+        snprintf(msg, sizeof(msg), "arrun: --cpus-per-rank %d: this host has %d ", n + 1, n);
+    else
+        snprintf(msg, sizeof(msg), "arrun: --cpus-per-rank %d: arrun may run on %d ", n + 1, n);
     if (!strstr(r.err, msg))
         fail_msg("expected '%s' in:\n%s", msg, r.err);
     assert_int_equal(r.out_len, 0);
@@ -282,9 +354,9 @@ void test_cpus_per_rank(void **state)
     /* --bind numa: the whole node, round robin; N counts the node's cores. */
     nnodes = objs_with_cpus(topo, HWLOC_OBJ_NUMANODE, nodes, 64);
     assert_true(nnodes > 0);
-    node_cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, nodes[0]->cpuset, HWLOC_OBJ_CORE);
+    node_cores = count_in(topo, HWLOC_OBJ_CORE, nodes[0]->cpuset);
     if (node_cores <= 0)
-        node_cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, nodes[0]->cpuset, HWLOC_OBJ_PU);
+        node_cores = count_in(topo, HWLOC_OBJ_PU, nodes[0]->cpuset);
     run_arrun(&r, NULL, "-n", "2", "--bind", "numa", "--cpus-per-rank", "1", helper_path, "vars",
               "OMP_NUM_THREADS", NULL);
     if (r.status != 0)
@@ -318,7 +390,7 @@ void test_cpus_per_rank(void **state)
             fail_msg("expected '%s' in:\n%s", msg, r.err);
         run_free(&r);
     }
-    hwloc_topology_destroy(topo);
+    free_topology(topo);
 }
 
 /*
@@ -385,8 +457,7 @@ void test_report_bindings(void **state)
     int n, nnodes;
     struct run r;
 
-    assert_int_equal(hwloc_topology_init(&topo), 0);
-    assert_int_equal(hwloc_topology_load(topo), 0);
+    load_topology(&topo);
     n = cores_of(topo, objs, 1024);
     nnodes = objs_with_cpus(topo, HWLOC_OBJ_NUMANODE, nodes, 64);
     const char *word =
@@ -425,12 +496,14 @@ void test_report_bindings(void **state)
     for (int i = 0; i < 3; i++) {
         hwloc_obj_t node = nodes[i % nnodes];
         hwloc_bitmap_t idx = hwloc_bitmap_alloc();
-        hwloc_obj_t o = NULL;
+        hwloc_obj_type_t unit = strcmp(word, "cores") == 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
         char *list = NULL;
-        while ((o = hwloc_get_next_obj_inside_cpuset_by_type(
-                    topo, node->cpuset, strcmp(word, "cores") == 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU,
-                    o)) != NULL)
-            hwloc_bitmap_set(idx, o->logical_index);
+        for (int k = 0; k < hwloc_get_nbobjs_by_type(topo, unit); k++) {
+            hwloc_obj_t o = hwloc_get_obj_by_type(topo, unit, (unsigned)k);
+            if (hwloc_bitmap_intersects(o->cpuset, node->cpuset) &&
+                hwloc_bitmap_intersects(o->cpuset, g_allowed))
+                hwloc_bitmap_set(idx, o->logical_index);
+        }
         hwloc_bitmap_list_asprintf(&list, idx);
         snprintf(where[i], sizeof(where[i]), "NUMA node %u, %s %s", node->logical_index, word,
                  list);
@@ -451,5 +524,94 @@ void test_report_bindings(void **state)
     assert_int_equal(r.status, 0);
     check_reports(&r, 2, want);
     run_free(&r);
-    hwloc_topology_destroy(topo);
+    free_topology(topo);
+}
+
+/*
+ * arrun started on one core's cpu only (taskset -c, a batch system's cpuset): its ranks
+ * run there, as mpirun's do, so two jobs given disjoint cpus never share a core.  Two
+ * ranks on that one core share it, and one warning says so; --report-bindings says what
+ * arrun was given; --bind numa and --bind none stay within it too; a --cpus-per-rank it
+ * cannot give is exit 2.  Before, rank 0 ran on core 0 whatever arrun was given.
+ */
+void test_bind_inherited(void **state)
+{
+    (void)state;
+    hwloc_topology_t topo;
+    hwloc_obj_t cores[1024];
+    int ncores;
+
+    load_topology(&topo);
+    ncores = cores_of(topo, cores, 1024);
+    if (ncores < 2) {
+        free_topology(topo);
+        skip(); /* one core: no other job's cpus to keep away from */
+    }
+    const char *word =
+        hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) > 0 ? "cores" : "processing units";
+    /* The last core, then the first: two jobs on disjoint cpus. */
+    for (int k = 0; k < 2; k++) {
+        hwloc_obj_t core = cores[k == 0 ? ncores - 1 : 0];
+        hwloc_bitmap_t mine = hwloc_bitmap_dup(core->cpuset);
+        hwloc_bitmap_and(mine, mine, g_allowed);
+        int pu = hwloc_bitmap_first(mine);
+        hwloc_bitmap_free(mine);
+        char cpu[16], where[2][256], msg[256];
+        const char *want[2] = {where[0], where[1]};
+        struct run_opts ro = {.cpus = cpu};
+        struct env_line l[2];
+        struct run r;
+
+        snprintf(cpu, sizeof(cpu), "%d", pu);
+        for (int i = 0; i < 2; i++)
+            snprintf(where[i], sizeof(where[i]), "%s %u", word, core->logical_index);
+        run_arrun(&r, &ro, "-n", "2", "--report-bindings", helper_path, "vars", NULL);
+        if (r.status != 0)
+            fail_msg("taskset -c %d arrun -n 2 exited %d; stderr:\n%s", pu, r.status, r.err);
+        for (int i = 0; i < 2; i++) {
+            char got[2048];
+            ta_rank_var(r.out, i, "cpus", got, sizeof(got));
+            if (strcmp(got, cpu) != 0)
+                fail_msg("taskset -c %d arrun: rank %d runs on cpus %s", pu, i, got);
+        }
+        check_reports(&r, 2, want);
+        snprintf(msg, sizeof(msg),
+                 "arrun: binding within the cpus arrun may run on (its affinity): PUs %d, 1 of "
+                 "this host's ",
+                 pu);
+        if (!strstr(r.err, msg))
+            fail_msg("expected '%s' in:\n%s", msg, r.err);
+        snprintf(msg, sizeof(msg),
+                 "arrun: warning: 2 ranks x 1 core on 1 %.*s (arrun's affinity allows only PUs "
+                 "%d): 2 of the 2 ranks share cores\n",
+                 (int)strlen(word) - 1, word, pu);
+        if (!strstr(r.err, msg))
+            fail_msg("expected '%s' in:\n%s", msg, r.err);
+        run_free(&r);
+
+        /* NUMA nodes and no binding: the same cpu. */
+        for (int b = 0; b < 2; b++) {
+            run_arrun(&r, &ro, "-n", "2", "--bind", b ? "none" : "numa", helper_path, "env", NULL);
+            assert_int_equal(r.status, 0);
+            parse_env(r.out, 2, l);
+            for (int i = 0; i < 2; i++)
+                if (strcmp(l[i].cpus, cpu) != 0)
+                    fail_msg("taskset -c %d arrun --bind %s: rank %d runs on cpus %s", pu,
+                             b ? "none" : "numa", i, l[i].cpus);
+            run_free(&r);
+        }
+
+        /* Two cores a rank, where arrun has one: refused before any rank starts. */
+        run_arrun(&r, &ro, "-n", "1", "--cpus-per-rank", "2", helper_path, "vars", NULL);
+        assert_int_equal(r.status, 2);
+        snprintf(msg, sizeof(msg),
+                 "arrun: --cpus-per-rank 2: arrun may run on 1 %.*s (arrun's affinity allows "
+                 "only PUs %d)\n",
+                 (int)strlen(word) - 1, word, pu);
+        if (strcmp(r.err, msg) != 0)
+            fail_msg("expected '%s', not:\n%s", msg, r.err);
+        assert_int_equal(r.out_len, 0);
+        run_free(&r);
+    }
+    free_topology(topo);
 }

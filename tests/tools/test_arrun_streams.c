@@ -3,7 +3,8 @@
  * The ranks' standard streams under arrun, tested from the outside: stdin reaches rank 0
  * only, --label prefixes every line with its rank and never mixes two ranks' bytes, and
  * --output-filename writes each rank's output to DIR/rank.R.  Part of test_arrun (main in
- * test_arrun.c).
+ * test_arrun.c).  The ranks run unbound (--bind none): what arrun itself writes here must
+ * not depend on how many cores the host has (more ranks than cores is a warning).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,7 +32,7 @@ void test_stdin(void **state)
     struct run r;
 
     /* Rank 0 reads arrun's stdin; the others read /dev/null rather than race for it. */
-    run_arrun(&r, &ro, "-n", "2", helper_path, "stdin", NULL);
+    run_arrun(&r, &ro, "--bind", "none", "-n", "2", helper_path, "stdin", NULL);
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "rank=0 stdin=hello ranks\n"));
     assert_non_null(strstr(r.out, "rank=1 stdin=(eof)\n"));
@@ -99,7 +100,8 @@ void test_label(void **state)
     struct run r;
 
     /* 3000-byte lines written 7 bytes at a time by 4 ranks at once, on both streams. */
-    run_arrun(&r, NULL, "-n", "4", "--label", helper_path, "label", "40", "3000", NULL);
+    run_arrun(&r, NULL, "--bind", "none", "-n", "4", "--label", helper_path, "label", "40", "3000",
+              NULL);
     if (r.status != 0)
         fail_msg("arrun exited %d; stderr:\n%.2000s", r.status, r.err);
     check_labelled(r.out, "out", 4, 40, 3000);
@@ -107,14 +109,16 @@ void test_label(void **state)
     run_free(&r);
 
     /* A line longer than any pipe buffer. */
-    run_arrun(&r, NULL, "-n", "2", "--label", helper_path, "label", "2", "200000", NULL);
+    run_arrun(&r, NULL, "--bind", "none", "-n", "2", "--label", helper_path, "label", "2", "200000",
+              NULL);
     assert_int_equal(r.status, 0);
     check_labelled(r.out, "out", 2, 2, 200000);
     check_labelled(r.err, "err", 2, 2, 200000);
     run_free(&r);
 
     /* arrun's own message after a failure comes unlabelled, on a line of its own. */
-    run_arrun(&r, NULL, "-n", "3", "--label", helper_path, "fail", "1", "7", NULL);
+    run_arrun(&r, NULL, "--bind", "none", "-n", "3", "--label", helper_path, "fail", "1", "7",
+              NULL);
     assert_int_equal(r.status, 7);
     assert_true(has_line_starting(r.err, "arrun: rank 1 (pid "));
     assert_non_null(strstr(r.out, "[0] pid="));
@@ -201,7 +205,8 @@ void test_output_filename(void **state)
     assert_non_null(mkdtemp(top));
     snprintf(dir, sizeof(dir), "%s/a/b", top); /* made, parents too */
 
-    run_arrun(&r, NULL, "-n", "3", "--output-filename", dir, helper_path, "vars", NULL);
+    run_arrun(&r, NULL, "--bind", "none", "-n", "3", "--output-filename", dir, helper_path, "vars",
+              NULL);
     if (r.status != 0)
         fail_msg("arrun exited %d; stderr:\n%s", r.status, r.err);
     assert_int_equal(r.out_len, 0); /* nothing on the terminal */
@@ -211,8 +216,8 @@ void test_output_filename(void **state)
 
     /* Again with --label: the files as before (rewritten, not appended to), the terminal labelled.
      */
-    run_arrun(&r, NULL, "-n", "2", "--label", "--output-filename", dir, helper_path, "vars", "RANK",
-              NULL);
+    run_arrun(&r, NULL, "--bind", "none", "-n", "2", "--label", "--output-filename", dir,
+              helper_path, "vars", "RANK", NULL);
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "[0] rank=0 pid="));
     assert_non_null(strstr(r.out, "[1] rank=1 pid="));
@@ -227,14 +232,16 @@ void test_output_filename(void **state)
     fd = open(file, O_CREAT | O_WRONLY, 0644);
     assert_true(fd >= 0);
     close(fd);
-    run_arrun(&r, NULL, "-n", "2", "--output-filename", file, helper_path, "vars", NULL);
+    run_arrun(&r, NULL, "--bind", "none", "-n", "2", "--output-filename", file, helper_path, "vars",
+              NULL);
     assert_int_equal(r.status, 2);
     assert_non_null(strstr(r.err, "arrun: --output-filename "));
     assert_non_null(strstr(r.err, ": Not a directory"));
     assert_int_equal(r.out_len, 0);
     run_free(&r);
     snprintf(under, sizeof(under), "%s/sub", file);
-    run_arrun(&r, NULL, "-n", "2", "--output-filename", under, helper_path, "vars", NULL);
+    run_arrun(&r, NULL, "--bind", "none", "-n", "2", "--output-filename", under, helper_path,
+              "vars", NULL);
     assert_int_equal(r.status, 2);
     assert_non_null(strstr(r.err, "cannot make directory"));
     assert_null(strstr(r.err, "err rank="));
@@ -244,7 +251,8 @@ void test_output_filename(void **state)
         snprintf(under, sizeof(under), "%s/ro", top);
         assert_int_equal(mkdir(under, 0500), 0);
         snprintf(dir, sizeof(dir), "%s/ro/out", top);
-        run_arrun(&r, NULL, "-n", "1", "--output-filename", dir, helper_path, "vars", NULL);
+        run_arrun(&r, NULL, "--bind", "none", "-n", "1", "--output-filename", dir, helper_path,
+                  "vars", NULL);
         assert_int_equal(r.status, 2);
         assert_non_null(strstr(r.err, "Permission denied"));
         run_free(&r);

@@ -22,8 +22,8 @@
 
 enum arrun_bind {
     ARRUN_BIND_NONE,
-    ARRUN_BIND_CORE, /* default: rank i on core i % ncores */
-    ARRUN_BIND_NUMA, /* rank i on the cpus of NUMA node i % nnodes */
+    ARRUN_BIND_CORE, /* default: rank i on core i % ncores (the cores arrun may run on) */
+    ARRUN_BIND_NUMA, /* rank i on the cpus of NUMA node i % nnodes (those arrun may run on) */
 };
 
 /* One -x: NAME set to VALUE in every rank's environment. */
@@ -56,8 +56,10 @@ struct arrun_opts {
  */
 struct arrun_binding {
     hwloc_topology_t topo;
-    hwloc_bitmap_t *sets; /* nranks entries, or NULL */
-    char **where;         /* nranks entries ("cores 0-1", "NUMA node 0, cores 0-3"), or NULL */
+    hwloc_bitmap_t allowed; /* the cpus ranks may get: arrun's affinity, within the topology */
+    bool restricted;        /* allowed leaves out some of the topology's cpus */
+    hwloc_bitmap_t *sets;   /* nranks entries, or NULL */
+    char **where;           /* nranks entries ("cores 0-1", "NUMA node 0, cores 0-3"), or NULL */
     int nranks;
 };
 

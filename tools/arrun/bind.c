@@ -3,6 +3,12 @@
  * arrun --bind: where each rank runs.  The plan is made once, in arrun, before any
  * fork; a child only applies its own cpuset (spawn.c), so every rank sees the same
  * topology and the placement is the same from run to run.
+ *
+ * Ranks are placed within the cpus arrun itself may run on (its affinity, as taskset or
+ * a batch system's cpuset set it, and the cgroup's cpuset, which hwloc already leaves
+ * out of the topology), as mpirun does: two jobs started on disjoint cpusets never
+ * share a core.  A core (or NUMA node) counts when some of its cpus are allowed, and a
+ * rank gets only those.
  */
 #include "arrun.h"
 
@@ -11,8 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The objects ranks are spread over, in hwloc's logical order. */
-static int collect(hwloc_topology_t topo, hwloc_obj_type_t type, hwloc_obj_t **out)
+/* The objects ranks are spread over, in hwloc's logical order: those with allowed cpus. */
+static int collect(hwloc_topology_t topo, hwloc_obj_type_t type, hwloc_const_bitmap_t allowed,
+                   hwloc_obj_t **out)
 {
     int n = hwloc_get_nbobjs_by_type(topo, type);
     hwloc_obj_t *objs;
@@ -26,25 +33,42 @@ static int collect(hwloc_topology_t topo, hwloc_obj_type_t type, hwloc_obj_t **o
     for (int i = 0; i < n; i++) {
         hwloc_obj_t o = hwloc_get_obj_by_type(topo, type, (unsigned)i);
         /* A NUMA node of memory only (CXL, HBM) has no cpu to run a rank on. */
-        if (o && o->cpuset && !hwloc_bitmap_iszero(o->cpuset))
+        if (o && o->cpuset && hwloc_bitmap_intersects(o->cpuset, allowed))
             objs[k++] = o;
     }
     *out = objs;
     return k;
 }
 
-/* The logical indexes of the cores (or PUs, when the topology has no cores) in set. */
+/* How many objects of type unit have cpus in set. */
+static int count_units(hwloc_topology_t topo, hwloc_obj_type_t unit, hwloc_const_bitmap_t set)
+{
+    int n = hwloc_get_nbobjs_by_type(topo, unit), k = 0;
+
+    for (int i = 0; i < n; i++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(topo, unit, (unsigned)i);
+        if (o && o->cpuset && hwloc_bitmap_intersects(o->cpuset, set))
+            k++;
+    }
+    return k;
+}
+
+/* The logical indexes of the cores (or PUs, when the topology has no cores) with cpus in
+ * set (a core of which only some cpus are allowed counts). */
 static char *describe(hwloc_topology_t topo, hwloc_obj_type_t unit, hwloc_const_bitmap_t set,
                       int numa_node)
 {
     hwloc_bitmap_t idx = hwloc_bitmap_alloc();
     char *list = NULL, *text = NULL;
-    hwloc_obj_t o = NULL;
+    int n = hwloc_get_nbobjs_by_type(topo, unit);
 
     if (!idx)
         return NULL;
-    while ((o = hwloc_get_next_obj_inside_cpuset_by_type(topo, set, unit, o)) != NULL)
-        hwloc_bitmap_set(idx, o->logical_index);
+    for (int i = 0; i < n; i++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(topo, unit, (unsigned)i);
+        if (o && o->cpuset && hwloc_bitmap_intersects(o->cpuset, set))
+            hwloc_bitmap_set(idx, o->logical_index);
+    }
     if (hwloc_bitmap_list_asprintf(&list, idx) >= 0) {
         const char *word = unit == HWLOC_OBJ_CORE ? "cores" : "processing units";
         int rc = numa_node >= 0 ? asprintf(&text, "NUMA node %d, %s %s", numa_node, word, list)
@@ -59,8 +83,8 @@ static char *describe(hwloc_topology_t topo, hwloc_obj_type_t unit, hwloc_const_
 
 /*
  * --bind core: rank r on cores [r*n, r*n + n) mod the number of cores, n being
- * --cpus-per-rank (1 when not given).  Returns the number of ranks that share a core
- * with another rank, or -ENOMEM.
+ * --cpus-per-rank (1 when not given), each core's allowed cpus.  Returns the number of
+ * ranks that share a core with another rank, or -ENOMEM.
  */
 static int plan_cores(const struct arrun_opts *opts, struct arrun_binding *b, hwloc_obj_t *objs,
                       int nobjs)
@@ -80,6 +104,7 @@ static int plan_cores(const struct arrun_opts *opts, struct arrun_binding *b, hw
             hwloc_bitmap_or(b->sets[i], b->sets[i], objs[k]->cpuset);
             users[k]++;
         }
+        hwloc_bitmap_and(b->sets[i], b->sets[i], b->allowed);
     }
     for (int i = 0; i < opts->nranks; i++) {
         for (int j = 0; j < per; j++) {
@@ -97,10 +122,52 @@ err_nomem:
     return -ENOMEM;
 }
 
-/* The cores (or PUs) of a NUMA node, which --cpus-per-rank must not exceed. */
-static int node_cores(hwloc_topology_t topo, hwloc_obj_type_t unit, hwloc_obj_t node)
+/* The allowed cores (or PUs) of a NUMA node, which --cpus-per-rank must not exceed. */
+static int node_cores(const struct arrun_binding *b, hwloc_obj_type_t unit, hwloc_obj_t node)
 {
-    return hwloc_get_nbobjs_inside_cpuset_by_type(topo, node->cpuset, unit);
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    int n = 0;
+
+    if (set) {
+        hwloc_bitmap_and(set, node->cpuset, b->allowed);
+        n = count_units(b->topo, unit, set);
+        hwloc_bitmap_free(set);
+    }
+    return n;
+}
+
+/*
+ * The cpus ranks may be placed on: arrun's own affinity (what fork passes to every rank
+ * anyway) within the topology's allowed cpus.  0, or -ENOMEM.  b->restricted says
+ * whether that leaves out some of the topology's cpus.
+ */
+static int find_allowed(struct arrun_binding *b)
+{
+    hwloc_const_bitmap_t all = hwloc_topology_get_allowed_cpuset(b->topo);
+
+    b->allowed = hwloc_bitmap_alloc();
+    if (!b->allowed)
+        return -ENOMEM;
+    /* The calling thread's: arrun has one, and it is the one fork copies. */
+    if (hwloc_get_cpubind(b->topo, b->allowed, HWLOC_CPUBIND_THREAD) < 0)
+        hwloc_bitmap_copy(b->allowed, all);
+    hwloc_bitmap_and(b->allowed, b->allowed, all);
+    if (hwloc_bitmap_iszero(b->allowed))
+        hwloc_bitmap_copy(b->allowed, all); /* hwloc and the kernel disagree: trust hwloc */
+    b->restricted = !hwloc_bitmap_isincluded(all, b->allowed);
+    return 0;
+}
+
+/* " (arrun's affinity allows only PUs LIST)" when arrun's cpus are restricted, else "". */
+static void scope_text(const struct arrun_binding *b, char *buf, size_t len)
+{
+    char *list = NULL;
+
+    buf[0] = '\0';
+    if (!b->restricted || hwloc_bitmap_list_asprintf(&list, b->allowed) < 0)
+        return;
+    snprintf(buf, len, " (arrun's affinity allows only PUs %s)", list);
+    free(list);
 }
 
 int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
@@ -111,6 +178,7 @@ int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
     int per = opts->cpus_per_rank;
     hwloc_obj_t *objs = NULL;
     int nobjs, sharing = 0, status;
+    char scope[256];
 
     memset(b, 0, sizeof(*b));
     b->nranks = opts->nranks;
@@ -126,36 +194,53 @@ int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
         arrun_msg("warning: cannot read the topology: %s; ranks run unbound", strerror(errno));
         goto err_topo;
     }
+    if (find_allowed(b) < 0)
+        goto err_nomem;
+    scope_text(b, scope, sizeof(scope));
     /* Some virtual machines report PUs but no cores: PUs stand in for them. */
     if (hwloc_get_nbobjs_by_type(b->topo, HWLOC_OBJ_CORE) <= 0)
         unit = HWLOC_OBJ_PU;
 
-    nobjs = collect(b->topo, type == HWLOC_OBJ_CORE ? unit : type, &objs);
+    nobjs = collect(b->topo, type == HWLOC_OBJ_CORE ? unit : type, b->allowed, &objs);
     if (unit == HWLOC_OBJ_PU && type == HWLOC_OBJ_CORE)
         what = "processing units";
-    if (nobjs < 0) {
-        arrun_msg("out of memory planning the binding");
-        return -ENOMEM;
-    }
+    if (nobjs < 0)
+        goto err_nomem;
     if (nobjs == 0) {
         if (opts->verbose >= 1 || per > 0)
-            arrun_msg("%s: the topology shows no %s with cpus; ranks run unbound",
-                      per > 0 ? "warning" : "note", what);
+            arrun_msg("%s: the topology shows no %s with cpus%s; ranks run unbound",
+                      per > 0 ? "warning" : "note", what, scope);
         goto err_objs;
+    }
+    if (opts->report_bindings && b->restricted) {
+        char *list = NULL;
+        hwloc_bitmap_list_asprintf(&list, b->allowed);
+        arrun_msg("binding within the cpus arrun may run on (its affinity): PUs %s, %d of this "
+                  "host's %d %s",
+                  list ? list : "?", count_units(b->topo, unit, b->allowed),
+                  hwloc_get_nbobjs_by_type(b->topo, unit),
+                  unit == HWLOC_OBJ_CORE ? "cores" : "processing units");
+        free(list);
     }
 
     /* Asking for more cores than a rank can get is a mistake, not something to wrap. */
     if (per > 0 && type == HWLOC_OBJ_CORE && per > nobjs) {
-        arrun_msg("--cpus-per-rank %d: this host has %d %s", per, nobjs, what);
+        if (b->restricted)
+            arrun_msg("--cpus-per-rank %d: arrun may run on %d %.*s%s", per, nobjs,
+                      (int)strlen(what) - (nobjs == 1 ? 1 : 0), what, scope);
+        else
+            arrun_msg("--cpus-per-rank %d: this host has %d %s", per, nobjs, what);
         status = -EINVAL;
         goto err_status;
     }
     if (per > 0 && type == HWLOC_OBJ_NUMANODE) {
         for (int k = 0; k < nobjs && k < opts->nranks; k++) {
-            int have = node_cores(b->topo, unit, objs[k]);
+            int have = node_cores(b, unit, objs[k]);
             if (per > have) {
-                arrun_msg("--cpus-per-rank %d: NUMA node %u has %d %s", per, objs[k]->logical_index,
-                          have, unit == HWLOC_OBJ_CORE ? "cores" : "processing units");
+                arrun_msg("--cpus-per-rank %d: NUMA node %u has %d %s%s", per,
+                          objs[k]->logical_index, have,
+                          unit == HWLOC_OBJ_CORE ? "cores" : "processing units",
+                          b->restricted ? " that arrun may run on" : "");
                 status = -EINVAL;
                 goto err_status;
             }
@@ -173,14 +258,15 @@ int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
     } else {
         for (int i = 0; i < opts->nranks; i++) {
             /* Round robin: more ranks than nodes share them, in the same order again. */
-            b->sets[i] = hwloc_bitmap_dup(objs[i % nobjs]->cpuset);
+            b->sets[i] = hwloc_bitmap_alloc();
             if (!b->sets[i])
                 goto err_nomem;
+            hwloc_bitmap_and(b->sets[i], objs[i % nobjs]->cpuset, b->allowed);
         }
         /* A node's ranks share its cores when together they ask for more than it has. */
         for (int k = 0; per > 0 && k < nobjs; k++) {
             int on_node = opts->nranks / nobjs + (k < opts->nranks % nobjs ? 1 : 0);
-            if ((long)on_node * per > node_cores(b->topo, unit, objs[k]))
+            if ((long)on_node * per > node_cores(b, unit, objs[k]))
                 sharing += on_node;
         }
     }
@@ -196,12 +282,16 @@ int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
             free(list);
         }
     }
-    if (per > 0 && sharing > 0)
-        arrun_msg("warning: %d ranks x %d core%s on %d %.*s: %d of the %d ranks share cores",
-                  opts->nranks, per, per == 1 ? "" : "s", nobjs,
-                  (int)strlen(what) - (nobjs == 1 ? 1 : 0), what, sharing, opts->nranks);
-    else if (opts->nranks > nobjs && opts->verbose >= 1)
-        arrun_msg("note: %d ranks on %d %s: ranks share them", opts->nranks, nobjs, what);
+    /*
+     * Ranks that share cores still run (round robin, as the docs promise), but never
+     * silently: mpirun refuses to bind more processes than cpus without being told to;
+     * arrun goes on and says so, once.
+     */
+    if (sharing > 0)
+        arrun_msg("warning: %d rank%s x %d core%s on %d %.*s%s: %d of the %d ranks share cores",
+                  opts->nranks, opts->nranks == 1 ? "" : "s", per > 0 ? per : 1, per > 1 ? "s" : "",
+                  nobjs, (int)strlen(what) - (nobjs == 1 ? 1 : 0), what, scope, sharing,
+                  opts->nranks);
     free(objs);
     return 0;
 
@@ -217,6 +307,8 @@ err_status:
 err_objs:
     free(objs);
 err_topo:
+    hwloc_bitmap_free(b->allowed);
+    b->allowed = NULL;
     hwloc_topology_destroy(b->topo);
     b->topo = NULL;
     return 0;
@@ -236,6 +328,8 @@ void arrun_binding_free(struct arrun_binding *b)
         free(b->where);
         b->where = NULL;
     }
+    hwloc_bitmap_free(b->allowed); /* accepts NULL */
+    b->allowed = NULL;
     if (b->topo) {
         hwloc_topology_destroy(b->topo);
         b->topo = NULL;

@@ -14,10 +14,13 @@
  *                       unset) on stdout and "err rank=R" on stderr
  *   shm R               rank 0 creates the job's segment names in /dev/shm, then rank R
  *                       exits 1 while the others sleep (a job dying during rendezvous)
+ *   heap                print "rank=R heap=yes|no LD_PRELOAD=VALUE": whether libarcomm_heap.so
+ *                       is loaded in this process (its arcomm_heap_region is there)
  *
  * Every rank that sleeps first prints "pid=N" so the test can check it is gone after.
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -178,6 +181,15 @@ static int mode_shm(int rank, int failing)
     return 0;
 }
 
+static int mode_heap(int rank)
+{
+    const char *preload = getenv("LD_PRELOAD");
+    printf("rank=%d heap=%s LD_PRELOAD=%s\n", rank,
+           dlsym(RTLD_DEFAULT, "arcomm_heap_region") != NULL ? "yes" : "no",
+           preload ? preload : "(unset)");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int rank = env_int("ARCOMM_RANK");
@@ -223,6 +235,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "vars") == 0)
         return mode_vars(rank, argc, argv);
+    if (strcmp(mode, "heap") == 0)
+        return mode_heap(rank);
     if (strcmp(mode, "shm") == 0 && argc == 3)
         return mode_shm(rank, atoi(argv[2]));
     fprintf(stderr, "arrun_helper: unknown mode '%s'\n", mode);

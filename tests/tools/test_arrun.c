@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -160,6 +161,97 @@ static void test_shared_heap(void **state)
     ta_rank_var(r.out, 0, "LD_PRELOAD", got, sizeof(got));
     if (strchr(got, ':') != NULL || strstr(got, tail) == NULL)
         fail_msg("rank 0: LD_PRELOAD=%s: -x LD_PRELOAD= leaves the heap library alone", got);
+    run_free(&r);
+}
+
+/* The directory of the --shared-heap link in a rank's LD_PRELOAD ("/tmp/arrun-XXXXXX"). */
+static void heap_link_dir(const char *preload, char *dir, size_t cap)
+{
+    const char *tail = strstr(preload, "/lib/libarcomm_heap.so");
+    if (tail == NULL || strncmp(preload, "/", 1) != 0)
+        fail_msg("LD_PRELOAD=%s: not through a link of arrun's", preload);
+    snprintf(dir, cap, "%.*s", (int)(tail - preload), preload);
+}
+
+/*
+ * --shared-heap where libarcomm_heap.so's path holds a space (here: libarcomm found
+ * through LD_LIBRARY_PATH in a directory named so, as an install under such a path): the
+ * loader splits LD_PRELOAD at spaces, so arrun names the library through a link of its
+ * own, every rank has the heap, and the link is gone after the job, also when arrun is
+ * SIGKILLed (its watcher removes it).  Before, every rank printed "cannot be preloaded"
+ * and ran without the heap, and arrun exited 0.
+ */
+static char heap_top[] = "/tmp/arrun heap test XXXXXX";
+
+/* Removes what test_shared_heap_path made, also when it failed. */
+static int remove_heap_top(void **state)
+{
+    (void)state;
+    char path[sizeof(heap_top) + 32];
+    if (strstr(heap_top, "XXXXXX") != NULL)
+        return 0;
+    snprintf(path, sizeof(path), "%s/libarcomm.so.0", heap_top);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/libarcomm_heap.so", heap_top);
+    unlink(path);
+    rmdir(heap_top);
+    return 0;
+}
+
+static void test_shared_heap_path(void **state)
+{
+    (void)state;
+    char real[PATH_MAX], *top = heap_top, path[PATH_MAX + 64];
+    char env[PATH_MAX + 32], got[4096], dir[4096];
+    struct run r;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    skip(); /* see test_shared_heap */
+#endif
+    /* The build tree's library, beside which arrun (tools/arrun/arrun) finds the heap. */
+    const char *slash = strrchr(arrun_path, '/');
+    if (slash == NULL)
+        skip();
+    snprintf(path, sizeof(path), "%.*s/../../libarcomm.so.0", (int)(slash - arrun_path),
+             arrun_path);
+    if (realpath(path, real) == NULL)
+        skip();
+    assert_non_null(mkdtemp(top));
+    snprintf(path, sizeof(path), "%s/libarcomm.so.0", top);
+    assert_int_equal(symlink(real, path), 0);
+    *strrchr(real, '/') = '\0';
+    strcat(real, "/libarcomm_heap.so");
+    snprintf(path, sizeof(path), "%s/libarcomm_heap.so", top);
+    assert_int_equal(symlink(real, path), 0);
+    snprintf(env, sizeof(env), "LD_LIBRARY_PATH=%s", top);
+    struct run_opts ro = {.env = env};
+
+    run_arrun(&r, &ro, "-n", "2", "--bind", "none", "--shared-heap", helper_path, "heap", NULL);
+    if (r.status != 0 || strcmp(r.err, "") != 0)
+        fail_msg("arrun --shared-heap from '%s' exited %d; stderr:\n%s", top, r.status, r.err);
+    for (int i = 0; i < 2; i++) {
+        ta_rank_var(r.out, i, "heap", got, sizeof(got));
+        if (strcmp(got, "yes") != 0)
+            fail_msg("rank %d runs without the heap:\n%s", i, r.out);
+        ta_rank_var(r.out, i, "LD_PRELOAD", got, sizeof(got));
+        heap_link_dir(got, dir, sizeof(dir));
+        if (access(dir, F_OK) == 0)
+            fail_msg("arrun left its link directory %s", dir);
+    }
+    run_free(&r);
+
+    /* arrun SIGKILLed while the ranks run: its watcher removes the link. */
+    struct run_opts kill9 = {.env = env, .signo = SIGKILL, .signal_after = 1.0};
+    run_arrun(&r, &kill9, "-n", "2", "--bind", "none", "--shared-heap", "sh", "-c",
+              "echo \"rank=$ARCOMM_RANK LD_PRELOAD=$LD_PRELOAD \"; exec sleep 30", NULL);
+    assert_int_equal(r.status, 137);
+    ta_rank_var(r.out, 0, "LD_PRELOAD", got, sizeof(got));
+    heap_link_dir(got, dir, sizeof(dir));
+    double until = now_s() + 5.0;
+    while (access(dir, F_OK) == 0 && now_s() < until)
+        usleep(20000);
+    if (access(dir, F_OK) == 0)
+        fail_msg("%s is still there after arrun was killed", dir);
     run_free(&r);
 }
 
@@ -475,6 +567,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bind_inherited),
         cmocka_unit_test(test_env_x),
         cmocka_unit_test(test_shared_heap),
+        cmocka_unit_test_teardown(test_shared_heap_path, remove_heap_top),
         cmocka_unit_test_teardown(test_output_filename, ta_remove_output_top),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_segments_removed),

@@ -444,8 +444,14 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    status = arrun_heap_prepare(&opts);
+    if (status != 0) {
+        arrun_binding_free(&binding);
+        goto out;
+    }
     fflush(NULL); /* nothing buffered by arrun may be written twice by a forked child */
     status = run_job(&opts, id.str, &binding);
+    arrun_heap_remove(&opts);
     arrun_binding_free(&binding);
 out:
     arrun_opts_free(&opts);

@@ -2,8 +2,9 @@
 /*
  * arrun — the launcher: what its parts share (arrun.c: the job's event loop,
  * options.c: the command line, spawn.c: one rank's process, label.c: "[rank] " output,
- * bind.c: hwloc placement, output.c: --output-filename's files).  Not installed;
- * nothing outside tools/arrun includes it.
+ * bind.c: hwloc placement, output.c: --output-filename's files, heap.c: --shared-heap's
+ * LD_PRELOAD, watch.c: the watcher).  Not installed; nothing outside tools/arrun
+ * includes it.
  */
 #ifndef ARRUN_H
 #define ARRUN_H
@@ -42,7 +43,9 @@ struct arrun_opts {
     bool label;             /* --label */
     const char *output_dir; /* --output-filename DIR, or NULL */
     bool shared_heap;       /* --shared-heap */
-    char *heap_preload;     /* with it: the ranks' LD_PRELOAD (malloc'd; in env[] too) */
+    char *heap_lib;         /* with it: libarcomm_heap.so's absolute path (malloc'd) */
+    char *heap_dir;         /* arrun's directory of the link to it, or NULL (malloc'd) */
+    char *heap_preload;     /* the ranks' LD_PRELOAD (malloc'd; in env[] too) */
     struct arrun_env *env;  /* -x, in command-line order (a later NAME wins) */
     int nenv;
     char **argv; /* PROGRAM ARGS..., NULL-terminated (points into main's argv) */
@@ -66,6 +69,17 @@ struct arrun_binding {
 /* Returns -1 to go on with the job, else the status arrun exits with (usage: 2, help: 0). */
 int arrun_parse_options(int argc, char **argv, struct arrun_opts *o);
 void arrun_opts_free(struct arrun_opts *o);
+
+/*
+ * --shared-heap (heap.c): arrun_heap_find, while parsing, finds libarcomm_heap.so beside
+ * libarcomm (-1 to go on, else the exit status, message printed); arrun_heap_prepare,
+ * before the job, puts it first in the ranks' LD_PRELOAD, through a link of arrun's own
+ * where its path cannot be named there (0, or the exit status); arrun_heap_remove
+ * removes that link (arrun at the end of the job, the watcher when arrun was killed).
+ */
+int arrun_heap_find(struct arrun_opts *o);
+int arrun_heap_prepare(struct arrun_opts *o);
+void arrun_heap_remove(const struct arrun_opts *o);
 
 /* 0; -EINVAL for a --cpus-per-rank this host cannot give (message printed); -ENOMEM. */
 int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b);

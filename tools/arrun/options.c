@@ -7,7 +7,6 @@
 
 #include <arcomm.h>
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -54,7 +53,10 @@ static const char usage_text[] =
     "  --label         prefix every output line with \"[rank] \"\n"
     "  --shared-heap   preload libarcomm_heap.so (beside libarcomm) in every rank: large\n"
     "                  allocations come from memory the other ranks map, so that process\n"
-    "                  ranks reach each other's malloc'd buffers (the one-pass path)\n"
+    "                  ranks reach each other's malloc'd buffers (the one-pass path);\n"
+    "                  a path LD_PRELOAD cannot hold (a space, colon or $) is preloaded\n"
+    "                  through a link of arrun's own in $TMPDIR or /tmp, removed after\n"
+    "                  the job\n"
     "  -h, --help      print this help and exit\n"
     "  --version       print the version and exit\n"
     "\n"
@@ -305,53 +307,14 @@ static int add_env(struct arrun_opts *o, const char *arg)
     return -1;
 }
 
-/*
- * --shared-heap: LD_PRELOAD for the ranks, libarcomm_heap.so (found beside the libarcomm
- * this arrun runs with: the build tree's or the installed one) first, then whatever
- * LD_PRELOAD the ranks would have had (-x, else arrun's own).  -1 to go on.
- */
-static int add_shared_heap(struct arrun_opts *o)
-{
-    Dl_info info;
-    char lib[4096];
-    const char *preload = getenv("LD_PRELOAD");
-
-    if (dladdr((void *)comm_id_new, &info) == 0 || info.dli_fname == NULL) {
-        arrun_msg("--shared-heap: cannot tell where libarcomm is loaded from");
-        return ARRUN_EXIT_ERROR;
-    }
-    const char *slash = strrchr(info.dli_fname, '/');
-    int dir_len = slash ? (int)(slash - info.dli_fname) : 1;
-    snprintf(lib, sizeof(lib), "%.*s/libarcomm_heap.so", dir_len, slash ? info.dli_fname : ".");
-    if (access(lib, R_OK) != 0)
-        return usage_error("--shared-heap: %s: %s (build or install libarcomm_heap.so beside "
-                           "libarcomm)",
-                           lib, strerror(errno));
-    for (int i = 0; i < o->nenv; i++)
-        if (strcmp(o->env[i].name, "LD_PRELOAD") == 0)
-            preload = o->env[i].value;
-    size_t len = strlen(lib) + (preload && *preload ? strlen(preload) + 1 : 0) + 1;
-    o->heap_preload = malloc(len);
-    char *name = strdup("LD_PRELOAD");
-    struct arrun_env *env = realloc(o->env, ((size_t)o->nenv + 1) * sizeof(*env));
-    if (o->heap_preload == NULL || name == NULL || env == NULL) {
-        free(name);
-        if (env != NULL)
-            o->env = env;
-        arrun_msg("out of memory");
-        return ARRUN_EXIT_ERROR;
-    }
-    snprintf(o->heap_preload, len, "%s%s%s", lib, preload && *preload ? ":" : "",
-             preload && *preload ? preload : "");
-    o->env = env;
-    o->env[o->nenv++] = (struct arrun_env){.name = name, .value = o->heap_preload};
-    return -1;
-}
-
 void arrun_opts_free(struct arrun_opts *o)
 {
     free(o->heap_preload);
     o->heap_preload = NULL;
+    free(o->heap_lib);
+    o->heap_lib = NULL;
+    free(o->heap_dir);
+    o->heap_dir = NULL;
     for (int i = 0; i < o->nenv; i++)
         free(o->env[i].name);
     free(o->env);
@@ -473,7 +436,7 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
         return usage_error("--cpus-per-rank needs --bind core or numa, not --bind none");
     if (optind >= argc)
         return usage_error("no program to run");
-    if (o->shared_heap && (status = add_shared_heap(o)) >= 0)
+    if (o->shared_heap && (status = arrun_heap_find(o)) >= 0)
         return status;
     o->argv = argv + optind;
 

@@ -8,7 +8,8 @@
  * pipe.  arrun tells it the ranks' group and, at the normal end of the job (after arrun
  * cleaned up itself), that it is done; the watcher then exits and arrun reaps it.  EOF
  * without "done" means arrun died: the watcher SIGKILLs the ranks' group, waits until
- * no live process is left in it, removes every /dev/shm name of the job's id, and exits.
+ * no live process is left in it, removes every /dev/shm name of the job's id and the
+ * --shared-heap link (heap.c), and exits.
  *
  * The group's id stays safe to signal: arrun's unreaped ranks hold it while arrun
  * lives (arrun tells the watcher to forget the group before it reaps them), and once
@@ -162,6 +163,7 @@ watcher_main(const struct arrun_opts *o, const char *id, int fd)
         sleep_s(0.01);
     }
     arrun_remove_segments(o, id);
+    arrun_heap_remove(o);
     if (pgid > 0)
         arrun_msg("arrun ended before its job did: killed what was left of the job (process "
                   "group %d) and removed its shared memory",

@@ -110,7 +110,10 @@ static void run_arrun_v(struct run *r, const struct run_opts *ro, va_list ap)
     close(err[1]);
 
     struct pollfd pfds[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
+    bool watched = ro->watch == NULL;
     while (pfds[0].fd >= 0 || pfds[1].fd >= 0) {
+        if (!watched)
+            watched = ro->watch((int)pid, r->out ? r->out : "", ro->watch_arg);
         int timeout = 100;
         char chunk[65536];
 

@@ -23,6 +23,10 @@ struct run_opts {
     double signal_after;
     bool leak_fd;     /* give arrun an fd without FD_CLOEXEC, as a careless parent would */
     const char *cpus; /* arrun's affinity ("1", "0,2"), as taskset -c gives it; NULL: ours */
+    /* Called after every read of arrun's output (out: stdout so far) until it returns true:
+     * signals to send once the ranks said something, checks while the job runs. */
+    bool (*watch)(int arrun_pid, const char *out, void *arg);
+    void *watch_arg;
 };
 
 struct run {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the files of test_arrun share beyond the harness (arrun_run.h): the tests main
- * (test_arrun.c) runs from test_arrun_binding.c and test_arrun_streams.c, and ta_rank_var,
+ * (test_arrun.c) runs from test_arrun_binding.c, test_arrun_streams.c and
+ * test_arrun_habits.c, and ta_rank_var,
  * which reads the helper's `vars` lines for the binding tests and test_env_x.
  */
 #ifndef ARCOMM_TEST_ARRUN_H
@@ -15,6 +16,10 @@ void test_bind(void **state);
 void test_cpus_per_rank(void **state);
 void test_report_bindings(void **state);
 void test_bind_inherited(void **state);
+
+/* test_arrun_habits.c */
+void test_usr_signals_passed_on(void **state);
+void test_job_control(void **state);
 
 /* test_arrun_streams.c */
 void test_stdin(void **state);

@@ -87,7 +87,7 @@ struct job {
     int nstarted; /* ranks forked, 0 .. nranks */
     int nalive;   /* started and not seen exiting */
     pid_t pgid;   /* the ranks' process group: rank 0's pid */
-    int sigfd;    /* SIGCHLD, SIGINT, SIGTERM, SIGHUP */
+    int sigfd;    /* SIGCHLD, the signals that end the job, those passed on (job_read_signals) */
     enum job_phase phase;
     int exit_code;             /* what arrun exits with */
     double deadline;           /* --timeout, on the monotonic clock; 0 = none */
@@ -170,6 +170,41 @@ static void job_check_ranks(struct job *j)
     }
 }
 
+/*
+ * What mpirun passes on without ending the job: SIGUSR1 and SIGUSR2 go to every rank
+ * (a program's "checkpoint now", "dump your state"); SIGTSTP (Ctrl-Z) stops the ranks'
+ * whole group with SIGSTOP and then arrun itself, and SIGCONT (the shell's fg or bg)
+ * continues the group.
+ * Without this the default actions applied to arrun alone: SIGUSR1 killed it, and with
+ * it the whole job; Ctrl-Z stopped arrun while the ranks ran on.
+ */
+static void job_pass_on(struct job *j, int signo)
+{
+    if (j->opts->verbose >= 2)
+        arrun_msg("got signal %d (%s); passing it on to the ranks", signo, strsignal(signo));
+    if (signo == SIGUSR1 || signo == SIGUSR2) {
+        /* To the ranks themselves, as mpirun does: what they started (a shell's `sleep`)
+         * would die of it.  A rank not reaped yet keeps its pid, so this reaches it. */
+        for (int i = 0; i < j->nstarted; i++)
+            if (!j->ranks[i].exited && kill(j->ranks[i].pid, signo) < 0 && errno != ESRCH)
+                arrun_msg("cannot send signal %d to rank %d: %s", signo, i, strerror(errno));
+        return;
+    }
+    if (signo == SIGCONT) {
+        job_signal(j, signo);
+        return;
+    }
+    /* SIGSTOP, not SIGTSTP: a rank cannot ignore it, so the job stops as a whole. */
+    job_signal(j, SIGSTOP);
+    raise(SIGSTOP);
+    /* Here once continued: the SIGCONT that did it is read next, and passed on. */
+}
+
+static bool passed_on(int signo)
+{
+    return signo == SIGUSR1 || signo == SIGUSR2 || signo == SIGTSTP || signo == SIGCONT;
+}
+
 static void job_read_signals(struct job *j)
 {
     struct signalfd_siginfo si;
@@ -180,6 +215,10 @@ static void job_read_signals(struct job *j)
 
         if (signo == SIGCHLD) {
             child = true;
+        } else if (passed_on(signo)) {
+            /* Once the ranks are being killed, stopping them would only delay it. */
+            if (j->phase != JOB_KILLING)
+                job_pass_on(j, signo);
         } else if (j->phase == JOB_RUNNING) {
             arrun_msg("got signal %d (%s); ending %d rank%s", signo, strsignal(signo), j->nalive,
                       plural(j->nalive));
@@ -340,6 +379,10 @@ static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_b
     sigaddset(&watched, SIGINT);
     sigaddset(&watched, SIGTERM);
     sigaddset(&watched, SIGHUP);
+    sigaddset(&watched, SIGUSR1);
+    sigaddset(&watched, SIGUSR2);
+    sigaddset(&watched, SIGTSTP);
+    sigaddset(&watched, SIGCONT);
     sigaction(SIGCHLD, &dfl, NULL);
     sigaction(SIGPIPE, &ign, &old_pipe);
     sp.pipe_ignored = old_pipe.sa_handler == SIG_IGN;

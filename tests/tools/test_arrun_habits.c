@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What people used to mpirun do to a launcher, tested from the outside: SIGUSR1 and
+ * SIGUSR2 passed on to the ranks, Ctrl-Z (SIGTSTP) stopping the whole job and SIGCONT
+ * continuing it.  Part of test_arrun (main in test_arrun.c).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arrun_run.h"
+#include "test_arrun.h"
+
+/* How many times needle occurs in text. */
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* Sends what arg says once every rank has said "up". */
+struct pass_on {
+    int nranks;
+    int signos[2];
+};
+
+static bool send_when_up(int arrun_pid, const char *out, void *arg)
+{
+    struct pass_on *p = arg;
+    if (count_of(out, " up\n") < p->nranks)
+        return false;
+    for (int k = 0; k < 2; k++)
+        if (p->signos[k])
+            kill(arrun_pid, p->signos[k]);
+    return true;
+}
+
+/* Ranks that trap SIGUSR1 and SIGUSR2, say "up", then work for about 2 s. */
+#define TRAPPING_RANK                                                                              \
+    "trap 'echo \"rank=$ARCOMM_RANK usr1 \"' USR1; trap 'echo \"rank=$ARCOMM_RANK usr2 \"' USR2; " \
+    "echo \"rank=$ARCOMM_RANK up\"; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done"
+
+/*
+ * SIGUSR1 and SIGUSR2 to arrun reach every rank, and the job goes on: each rank's trap
+ * runs and the job ends 0.  Before, SIGUSR1 killed arrun (its default action), the ranks
+ * died with it, and the job ended 138.
+ */
+void test_usr_signals_passed_on(void **state)
+{
+    (void)state;
+    struct pass_on p = {.nranks = 2, .signos = {SIGUSR1, SIGUSR2}};
+    struct run_opts ro = {.watch = send_when_up, .watch_arg = &p};
+    struct run r;
+
+    run_arrun(&r, &ro, "-n", "2", "--bind", "none", "sh", "-c", TRAPPING_RANK, NULL);
+    if (r.status != 0)
+        fail_msg("arrun exited %d after SIGUSR1 and SIGUSR2; stderr:\n%s", r.status, r.err);
+    for (int i = 0; i < 2; i++) {
+        char want[64];
+        for (int k = 1; k <= 2; k++) {
+            snprintf(want, sizeof(want), "rank=%d usr%d \n", i, k);
+            if (strstr(r.out, want) == NULL)
+                fail_msg("rank %d never got SIGUSR%d:\n%s", i, k, r.out);
+        }
+    }
+    assert_string_equal(r.err, "");
+    run_free(&r);
+}
+
+/* The state letter of /proc/PID/stat ('?' when gone). */
+static char proc_state(int pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    char state = '?';
+    if (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        const char *p = strrchr(line, ')');
+        if (p != NULL && p[1] == ' ')
+            state = p[2];
+    }
+    if (f != NULL)
+        fclose(f);
+    return state;
+}
+
+/* Waits up to 5 s until every pid's state is (stopped) or is not (stopped) 'T'. */
+static bool all_states(const int *pids, int n, bool stopped)
+{
+    double until = now_s() + 5.0;
+    for (;;) {
+        bool all = true;
+        for (int i = 0; i < n && all; i++)
+            all = (proc_state(pids[i]) == 'T') == stopped;
+        if (all)
+            return true;
+        if (now_s() >= until)
+            return false;
+        usleep(10000);
+    }
+}
+
+struct job_control {
+    bool stopped, continued; /* what was seen */
+    char why[256];
+};
+
+/* Once both sleeping ranks printed their pid: Ctrl-Z, look, continue, look, end. */
+static bool stop_and_continue(int arrun_pid, const char *out, void *arg)
+{
+    struct job_control *jc = arg;
+    int pids[3] = {arrun_pid, 0, 0}, n = 1;
+
+    for (const char *p = out; n < 3 && (p = strstr(p, "pid=")) != NULL; p += 4)
+        pids[n++] = atoi(p + 4);
+    if (n < 3)
+        return false;
+    kill(arrun_pid, SIGTSTP);
+    jc->stopped = all_states(pids, 3, true);
+    if (!jc->stopped)
+        snprintf(jc->why, sizeof(jc->why), "after SIGTSTP: arrun %c, ranks %c %c",
+                 proc_state(pids[0]), proc_state(pids[1]), proc_state(pids[2]));
+    kill(arrun_pid, SIGCONT);
+    jc->continued = all_states(pids, 3, false);
+    if (jc->stopped && !jc->continued)
+        snprintf(jc->why, sizeof(jc->why), "after SIGCONT: arrun %c, ranks %c %c",
+                 proc_state(pids[0]), proc_state(pids[1]), proc_state(pids[2]));
+    kill(arrun_pid, SIGTERM);
+    return true;
+}
+
+/*
+ * Ctrl-Z (SIGTSTP to arrun) stops every rank and then arrun; SIGCONT (fg, bg) continues
+ * them all; the job then ends as usual (SIGTERM: 143).  Before, arrun alone stopped and
+ * the ranks ran on.
+ */
+void test_job_control(void **state)
+{
+    (void)state;
+    struct job_control jc = {0};
+    struct run_opts ro = {.watch = stop_and_continue, .watch_arg = &jc};
+    struct run r;
+
+    run_arrun(&r, &ro, "-n", "2", "--bind", "none", helper_path, "sleep", NULL);
+    if (!jc.stopped || !jc.continued)
+        fail_msg("job control: %s", jc.why);
+    if (r.status != 128 + SIGTERM)
+        fail_msg("arrun exited %d after SIGCONT and SIGTERM; stderr:\n%s", r.status, r.err);
+    assert_int_equal(check_pids_gone(r.out, 2.0), 2);
+    run_free(&r);
+}

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -93,6 +94,18 @@ static void run_arrun_v(struct run *r, const struct run_opts *ro, va_list ap)
             putenv((char *)ro->env);
         if (ro->leak_fd)
             dup2(null_fd, 9); /* dup2 clears FD_CLOEXEC on 9 */
+        if (ro->close_stdin)
+            close(STDIN_FILENO);
+        if (ro->nofile || ro->nofile_hard) {
+            struct rlimit rl;
+            getrlimit(RLIMIT_NOFILE, &rl);
+            if (ro->nofile)
+                rl.rlim_cur = (rlim_t)ro->nofile;
+            if (ro->nofile_hard)
+                rl.rlim_max = (rlim_t)ro->nofile_hard;
+            if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                _exit(125);
+        }
         if (ro->cpus) {
             cpu_set_t set;
             CPU_ZERO(&set);

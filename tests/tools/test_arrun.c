@@ -573,6 +573,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_segments_removed),
         cmocka_unit_test(test_usr_signals_passed_on),
         cmocka_unit_test(test_job_control),
+        cmocka_unit_test(test_closed_stdin),
+        cmocka_unit_test(test_many_labelled_ranks),
     };
     const struct CMUnitTest library[] = {
         cmocka_unit_test(test_allreduce),

@@ -20,6 +20,8 @@ void test_bind_inherited(void **state);
 /* test_arrun_habits.c */
 void test_usr_signals_passed_on(void **state);
 void test_job_control(void **state);
+void test_closed_stdin(void **state);
+void test_many_labelled_ranks(void **state);
 
 /* test_arrun_streams.c */
 void test_stdin(void **state);

@@ -2,7 +2,8 @@
 /*
  * What people used to mpirun do to a launcher, tested from the outside: SIGUSR1 and
  * SIGUSR2 passed on to the ranks, Ctrl-Z (SIGTSTP) stopping the whole job and SIGCONT
- * continuing it.  Part of test_arrun (main in test_arrun.c).
+ * continuing it, a closed stdin, and many ranks under --label with the usual limit of
+ * 1024 open files.  Part of test_arrun (main in test_arrun.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -158,5 +159,48 @@ void test_job_control(void **state)
     if (r.status != 128 + SIGTERM)
         fail_msg("arrun exited %d after SIGCONT and SIGTERM; stderr:\n%s", r.status, r.err);
     assert_int_equal(check_pids_gone(r.out, 2.0), 2);
+    run_free(&r);
+}
+
+/* arrun started with stdin closed: rank 0 reads /dev/null (EOF), not a closed fd 0. */
+void test_closed_stdin(void **state)
+{
+    (void)state;
+    struct run_opts ro = {.close_stdin = true};
+    struct run r;
+
+    run_arrun(&r, &ro, "-n", "2", "--bind", "none", helper_path, "stdin", NULL);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "rank=0 stdin=(eof)\n"));
+    assert_non_null(strstr(r.out, "rank=1 stdin=(eof)\n"));
+    run_free(&r);
+}
+
+/*
+ * 300 ranks under --label with a soft limit of 256 open files (the usual 1024 runs out at
+ * about 500 ranks): arrun raises its own limit and gives the ranks the one it was given;
+ * past the hard limit it says so before any rank starts.  Before, it failed after about
+ * 120 ranks had started ("cannot make the output pipes of rank ...").
+ */
+void test_many_labelled_ranks(void **state)
+{
+    (void)state;
+    struct run_opts soft = {.nofile = 256};
+    struct run_opts hard = {.nofile = 256, .nofile_hard = 256};
+    struct run r;
+
+    run_arrun(&r, &soft, "-n", "300", "--bind", "none", "--label", "sh", "-c",
+              "echo nofile=$(ulimit -n)", NULL);
+    if (r.status != 0)
+        fail_msg("300 labelled ranks exited %d; stderr:\n%.2000s", r.status, r.err);
+    if (count_of(r.out, "] nofile=256\n") != 300)
+        fail_msg("not every rank printed nofile=256:\n%.2000s", r.out);
+    run_free(&r);
+
+    run_arrun(&r, &hard, "-n", "300", "--bind", "none", "--label", "sh", "-c", "echo ran", NULL);
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "--label with 300 ranks needs about "));
+    assert_non_null(strstr(r.err, "(ulimit -Hn)"));
+    assert_int_equal(r.out_len, 0);
     run_free(&r);
 }

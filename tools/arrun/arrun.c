@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -351,7 +353,8 @@ static void job_finish(struct job *j, struct pollfd *pfds)
     }
 }
 
-static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_binding *binding)
+static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_binding *binding,
+                   const struct rlimit *nofile)
 {
     struct sigaction ign = {.sa_handler = SIG_IGN}, dfl = {.sa_handler = SIG_DFL}, old_pipe;
     sigset_t watched, orig_mask;
@@ -366,6 +369,7 @@ static int run_job(const struct arrun_opts *opts, const char *id, struct arrun_b
         .orig_mask = &orig_mask,
         .stdin_null = isatty(STDIN_FILENO),
         .watch = &watch,
+        .nofile = nofile,
     };
     int status = ARRUN_EXIT_ERROR;
 
@@ -453,13 +457,70 @@ err_mask:
     return status;
 }
 
+/*
+ * A closed stdin, stdout or stderr (a daemon, cron, `arrun ... <&-`) would be the next fd
+ * arrun opens: rank 0 then inherited a closed stdin (its first open() became its
+ * "stdin"), and arrun's messages could land in one of its own pipes.  /dev/null takes
+ * the place of each, as a shell's redirection would.
+ */
+static void std_fds_open(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int null_fd = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (null_fd >= 0 && null_fd != fd) {
+            dup2(null_fd, fd);
+            close(null_fd);
+        }
+    }
+}
+
+/*
+ * --label keeps two pipes a rank open in arrun (four with --output-filename), which the
+ * usual soft limit of 1024 fds ran out of at about 500 ranks, after half of them had
+ * started.  The soft limit is raised to what the job needs, up to the hard limit, before
+ * any rank starts (the ranks get the limit arrun was given back: orig); past the hard
+ * limit arrun says so and starts nothing.  Returns 0, or the exit status.
+ */
+static int fd_limit_raise(const struct arrun_opts *o, struct rlimit *orig, bool *raised)
+{
+    int per_rank = o->label ? (o->output_dir ? 4 : 2) : 0;
+    rlim_t need = (rlim_t)per_rank * (rlim_t)o->nranks + 64;
+    struct rlimit now;
+
+    *raised = false;
+    if (per_rank == 0 || getrlimit(RLIMIT_NOFILE, orig) < 0 || orig->rlim_cur >= need)
+        return 0;
+    if (orig->rlim_max != RLIM_INFINITY && orig->rlim_max < need) {
+        arrun_msg("--label with %d ranks needs about %llu file descriptors (%d a rank), but "
+                  "arrun may open at most %llu (ulimit -Hn): raise that limit, or leave out "
+                  "--label (the ranks then write to arrun's stdout and stderr themselves)",
+                  o->nranks, (unsigned long long)need, per_rank,
+                  (unsigned long long)orig->rlim_max);
+        return ARRUN_EXIT_ERROR;
+    }
+    now = *orig;
+    now.rlim_cur = need;
+    if (setrlimit(RLIMIT_NOFILE, &now) < 0) {
+        arrun_msg("cannot raise the file descriptor limit to %llu for --label with %d ranks: %s",
+                  (unsigned long long)need, o->nranks, strerror(errno));
+        return ARRUN_EXIT_ERROR;
+    }
+    *raised = true;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct arrun_opts opts;
     struct arrun_binding binding;
+    struct rlimit nofile;
+    bool nofile_raised;
     comm_id_t id;
     int status;
 
+    std_fds_open();
     status = arrun_parse_options(argc, argv, &opts);
     if (status >= 0)
         goto out;
@@ -488,12 +549,15 @@ int main(int argc, char **argv)
         }
     }
     status = arrun_heap_prepare(&opts);
+    if (status == 0)
+        status = fd_limit_raise(&opts, &nofile, &nofile_raised);
     if (status != 0) {
+        arrun_heap_remove(&opts);
         arrun_binding_free(&binding);
         goto out;
     }
     fflush(NULL); /* nothing buffered by arrun may be written twice by a forked child */
-    status = run_job(&opts, id.str, &binding);
+    status = run_job(&opts, id.str, &binding, nofile_raised ? &nofile : NULL);
     arrun_heap_remove(&opts);
     arrun_binding_free(&binding);
 out:

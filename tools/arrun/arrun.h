@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <signal.h>
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <hwloc.h>
@@ -149,13 +150,14 @@ int arrun_output_open(const struct arrun_opts *o, int rank, int *out_fd, int *er
 struct arrun_spawn {
     const struct arrun_opts *opts;
     const struct arrun_binding *binding;
-    const char *id;            /* ARCOMM_ID for every rank */
-    pid_t pgid;                /* the job's process group; 0 for the first rank (it makes it) */
-    pid_t parent;              /* arrun's pid, to detect a parent that died before prctl */
-    const sigset_t *orig_mask; /* arrun's signal mask before it blocked signals */
-    bool pipe_ignored;         /* SIGPIPE was ignored when arrun started */
-    bool stdin_null;           /* rank 0 too gets /dev/null: arrun's stdin is a terminal */
-    struct arrun_watch *watch; /* told the group as soon as rank 0 is forked */
+    const char *id;              /* ARCOMM_ID for every rank */
+    pid_t pgid;                  /* the job's process group; 0 for the first rank (it makes it) */
+    pid_t parent;                /* arrun's pid, to detect a parent that died before prctl */
+    const sigset_t *orig_mask;   /* arrun's signal mask before it blocked signals */
+    bool pipe_ignored;           /* SIGPIPE was ignored when arrun started */
+    bool stdin_null;             /* rank 0 too gets /dev/null: arrun's stdin is a terminal */
+    struct arrun_watch *watch;   /* told the group as soon as rank 0 is forked */
+    const struct rlimit *nofile; /* RLIMIT_NOFILE arrun was given, when it raised its own */
 };
 
 /*

@@ -76,9 +76,12 @@ child_exec(const struct arrun_spawn *sp, int rank, int report_fd, int out_fd, in
 {
     const struct arrun_opts *o = sp->opts;
 
-    /* Undo what arrun set up for itself: its blocked signals, its ignored SIGPIPE. */
+    /* Undo what arrun set up for itself: its blocked signals, its ignored SIGPIPE, its
+     * raised fd limit (a program using select() needs fds below 1024). */
     signal(SIGPIPE, sp->pipe_ignored ? SIG_IGN : SIG_DFL);
     sigprocmask(SIG_SETMASK, sp->orig_mask, NULL);
+    if (sp->nofile != NULL)
+        setrlimit(RLIMIT_NOFILE, sp->nofile);
 
     /*
      * Die with arrun, also when it is SIGKILLed.  If arrun died before the prctl took

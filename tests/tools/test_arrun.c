@@ -571,6 +571,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_output_filename, ta_remove_output_top),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_segments_removed),
+        cmocka_unit_test(test_mpirun_spellings),
         cmocka_unit_test(test_usr_signals_passed_on),
         cmocka_unit_test(test_job_control),
         cmocka_unit_test(test_closed_stdin),

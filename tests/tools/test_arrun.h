@@ -18,6 +18,7 @@ void test_report_bindings(void **state);
 void test_bind_inherited(void **state);
 
 /* test_arrun_habits.c */
+void test_mpirun_spellings(void **state);
 void test_usr_signals_passed_on(void **state);
 void test_job_control(void **state);
 void test_closed_stdin(void **state);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What people used to mpirun do to a launcher, tested from the outside: SIGUSR1 and
- * SIGUSR2 passed on to the ranks, Ctrl-Z (SIGTSTP) stopping the whole job and SIGCONT
- * continuing it, a closed stdin, and many ranks under --label with the usual limit of
- * 1024 open files.  Part of test_arrun (main in test_arrun.c).
+ * What people used to mpirun do to a launcher, tested from the outside: its spellings
+ * (-np, --bind-to, --oversubscribe), SIGUSR1 and SIGUSR2 passed on to the ranks, Ctrl-Z
+ * (SIGTSTP) stopping the whole job and SIGCONT continuing it, a closed stdin, and many
+ * ranks under --label with the usual limit of 1024 open files.  Part of test_arrun
+ * (main in test_arrun.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +29,41 @@ static int count_of(const char *text, const char *needle)
     for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
         n++;
     return n;
+}
+
+void test_mpirun_spellings(void **state)
+{
+    (void)state;
+    struct env_line l[3];
+    struct run r;
+
+    run_arrun(&r, NULL, "-np", "3", "--bind-to", "none", helper_path, "env", NULL);
+    if (r.status != 0)
+        fail_msg("arrun -np 3 --bind-to none exited %d; stderr:\n%s", r.status, r.err);
+    parse_env(r.out, 3, l);
+    assert_string_equal(r.err, "");
+    run_free(&r);
+    run_arrun(&r, NULL, "--np", "2", helper_path, "env", NULL);
+    assert_int_equal(r.status, 0);
+    parse_env(r.out, 2, l);
+    run_free(&r);
+
+    /* More ranks than cores: the warning, unless --oversubscribe says it is meant. */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    char nr[32];
+    snprintf(nr, sizeof(nr), "%ld", ncpu + 1);
+    run_arrun(&r, NULL, "-n", nr, "--bind-to", "core", helper_path, "stdin", NULL);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.err, "ranks share cores"));
+    run_free(&r);
+    run_arrun(&r, NULL, "-n", nr, "--oversubscribe", helper_path, "stdin", NULL);
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.err, "");
+    run_free(&r);
+    run_arrun(&r, NULL, "-n", "2", "--bind-to", "socket", helper_path, "env", NULL);
+    assert_int_equal(r.status, 2);
+    assert_non_null(strstr(r.err, "--bind takes none, core or numa, not 'socket'"));
+    run_free(&r);
 }
 
 /* Sends what arg says once every rank has said "up". */

@@ -39,6 +39,7 @@ struct arrun_opts {
     enum arrun_bind bind;   /* --bind */
     int cpus_per_rank;      /* --cpus-per-rank; 0 = not given (one core per rank) */
     bool report_bindings;   /* --report-bindings */
+    bool oversubscribe;     /* --oversubscribe: ranks sharing cores is no news */
     double timeout_s;       /* --timeout; 0 = none */
     double grace_s;         /* --grace: SIGTERM to SIGKILL */
     bool label;             /* --label */

@@ -285,9 +285,9 @@ int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
     /*
      * Ranks that share cores still run (round robin, as the docs promise), but never
      * silently: mpirun refuses to bind more processes than cpus without being told to;
-     * arrun goes on and says so, once.
+     * arrun goes on and says so, once, unless told with --oversubscribe.
      */
-    if (sharing > 0)
+    if (sharing > 0 && (!opts->oversubscribe || opts->verbose >= 1))
         arrun_msg("warning: %d rank%s x %d core%s on %d %.*s%s: %d of the %d ranks share cores",
                   opts->nranks, opts->nranks == 1 ? "" : "s", per > 0 ? per : 1, per > 1 ? "s" : "",
                   nobjs, (int)strlen(what) - (nobjs == 1 ? 1 : 0), what, scope, sharing,

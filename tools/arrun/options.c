@@ -27,22 +27,25 @@
 
 static const char usage_line[] =
     "usage: arrun -n N [--bind none|core|numa] [--cpus-per-rank N] [--report-bindings]\n"
-    "             [-x NAME[=VALUE]]... [--output-filename DIR] [--timeout SEC] [--grace SEC]\n"
-    "             [--label] [--shared-heap] [--] PROGRAM [ARGS...]\n";
+    "             [--oversubscribe] [-x NAME[=VALUE]]... [--output-filename DIR]\n"
+    "             [--timeout SEC] [--grace SEC] [--label] [--shared-heap] [--] PROGRAM\n"
+    "             [ARGS...]\n";
 
 static const char usage_text[] =
     "Starts N copies of PROGRAM as the ranks of one arcomm job on this host.\n"
     "\n"
-    "  -n N            number of ranks (1 or more)\n"
+    "  -n N            number of ranks (1 or more); mpirun's -np N and --np N too\n"
     "  --bind WHAT     where ranks run, through hwloc, within the cpus arrun may run on\n"
     "                  (its affinity: taskset, a cgroup's cpuset): core (default; one\n"
     "                  core per rank, round robin, a warning when ranks share cores),\n"
-    "                  numa (NUMA nodes, round robin) or none (arrun's own affinity)\n"
+    "                  numa (NUMA nodes, round robin) or none (arrun's own affinity);\n"
+    "                  mpirun's spelling --bind-to WHAT too\n"
     "  --cpus-per-rank N  N consecutive cores per rank (hwloc's order), wrapping around\n"
     "                  with a warning; with --bind numa, the rank gets its whole node and\n"
     "                  N only says how many of its cores it uses.  Sets OMP_NUM_THREADS=N\n"
     "                  unless it is set already.  N above the cores there are: exit 2\n"
     "  --report-bindings  print each rank's cores and cpus on stderr before it starts\n"
+    "  --oversubscribe ranks may share cores: no warning when they do (as mpirun's)\n"
     "  -x NAME=VALUE   set NAME in every rank's environment; -x NAME passes arrun's own\n"
     "                  value (NAME must be set); repeatable\n"
     "  --output-filename DIR  each rank's stdout and stderr go to DIR/rank.R/stdout and\n"
@@ -329,6 +332,10 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
 {
     static const struct option longopts[] = {
         {.name = "bind", .has_arg = required_argument, .val = 'b'},
+        /* mpirun's spellings, for the commands people already type. */
+        {.name = "np", .has_arg = required_argument, .val = 'n'},
+        {.name = "bind-to", .has_arg = required_argument, .val = 'b'},
+        {.name = "oversubscribe", .has_arg = no_argument, .val = 'O'},
         {.name = "timeout", .has_arg = required_argument, .val = 't'},
         {.name = "grace", .has_arg = required_argument, .val = 'g'},
         {.name = "label", .has_arg = no_argument, .val = 'l'},
@@ -355,6 +362,9 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
         case 'n': {
             char *end;
             long n;
+            /* mpirun's -np N: getopt reads it as -n with the value "p". */
+            if (strcmp(optarg, "p") == 0 && optind < argc)
+                optarg = argv[optind++];
             errno = 0;
             n = strtol(optarg, &end, 10);
             if (errno || end == optarg || *end != '\0')
@@ -374,6 +384,9 @@ int arrun_parse_options(int argc, char **argv, struct arrun_opts *o)
                 o->bind = ARRUN_BIND_NUMA;
             else
                 return usage_error("--bind takes none, core or numa, not '%s'", optarg);
+            break;
+        case 'O':
+            o->oversubscribe = true;
             break;
         case 't':
             if (parse_seconds(optarg, false, &o->timeout_s) < 0)

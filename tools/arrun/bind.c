@@ -229,7 +229,8 @@ int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
             arrun_msg("--cpus-per-rank %d: arrun may run on %d %.*s%s", per, nobjs,
                       (int)strlen(what) - (nobjs == 1 ? 1 : 0), what, scope);
         else
-            arrun_msg("--cpus-per-rank %d: this host has %d %s", per, nobjs, what);
+            arrun_msg("--cpus-per-rank %d: this host has %d %.*s", per, nobjs,
+                      (int)strlen(what) - (nobjs == 1 ? 1 : 0), what);
         status = -EINVAL;
         goto err_status;
     }

@@ -31,6 +31,13 @@ extern "C" {
  * comm_transport_name says both levels ("shm+mpi").  MPI must be initialised; call
  * comm_destroy before MPI_Finalize.  *comm is written only on success, and every rank
  * returns the same status (COMM_ERR_PEER on the ranks whose own part went well).
+ * Before any other step the ranks compare the settings that must be the same on every
+ * rank (ARCOMM_MPI_RANKS_PER_HOST and the knobs every communicator's ranks must share,
+ * from the environment or cfg->knob_defaults): when they differ, COMM_ERR_MISMATCH on
+ * every rank, naming the knob, the ranks and their values (mpirun passes a variable to
+ * the ranks of other hosts only with -x NAME).  comm_init_mpi and the calls of its
+ * communicators make their MPI calls in the calling thread: the thread level the
+ * program got from MPI_Init_thread applies to them as to its own MPI calls.
  */
 comm_status_t comm_init_mpi(comm_t **comm, MPI_Comm mpi_comm, const comm_config_t *cfg);
 

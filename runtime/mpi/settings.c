@@ -166,8 +166,12 @@ static comm_status_t device_mismatch(struct comm *tc, const struct rank_settings
         char who[96];
         int32_t dev = rows[r].device;
         rank_list(rows, n, r, RT_KNOB_COUNT, done, who, sizeof(who));
-        used += (size_t)snprintf(groups + used, sizeof(groups) - used, "%s%d on %s",
-                                 used ? ", " : "", (int)dev, who);
+        const char *name = dev == COMM_DEVICE_HOST      ? "COMM_DEVICE_HOST"
+                           : dev == COMM_DEVICE_CUDA    ? "COMM_DEVICE_CUDA"
+                           : dev == COMM_DEVICE_HEXAGON ? "COMM_DEVICE_HEXAGON"
+                                                        : "an unknown device";
+        used += (size_t)snprintf(groups + used, sizeof(groups) - used, "%s%s (%d) on %s",
+                                 used ? ", " : "", name, (int)dev, who);
     }
     free(done);
     rt_error(tc, COMM_ERR_INVALID,

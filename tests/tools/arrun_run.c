@@ -96,6 +96,14 @@ static void run_arrun_v(struct run *r, const struct run_opts *ro, va_list ap)
             dup2(null_fd, 9); /* dup2 clears FD_CLOEXEC on 9 */
         if (ro->close_stdin)
             close(STDIN_FILENO);
+        if (ro->cgroup) {
+            char pid_text[24];
+            int fd = open(ro->cgroup, O_WRONLY);
+            int n = snprintf(pid_text, sizeof(pid_text), "%d\n", (int)getpid());
+            if (fd < 0 || write(fd, pid_text, (size_t)n) != n)
+                _exit(125);
+            close(fd);
+        }
         if (ro->nofile || ro->nofile_hard) {
             struct rlimit rl;
             getrlimit(RLIMIT_NOFILE, &rl);

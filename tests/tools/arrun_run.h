@@ -21,11 +21,12 @@ struct run_opts {
     const char *stdin_text; /* arrun's stdin (a pipe holding this text), or NULL: /dev/null */
     int signo;              /* sent to arrun signal_after seconds after the start */
     double signal_after;
-    bool leak_fd;     /* give arrun an fd without FD_CLOEXEC, as a careless parent would */
-    const char *cpus; /* arrun's affinity ("1", "0,2"), as taskset -c gives it; NULL: ours */
-    bool close_stdin; /* start arrun with fd 0 closed */
-    long nofile;      /* arrun's soft RLIMIT_NOFILE; 0: ours */
-    long nofile_hard; /* and its hard one; 0: ours */
+    bool leak_fd;       /* give arrun an fd without FD_CLOEXEC, as a careless parent would */
+    const char *cpus;   /* arrun's affinity ("1", "0,2"), as taskset -c gives it; NULL: ours */
+    bool close_stdin;   /* start arrun with fd 0 closed */
+    const char *cgroup; /* a cgroup's cgroup.procs that arrun starts in, or NULL */
+    long nofile;        /* arrun's soft RLIMIT_NOFILE; 0: ours */
+    long nofile_hard;   /* and its hard one; 0: ours */
     /* Called after every read of arrun's output (out: stdout so far) until it returns true:
      * signals to send once the ranks said something, checks while the job runs. */
     bool (*watch)(int arrun_pid, const char *out, void *arg);

@@ -565,6 +565,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cpus_per_rank),
         cmocka_unit_test(test_report_bindings),
         cmocka_unit_test(test_bind_inherited),
+        cmocka_unit_test_teardown(test_bind_cgroup, ta_remove_cgroup),
         cmocka_unit_test(test_env_x),
         cmocka_unit_test(test_shared_heap),
         cmocka_unit_test_teardown(test_shared_heap_path, remove_heap_top),

@@ -16,6 +16,8 @@ void test_bind(void **state);
 void test_cpus_per_rank(void **state);
 void test_report_bindings(void **state);
 void test_bind_inherited(void **state);
+void test_bind_cgroup(void **state);
+int ta_remove_cgroup(void **state);
 
 /* test_arrun_habits.c */
 void test_mpirun_spellings(void **state);

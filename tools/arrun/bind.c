@@ -5,10 +5,12 @@
  * topology and the placement is the same from run to run.
  *
  * Ranks are placed within the cpus arrun itself may run on (its affinity, as taskset or
- * a batch system's cpuset set it, and the cgroup's cpuset, which hwloc already leaves
- * out of the topology), as mpirun does: two jobs started on disjoint cpusets never
- * share a core.  A core (or NUMA node) counts when some of its cpus are allowed, and a
- * rank gets only those.
+ * numactl set it, and its cgroup's cpuset, as a container or a batch system sets it),
+ * as mpirun does: two jobs started on disjoint cpusets never share a core.  A core (or
+ * NUMA node) counts when some of its cpus are allowed, and a rank gets only those.  The
+ * topology is the whole host's (hwloc would leave a cgroup's disallowed cpus out), so
+ * that logical indexes are the host's and a cgroup's restriction is seen, and said, as
+ * an affinity's is.
  */
 #include "arrun.h"
 
@@ -138,8 +140,8 @@ static int node_cores(const struct arrun_binding *b, hwloc_obj_type_t unit, hwlo
 
 /*
  * The cpus ranks may be placed on: arrun's own affinity (what fork passes to every rank
- * anyway) within the topology's allowed cpus.  0, or -ENOMEM.  b->restricted says
- * whether that leaves out some of the topology's cpus.
+ * anyway) within those its cgroup allows (hwloc's allowed cpuset).  0, or -ENOMEM.
+ * b->restricted says whether that leaves out some of the host's cpus.
  */
 static int find_allowed(struct arrun_binding *b)
 {
@@ -154,11 +156,12 @@ static int find_allowed(struct arrun_binding *b)
     hwloc_bitmap_and(b->allowed, b->allowed, all);
     if (hwloc_bitmap_iszero(b->allowed))
         hwloc_bitmap_copy(b->allowed, all); /* hwloc and the kernel disagree: trust hwloc */
-    b->restricted = !hwloc_bitmap_isincluded(all, b->allowed);
+    b->restricted =
+        !hwloc_bitmap_isincluded(hwloc_topology_get_topology_cpuset(b->topo), b->allowed);
     return 0;
 }
 
-/* " (arrun's affinity allows only PUs LIST)" when arrun's cpus are restricted, else "". */
+/* " (arrun may run only on PUs LIST)" when arrun's cpus are restricted, else "". */
 static void scope_text(const struct arrun_binding *b, char *buf, size_t len)
 {
     char *list = NULL;
@@ -166,7 +169,7 @@ static void scope_text(const struct arrun_binding *b, char *buf, size_t len)
     buf[0] = '\0';
     if (!b->restricted || hwloc_bitmap_list_asprintf(&list, b->allowed) < 0)
         return;
-    snprintf(buf, len, " (arrun's affinity allows only PUs %s)", list);
+    snprintf(buf, len, " (arrun may run only on PUs %s)", list);
     free(list);
 }
 
@@ -190,7 +193,9 @@ int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
         b->topo = NULL;
         return 0;
     }
-    if (hwloc_topology_load(b->topo) < 0) {
+    /* The whole host: a cgroup's cpuset then shows as one (find_allowed). */
+    if (hwloc_topology_set_flags(b->topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) < 0 ||
+        hwloc_topology_load(b->topo) < 0) {
         arrun_msg("warning: cannot read the topology: %s; ranks run unbound", strerror(errno));
         goto err_topo;
     }
@@ -215,8 +220,8 @@ int arrun_binding_plan(const struct arrun_opts *opts, struct arrun_binding *b)
     if (opts->report_bindings && b->restricted) {
         char *list = NULL;
         hwloc_bitmap_list_asprintf(&list, b->allowed);
-        arrun_msg("binding within the cpus arrun may run on (its affinity): PUs %s, %d of this "
-                  "host's %d %s",
+        arrun_msg("binding within the cpus arrun may run on (its affinity and cgroup): PUs %s, "
+                  "%d of this host's %d %s",
                   list ? list : "?", count_units(b->topo, unit, b->allowed),
                   hwloc_get_nbobjs_by_type(b->topo, unit),
                   unit == HWLOC_OBJ_CORE ? "cores" : "processing units");

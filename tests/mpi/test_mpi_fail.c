@@ -8,7 +8,9 @@
  * abandoned requests complete safely), a rank just before the timeout (every rank
  * makes the communicator), comm_abort before a call and during one, an
  * abort that reaches every other rank at once (its failure notice), and
- * comm_destroy then MPI_Finalize with nothing left in /dev/shm; SIGPIPE ignored after
+ * comm_destroy then MPI_Finalize with nothing left in /dev/shm; the wait hook (runs while
+ * rank 0 waits for a late rank, given the communicator's own handle; a nonzero return
+ * stops the call there and the others learn at once); SIGPIPE ignored after
  * comm_init_mpi where it was at its default, a program's own handler kept.  A fresh
  * communicator for each case: a failure breaks it on every rank.
  */
@@ -413,6 +415,78 @@ static void t_abort_spreads(void)
     comm_destroy(c);
 }
 
+/* What rank 0's wait hook saw. */
+struct hook_seen {
+    comm_t *comm;   /* the handle it must be given */
+    int runs;       /* how often it ran */
+    int stop_at;    /* return 9 on this run (0: never) */
+    bool wrong_arg; /* it was given another handle */
+};
+
+static int hook(comm_t *comm, void *arg)
+{
+    struct hook_seen *h = arg;
+    if (comm != h->comm)
+        h->wrong_arg = true;
+    return ++h->runs == h->stop_at ? 9 : 0;
+}
+
+/*
+ * The wait hook on a communicator of comm_init_mpi: it runs while rank 0 waits for the
+ * late last rank (in the host's waits or in the steps between hosts, as the layout has
+ * it), with this communicator's handle, and the call completes; then a hook that returns
+ * 9 stops rank 0's call (COMM_ERR_ABORTED naming the hook) while the last rank never
+ * comes, and every other rank learns it at once (COMM_ERR_PEER, before the timeout).
+ */
+static void t_wait_hook(void)
+{
+    comm_t *c = fresh();
+    struct hook_seen h = {.comm = c};
+    if (g_rank == 0 && comm_set_wait_hook(c, hook, &h, 5000) != COMM_OK)
+        fail("wait hook", "comm_set_wait_hook failed", COMM_OK, comm_last_error(c));
+    float send[N], recv[N];
+    for (size_t i = 0; i < N; i++)
+        send[i] = (float)(g_rank + 1) * 0.5f + (float)(i % 7);
+    if (g_rank == g_size - 1)
+        usleep(200 * 1000);
+    comm_status_t st = comm_allreduce(c, send, recv, N, COMM_F32, COMM_SUM, NULL);
+    float n = (float)g_size;
+    for (size_t i = 0; st == COMM_OK && i < N; i++) {
+        float want = 0.25f * n * (n + 1) + n * (float)(i % 7);
+        if (recv[i] != want) {
+            fail("wait hook", "a wrong element after the late rank came", st, "");
+            break;
+        }
+    }
+    if (st != COMM_OK)
+        fail("wait hook", "the call with a late rank failed", st, comm_last_error(c));
+    if (g_rank == 0 && (h.runs < 1 || h.wrong_arg))
+        fail("wait hook",
+             h.runs < 1 ? "it never ran while rank 0 waited 200 ms" : "it was given another handle",
+             st, "");
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    h.runs = 0;
+    h.stop_at = 3;
+    if (g_rank == g_size - 1) {
+        usleep(1000 * (TIMEOUT_MS + 500)); /* never comes in time */
+    } else {
+        double t0 = now_ms();
+        st = comm_allreduce(c, send, recv, N, COMM_F32, COMM_SUM, NULL);
+        double ms = now_ms() - t0;
+        if (g_rank == 0 && (st != COMM_ERR_ABORTED || h.runs != 3 ||
+                            strstr(comm_last_error(c), "wait hook") == NULL))
+            fail("wait hook", "rank 0: expected ABORTED by the hook on its third run", st,
+                 comm_last_error(c));
+        if (g_rank != 0 && st != COMM_ERR_PEER)
+            fail("wait hook", "expected PEER", st, comm_last_error(c));
+        /* The hook stops rank 0 after about 15 ms; nobody waits for the 1.5 s timeout. */
+        if (ms > 15 + 600)
+            fail("wait hook", "the stop came late", st, comm_last_error(c));
+    }
+    comm_destroy(c);
+}
+
 /* A rank whose MPI writes to the socket of a peer that died must not die of SIGPIPE:
  * comm_init_mpi ignores it where it is at its default (even ranks), and keeps a handler
  * the program installed (odd ranks).  Then a write to a socket whose other end is
@@ -486,6 +560,8 @@ int main(int argc, char **argv)
     t_abort_during();
     MPI_Barrier(MPI_COMM_WORLD);
     t_abort_spreads();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_wait_hook();
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* After all that, a healthy communicator still works. */

@@ -276,7 +276,7 @@ static void timeout_body(struct h_rank *r)
 {
     const struct spec *sp = r->arg;
     if (r->rank == 1) {
-        usleep(1200 * 1000); /* never calls; leaves after the others gave up */
+        usleep(2500 * 1000); /* never calls; leaves after the others gave up */
         return;
     }
     size_t elems = (size_t)r->nranks * sp->count;
@@ -291,8 +291,11 @@ static void timeout_body(struct h_rank *r)
         expect_status(r, sp->k, st, COMM_ERR_PEER, "rank 1 did not");
     else
         expect_status(r, sp->k, st, COMM_ERR_TIMEOUT, "rank 1 did not");
-    if (ms < 250 || ms > 1100)
-        h_fail(r, "%s: timed out after %.0f ms, want about 300", kind_names[sp->k], ms);
+    /* Its own timeout comes after its own 300 ms; a peer's may come sooner (that peer
+     * started waiting first, on a loaded host).  Either well before rank 1 leaves. */
+    if ((st == COMM_ERR_TIMEOUT && ms < 250) || ms > 2000)
+        h_fail(r, "%s: %s after %.0f ms, want about 300", kind_names[sp->k], comm_status_string(st),
+               ms);
     free(x);
     free(y);
 }

@@ -13,7 +13,7 @@
  * Nothing a peer publishes is trusted: the descriptor must name a memfd made by the
  * heap ("/memfd:arcomm-heap"), of exactly the published size, at most SHM_HEAP_MAX.
  */
-#include "heap_abi.h"
+#include "heap/heap_abi.h"
 #include "shm.h"
 
 #include <errno.h>

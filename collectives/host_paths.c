@@ -18,18 +18,18 @@ static bool in_pool(const struct shm_comm *s, const void *p, size_t len)
            shm_pool_range(s, (uint64_t)((const uint8_t *)p - s->base), len);
 }
 
-/* Does [p, p + len) lie in this process's shared heap, which every peer mapped?  Its
- * offset there, tagged, into *v. */
+/* Does [p, p + len) lie in this process's shared heap, in a block every peer reaches?
+ * Its offset there, tagged, into *v. */
 static bool in_heap(const struct comm *c, const void *p, size_t len, uint64_t *v)
 {
     const struct shm_comm *s = c->shm;
-    if (!s->heap)
+    uint64_t off;
+    if (!s->heap || !shm_heap_share(p, len, &off))
         return false;
-    const uint8_t *b = p, *own = s->heap_base[c->rank];
     uint64_t bytes = s->heap_bytes[c->rank];
-    if (b < own || len > bytes || (uint64_t)(b - own) > bytes - len)
+    if (len > bytes || off > bytes - len)
         return false;
-    *v = SHM_HEAP_TAG | (uint64_t)(b - own);
+    *v = SHM_HEAP_TAG | off;
     return true;
 }
 

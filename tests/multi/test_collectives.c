@@ -91,6 +91,17 @@ struct ctx {
     size_t nh;
 };
 
+/* The comparison's buffers: plain malloc, a page at least where the heap cases want
+ * every buffer in the heap (buf_alloc). */
+static void *cmp_alloc(size_t bytes)
+{
+#if ARCOMM_TEST_HEAP
+    return malloc(bytes < 4096 ? 4096 : bytes);
+#else
+    return malloc(bytes);
+#endif
+}
+
 static void *buf_alloc(struct ctx *x, size_t bytes)
 {
     void *p = NULL;
@@ -98,7 +109,13 @@ static void *buf_alloc(struct ctx *x, size_t bytes)
         if (comm_mem_alloc(x->r->comm, bytes, &p) != COMM_OK)
             h_fail(x->r, "comm_mem_alloc(%zu): %s", bytes, comm_last_error(x->r->comm));
     } else {
+#if ARCOMM_TEST_HEAP
+        /* At least ARCOMM_HEAP_MIN's smallest value (a page): the heap serves every buffer
+         * of the cases that set it. */
+        p = malloc(bytes < 4096 ? 4096 : bytes);
+#else
         p = malloc(bytes);
+#endif
     }
     return p;
 }
@@ -253,7 +270,7 @@ static void one(struct ctx *x, enum kind k, comm_dtype_t dt, comm_op_t op, size_
      * input is gone), whatever the root or block. */
     if (co_reduces(k) && count) {
         size_t total = k == K_REDUCE_SCATTER ? (size_t)n * count : count;
-        uint8_t *in = malloc(total * es), *ar = malloc(total * es);
+        uint8_t *in = cmp_alloc(total * es), *ar = cmp_alloc(total * es);
         if (k == K_REDUCE_SCATTER)
             for (int b = 0; b < n; b++)
                 h_fill(in + (size_t)b * bytes, count, dt, block_seed(seed, b), me);
@@ -531,19 +548,20 @@ static void procs_small_slots_3(void **s)
 /*
  * Process ranks whose processes run with libarcomm_heap.so (the shared heap): buffers
  * from plain malloc lie in memory every peer mapped, so every bulk call takes the
- * one-pass path, as comm_mem_alloc's buffers do; with ARCOMM_HEAP_MIN=0 every
- * allocation lands there, and with the flag path off every call is a bulk call.
+ * one-pass path, as comm_mem_alloc's buffers do; with ARCOMM_HEAP_MIN=4K (its smallest
+ * value) every buffer lands there (buf_alloc allocates a page at least), and with the flag
+ * path off every call is a bulk call.
  */
 static void heap_procs_2_direct(void **s)
 {
     (void)s;
-    h_env_push("ARCOMM_HEAP_MIN", "0");
+    h_env_push("ARCOMM_HEAP_MIN", "4K");
     run_sweep(2, true, (struct sweep){.allreduce = true, .paths = PATHS_DIRECT_ONLY}, "off");
 }
 static void heap_procs_3_direct(void **s)
 {
     (void)s;
-    h_env_push("ARCOMM_HEAP_MIN", "0");
+    h_env_push("ARCOMM_HEAP_MIN", "4K");
     run_sweep(3, true,
               (struct sweep){.allreduce = true, .large_only = true, .paths = PATHS_DIRECT_ONLY},
               "off");
@@ -570,7 +588,7 @@ static void heap_one_without_body(struct h_rank *r)
 static void heap_procs_2_one_without(void **s)
 {
     (void)s;
-    h_env_push("ARCOMM_HEAP_MIN", "0");
+    h_env_push("ARCOMM_HEAP_MIN", "4K");
     h_env_push("ARCOMM_FLAG_THRESHOLD", "off");
     struct sweep sw = {.allreduce = true, .large_only = true, .paths = PATHS_NO_DIRECT};
     struct h_job job = {.nranks = 2,

@@ -71,15 +71,15 @@ def test_arrun_sweep():
 
 
 def test_arrun_sweep_shared_heap():
-    """The same sweep under arrun --shared-heap, every numpy buffer in the heap
-    (ARCOMM_HEAP_MIN=0) and every call a bulk call: the one-pass paths over the peers'
-    heaps give the bits the other paths give."""
+    """The same sweep under arrun --shared-heap, every numpy buffer from 4 KiB in the heap
+    (ARCOMM_HEAP_MIN=4K, its smallest value) and every call a bulk call: the one-pass paths
+    over the peers' heaps give the bits the other paths give."""
     if not (build_dir() / "libarcomm_heap.so").is_file():
         pytest.skip("no libarcomm_heap.so")
     rc, got, out = _arrun_job(3, "sweep", ARCOMM_FLAG_THRESHOLD="off")
     assert rc == 0, out
     want = [got[r].split() for r in range(3)]
-    rc, got, out = _arrun_job(3, "sweep", opts=("--shared-heap",), ARCOMM_HEAP_MIN="0",
+    rc, got, out = _arrun_job(3, "sweep", opts=("--shared-heap",), ARCOMM_HEAP_MIN="4K",
                               ARCOMM_FLAG_THRESHOLD="off", ARCOMM_LOG_LEVEL="info")
     assert rc == 0, out
     assert "has a shared heap" in out, out

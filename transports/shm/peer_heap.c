@@ -26,8 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The preload library's entry, NULL without it (heap_abi.h). */
+/* The preload library's entries, NULL without it (heap_abi.h). */
 extern int arcomm_heap_region(struct arcomm_heap_info *info) __attribute__((weak));
+extern int arcomm_heap_share(const void *p, uint64_t len, uint64_t *offset) __attribute__((weak));
 
 /* What a heap's memfd is called in /proc/<pid>/fd (the heap's memfd_create name). */
 #define HEAP_LINK_PREFIX "/memfd:arcomm-heap"
@@ -55,6 +56,16 @@ bool shm_heap_own(struct shm_heap_own *own)
     own->min_bytes = info.min_bytes;
     own->fd = info.fd;
     return true;
+}
+
+/*
+ * The heap decides whether a buffer is shared: not every address inside its mapping is
+ * (a block that was live at a fork is private to the parent since), and asking marks the
+ * block as one peers use, which a later fork keeps shared.
+ */
+bool shm_heap_share(const void *p, size_t len, uint64_t *offset)
+{
+    return arcomm_heap_share != NULL && arcomm_heap_share(p, len, offset) == 1;
 }
 
 /* Maps rank r's heap (another process's); NULL, with why, when it cannot. */

@@ -163,6 +163,9 @@ bool shm_heap_own(struct shm_heap_own *own);
  * heap); false, with nothing held and the reason logged, when some rank has none or one
  * cannot be mapped.  Needs s->ranks' line 0 of every rank (after every rank attached). */
 bool shm_heap_map_peers(struct comm *c, struct shm_comm *s, const struct shm_heap_own *own);
+/* Is [p, p + len) in this process's heap, shared with the peers?  Its offset there into
+ * *offset (heap_abi.h: arcomm_heap_share). */
+bool shm_heap_share(const void *p, size_t len, uint64_t *offset);
 /* Drops what shm_heap_map_peers holds (any time, also when it held nothing). */
 void shm_heap_unmap_peers(const struct comm *c, struct shm_comm *s);
 

@@ -269,6 +269,39 @@ static void fork_cow(void **state)
     free(e);
 }
 
+/* A sparse block a collective used: the child's copy holds its data, its untouched pages
+ * read zero in the child and are allocated neither there nor in the parent's memfd. */
+static void fork_sparse_exported(void **state)
+{
+    (void)state;
+    size_t n = 256 * MiB, pg = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *e = malloc(n);
+    uint64_t off;
+    ht_fill(e, 0, pg, 37);
+    ht_fill(e, n - pg, n, 37);
+    assert_int_equal(ht.share(e, n, &off), 1);
+    int64_t before = ht_memfd_bytes();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        bool ok = ht_check(e, pg, 37) == SIZE_MAX && ht_check_range(e, n - pg, n, 37) == SIZE_MAX &&
+                  ht_first_nonzero(e + pg, n - 2 * pg) == SIZE_MAX;
+        long dirty = private_dirty_kib(e);
+        _exit(!ok ? 1 : dirty > 1024 ? 2 : 0);
+    }
+    int st = ht_wait(pid, 60);
+    if (st != 0)
+        fail_msg("the child's copy of a sparse exported block %s",
+                 st == 1 ? "lost its data or reads non-zero in between"
+                         : "holds its untouched pages too (more than 1 MiB private dirty)");
+    int64_t grew = ht_memfd_bytes() - before;
+    if (grew > (int64_t)MiB)
+        fail_msg("copying a sparse exported block for the child allocated %" PRId64
+                 " bytes of the parent's memfd",
+                 grew);
+    free(e);
+}
+
 /* ---- held pages, until every child that may read them is gone ---- */
 
 /*
@@ -750,11 +783,17 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(fork_private),    cmocka_unit_test(fork_cow),
-        cmocka_unit_test(fork_held),       cmocka_unit_test(fork_thaw),
-        cmocka_unit_test(fork_handlers),   cmocka_unit_test(fork_racing_threads),
-        cmocka_unit_test(fork_unhandled),  cmocka_unit_test(spawn_and_vfork),
-        cmocka_unit_test(environ_in_heap), cmocka_unit_test(dlopen_allocates),
+        cmocka_unit_test(fork_private),
+        cmocka_unit_test(fork_cow),
+        cmocka_unit_test(fork_sparse_exported),
+        cmocka_unit_test(fork_held),
+        cmocka_unit_test(fork_thaw),
+        cmocka_unit_test(fork_handlers),
+        cmocka_unit_test(fork_racing_threads),
+        cmocka_unit_test(fork_unhandled),
+        cmocka_unit_test(spawn_and_vfork),
+        cmocka_unit_test(environ_in_heap),
+        cmocka_unit_test(dlopen_allocates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

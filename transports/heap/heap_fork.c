@@ -183,16 +183,43 @@ static void freeze_run(struct heap *h, struct span *s, const struct span *end)
     }
 }
 
-/* Copies page-sized pieces that hold data; untouched (zero) pages stay unallocated. */
-static void copy_sparse(char *dst, const char *src, size_t len)
+/* Copies the pages of [src, src + len) that are not all zero. */
+static void copy_nonzero(char *dst, const char *src, size_t len)
 {
     for (size_t o = 0; o < len; o += heap_page) {
-        const uint64_t *w = (const uint64_t *)(src + o);
+        const uint64_t *p = (const uint64_t *)(src + o);
         uint64_t any = 0;
-        for (size_t i = 0; i < heap_page / sizeof(*w); i++)
-            any |= w[i];
+        for (size_t i = 0; i < heap_page / sizeof(*p); i++)
+            any |= p[i];
         if (any != 0)
             memcpy(dst + o, src + o, heap_page);
+    }
+}
+
+/*
+ * Copies a block for the child, its untouched pages left unallocated in the copy: with
+ * the memfd at hand, only the ranges it holds data in are read (SEEK_DATA, SEEK_HOLE:
+ * swapped-out pages are data too; reading a hole through the mapping would allocate it),
+ * and of those only pages that are not zero are written.
+ */
+static void copy_block(struct heap *h, int fd, char *dst, const struct span *s)
+{
+    const char *src = (const char *)span_addr(h, s);
+    size_t len = span_bytes(s);
+    off_t lo = (off_t)(span_addr(h, s) - h->lo), hi = lo + (off_t)len;
+    if (fd < 0 || s->kind == BLK_PRIVATE) {
+        copy_nonzero(dst, src, len); /* (a private view holds the parent's own pages too) */
+        return;
+    }
+    for (off_t d = lo; d < hi;) {
+        d = lseek(fd, d, SEEK_DATA);
+        if (d < 0 || d >= hi)
+            break; /* ENXIO: no data after it */
+        off_t e = lseek(fd, d, SEEK_HOLE);
+        if (e < 0 || e > hi)
+            e = hi;
+        copy_nonzero(dst + (d - lo), src + (d - lo), (size_t)(e - d));
+        d = e;
     }
 }
 
@@ -236,10 +263,10 @@ static void prepare_heap(struct heap *h)
                       "the child will abort when it starts");
         return;
     }
+    int fd = heap_fd_ok(h) ? h->fd : -1;
     for (struct span *s = span_first(h); s != NULL; s = span_next(h, s))
         if (s->stage != 0)
-            copy_sparse(st + (size_t)(s->stage - 1) * heap_page, (const char *)span_addr(h, s),
-                        span_bytes(s));
+            copy_block(h, fd, st + (size_t)(s->stage - 1) * heap_page, s);
     h->stage = st;
 }
 

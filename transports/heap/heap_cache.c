@@ -18,7 +18,7 @@
 
 #define CACHE_SLOTS     16
 #define CACHE_MAX_PAGES 512u         /* blocks up to 2 MiB */
-#define CACHE_MAX_BYTES (8ull << 20) /* per thread */
+#define CACHE_MAX_BYTES (4ull << 20) /* per thread */
 
 struct cache_slot {
     uintptr_t u;

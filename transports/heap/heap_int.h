@@ -79,7 +79,7 @@ struct span {
     uint32_t gen_to;      /* held: last fork whose child may see its pages */
     _Atomic uint32_t seq; /* changes whenever the block is freed or changes kind */
     uint32_t stage;       /* fork: an exported block's first page in the staging copy */
-    uint64_t spare;
+    uint64_t stamp;       /* dirty: when it became dirty (heap_now_ns), for the decay */
 };
 _Static_assert(sizeof(struct span) == 64, "a span record is one cache line");
 

@@ -7,12 +7,12 @@
  * from a dirty span when one fits, so that a program that frees and allocates again
  * reuses memory that is already there, as glibc's arenas do, and pays neither a page
  * fault nor a system call for it; clean spans are the fallback.  Freed blocks stay
- * committed until the dirty bytes pass the heap's retention bound; then the oldest dirty
- * spans are punched out of the memfd (MADV_REMOVE on the heap's own mapping: the memory
- * goes back to the system, from the peers' mappings too, and no file descriptor is
- * used).  Nothing is committed when a block is carved: the program's first touch of a
- * page commits it, as with glibc, and counts it in the process's RSS (RssShmem), where
- * the OOM killer and memory cgroups see it.
+ * committed until the dirty bytes pass the heap's retention bound, or for a second at
+ * most; then the oldest dirty spans are punched out of the memfd (MADV_REMOVE on the
+ * heap's own mapping: the memory goes back to the system, from the peers' mappings too,
+ * and no file descriptor is used).  Nothing is committed when a block is carved: the program's
+ * first touch of a page commits it, as with glibc, and counts it in the process's RSS (RssShmem),
+ * where the OOM killer and memory cgroups see it.
  */
 #include "heap_int.h"
 
@@ -30,9 +30,16 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-/* Dirty bytes a heap keeps for reuse at least, and as a share of its live bytes. */
-#define HEAP_RETAIN_MIN   (64ULL << 20)
-#define HEAP_RETAIN_SHARE 4 /* a quarter of the live bytes */
+/*
+ * What a heap keeps of its freed pages for reuse: up to as many dirty bytes as it has live
+ * ones (at least HEAP_RETAIN_MIN), and none that no allocation took for HEAP_DECAY_NS.
+ * A program that frees and allocates again (numpy's temporaries, a server's per-request
+ * buffers) then pays no page fault; glibc gets there through its arenas for blocks under
+ * its mmap threshold and through transparent huge pages (numpy asks for them, the
+ * memfd's shared memory cannot have them) above it.  docs/PERFORMANCE.md, "Shared heap".
+ */
+#define HEAP_RETAIN_MIN (16ULL << 20)
+#define HEAP_DECAY_NS   (1000ULL * 1000 * 1000)
 
 /* Page map entries are read without the lock by free() and arcomm_heap_share(). */
 static inline uint32_t pm_get(const struct heap *h, uint32_t page)
@@ -88,7 +95,7 @@ static uint32_t rec_new(struct heap *h)
     s->size = 0;
     s->prev = s->next = s->lru_prev = s->lru_next = 0;
     s->gen = s->gen_to = s->stage = 0;
-    s->spare = 0;
+    s->stamp = 0;
     atomic_fetch_add_explicit(&s->seq, 1, memory_order_relaxed);
     return id;
 }
@@ -146,6 +153,7 @@ static void bin_insert(struct heap *h, struct span *s)
     t->sl_map[fl] |= 1u << sl;
     if (s->state == SPAN_DIRTY) {
         h->dirty_bytes += span_bytes(s);
+        s->stamp = heap_now_ns();
         s->lru_prev = 0;
         s->lru_next = h->lru_head;
         if (h->lru_head != 0)
@@ -372,14 +380,19 @@ void heap_trim(struct heap *h, uint64_t keep)
     }
 }
 
+/* After a free: the retention bound, then the decay (looked at only here: a program
+ * that stops freeing keeps what it had). */
 void heap_trim_maybe(struct heap *h)
 {
-    uint64_t share = h->live_bytes / HEAP_RETAIN_SHARE;
-    uint64_t bound = share > HEAP_RETAIN_MIN ? share : HEAP_RETAIN_MIN;
-    if (h->retain != UINT64_MAX)
-        h->retain = bound;
+    if (h->retain == UINT64_MAX)
+        return; /* punching failed once: the pages stay */
+    h->retain = h->live_bytes > HEAP_RETAIN_MIN ? h->live_bytes : HEAP_RETAIN_MIN;
     if (h->dirty_bytes > h->retain)
         heap_trim(h, h->retain - h->retain / 4);
+    uint64_t now = heap_now_ns();
+    while (h->lru_tail != 0 && h->retain != UINT64_MAX &&
+           now - h->recs[h->lru_tail].stamp > HEAP_DECAY_NS)
+        heap_trim(h, h->dirty_bytes - span_bytes(&h->recs[h->lru_tail]));
 }
 
 /* Drops a live block's traces (coarse map, accounting) before it becomes free. */

@@ -617,6 +617,7 @@ static void knobs(void **state)
          "ARCOMM_HEAP_MIN=0 is below the page size (4096 bytes)"},
         {"badknob", {"ARCOMM_HEAP_MIN=4095", NULL}, "set ARCOMM_HEAP_MIN to 4K or more"},
         {"smallmin", {"ARCOMM_HEAP_MIN=4K", NULL}, NULL},
+        {"setenv", {NULL}, NULL},
         {"coalesce", {NULL}, NULL},
         {"grow", {NULL}, NULL},
     };
@@ -745,8 +746,31 @@ static int child_mode(const char *mode)
     CHILD_CHECK(0, "unknown mode %s", mode);
 }
 
+/*
+ * A program that sets the knobs itself before its first large allocation (setenv
+ * allocates too, small): the heap is made then, with them.
+ */
+static int child_setenv(void)
+{
+    setenv("ARCOMM_HEAP_MIN", "1M", 1);
+    setenv("ARCOMM_HEAP_BYTES", "96M", 1);
+    void *s = malloc(512 * KiB), *l = malloc(2 * MiB);
+    if (!ht_init("test_heap"))
+        return 1;
+    CHILD_CHECK(ht.heap0.bytes == 96 * MiB && ht.heap0.min_bytes == MiB,
+                "setenv before the first allocation: heap of %" PRIu64 " bytes, min %" PRIu64,
+                ht.heap0.bytes, ht.heap0.min_bytes);
+    CHILD_CHECK(!ht_in_heap(s) && ht_in_heap(l), "512 KiB at %p, 2 MiB at %p (heap %p)", s, l,
+                ht.heap0.base);
+    free(s);
+    free(l);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "setenv") == 0)
+        return child_setenv();
     if (argc > 1) {
         ht_init(argv[0]);
         return child_mode(argv[1]);

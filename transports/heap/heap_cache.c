@@ -16,9 +16,16 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define CACHE_SLOTS     16
-#define CACHE_MAX_PAGES 512u         /* blocks up to 2 MiB */
-#define CACHE_MAX_BYTES (4ull << 20) /* per thread */
+/*
+ * Small: the cache is for the blocks whose lock trip costs most against what the program
+ * does with them (a block of 256 KiB is 64 pages to touch), and every byte in it is
+ * committed memory no other thread can use.  tools/heap-bench.sh measured 4 MiB of
+ * blocks up to 2 MiB at 1.4-1.5x glibc's peak on threads allocating 64 KiB-1 MiB, and
+ * this at 1.0-1.2x, no slower there (docs/PERFORMANCE.md, "Shared heap").
+ */
+#define CACHE_SLOTS     8
+#define CACHE_MAX_PAGES 64u          /* blocks up to 256 KiB */
+#define CACHE_MAX_BYTES (1ull << 20) /* per thread */
 
 struct cache_slot {
     uintptr_t u;

@@ -25,7 +25,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define HEAP_EXPORT      __attribute__((visibility("default")))
+#define HEAP_EXPORT __attribute__((visibility("default")))
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14: commits pages without writing them */
+#endif
 #define HEAP_MAX_ALIGN   (1UL << 20)  /* larger alignments go to glibc */
 #define HEAP_DEFAULT_MIN (64UL << 10) /* ARCOMM_HEAP_MIN's default */
 #define HEAP_MAX_BYTES   (1ULL << 40) /* ARCOMM_HEAP_BYTES's default is capped here */

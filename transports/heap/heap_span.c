@@ -26,10 +26,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 /*
  * What a heap keeps of its freed pages for reuse: up to as many dirty bytes as it has live
  * ones (at least HEAP_RETAIN_MIN), and none that no allocation took for HEAP_DECAY_NS.

@@ -7,12 +7,13 @@
  * from a dirty span when one fits, so that a program that frees and allocates again
  * reuses memory that is already there, as glibc's arenas do, and pays neither a page
  * fault nor a system call for it; clean spans are the fallback.  Freed blocks stay
- * committed until the dirty bytes pass the heap's retention bound, or for a second at
- * most; then the oldest dirty spans are punched out of the memfd (MADV_REMOVE on the
- * heap's own mapping: the memory goes back to the system, from the peers' mappings too,
- * and no file descriptor is used).  Nothing is committed when a block is carved: the program's
- * first touch of a page commits it, as with glibc, and counts it in the process's RSS (RssShmem),
- * where the OOM killer and memory cgroups see it.
+ * committed until the dirty bytes pass the heap's retention bound (below), or until no
+ * allocation took them back for a second; then the oldest dirty spans are punched out of
+ * the memfd (MADV_REMOVE on the heap's own mapping: the memory goes back to the system,
+ * from the peers' mappings too, and no file descriptor is used).  Nothing is committed
+ * when a block is carved: the program's first touch of a page commits it, as with glibc,
+ * and counts it in the process's RSS (RssShmem), where the OOM killer and memory cgroups
+ * see it.
  */
 #include "heap_int.h"
 

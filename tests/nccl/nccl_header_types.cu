@@ -18,8 +18,8 @@ int main(void)
         unsigned short bits = (unsigned short)u;
         half h; /* cuda_fp16.h's name, as nccl-tests spells it */
         nv_bfloat16 b;
-        memcpy(&h, &bits, sizeof(h));
-        memcpy(&b, &bits, sizeof(b));
+        memcpy((void *)&h, &bits, sizeof(h)); /* the bits, not a value: no constructor */
+        memcpy((void *)&b, &bits, sizeof(b));
         float hf = __half2float(h), bf = __bfloat162float(b);
         if (hf != hf || bf != bf)
             continue; /* NaNs need not keep their payload */

@@ -57,10 +57,13 @@ struct pmpi_settings {
     size_t bcast_eager_max;
 };
 extern struct pmpi_settings pmpi_settings;
-/* What the library's communicators default to (the environment still overrides): MPI's
- * semantics for broadcasts up to 512 bytes, whose root returns once the message is staged
- * (ARCOMM_BCAST_EAGER; arcomm's own API has every rank agree first). */
-#define PMPI_KNOB_DEFAULTS "ARCOMM_BCAST_EAGER=512"
+/* What the library's communicators default to (the environment still overrides), MPI's
+ * semantics where arcomm's own API differs: broadcasts up to 512 bytes whose root returns
+ * once the message is staged (ARCOMM_BCAST_EAGER; arcomm's API has every rank agree
+ * first), and waits without a timeout (MPI has none; arcomm's API gives up after 120 s):
+ * a rank that is late, however late, is waited for, a dead one still ends the wait, and
+ * ARCOMM_TIMEOUT_MS in the environment sets a timeout for those who want one. */
+#define PMPI_KNOB_DEFAULTS "ARCOMM_BCAST_EAGER=512,ARCOMM_TIMEOUT_MS=-1"
 #define PMPI_EAGER_BYTES   512
 
 /* Loads the settings on the first call of any thread (idempotent, thread-safe). */

@@ -66,7 +66,8 @@ static void comm_state_free(struct pmpi_comm *pc)
             pmpi_log(PMPI_LOG_WARN, "rank %d: comm_destroy: %s (%s)", pc->rank,
                      comm_last_error(NULL), comm_status_string(st));
     }
-    free(pc->scratch);
+    free(pc->scratch[0]);
+    free(pc->scratch[1]);
     free(pc);
 }
 
@@ -263,32 +264,48 @@ struct pmpi_comm *pmpi_comm_get(MPI_Comm comm)
     return pc;
 }
 
-void pmpi_count_stateless(enum pmpi_call call)
+void pmpi_handed(struct pmpi_comm *pc, enum pmpi_call call)
 {
-    /* comm_init_mpi's own calls are the library's, not the program's. */
-    if (inside_init == 0)
+    if (pc != NULL)
+        pc->handed[call]++;
+    else if (!pmpi_settings.off && inside_init == 0) /* comm_init_mpi's own calls are not counted */
         atomic_fetch_add_explicit(&stateless_handed[call], 1, memory_order_relaxed);
 }
 
-int pmpi_fail(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
+int pmpi_served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
 {
+    if (st == COMM_OK) {
+        pc->served[call]++;
+        return MPI_SUCCESS;
+    }
     pmpi_log(PMPI_LOG_ERROR, "rank %d: %s on arcomm: %s (%s)", pc->rank, pmpi_call_name(call),
              comm_last_error(pc->arc), comm_status_string(st));
     PMPI_Comm_call_errhandler(pc->mpi, MPI_ERR_OTHER);
     return MPI_ERR_OTHER;
 }
 
-void *pmpi_scratch(struct pmpi_comm *pc, size_t bytes)
+int pmpi_local_fail(struct pmpi_comm *pc, enum pmpi_call call, int rc, const char *what)
 {
-    if (bytes > pc->scratch_cap) {
+    /* The peers are in arcomm's call already, or will be: they must not wait for this
+     * rank, which will not come.  Aborting breaks the communicator on every rank (its
+     * peers' call fails with COMM_ERR_PEER), as any failure of a served call does. */
+    comm_abort(pc->arc);
+    pmpi_log(PMPI_LOG_ERROR, "rank %d: %s: %s", pc->rank, pmpi_call_name(call), what);
+    PMPI_Comm_call_errhandler(pc->mpi, rc);
+    return rc;
+}
+
+void *pmpi_scratch(struct pmpi_comm *pc, int i, size_t bytes)
+{
+    if (bytes > pc->scratch_cap[i]) {
         void *p = NULL;
         if (posix_memalign(&p, 64, bytes) != 0)
             return NULL;
-        free(pc->scratch);
-        pc->scratch = p;
-        pc->scratch_cap = bytes;
+        free(pc->scratch[i]);
+        pc->scratch[i] = p;
+        pc->scratch_cap[i] = bytes;
     }
-    return pc->scratch;
+    return pc->scratch[i];
 }
 
 static void report(void)
@@ -334,4 +351,5 @@ void pmpi_finalize(void)
         report();
     if (keyval != MPI_KEYVAL_INVALID)
         PMPI_Comm_free_keyval(&keyval);
+    pmpi_types_finalize();
 }

@@ -19,6 +19,8 @@
  * from the thread pointer instead of a __tls_get_addr call (the library is loaded with
  * the program: LD_PRELOAD or linked before -lmpi, so it sits in the static TLS block). */
 #define PMPI_TLS __attribute__((tls_model("initial-exec")))
+/* The entry points the program's calls resolve to (the build hides everything else). */
+#define PMPI_EXPORT __attribute__((visibility("default")))
 
 /* The intercepted calls, for the counters and the report. */
 enum pmpi_call {
@@ -80,13 +82,35 @@ const char *pmpi_call_name(enum pmpi_call call);
 bool pmpi_reduce_dtype(MPI_Datatype type, comm_dtype_t *dtype);
 /* The arcomm op of a predefined MPI op (SUM, PROD, MAX, MIN), else false. */
 bool pmpi_op(MPI_Op op, comm_op_t *cop);
+
 /*
- * How data-movement calls (Bcast, Allgather, Alltoall) move count elements of type: as
- * *ecount elements of *dtype (a reduction dtype, or COMM_U8 for bytes of any other
- * predefined contiguous type).  False for derived or gapped types and for sizes that
- * overflow.
+ * Where the bytes of a datatype lie, for data-movement calls (Bcast, Allgather,
+ * Alltoall), which move the bytes of the type signature whatever the handle.
  */
-bool pmpi_move_dtype(MPI_Datatype type, int count, comm_dtype_t *dtype, size_t *ecount);
+struct pmpi_layout {
+    size_t size;     /* bytes of data in one element (MPI_Type_size) */
+    MPI_Aint extent; /* from one element to the next */
+    MPI_Aint tlb;    /* true lower bound: where an element's first byte lies */
+    bool dense;      /* an element's bytes are one run, in type map order, from tlb */
+};
+/* type's layout; false when MPI would refuse the type (MPI reports it). */
+bool pmpi_layout(MPI_Datatype type, struct pmpi_layout *l);
+/* count elements' bytes (false when negative or past SIZE_MAX). */
+bool pmpi_layout_bytes(const struct pmpi_layout *l, int count, size_t *bytes);
+/* Whether count elements from buf are one run of bytes from buf + tlb, in type map
+ * order: read and written in place; otherwise packed. */
+static inline bool pmpi_layout_run(const struct pmpi_layout *l, size_t count)
+{
+    return l->dense && (count <= 1 || (size_t)l->extent == l->size);
+}
+/* MPI_Pack / MPI_Unpack of count elements of type at buf into / from out's bytes
+ * (count * l->size), in pieces of at most INT_MAX bytes; an MPI error code. */
+int pmpi_pack(const void *buf, size_t count, MPI_Datatype type, const struct pmpi_layout *l,
+              void *out, MPI_Comm comm);
+int pmpi_unpack(const void *in, size_t count, MPI_Datatype type, const struct pmpi_layout *l,
+                void *buf, MPI_Comm comm);
+/* Frees the keyval of the types' cache (MPI_Finalize). */
+void pmpi_types_finalize(void);
 
 /* The state kept for one MPI communicator (an attribute of it). */
 struct pmpi_comm {
@@ -94,8 +118,8 @@ struct pmpi_comm {
     comm_t *arc;                      /* NULL: every call on it is handed to PMPI */
     int rank;                         /* in mpi */
     int size;                         /* of mpi */
-    void *scratch;                    /* MPI_Alltoall's MPI_IN_PLACE copy of recvbuf */
-    size_t scratch_cap;               /* bytes of scratch */
+    void *scratch[2];                 /* copies: MPI_IN_PLACE inputs, packed bytes */
+    size_t scratch_cap[2];            /* bytes of each */
     uint64_t served[PMPI_CALL_COUNT]; /* calls arcomm served (one thread at a time) */
     uint64_t handed[PMPI_CALL_COUNT]; /* calls handed to PMPI */
     struct pmpi_comm *prev, *next;    /* the live list (finalize destroys what is left) */
@@ -107,16 +131,30 @@ struct pmpi_comm {
  * library is off or comm is MPI_COMM_NULL: the caller hands the call on uncounted.
  */
 struct pmpi_comm *pmpi_comm_get(MPI_Comm comm);
-/* Counts a call handed on where no state exists (MPI_COMM_NULL). */
-void pmpi_count_stateless(enum pmpi_call call);
+/* Counts a call handed to PMPI: in pc, or (pc NULL: MPI_COMM_NULL, an invalid handle)
+ * in the library's totals; nothing when the library is off. */
+void pmpi_handed(struct pmpi_comm *pc, enum pmpi_call call);
 /*
- * Reports an arcomm failure of a served call: logs comm_last_error, then calls comm's
- * MPI error handler with MPI_ERR_OTHER and returns what it returns (MPI_ERR_OTHER when
- * the handler returns).
+ * The end of a served call whose arcomm call returned st: counted when COMM_OK;
+ * otherwise logs comm_last_error, then calls comm's MPI error handler with MPI_ERR_OTHER
+ * and returns what it returns (MPI_ERR_OTHER when the handler returns).
  */
-int pmpi_fail(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st);
-/* Room for bytes in pc's scratch (grown as needed), NULL when out of memory. */
-void *pmpi_scratch(struct pmpi_comm *pc, size_t bytes);
+int pmpi_served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st);
+/*
+ * A served call that failed on this rank before it reached arcomm (no memory for a copy,
+ * MPI_Pack failed): the arcomm communicator is aborted, so that the peers' call fails
+ * instead of waiting for this rank, what is logged, and comm's error handler gets rc.
+ */
+int pmpi_local_fail(struct pmpi_comm *pc, enum pmpi_call call, int rc, const char *what);
+/* Too small for arcomm to win (pmpi_settings.min_bytes): a call of bytes as arbench
+ * counts them. */
+static inline bool pmpi_small(enum pmpi_call call, size_t bytes)
+{
+    return bytes < pmpi_settings.min_bytes[call];
+}
+/* Room for bytes in pc's scratch buffer i (0 or 1; grown as needed), NULL when out of
+ * memory. */
+void *pmpi_scratch(struct pmpi_comm *pc, int i, size_t bytes);
 /* Destroys every state still alive and logs the report; MPI_Finalize calls it. */
 void pmpi_finalize(void);
 

@@ -8,6 +8,9 @@
 set -euo pipefail
 lib=$1 bench=$2
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
+# An ASan build's library needs the ASan runtime first in LD_PRELOAD (as run_pmpi.sh).
+asan=$(ldd "$lib" 2>/dev/null | awk '/libasan/ {print $3; exit}' || true)
+[ -n "$asan" ] && lib=$asan:$lib
 out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x "LD_PRELOAD=$lib" \
     -x ARCOMM_LOG_LEVEL=warn -x ARCOMM_PMPI_MIN_BYTES=0 "$bench" --coll allgather \
     -b 4K -e 4K --csv-stdout)

@@ -61,7 +61,7 @@ static void test_handed(void)
      * derived type on the other, one signature. */
     MPI_Type_contiguous(2, MPI_INT, &contig);
     MPI_Type_commit(&contig);
-    int mine[2] = {t_rank, -t_rank}, all[2 * 3] = {0};
+    int mine[2] = {t_rank, -t_rank}, *all = calloc(2 * (size_t)t_size, sizeof(int));
     rc = MPI_Allgather(mine, 2, MPI_INT, all, 1, contig, MPI_COMM_WORLD);
     SERVED(T_ALLGATHER);
     for (int r = 0; r < t_size; r++)
@@ -71,6 +71,7 @@ static void test_handed(void)
     SMALL_BCAST(T_BCAST, 2 * sizeof(int));
     CHECK(rc == MPI_SUCCESS && mine[0] == 0 && mine[1] == 0, "contiguous-type bcast");
     MPI_Type_free(&contig);
+    free(all);
 
     /* MPI_MAXLOC on MPI_DOUBLE_INT (a pair type with a gap). */
     struct {

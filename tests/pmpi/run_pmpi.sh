@@ -14,6 +14,10 @@ command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 env_args=(-x ARCOMM_LOG_LEVEL=info)
+# A library built with -Db_sanitize=address needs the ASan runtime loaded before it: first
+# in LD_PRELOAD (the test programs and mpirun are not instrumented, or link it later).
+asan=$(ldd "${lib%%:*}" 2>/dev/null | awk '/libasan/ {print $3; exit}' || true)
+[ "$lib" != "-" ] && [ -n "$asan" ] && lib=$asan:$lib
 [ "$lib" != "-" ] && env_args+=(-x "LD_PRELOAD=$lib")
 [ "$mode" = off ] && env_args+=(-x ARCOMM_PMPI=off)
 [ "$mode" = initfail ] && env_args+=(-x ARCOMM_TRANSPORT=no-such-transport)

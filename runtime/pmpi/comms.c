@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One arcomm communicator per MPI communicator: an attribute of it (a keyval of this
- * library), made at the first intercepted call on it and destroyed by the attribute's
- * delete callback, which MPI runs at MPI_Comm_free; MPI_Finalize (calls.c) destroys what
- * is left, MPI_COMM_WORLD's and MPI_COMM_SELF's included, before MPI goes.
+ * library), made at the first intercepted call on it; the attribute's delete callback,
+ * which MPI runs at MPI_Comm_free, kills it, and MPI_Finalize kills what is left,
+ * MPI_COMM_WORLD's and MPI_COMM_SELF's included, before MPI goes (life.c says when a
+ * killed state is released).  And the ends of a served call (pmpi_done).
  *
  * Making one is collective over the MPI communicator: MPI has every rank call the
  * collectives of a communicator in the same order, so every rank makes its first
@@ -24,59 +25,13 @@
 
 static pthread_once_t keyval_once = PTHREAD_ONCE_INIT;
 static int keyval = MPI_KEYVAL_INVALID;
-static atomic_bool finalized;
-
-/* The live states (finalize destroys them) and the counts of those already destroyed. */
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pmpi_comm *live;
-static uint64_t total_served[PMPI_CALL_COUNT];
-static uint64_t total_handed[PMPI_CALL_COUNT];
-static _Atomic uint64_t stateless_handed[PMPI_CALL_COUNT];
-
-/*
- * Each thread remembers the last communicator it looked up, so that a program calling
- * on one communicator skips MPI's attribute lookup.  A destroyed state bumps the
- * generation: a freed MPI_Comm whose handle MPI reuses is never mistaken for the old.
- */
-static _Atomic uint64_t generation;
-static _Thread_local PMPI_TLS struct {
-    MPI_Comm comm;
-    struct pmpi_comm *pc;
-    uint64_t gen;
-} last;
-
-static void comm_state_free(struct pmpi_comm *pc)
-{
-    pthread_mutex_lock(&live_lock);
-    if (pc->prev != NULL)
-        pc->prev->next = pc->next;
-    else
-        live = pc->next;
-    if (pc->next != NULL)
-        pc->next->prev = pc->prev;
-    for (int i = 0; i < PMPI_CALL_COUNT; i++) {
-        total_served[i] += pc->served[i];
-        total_handed[i] += pc->handed[i];
-    }
-    pthread_mutex_unlock(&live_lock);
-    atomic_fetch_add_explicit(&generation, 1, memory_order_release);
-    if (pc->arc != NULL) {
-        comm_status_t st = comm_destroy(pc->arc);
-        if (st != COMM_OK)
-            pmpi_log(PMPI_LOG_WARN, "rank %d: comm_destroy: %s (%s)", pc->rank,
-                     comm_last_error(NULL), comm_status_string(st));
-    }
-    free(pc->scratch[0]);
-    free(pc->scratch[1]);
-    free(pc);
-}
 
 static int attr_delete(MPI_Comm comm, int kv, void *value, void *extra)
 {
     (void)comm;
     (void)kv;
     (void)extra;
-    comm_state_free(value);
+    pmpi_state_kill(value);
     return MPI_SUCCESS;
 }
 
@@ -123,6 +78,11 @@ static bool pmpi_comm_servable(MPI_Comm comm, int size, bool *multi, const char 
 /* Inside comm_init_mpi: its own blocking MPI calls (the host's id, MPI_Bcast) go
  * straight to PMPI, never to a state of their own. */
 static _Thread_local PMPI_TLS int inside_init;
+
+bool pmpi_comm_inside_init(void)
+{
+    return inside_init > 0;
+}
 
 /* Whether every rank joined (st: this rank's comm_init or comm_init_mpi, arc its
  * communicator): kept in pc when all did, else destroyed and failed says why. */
@@ -193,9 +153,11 @@ static bool comm_join(struct pmpi_comm *pc, const char **why)
     return comm_keep(pc, arc, st, "comm_init failed (logged by the rank it failed on)", why);
 }
 
+/* The state of comm, made by its first intercepted call (collective over comm), with
+ * that call's reference.  NULL when it cannot be kept (out of memory, no attribute). */
 static struct pmpi_comm *comm_state_new(MPI_Comm comm)
 {
-    struct pmpi_comm *pc = calloc(1, sizeof(*pc));
+    struct pmpi_comm *pc = pmpi_state_alloc();
     if (pc == NULL)
         return NULL;
     pc->mpi = comm;
@@ -211,15 +173,10 @@ static struct pmpi_comm *comm_state_new(MPI_Comm comm)
         multi ? comm_join_hosts(pc, &why) : comm_join(pc, &why);
     if (PMPI_Comm_set_attr(comm, keyval, pc) != MPI_SUCCESS) {
         comm_destroy(pc->arc);
-        free(pc);
+        pmpi_state_discard(pc);
         return NULL;
     }
-    pthread_mutex_lock(&live_lock);
-    pc->next = live;
-    if (live != NULL)
-        live->prev = pc;
-    live = pc;
-    pthread_mutex_unlock(&live_lock);
+    pmpi_state_publish(pc);
 
     if (pc->rank == 0 && pmpi_settings.log_level >= PMPI_LOG_INFO) {
         char name[MPI_MAX_OBJECT_NAME] = "";
@@ -238,50 +195,65 @@ static struct pmpi_comm *comm_state_new(MPI_Comm comm)
     return pc;
 }
 
-struct pmpi_comm *pmpi_comm_get(MPI_Comm comm)
+struct pmpi_comm *pmpi_comm_lookup(MPI_Comm comm)
 {
-    pmpi_settings_load();
-    if (pmpi_settings.off || inside_init > 0 || comm == MPI_COMM_NULL ||
-        atomic_load_explicit(&finalized, memory_order_relaxed))
-        return NULL;
-    if (last.comm == comm && last.pc != NULL &&
-        last.gen == atomic_load_explicit(&generation, memory_order_acquire))
-        return last.pc;
     pthread_once(&keyval_once, keyval_create);
     if (keyval == MPI_KEYVAL_INVALID)
         return NULL;
-    uint64_t gen = atomic_load_explicit(&generation, memory_order_acquire);
     void *value = NULL;
     int found = 0;
     if (PMPI_Comm_get_attr(comm, keyval, &value, &found) != MPI_SUCCESS)
         return NULL; /* not a communicator: PMPI reports it */
-    struct pmpi_comm *pc = found ? value : comm_state_new(comm);
-    if (pc != NULL) {
-        last.comm = comm;
-        last.pc = pc;
-        last.gen = gen;
-    }
-    return pc;
+    if (!found)
+        return comm_state_new(comm);
+    /* Dead: MPI_Comm_free runs on it in another thread (an erroneous program); the call
+     * goes to PMPI, which reports it. */
+    return pmpi_comm_take(value) ? value : NULL;
 }
 
-void pmpi_handed(struct pmpi_comm *pc, enum pmpi_call call)
+void pmpi_comm_detach(struct pmpi_comm *pc)
 {
-    if (pc != NULL)
-        pc->handed[call]++;
-    else if (!pmpi_settings.off && inside_init == 0) /* comm_init_mpi's own calls are not counted */
-        atomic_fetch_add_explicit(&stateless_handed[call], 1, memory_order_relaxed);
+    /* The delete callback kills it; without the attribute, kill it here. */
+    if (keyval == MPI_KEYVAL_INVALID || PMPI_Comm_delete_attr(pc->mpi, keyval) != MPI_SUCCESS)
+        pmpi_state_kill(pc);
 }
 
-int pmpi_served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
+void pmpi_comm_finalize(void)
+{
+    if (keyval != MPI_KEYVAL_INVALID)
+        PMPI_Comm_free_keyval(&keyval);
+}
+
+void pmpi_hand(struct pmpi_comm *pc, enum pmpi_call call)
+{
+    pmpi_handed(pc, call);
+    pmpi_comm_put(pc);
+}
+
+/* Calls comm's error handler with rc, where MPI still knows comm: not after MPI_Comm_free
+ * or MPI_Finalize ran in another thread during the call (an erroneous program). */
+static int call_errhandler(struct pmpi_comm *pc, int rc)
+{
+    if (pmpi_comm_mpi_ok(pc))
+        PMPI_Comm_call_errhandler(pc->mpi, rc);
+    return rc;
+}
+
+int pmpi_done(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
 {
     if (st == COMM_OK) {
         pc->served[call]++;
         return MPI_SUCCESS;
     }
-    pmpi_log(PMPI_LOG_ERROR, "rank %d: %s on arcomm: %s (%s)", pc->rank, pmpi_call_name(call),
-             comm_last_error(pc->arc), comm_status_string(st));
-    PMPI_Comm_call_errhandler(pc->mpi, MPI_ERR_OTHER);
-    return MPI_ERR_OTHER;
+    if (pmpi_comm_final(pc))
+        pmpi_log(PMPI_LOG_ERROR,
+                 "rank %d: %s: MPI_Finalize ran in another thread while this call waited for its "
+                 "peers (an erroneous program: finalize once every call returned); the call fails",
+                 pc->rank, pmpi_call_name(call));
+    else
+        pmpi_log(PMPI_LOG_ERROR, "rank %d: %s on arcomm: %s (%s)", pc->rank, pmpi_call_name(call),
+                 comm_last_error(pc->arc), comm_status_string(st));
+    return call_errhandler(pc, MPI_ERR_OTHER);
 }
 
 int pmpi_local_fail(struct pmpi_comm *pc, enum pmpi_call call, int rc, const char *what)
@@ -291,8 +263,7 @@ int pmpi_local_fail(struct pmpi_comm *pc, enum pmpi_call call, int rc, const cha
      * peers' call fails with COMM_ERR_PEER), as any failure of a served call does. */
     comm_abort(pc->arc);
     pmpi_log(PMPI_LOG_ERROR, "rank %d: %s: %s", pc->rank, pmpi_call_name(call), what);
-    PMPI_Comm_call_errhandler(pc->mpi, rc);
-    return rc;
+    return call_errhandler(pc, rc);
 }
 
 void *pmpi_scratch(struct pmpi_comm *pc, int i, size_t bytes)
@@ -306,50 +277,4 @@ void *pmpi_scratch(struct pmpi_comm *pc, int i, size_t bytes)
         pc->scratch_cap[i] = bytes;
     }
     return pc->scratch[i];
-}
-
-static void report(void)
-{
-    int rank = -1;
-    char served[512], handed[512];
-    uint64_t ns = 0, nh = 0;
-    size_t os = 0, oh = 0;
-    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    pthread_mutex_lock(&live_lock);
-    for (int i = 0; i < PMPI_CALL_COUNT; i++) {
-        uint64_t h = total_handed[i] + atomic_load(&stateless_handed[i]);
-        os += (size_t)snprintf(served + os, sizeof(served) - os, " %s=%llu", pmpi_call_name(i),
-                               (unsigned long long)total_served[i]);
-        oh += (size_t)snprintf(handed + oh, sizeof(handed) - oh, " %s=%llu", pmpi_call_name(i),
-                               (unsigned long long)h);
-        ns += total_served[i];
-        nh += h;
-    }
-    pthread_mutex_unlock(&live_lock);
-    pmpi_log(PMPI_LOG_INFO, "rank %d: report: served by arcomm%s total=%llu", rank, served,
-             (unsigned long long)ns);
-    pmpi_log(PMPI_LOG_INFO, "rank %d: report: handed to MPI%s total=%llu", rank, handed,
-             (unsigned long long)nh);
-}
-
-void pmpi_finalize(void)
-{
-    pmpi_settings_load();
-    if (pmpi_settings.off || atomic_exchange(&finalized, true))
-        return;
-    /* Deleting the attribute runs attr_delete, which unlinks the state. */
-    for (;;) {
-        pthread_mutex_lock(&live_lock);
-        struct pmpi_comm *pc = live;
-        pthread_mutex_unlock(&live_lock);
-        if (pc == NULL)
-            break;
-        if (PMPI_Comm_delete_attr(pc->mpi, keyval) != MPI_SUCCESS)
-            comm_state_free(pc);
-    }
-    if (pmpi_settings.log_level >= PMPI_LOG_INFO)
-        report();
-    if (keyval != MPI_KEYVAL_INVALID)
-        PMPI_Comm_free_keyval(&keyval);
-    pmpi_types_finalize();
 }

@@ -50,32 +50,41 @@ static bool side_place(struct pmpi_comm *pc, struct side *s, int i)
     return s->run != NULL || s->bytes == 0;
 }
 
-/* The sending side's bytes into its run (packed: MPI_Pack), or a local failure's code. */
-static int side_pack(struct pmpi_comm *pc, enum pmpi_call call, const struct side *s)
+/* The sending side's bytes into its run (packed: MPI_Pack); MPI's error code. */
+static int side_pack(const struct side *s)
 {
     if (!s->packed || s->bytes == 0)
         return MPI_SUCCESS;
-    int rc = pmpi_pack(s->buf, s->count, s->type, &s->l, s->run, pc->mpi);
-    return rc == MPI_SUCCESS ? rc : pmpi_local_fail(pc, call, rc, "MPI_Pack of the input failed");
+    return pmpi_pack(s->buf, s->count, s->type, &s->l, s->run);
 }
 
-/* After a served call: the receiving side's bytes out of its run (packed: MPI_Unpack). */
+/* After a served call that returned rc: the receiving side's bytes out of its run
+ * (packed: MPI_Unpack); then the call's reference on pc is dropped. */
 static int side_unpack(struct pmpi_comm *pc, enum pmpi_call call, const struct side *s, int rc)
 {
-    if (rc != MPI_SUCCESS || !s->packed || s->bytes == 0)
-        return rc;
-    rc = pmpi_unpack(s->run, s->count, s->type, &s->l, (void *)s->buf, pc->mpi);
-    if (rc != MPI_SUCCESS) {
-        pmpi_log(PMPI_LOG_ERROR, "rank %d: %s: MPI_Unpack of the result failed", pc->rank,
-                 pmpi_call_name(call));
-        PMPI_Comm_call_errhandler(pc->mpi, rc);
+    if (rc == MPI_SUCCESS && s->packed && s->bytes > 0) {
+        /* MPI_Finalize ran in another thread meanwhile (an erroneous program): no MPI. */
+        rc = pmpi_comm_final(pc) ? MPI_ERR_OTHER
+                                 : pmpi_unpack(s->run, s->count, s->type, &s->l, (void *)s->buf);
+        if (rc != MPI_SUCCESS) {
+            pmpi_log(PMPI_LOG_ERROR, "rank %d: %s: MPI_Unpack of the result failed", pc->rank,
+                     pmpi_call_name(call));
+            if (pmpi_comm_mpi_ok(pc))
+                PMPI_Comm_call_errhandler(pc->mpi, rc);
+        }
     }
-    return rc;
+    return pmpi_end(pc, rc);
+}
+
+/* A failure before arcomm's call (pmpi_local_fail), and the end of the call. */
+static int fail(struct pmpi_comm *pc, enum pmpi_call call, int rc, const char *what)
+{
+    return pmpi_end(pc, pmpi_local_fail(pc, call, rc, what));
 }
 
 static int nomem(struct pmpi_comm *pc, enum pmpi_call call)
 {
-    return pmpi_local_fail(pc, call, MPI_ERR_NO_MEM, "no memory for a packed copy");
+    return fail(pc, call, MPI_ERR_NO_MEM, "no memory for a packed copy");
 }
 
 /* The layout and bytes of count elements of type (false: MPI reports the argument). */
@@ -93,20 +102,19 @@ PMPI_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
     struct side s;
     if (pc == NULL || pc->arc == NULL || root < 0 || root >= pc->size ||
         !side_init(&s, buffer, count, datatype) || small_bcast(s.bytes)) {
-        pmpi_handed(pc, PMPI_CALL_BCAST);
+        pmpi_hand(pc, PMPI_CALL_BCAST);
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     }
     if (!side_place(pc, &s, 0))
         return nomem(pc, PMPI_CALL_BCAST);
     bool is_root = pc->rank == root;
-    if (is_root) {
-        int rc = side_pack(pc, PMPI_CALL_BCAST, &s);
-        if (rc != MPI_SUCCESS)
-            return rc;
-    }
-    int rc = pmpi_served(pc, PMPI_CALL_BCAST,
-                         comm_broadcast(pc->arc, s.run, s.run, s.bytes, COMM_U8, root, NULL));
-    return is_root ? rc : side_unpack(pc, PMPI_CALL_BCAST, &s, rc);
+    if (is_root && side_pack(&s) != MPI_SUCCESS)
+        return fail(pc, PMPI_CALL_BCAST, MPI_ERR_TYPE, "MPI_Pack of the input failed");
+    comm_status_t st = comm_broadcast(pc->arc, s.run, s.run, s.bytes, COMM_U8, root, NULL);
+    int rc = pmpi_done(pc, PMPI_CALL_BCAST, st);
+    if (is_root)
+        s.packed = false; /* the root's buffer is the input, nothing to unpack */
+    return side_unpack(pc, PMPI_CALL_BCAST, &s, rc);
 }
 
 /*
@@ -149,7 +157,7 @@ PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype s
         !sides_init(pc, &send, &recv, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                     in_place, 1) ||
         pmpi_small(PMPI_CALL_ALLGATHER, recv.bytes)) {
-        pmpi_handed(pc, PMPI_CALL_ALLGATHER);
+        pmpi_hand(pc, PMPI_CALL_ALLGATHER);
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     }
     size_t block = recv.bytes / (size_t)pc->size;
@@ -161,20 +169,19 @@ PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype s
     if (in_place && recv.packed && block > 0) {
         size_t n = recv.count / (size_t)pc->size;
         int rc = pmpi_pack((const char *)recvbuf + (MPI_Aint)(n * (size_t)pc->rank) * recv.l.extent,
-                           n, recvtype, &recv.l, recv.run + (size_t)pc->rank * block, pc->mpi);
+                           n, recvtype, &recv.l, recv.run + (size_t)pc->rank * block);
         if (rc != MPI_SUCCESS)
-            return pmpi_local_fail(pc, PMPI_CALL_ALLGATHER, rc, "MPI_Pack of the input failed");
+            return fail(pc, PMPI_CALL_ALLGATHER, rc, "MPI_Pack of the input failed");
     } else if (!in_place) {
         if (!side_place(pc, &send, 0))
             return nomem(pc, PMPI_CALL_ALLGATHER);
-        int rc = side_pack(pc, PMPI_CALL_ALLGATHER, &send);
+        int rc = side_pack(&send);
         if (rc != MPI_SUCCESS)
-            return rc;
+            return fail(pc, PMPI_CALL_ALLGATHER, rc, "MPI_Pack of the input failed");
         src = send.run;
     }
-    int rc = pmpi_served(pc, PMPI_CALL_ALLGATHER,
-                         comm_allgather(pc->arc, src, recv.run, block, COMM_U8, NULL));
-    return side_unpack(pc, PMPI_CALL_ALLGATHER, &recv, rc);
+    comm_status_t st = comm_allgather(pc->arc, src, recv.run, block, COMM_U8, NULL);
+    return side_unpack(pc, PMPI_CALL_ALLGATHER, &recv, pmpi_done(pc, PMPI_CALL_ALLGATHER, st));
 }
 
 PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -187,7 +194,7 @@ PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype se
         !sides_init(pc, &send, &recv, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                     in_place, pc->size) ||
         pmpi_small(PMPI_CALL_ALLTOALL, recv.bytes)) {
-        pmpi_handed(pc, PMPI_CALL_ALLTOALL);
+        pmpi_hand(pc, PMPI_CALL_ALLTOALL);
         return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     }
     /* arcomm's alltoall is out of place only: in place, the input is a copy of recvbuf
@@ -202,20 +209,17 @@ PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype se
         if (pmpi_layout_run(&send.l, send.count)) {
             if (send.bytes > 0)
                 memcpy(send.run, (const char *)recvbuf + send.l.tlb, send.bytes);
-        } else {
-            int rc = side_pack(pc, PMPI_CALL_ALLTOALL, &send);
-            if (rc != MPI_SUCCESS)
-                return rc;
+        } else if (side_pack(&send) != MPI_SUCCESS) {
+            return fail(pc, PMPI_CALL_ALLTOALL, MPI_ERR_TYPE, "MPI_Pack of the input failed");
         }
     } else {
         if (!side_place(pc, &send, 0))
             return nomem(pc, PMPI_CALL_ALLTOALL);
-        int rc = side_pack(pc, PMPI_CALL_ALLTOALL, &send);
+        int rc = side_pack(&send);
         if (rc != MPI_SUCCESS)
-            return rc;
+            return fail(pc, PMPI_CALL_ALLTOALL, rc, "MPI_Pack of the input failed");
     }
     size_t block = recv.bytes / (size_t)pc->size;
-    int rc = pmpi_served(pc, PMPI_CALL_ALLTOALL,
-                         comm_alltoall(pc->arc, send.run, recv.run, block, COMM_U8, NULL));
-    return side_unpack(pc, PMPI_CALL_ALLTOALL, &recv, rc);
+    comm_status_t st = comm_alltoall(pc->arc, send.run, recv.run, block, COMM_U8, NULL);
+    return side_unpack(pc, PMPI_CALL_ALLTOALL, &recv, pmpi_done(pc, PMPI_CALL_ALLTOALL, st));
 }

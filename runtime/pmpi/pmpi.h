@@ -11,6 +11,7 @@
 #include <arcomm.h>
 #include <mpi.h>
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -106,14 +107,18 @@ static inline bool pmpi_layout_run(const struct pmpi_layout *l, size_t count)
 /* MPI_Pack / MPI_Unpack of count elements of type at buf into / from out's bytes
  * (count * l->size), in pieces of at most INT_MAX bytes; an MPI error code. */
 int pmpi_pack(const void *buf, size_t count, MPI_Datatype type, const struct pmpi_layout *l,
-              void *out, MPI_Comm comm);
+              void *out);
 int pmpi_unpack(const void *in, size_t count, MPI_Datatype type, const struct pmpi_layout *l,
-                void *buf, MPI_Comm comm);
+                void *buf);
 /* Frees the keyval of the types' cache (MPI_Finalize). */
 void pmpi_types_finalize(void);
 
 /* The state kept for one MPI communicator (an attribute of it). */
 struct pmpi_comm {
+    /* The two words a stale lookup of another thread may still touch after the state was
+     * released (its memory is reused, never freed: life.c): atomics, first. */
+    _Atomic uint64_t life;            /* references, and whether freed or finalized */
+    _Atomic uint64_t incarnation;     /* bumped each time the memory becomes a new state */
     MPI_Comm mpi;                     /* the communicator this is the attribute of */
     comm_t *arc;                      /* NULL: every call on it is handed to PMPI */
     int rank;                         /* in mpi */
@@ -122,24 +127,43 @@ struct pmpi_comm {
     size_t scratch_cap[2];            /* bytes of each */
     uint64_t served[PMPI_CALL_COUNT]; /* calls arcomm served (one thread at a time) */
     uint64_t handed[PMPI_CALL_COUNT]; /* calls handed to PMPI */
-    struct pmpi_comm *prev, *next;    /* the live list (finalize destroys what is left) */
+    struct pmpi_comm *prev, *next;    /* the live list (finalize kills what is left), or
+                                       * the pool of released states */
 };
 
 /*
- * The state of comm, made on its first intercepted call (collective over comm, as every
- * rank makes its first intercepted call on comm at the same point).  NULL when the
- * library is off or comm is MPI_COMM_NULL: the caller hands the call on uncounted.
+ * The state of comm, with a reference the call drops when it is done with it
+ * (pmpi_comm_put, or the pmpi_hand / pmpi_done that end a call): made on comm's first
+ * intercepted call (collective over comm, as every rank makes its first intercepted call
+ * on comm at the same point).  NULL when the library is off, comm is MPI_COMM_NULL or
+ * not a communicator, or MPI_Finalize runs: the caller hands the call on.
  */
 struct pmpi_comm *pmpi_comm_get(MPI_Comm comm);
+void pmpi_comm_put(struct pmpi_comm *pc);
+/* Whether pc->mpi may still be passed to MPI (no MPI_Comm_free or MPI_Finalize of it ran
+ * in another thread since the call took pc). */
+bool pmpi_comm_mpi_ok(const struct pmpi_comm *pc);
+/* Whether MPI_Finalize ran in another thread since the call took pc: no MPI call at all. */
+bool pmpi_comm_final(const struct pmpi_comm *pc);
+
 /* Counts a call handed to PMPI: in pc, or (pc NULL: MPI_COMM_NULL, an invalid handle)
  * in the library's totals; nothing when the library is off. */
 void pmpi_handed(struct pmpi_comm *pc, enum pmpi_call call);
+/* A call handed to PMPI: counted, and pc dropped (the caller then calls PMPI). */
+void pmpi_hand(struct pmpi_comm *pc, enum pmpi_call call);
 /*
  * The end of a served call whose arcomm call returned st: counted when COMM_OK;
  * otherwise logs comm_last_error, then calls comm's MPI error handler with MPI_ERR_OTHER
- * and returns what it returns (MPI_ERR_OTHER when the handler returns).
+ * and returns what it returns (MPI_ERR_OTHER when the handler returns).  The caller
+ * still holds pc.
  */
-int pmpi_served(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st);
+int pmpi_done(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st);
+/* Drops the call's reference on pc and returns rc: the last thing a served call does. */
+static inline int pmpi_end(struct pmpi_comm *pc, int rc)
+{
+    pmpi_comm_put(pc);
+    return rc;
+}
 /*
  * A served call that failed on this rank before it reached arcomm (no memory for a copy,
  * MPI_Pack failed): the arcomm communicator is aborted, so that the peers' call fails
@@ -155,7 +179,19 @@ static inline bool pmpi_small(enum pmpi_call call, size_t bytes)
 /* Room for bytes in pc's scratch buffer i (0 or 1; grown as needed), NULL when out of
  * memory. */
 void *pmpi_scratch(struct pmpi_comm *pc, int i, size_t bytes);
-/* Destroys every state still alive and logs the report; MPI_Finalize calls it. */
+/* Kills every state and logs the report; MPI_Finalize calls it before PMPI_Finalize. */
 void pmpi_finalize(void);
+
+/* Between the pieces (comms.c makes states, life.c keeps them). */
+bool pmpi_comm_inside_init(void);
+struct pmpi_comm *pmpi_comm_lookup(MPI_Comm comm); /* with a reference, or made */
+bool pmpi_comm_take(struct pmpi_comm *pc);         /* a reference, if alive */
+void pmpi_comm_detach(struct pmpi_comm *pc);       /* deletes the attribute: kills pc */
+void pmpi_comm_finalize(void);                     /* frees the keyval */
+struct pmpi_comm *pmpi_state_alloc(void);          /* dead, zeroed */
+void pmpi_state_publish(struct pmpi_comm *pc);     /* alive, with one reference */
+void pmpi_state_discard(struct pmpi_comm *pc);     /* back to the pool, never published */
+void pmpi_state_kill(struct pmpi_comm *pc);
+bool pmpi_finalizing(void);
 
 #endif /* ARCOMM_PMPI_H */

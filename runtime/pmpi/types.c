@@ -285,7 +285,9 @@ bool pmpi_layout_bytes(const struct pmpi_layout *l, int count, size_t *bytes)
 }
 
 /* Packing and unpacking go through MPI_Pack's int sizes: at most INT_MAX bytes and
- * elements a call, so count elements are done in pieces. */
+ * elements a call, so count elements are done in pieces.  On MPI_COMM_SELF: on one host
+ * the format does not depend on the communicator, and the call's may be freed meanwhile
+ * by another thread (an erroneous program). */
 static size_t piece(const struct pmpi_layout *l, size_t left)
 {
     size_t most = l->size > 0 ? (size_t)INT_MAX / l->size : (size_t)INT_MAX;
@@ -293,7 +295,7 @@ static size_t piece(const struct pmpi_layout *l, size_t left)
 }
 
 int pmpi_pack(const void *buf, size_t count, MPI_Datatype type, const struct pmpi_layout *l,
-              void *out, MPI_Comm comm)
+              void *out)
 {
     if (l->size > (size_t)INT_MAX)
         return MPI_ERR_TYPE;
@@ -301,7 +303,7 @@ int pmpi_pack(const void *buf, size_t count, MPI_Datatype type, const struct pmp
         size_t n = piece(l, count - done);
         int pos = 0;
         int rc = PMPI_Pack((const char *)buf + (MPI_Aint)done * l->extent, (int)n, type,
-                           (char *)out + done * l->size, (int)(n * l->size), &pos, comm);
+                           (char *)out + done * l->size, (int)(n * l->size), &pos, MPI_COMM_SELF);
         if (rc != MPI_SUCCESS)
             return rc;
         done += n;
@@ -310,7 +312,7 @@ int pmpi_pack(const void *buf, size_t count, MPI_Datatype type, const struct pmp
 }
 
 int pmpi_unpack(const void *in, size_t count, MPI_Datatype type, const struct pmpi_layout *l,
-                void *buf, MPI_Comm comm)
+                void *buf)
 {
     if (l->size > (size_t)INT_MAX)
         return MPI_ERR_TYPE;
@@ -318,7 +320,7 @@ int pmpi_unpack(const void *in, size_t count, MPI_Datatype type, const struct pm
         size_t n = piece(l, count - done);
         int pos = 0;
         int rc = PMPI_Unpack((const char *)in + done * l->size, (int)(n * l->size), &pos,
-                             (char *)buf + (MPI_Aint)done * l->extent, (int)n, type, comm);
+                             (char *)buf + (MPI_Aint)done * l->extent, (int)n, type, MPI_COMM_SELF);
         if (rc != MPI_SUCCESS)
             return rc;
         done += n;

@@ -89,6 +89,10 @@ bool pmpi_comm_inside_init(void)
 static bool comm_keep(struct pmpi_comm *pc, comm_t *arc, comm_status_t st, const char *failed,
                       const char **why)
 {
+    /* Its waits must drive MPI's progress (waits.c): a communicator that could not is
+     * MPI's. */
+    if (st == COMM_OK)
+        st = pmpi_waits_init(pc, arc);
     if (st != COMM_OK)
         pmpi_log(PMPI_LOG_WARN, "rank %d: the communicator stays with MPI: %s (%s)", pc->rank,
                  comm_last_error(NULL), comm_status_string(st));

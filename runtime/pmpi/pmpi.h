@@ -182,6 +182,13 @@ void *pmpi_scratch(struct pmpi_comm *pc, int i, size_t bytes);
 /* Kills every state and logs the report; MPI_Finalize calls it before PMPI_Finalize. */
 void pmpi_finalize(void);
 
+/* How often (microseconds) a served call that waits for its peers drives MPI's progress
+ * engine (the wait hook's period), and how many passes it makes each time (waits.c). */
+#define PMPI_PROGRESS_US     100
+#define PMPI_PROGRESS_PASSES 16
+/* Sets arc's wait hook, which drives MPI's progress while a call on pc waits. */
+comm_status_t pmpi_waits_init(struct pmpi_comm *pc, comm_t *arc);
+
 /* Between the pieces (comms.c makes states, life.c keeps them). */
 bool pmpi_comm_inside_init(void);
 struct pmpi_comm *pmpi_comm_lookup(MPI_Comm comm); /* with a reference, or made */

@@ -129,25 +129,34 @@ static void *inflight_main(void *arg)
     return NULL;
 }
 
-/* Waits until thread tid has slept (state S: arcomm's wait sleeps on a futex once it has
- * spun and yielded) for most of 100 ms: it is inside the call. */
+/* The voluntary context switches of thread tid (it went to sleep), or -1 once it is gone. */
+static long sleeps(int tid)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/status", tid);
+    FILE *fp = fopen(path, "r");
+    long n = -1;
+    if (fp == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), fp) != NULL)
+        if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
+            break;
+    fclose(fp);
+    return n;
+}
+
+/* Waits until f's thread is inside its call, waiting: it set calling just before the call,
+ * which takes no sleep to reach arcomm's wait, and that wait sleeps on a futex (then wakes
+ * every 100 us for the wait hook): 20 sleeps after the flag. */
 static void wait_blocked(struct inflight *f)
 {
     while (!atomic_load(&f->calling))
         sleep_ms(1);
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", atomic_load(&f->tid));
-    for (int tries = 0, asleep = 0; tries < 2000 && asleep < 16; tries++) {
-        char buf[512] = "";
-        FILE *fp = fopen(path, "r");
-        if (fp == NULL)
-            return; /* the call returned already */
-        size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
-        buf[n] = '\0';
-        fclose(fp);
-        const char *p = strrchr(buf, ')');
-        asleep = p != NULL && p[1] == ' ' && p[2] == 'S' ? asleep + 1 : 0;
+    int tid = atomic_load(&f->tid);
+    long first = sleeps(tid), now = first;
+    for (int tries = 0; tries < 2000 && now >= 0 && now < first + 20; tries++) {
         sleep_ms(5);
+        now = sleeps(tid);
     }
 }
 

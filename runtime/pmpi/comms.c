@@ -18,6 +18,7 @@
 #endif
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,9 +132,12 @@ static bool comm_join_hosts(struct pmpi_comm *pc, const char **why)
  * rank failed. */
 static bool comm_join(struct pmpi_comm *pc, const char **why)
 {
+    /* Rank 0 makes the id and, with more than one rank, the ledger of the calls
+     * (waits.c), whose name the others open. */
     struct {
         int ok;
         comm_id_t id;
+        char ledger[64];
     } msg = {0};
     if (pc->rank == 0) {
         comm_status_t st = comm_id_new(&msg.id);
@@ -141,9 +145,14 @@ static bool comm_join(struct pmpi_comm *pc, const char **why)
         if (!msg.ok)
             pmpi_log(PMPI_LOG_WARN, "rank 0: comm_id_new: %s (%s)", comm_last_error(NULL),
                      comm_status_string(st));
+        if (msg.ok && pc->size > 1 &&
+            !pmpi_ledger_create(pc->size, msg.ledger, sizeof(msg.ledger))) {
+            pmpi_log(PMPI_LOG_WARN, "rank 0: no shared memory for the ledger of calls: %m");
+            msg.ok = 0;
+        }
     }
     if (PMPI_Bcast(&msg, (int)sizeof(msg), MPI_BYTE, 0, pc->mpi) != MPI_SUCCESS || !msg.ok) {
-        *why = "no arcomm id could be made";
+        *why = "no arcomm id or ledger could be made";
         return false;
     }
     comm_config_t cfg;
@@ -154,7 +163,20 @@ static bool comm_join(struct pmpi_comm *pc, const char **why)
     cfg.knob_defaults = PMPI_KNOB_DEFAULTS;
     comm_t *arc = NULL;
     comm_status_t st = comm_init(&arc, &cfg);
-    return comm_keep(pc, arc, st, "comm_init failed (logged by the rank it failed on)", why);
+    if (st == COMM_OK && pc->size > 1 && !pmpi_ledger_open(pc, msg.ledger)) {
+        pmpi_log(PMPI_LOG_WARN, "rank %d: cannot open the ledger of calls %s: %m", pc->rank,
+                 msg.ledger);
+        comm_destroy(arc);
+        arc = NULL;
+        st = COMM_ERR_SYSTEM;
+    }
+    bool kept = comm_keep(pc, arc, st, "comm_init failed (logged by the rank it failed on)", why);
+    /* Every rank has opened it (or failed): the name goes, nothing is left behind. */
+    if (pc->rank == 0 && pc->size > 1)
+        shm_unlink(msg.ledger);
+    if (!kept)
+        pmpi_ledger_close(pc);
+    return kept;
 }
 
 /* The state of comm, made by its first intercepted call (collective over comm), with
@@ -228,10 +250,31 @@ void pmpi_comm_finalize(void)
         PMPI_Comm_free_keyval(&keyval);
 }
 
-void pmpi_hand(struct pmpi_comm *pc, enum pmpi_call call)
+void pmpi_hand(struct pmpi_comm *pc, enum pmpi_call call, bool run_ahead)
 {
     pmpi_handed(pc, call);
+    if (pc != NULL)
+        pmpi_ledger_handed(pc, run_ahead);
     pmpi_comm_put(pc);
+}
+
+bool pmpi_serve(struct pmpi_comm *pc, enum pmpi_call call)
+{
+    if (pmpi_ledger_serve(pc))
+        return true;
+    pmpi_handed(pc, call);
+    pmpi_comm_put(pc);
+    return false;
+}
+
+bool pmpi_joins(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st)
+{
+    /* Not after MPI_Comm_free or MPI_Finalize in another thread: MPI knows it no more. */
+    if (st == COMM_OK || !pmpi_comm_mpi_ok(pc) || !pmpi_ledger_joins(pc))
+        return false;
+    pmpi_handed(pc, call);
+    pmpi_comm_put(pc);
+    return true;
 }
 
 /* Calls comm's error handler with rc, where MPI still knows comm: not after MPI_Comm_free

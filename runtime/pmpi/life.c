@@ -123,6 +123,7 @@ static void release(struct pmpi_comm *pc)
                      comm_last_error(NULL), comm_status_string(st));
         pc->arc = NULL;
     }
+    pmpi_ledger_close(pc);
     free(pc->scratch[0]);
     free(pc->scratch[1]);
     pc->scratch[0] = pc->scratch[1] = NULL;

@@ -13,16 +13,6 @@
 
 #include <string.h>
 
-/* A broadcast of bytes for MPI: under PMPI_EAGER_BYTES, one that arcomm's eager broadcast
- * does not cover (pmpi_settings.bcast_eager_max). */
-static inline bool small_bcast(size_t bytes)
-{
-    if (pmpi_small(PMPI_CALL_BCAST, bytes))
-        return true;
-    size_t eager = pmpi_settings.bcast_eager_max;
-    return eager != SIZE_MAX && bytes < PMPI_EAGER_BYTES && (eager == 0 || bytes > eager);
-}
-
 /*
  * One side of a served data-movement call: count elements of a type at buf, as a run of
  * bytes arcomm reads or writes.  run: in place (buf + tlb); packed: in scratch buffer i of
@@ -100,21 +90,29 @@ PMPI_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
 {
     struct pmpi_comm *pc = pmpi_comm_get(comm);
     struct side s;
-    if (pc == NULL || pc->arc == NULL || root < 0 || root >= pc->size ||
-        !side_init(&s, buffer, count, datatype) || small_bcast(s.bytes)) {
-        pmpi_hand(pc, PMPI_CALL_BCAST);
-        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    /* A root may leave MPI's broadcast before the others entered it: every handed one
+     * counts as such (run ahead). */
+    if (!pmpi_serves(pc) || root < 0 || root >= pc->size ||
+        !side_init(&s, buffer, count, datatype) || pmpi_small(PMPI_CALL_BCAST, s.bytes)) {
+        pmpi_hand(pc, PMPI_CALL_BCAST, true);
+        goto to_mpi;
     }
+    if (!pmpi_serve(pc, PMPI_CALL_BCAST))
+        goto to_mpi;
     if (!side_place(pc, &s, 0))
         return nomem(pc, PMPI_CALL_BCAST);
     bool is_root = pc->rank == root;
     if (is_root && side_pack(&s) != MPI_SUCCESS)
         return fail(pc, PMPI_CALL_BCAST, MPI_ERR_TYPE, "MPI_Pack of the input failed");
     comm_status_t st = comm_broadcast(pc->arc, s.run, s.run, s.bytes, COMM_U8, root, NULL);
+    if (pmpi_joins(pc, PMPI_CALL_BCAST, st))
+        goto to_mpi;
     int rc = pmpi_done(pc, PMPI_CALL_BCAST, st);
     if (is_root)
         s.packed = false; /* the root's buffer is the input, nothing to unpack */
     return side_unpack(pc, PMPI_CALL_BCAST, &s, rc);
+to_mpi:
+    return PMPI_Bcast(buffer, count, datatype, root, comm);
 }
 
 /*
@@ -152,14 +150,16 @@ PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype s
     struct pmpi_comm *pc = pmpi_comm_get(comm);
     struct side send, recv;
     bool in_place = sendbuf == MPI_IN_PLACE;
-    /* In place, sendcount and sendtype are ignored, as MPI says. */
-    if (pc == NULL || pc->arc == NULL ||
-        !sides_init(pc, &send, &recv, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                    in_place, 1) ||
-        pmpi_small(PMPI_CALL_ALLGATHER, recv.bytes)) {
-        pmpi_hand(pc, PMPI_CALL_ALLGATHER);
-        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    /* In place, sendcount and sendtype are ignored, as MPI says.  Handed for its
+     * arguments (MPI may return at once) or for its size. */
+    bool ok = pmpi_serves(pc) && sides_init(pc, &send, &recv, sendbuf, sendcount, sendtype, recvbuf,
+                                            recvcount, recvtype, in_place, 1);
+    if (!ok || pmpi_small(PMPI_CALL_ALLGATHER, recv.bytes)) {
+        pmpi_hand(pc, PMPI_CALL_ALLGATHER, !ok);
+        goto to_mpi;
     }
+    if (!pmpi_serve(pc, PMPI_CALL_ALLGATHER))
+        goto to_mpi;
     size_t block = recv.bytes / (size_t)pc->size;
     if (!side_place(pc, &recv, 1))
         return nomem(pc, PMPI_CALL_ALLGATHER);
@@ -181,7 +181,11 @@ PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype s
         src = send.run;
     }
     comm_status_t st = comm_allgather(pc->arc, src, recv.run, block, COMM_U8, NULL);
+    if (pmpi_joins(pc, PMPI_CALL_ALLGATHER, st))
+        goto to_mpi;
     return side_unpack(pc, PMPI_CALL_ALLGATHER, &recv, pmpi_done(pc, PMPI_CALL_ALLGATHER, st));
+to_mpi:
+    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 
 PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -190,13 +194,14 @@ PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype se
     struct pmpi_comm *pc = pmpi_comm_get(comm);
     struct side send, recv;
     bool in_place = sendbuf == MPI_IN_PLACE;
-    if (pc == NULL || pc->arc == NULL ||
-        !sides_init(pc, &send, &recv, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                    in_place, pc->size) ||
-        pmpi_small(PMPI_CALL_ALLTOALL, recv.bytes)) {
-        pmpi_hand(pc, PMPI_CALL_ALLTOALL);
-        return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    bool ok = pmpi_serves(pc) && sides_init(pc, &send, &recv, sendbuf, sendcount, sendtype, recvbuf,
+                                            recvcount, recvtype, in_place, pc->size);
+    if (!ok || pmpi_small(PMPI_CALL_ALLTOALL, recv.bytes)) {
+        pmpi_hand(pc, PMPI_CALL_ALLTOALL, !ok);
+        goto to_mpi;
     }
+    if (!pmpi_serve(pc, PMPI_CALL_ALLTOALL))
+        goto to_mpi;
     /* arcomm's alltoall is out of place only: in place, the input is a copy of recvbuf
      * (packed, or its run copied) in scratch 0. */
     if (!side_place(pc, &recv, 1))
@@ -221,5 +226,9 @@ PMPI_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype se
     }
     size_t block = recv.bytes / (size_t)pc->size;
     comm_status_t st = comm_alltoall(pc->arc, send.run, recv.run, block, COMM_U8, NULL);
+    if (pmpi_joins(pc, PMPI_CALL_ALLTOALL, st))
+        goto to_mpi;
     return side_unpack(pc, PMPI_CALL_ALLTOALL, &recv, pmpi_done(pc, PMPI_CALL_ALLTOALL, st));
+to_mpi:
+    return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }

@@ -53,21 +53,23 @@ struct pmpi_settings {
      * whole send buffer of reduce_scatter_block and alltoall) go to PMPI, where Open MPI
      * was measured faster (docs/pmpi.md); ARCOMM_PMPI_MIN_BYTES sets all of them. */
     size_t min_bytes[PMPI_CALL_COUNT];
-    /* Broadcasts under PMPI_EAGER_BYTES go to arcomm only up to this size, which its eager
-     * broadcast covers (ARCOMM_BCAST_EAGER, PMPI_EAGER_BYTES by default; 0 with "off" or
-     * "0"), and to PMPI above it: arcomm's broadcast that agrees first is slower than
-     * Open MPI's there.  ARCOMM_PMPI_MIN_BYTES, when set, decides instead (SIZE_MAX). */
-    size_t bcast_eager_max;
+    /* ARCOMM_TIMEOUT_MS: < 0 (unset, the default) never; the library's own waits for its
+     * peers (waits.c) give up after it, as arcomm's do. */
+    long timeout_ms;
 };
 extern struct pmpi_settings pmpi_settings;
 /* What the library's communicators default to (the environment still overrides), MPI's
- * semantics where arcomm's own API differs: broadcasts up to 512 bytes whose root returns
- * once the message is staged (ARCOMM_BCAST_EAGER; arcomm's API has every rank agree
- * first), and waits without a timeout (MPI has none; arcomm's API gives up after 120 s):
- * a rank that is late, however late, is waited for, a dead one still ends the wait, and
- * ARCOMM_TIMEOUT_MS in the environment sets a timeout for those who want one. */
-#define PMPI_KNOB_DEFAULTS "ARCOMM_BCAST_EAGER=512,ARCOMM_TIMEOUT_MS=-1"
-#define PMPI_EAGER_BYTES   512
+ * semantics where arcomm's own API differs: waits without a timeout (MPI has none;
+ * arcomm's API gives up after 120 s): a rank that is late, however late, is waited for, a
+ * dead one still ends the wait, and ARCOMM_TIMEOUT_MS in the environment sets a timeout
+ * for those who want one.  And no eager broadcast: its root returns before its peers
+ * came, the one served call that can end on some ranks and not others, which the handling
+ * of split calls cannot allow (waits.c); broadcasts that arcomm would make eager go to MPI
+ * (settings.c), whose small broadcasts are as fast. */
+#define PMPI_KNOB_DEFAULTS "ARCOMM_BCAST_EAGER=off,ARCOMM_TIMEOUT_MS=-1"
+/* Broadcasts under this many bytes go to MPI by default: arcomm's broadcast, which has
+ * every rank agree first, is slower than Open MPI's there (docs/pmpi.md, "Sizes"). */
+#define PMPI_BCAST_MPI_BYTES 512
 
 /* Loads the settings on the first call of any thread (idempotent, thread-safe). */
 void pmpi_settings_load(void);
@@ -114,17 +116,28 @@ int pmpi_unpack(const void *in, size_t count, MPI_Datatype type, const struct pm
 void pmpi_types_finalize(void);
 
 /* The state kept for one MPI communicator (an attribute of it). */
+struct pmpi_line;
+
 struct pmpi_comm {
     /* The two words a stale lookup of another thread may still touch after the state was
      * released (its memory is reused, never freed: life.c): atomics, first. */
-    _Atomic uint64_t life;            /* references, and whether freed or finalized */
-    _Atomic uint64_t incarnation;     /* bumped each time the memory becomes a new state */
-    MPI_Comm mpi;                     /* the communicator this is the attribute of */
-    comm_t *arc;                      /* NULL: every call on it is handed to PMPI */
-    int rank;                         /* in mpi */
-    int size;                         /* of mpi */
-    void *scratch[2];                 /* copies: MPI_IN_PLACE inputs, packed bytes */
-    size_t scratch_cap[2];            /* bytes of each */
+    _Atomic uint64_t life;        /* references, and whether freed or finalized */
+    _Atomic uint64_t incarnation; /* bumped each time the memory becomes a new state */
+    MPI_Comm mpi;                 /* the communicator this is the attribute of */
+    comm_t *arc;                  /* NULL: every call on it is handed to PMPI */
+    int rank;                     /* in mpi */
+    int size;                     /* of mpi */
+    void *scratch[2];             /* copies: MPI_IN_PLACE inputs, packed bytes */
+    size_t scratch_cap[2];        /* bytes of each */
+    /* The calls on it, for splits between arcomm and MPI (waits.c): one thread at a
+     * time, as MPI has collectives on one communicator. */
+    struct pmpi_line *ledger;         /* every rank's line in shared memory; NULL: none (one rank,
+                                       * or ranks on several hosts) */
+    uint64_t calls;                   /* intercepted calls entered on it */
+    uint64_t unverified;              /* 1 + the first call handed since the last served one that
+                                       * this rank may have left before its peers entered it */
+    uint64_t current;                 /* the index of the served call in flight */
+    bool split;                       /* a call was split: every call goes to MPI from now on */
     uint64_t served[PMPI_CALL_COUNT]; /* calls arcomm served (one thread at a time) */
     uint64_t handed[PMPI_CALL_COUNT]; /* calls handed to PMPI */
     struct pmpi_comm *prev, *next;    /* the live list (finalize kills what is left), or
@@ -149,8 +162,15 @@ bool pmpi_comm_final(const struct pmpi_comm *pc);
 /* Counts a call handed to PMPI: in pc, or (pc NULL: MPI_COMM_NULL, an invalid handle)
  * in the library's totals; nothing when the library is off. */
 void pmpi_handed(struct pmpi_comm *pc, enum pmpi_call call);
-/* A call handed to PMPI: counted, and pc dropped (the caller then calls PMPI). */
-void pmpi_hand(struct pmpi_comm *pc, enum pmpi_call call);
+/* A call handed to PMPI: counted, in the ledger (run_ahead: pmpi_ledger_handed), and pc
+ * dropped (the caller then calls PMPI). */
+void pmpi_hand(struct pmpi_comm *pc, enum pmpi_call call, bool run_ahead);
+/* Before a served call's arcomm call: true to go on; false when the call must go to MPI
+ * after all (counted as handed, pc dropped: the caller calls PMPI). */
+bool pmpi_serve(struct pmpi_comm *pc, enum pmpi_call call);
+/* After a served call's arcomm call returned st: true when it must join MPI's call
+ * instead (a peer handed it; counted as handed, pc dropped: the caller calls PMPI). */
+bool pmpi_joins(struct pmpi_comm *pc, enum pmpi_call call, comm_status_t st);
 /*
  * The end of a served call whose arcomm call returned st: counted when COMM_OK;
  * otherwise logs comm_last_error, then calls comm's MPI error handler with MPI_ERR_OTHER
@@ -188,6 +208,28 @@ void pmpi_finalize(void);
 #define PMPI_PROGRESS_PASSES 16
 /* Sets arc's wait hook, which drives MPI's progress while a call on pc waits. */
 comm_status_t pmpi_waits_init(struct pmpi_comm *pc, comm_t *arc);
+
+/* Whether arcomm serves calls on pc at all: a communicator arcomm joined, where no
+ * call was split between arcomm and MPI. */
+static inline bool pmpi_serves(const struct pmpi_comm *pc)
+{
+    return pc != NULL && pc->arc != NULL && !pc->split;
+}
+/*
+ * The ends of a call's decision, besides counting (pmpi_hand, pmpi_serve, pmpi_joins):
+ * the ledger of the calls (waits.c).  handed: a call handed to MPI; run_ahead when this
+ * rank may leave it before its peers entered it (a rooted call, an argument MPI
+ * rejects).  serve: before arcomm's call, false when it must go to MPI after all (a peer
+ * served a call this rank handed).  joins: after arcomm's call failed, true when it must
+ * go to MPI (a peer handed it).  create / open / close: the shared memory, made by rank 0
+ * under a fresh name that the others open.
+ */
+void pmpi_ledger_handed(struct pmpi_comm *pc, bool run_ahead);
+bool pmpi_ledger_serve(struct pmpi_comm *pc);
+bool pmpi_ledger_joins(struct pmpi_comm *pc);
+bool pmpi_ledger_create(int nranks, char *name, size_t len);
+bool pmpi_ledger_open(struct pmpi_comm *pc, const char *name);
+void pmpi_ledger_close(struct pmpi_comm *pc);
 
 /* Between the pieces (comms.c makes states, life.c keeps them). */
 bool pmpi_comm_inside_init(void);

@@ -18,11 +18,10 @@
 #include <unistd.h>
 
 /* The sizes below which Open MPI's own calls were faster than arcomm's on the 2-core
- * development VM, 2 processes (docs/pmpi.md, "Sizes"): its eager small-message reduce
- * returns before the root has the data, up to 256 bytes there.  Every other call arcomm
- * serves at every size (1.01x-2.5x ahead of Open MPI from 4 bytes, 2026-12-03); small
- * broadcasts with an eager root of arcomm's own (PMPI_KNOB_DEFAULTS) as far as
- * ARCOMM_BCAST_EAGER reaches: those above it (all of them with "off") go to MPI again. */
+ * development VM, 2 processes (docs/pmpi.md, "Sizes"): its eager small-message reduce and
+ * broadcast return before the others have the data, up to 256 bytes there.  Every other
+ * call arcomm serves at every size (1.01x-2.5x ahead of Open MPI from 4 bytes,
+ * 2026-12-03); bcast_threshold sets the broadcasts' size. */
 struct pmpi_settings pmpi_settings = {
     .off = false,
     .log_level = PMPI_LOG_WARN,
@@ -30,13 +29,13 @@ struct pmpi_settings pmpi_settings = {
         {
             [PMPI_CALL_ALLREDUCE] = 0,
             [PMPI_CALL_REDUCE] = 512,
-            [PMPI_CALL_BCAST] = 0,
+            [PMPI_CALL_BCAST] = PMPI_BCAST_MPI_BYTES, /* bcast_threshold sets it */
             [PMPI_CALL_ALLGATHER] = 0,
             [PMPI_CALL_REDUCE_SCATTER_BLOCK] = 0,
             [PMPI_CALL_ALLTOALL] = 0,
             [PMPI_CALL_BARRIER] = 0,
         },
-    .bcast_eager_max = PMPI_EAGER_BYTES,
+    .timeout_ms = -1,
 };
 
 /* ARCOMM_LOG_FILE with %h (host name) and %p (pid) expanded; "" is stderr. */
@@ -50,6 +49,31 @@ static const char *const level_names[] = {
     [PMPI_LOG_NONE] = "none", [PMPI_LOG_ERROR] = "error", [PMPI_LOG_WARN] = "warn",
     [PMPI_LOG_INFO] = "info", [PMPI_LOG_DEBUG] = "debug",
 };
+
+/*
+ * Broadcasts of fewer bytes than this go to MPI: PMPI_BCAST_MPI_BYTES by default,
+ * ARCOMM_PMPI_MIN_BYTES (min_set) when set.  And arcomm never makes one of the library's
+ * broadcasts eager (PMPI_KNOB_DEFAULTS turns it off): where the user's ARCOMM_BCAST_EAGER
+ * turns it on, the broadcasts up to its size go to MPI too, since an eager root returns
+ * before its peers came and a call that ends on some ranks only could not be resolved if
+ * it turned out to be split between arcomm and MPI (waits.c).
+ */
+static size_t bcast_threshold(const char *eager_env, bool min_set)
+{
+    size_t t = min_set ? pmpi_settings.min_bytes[PMPI_CALL_BCAST] : PMPI_BCAST_MPI_BYTES;
+    if (eager_env == NULL || *eager_env == '\0' || strcasecmp(eager_env, "off") == 0 ||
+        strcasecmp(eager_env, "never") == 0)
+        return t;
+    /* As arcomm reads the knob: bytes, or K (its largest value is 512); a value it
+     * refuses fails comm_init, which hands every call to MPI anyway. */
+    char *end;
+    unsigned long long n = strtoull(eager_env, &end, 10);
+    if (end == eager_env || n == 0)
+        return t;
+    if (*end == 'K' || *end == 'k')
+        n <<= 10;
+    return n >= t ? (size_t)n + 1 : t;
+}
 
 static void settings_read(void)
 {
@@ -65,17 +89,14 @@ static void settings_read(void)
         if (strcasecmp(v, "trace") == 0)
             pmpi_settings.log_level = PMPI_LOG_DEBUG;
     }
-    v = getenv("ARCOMM_BCAST_EAGER");
+    v = getenv("ARCOMM_TIMEOUT_MS");
     if (v != NULL && *v != '\0') {
-        /* As arcomm reads the knob (a size, "off"); a value it refuses fails comm_init,
-         * which hands every call to MPI anyway. */
         char *end;
-        unsigned long long n = strtoull(v, &end, 10);
-        if (strcasecmp(v, "off") == 0 || strcasecmp(v, "never") == 0)
-            pmpi_settings.bcast_eager_max = 0;
-        else if (end != v && (*end == '\0' || strcasecmp(end, "B") == 0))
-            pmpi_settings.bcast_eager_max = n < PMPI_EAGER_BYTES ? (size_t)n : PMPI_EAGER_BYTES;
+        long ms = strtol(v, &end, 10);
+        if (end != v && *end == '\0')
+            pmpi_settings.timeout_ms = ms;
     }
+    bool min_set = false;
     v = getenv("ARCOMM_PMPI_MIN_BYTES");
     if (v != NULL && *v != '\0') {
         char *end;
@@ -84,7 +105,7 @@ static void settings_read(void)
         if (end != v && (end[shift ? 1 : 0] == '\0')) {
             for (int i = 0; i < PMPI_CALL_COUNT; i++)
                 pmpi_settings.min_bytes[i] = (size_t)(n << shift);
-            pmpi_settings.bcast_eager_max = SIZE_MAX;
+            min_set = true;
         } else {
             fprintf(stderr,
                     "arcomm warn: pmpi: ARCOMM_PMPI_MIN_BYTES=%s is not a size "
@@ -92,6 +113,8 @@ static void settings_read(void)
                     v);
         }
     }
+    pmpi_settings.min_bytes[PMPI_CALL_BCAST] =
+        bcast_threshold(getenv("ARCOMM_BCAST_EAGER"), min_set);
     v = getenv("ARCOMM_LOG_FILE");
     size_t o = 0;
     for (; v != NULL && *v != '\0' && o + 64 < sizeof(log_path); v++) {

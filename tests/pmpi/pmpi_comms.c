@@ -17,14 +17,13 @@
 
 #define MANY 24
 
-/* ARCOMM_PMPI_MIN_BYTES unset: the library's defaults hand reduces under 512 bytes to MPI
- * and serve every other call at every size, broadcasts under 512 bytes with arcomm's
- * eager broadcast as far as ARCOMM_BCAST_EAGER reaches (eager_max bytes, 512 unless set;
- * -1 with "off"): larger ones to MPI too. */
+/* ARCOMM_PMPI_MIN_BYTES unset: the library's defaults hand reduces and broadcasts under
+ * 512 bytes to MPI and serve every other call at every size; ARCOMM_BCAST_EAGER (n bytes)
+ * hands the broadcasts up to n to MPI as well (the library never lets arcomm's eager
+ * broadcast serve one). */
 static bool defaults;
-static long eager_max = 512;
-#define SMALL_BCAST(call, bytes)                                                                   \
-    (defaults && (eager_max < 0 || (long)(bytes) > eager_max) ? HANDED(call) : SERVED(call))
+static long bcast_mpi_below;
+#define SMALL_BCAST(call, bytes) ((long)(bytes) < bcast_mpi_below ? HANDED(call) : SERVED(call))
 
 static void user_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 {
@@ -225,9 +224,10 @@ int main(int argc, char **argv)
     PMPI_Comm_rank(MPI_COMM_WORLD, &t_rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &t_size);
     defaults = getenv("ARCOMM_PMPI_MIN_BYTES") == NULL;
+    bcast_mpi_below = defaults ? 512 : 0;
     const char *eager = getenv("ARCOMM_BCAST_EAGER");
-    if (eager != NULL)
-        eager_max = strcmp(eager, "off") == 0 ? -1 : atol(eager) > 0 ? atol(eager) : -1;
+    if (eager != NULL && atol(eager) >= bcast_mpi_below)
+        bcast_mpi_below = atol(eager) + 1;
     test_served();
     test_handed();
     int rc = t_finish();

@@ -14,6 +14,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MANY 24
 
@@ -184,6 +186,60 @@ static void use_comm(MPI_Comm comm, int k)
         CHECK(rc == MPI_SUCCESS && bigsum[i] == ranks_sum(n, i % 5), "comm %d 16 KiB: %d", k, i);
 }
 
+static int handler_calls, handler_code;
+
+static void count_errors(MPI_Comm *comm, int *code, ...)
+{
+    (void)comm;
+    handler_calls++;
+    handler_code = *code;
+}
+
+/* A communicator made by MPI_Comm_idup; the process forked (a child that execs, one that
+ * exits) between served calls; a user error handler on a served call that fails (ranks
+ * whose counts differ, both served: MPI_ERR_OTHER on every rank, through the handler). */
+static void test_more(void)
+{
+    MPI_Comm d;
+    MPI_Request req;
+    MPI_Comm_idup(MPI_COMM_WORLD, &d, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    use_comm(d, 40);
+    pid_t child = fork();
+    if (child == 0) {
+        execl("/bin/true", "true", (char *)NULL);
+        _exit(1);
+    }
+    int status = -1;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the exec'd child: status %d", status);
+    child = fork();
+    if (child == 0)
+        _exit(0);
+    waitpid(child, &status, 0);
+    use_comm(d, 41);
+    if (t_size > 1) {
+        MPI_Errhandler h;
+        MPI_Comm_create_errhandler(count_errors, &h);
+        MPI_Comm_set_errhandler(d, h);
+        static int in[4000], out[4000];
+        for (int i = 0; i < 4000; i++)
+            in[i] = i;
+        int rc = MPI_Allreduce(in, out, t_rank == 0 ? 3000 : 4000, MPI_INT, MPI_SUM, d);
+        /* Served, every rank fails (MPI_ERR_OTHER); in Open MPI alone (ARCOMM_PMPI=off, or
+         * no arcomm communicator) rank 0 truncates.  Either way a failed call ran the
+         * handler once with its code, a successful one never. */
+        CHECK(rc == MPI_SUCCESS ? handler_calls == 0 : handler_calls == 1 && handler_code == rc,
+              "counts that differ: %d, the handler called %d times with %d", rc, handler_calls,
+              handler_code);
+        int failed = rc != MPI_SUCCESS;
+        PMPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        CHECK(failed, "counts that differ: no rank failed");
+        MPI_Errhandler_free(&h);
+    }
+    MPI_Comm_free(&d);
+}
+
 static void test_served(void)
 {
     /* Split: even and odd ranks, ordered backwards. */
@@ -229,6 +285,7 @@ int main(int argc, char **argv)
     if (eager != NULL && atol(eager) >= bcast_mpi_below)
         bcast_mpi_below = atol(eager) + 1;
     test_served();
+    test_more();
     test_handed();
     int rc = t_finish();
     MPI_Finalize();

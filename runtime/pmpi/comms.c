@@ -18,11 +18,11 @@
 #endif
 
 #include <pthread.h>
-#include <sys/mman.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static pthread_once_t keyval_once = PTHREAD_ONCE_INIT;
 static int keyval = MPI_KEYVAL_INVALID;
@@ -152,6 +152,8 @@ static bool comm_join(struct pmpi_comm *pc, const char **why)
         }
     }
     if (PMPI_Bcast(&msg, (int)sizeof(msg), MPI_BYTE, 0, pc->mpi) != MPI_SUCCESS || !msg.ok) {
+        if (pc->rank == 0 && msg.ledger[0] != '\0')
+            shm_unlink(msg.ledger);
         *why = "no arcomm id or ledger could be made";
         return false;
     }

@@ -84,18 +84,24 @@ static size_t ledger_bytes(int nranks)
 bool pmpi_ledger_create(int nranks, char *name, size_t len)
 {
     uint64_t r[2] = {0, 0};
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        name[0] = '\0';
         return false;
+    }
     snprintf(name, len, "/arcomm-pmpi-%d-%016" PRIx64 "%016" PRIx64, (int)getpid(), r[0], r[1]);
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0)
+    if (fd < 0) {
+        name[0] = '\0'; /* nothing of ours to remove */
         return false;
+    }
     size_t bytes = ledger_bytes(nranks);
     bool ok = fchmod(fd, 0600) == 0 && ftruncate(fd, (off_t)bytes) == 0 &&
               posix_fallocate(fd, 0, (off_t)bytes) == 0;
     close(fd);
-    if (!ok)
+    if (!ok) {
         shm_unlink(name);
+        name[0] = '\0';
+    }
     return ok;
 }
 

@@ -56,6 +56,8 @@ struct pmpi_settings {
     /* ARCOMM_TIMEOUT_MS: < 0 (unset, the default) never; the library's own waits for its
      * peers (waits.c) give up after it, as arcomm's do. */
     long timeout_ms;
+    /* ARCOMM_PMPI_PROGRESS_US: the period of MPI's progress in a served call's waits. */
+    unsigned progress_us;
 };
 extern struct pmpi_settings pmpi_settings;
 /* What the library's communicators default to (the environment still overrides), MPI's
@@ -202,9 +204,11 @@ void *pmpi_scratch(struct pmpi_comm *pc, int i, size_t bytes);
 /* Kills every state and logs the report; MPI_Finalize calls it before PMPI_Finalize. */
 void pmpi_finalize(void);
 
-/* How often (microseconds) a served call that waits for its peers drives MPI's progress
- * engine (the wait hook's period), and how many passes it makes each time (waits.c). */
+/* How often (microseconds, ARCOMM_PMPI_PROGRESS_US) a served call that waits for its peers
+ * drives MPI's progress engine by default (the wait hook's period; comm_set_wait_hook
+ * takes 1 to 1000000), and how many passes it makes each time (waits.c). */
 #define PMPI_PROGRESS_US     100
+#define PMPI_PROGRESS_US_MAX 1000000
 #define PMPI_PROGRESS_PASSES 16
 /* Sets arc's wait hook, which drives MPI's progress while a call on pc waits. */
 comm_status_t pmpi_waits_init(struct pmpi_comm *pc, comm_t *arc);

@@ -36,6 +36,7 @@ struct pmpi_settings pmpi_settings = {
             [PMPI_CALL_BARRIER] = 0,
         },
     .timeout_ms = -1,
+    .progress_us = PMPI_PROGRESS_US,
 };
 
 /* ARCOMM_LOG_FILE with %h (host name) and %p (pid) expanded; "" is stderr. */
@@ -95,6 +96,18 @@ static void settings_read(void)
         long ms = strtol(v, &end, 10);
         if (end != v && *end == '\0')
             pmpi_settings.timeout_ms = ms;
+    }
+    v = getenv("ARCOMM_PMPI_PROGRESS_US");
+    if (v != NULL && *v != '\0') {
+        char *end;
+        unsigned long us = strtoul(v, &end, 10);
+        if (end != v && *end == '\0' && us >= 1 && us <= PMPI_PROGRESS_US_MAX)
+            pmpi_settings.progress_us = (unsigned)us;
+        else
+            fprintf(stderr,
+                    "arcomm warn: pmpi: ARCOMM_PMPI_PROGRESS_US=%s is not a number of "
+                    "microseconds from 1 to %d: %u applies\n",
+                    v, PMPI_PROGRESS_US_MAX, pmpi_settings.progress_us);
     }
     bool min_set = false;
     v = getenv("ARCOMM_PMPI_MIN_BYTES");

@@ -9,7 +9,8 @@
  * forward a pending MPI_Ibcast, or push the fragments of a pending MPI_Isend its peer
  * waits to receive before it comes to the barrier.  arcomm's wait hook
  * (comm_set_wait_hook) runs wait_hook from the waiting thread once a call has waited
- * PMPI_PROGRESS_US, then about as often, never in a call whose peers are all there: it
+ * ARCOMM_PMPI_PROGRESS_US (100 us by default), then about as often, never in a call whose
+ * peers are all there: it
  * makes PMPI_PROGRESS_PASSES passes of MPI_Iprobe on MPI_COMM_SELF, which matches nothing
  * and runs Open MPI's opal_progress (0.05 us when there is nothing to move; legal at every
  * thread level, being in the thread of the program's own MPI call).
@@ -228,7 +229,8 @@ static uint64_t verify(struct pmpi_comm *pc, uint64_t u, uint64_t j)
                     return UINT64_MAX;
         }
         progress(pc);
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = PMPI_PROGRESS_US * 1000L};
+        struct timespec ts = {.tv_sec = (time_t)(pmpi_settings.progress_us / 1000000u),
+                              .tv_nsec = (long)(pmpi_settings.progress_us % 1000000u) * 1000L};
         nanosleep(&ts, NULL);
     }
 }
@@ -289,5 +291,5 @@ static int wait_hook(comm_t *arc, void *arg)
 
 comm_status_t pmpi_waits_init(struct pmpi_comm *pc, comm_t *arc)
 {
-    return comm_set_wait_hook(arc, wait_hook, pc, PMPI_PROGRESS_US);
+    return comm_set_wait_hook(arc, wait_hook, pc, pmpi_settings.progress_us);
 }

@@ -177,6 +177,11 @@ void pmpi_ledger_handed(struct pmpi_comm *pc, bool run_ahead)
     publish(pc, false);
 }
 
+/* verify's waits: how long it yields before it sleeps between turns (as arcomm's waits'
+ * ARCOMM_YIELD_NS), and how often it checks that the peers it waits for are alive. */
+#define VERIFY_YIELD_NS    1000000u
+#define VERIFY_LIVENESS_NS 100000000u
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -193,7 +198,7 @@ static uint64_t now_ns(void)
  */
 static uint64_t verify(struct pmpi_comm *pc, uint64_t u, uint64_t j)
 {
-    uint64_t start = 0, next = 0, found = UINT64_MAX;
+    uint64_t start = 0, next_live = 0, next_progress = 0, found = UINT64_MAX;
     for (unsigned spins = 0;; spins++) {
         bool all = true;
         for (int p = 0; p < pc->size; p++) {
@@ -211,27 +216,33 @@ static uint64_t verify(struct pmpi_comm *pc, uint64_t u, uint64_t j)
         }
         if (found != UINT64_MAX || all)
             return found;
-        if (spins < 64) {
-            sched_yield();
+        /* As arcomm's waits: yield (a peer about to come is seen at once), and read the
+         * clock only every 64 turns; after VERIFY_YIELD_NS, sleep between the turns. */
+        sched_yield();
+        if (spins % 64 != 63)
             continue;
-        }
-        uint64_t now = now_ns();
+        uint64_t now = now_ns(), period = (uint64_t)pmpi_settings.progress_us * 1000u;
         if (start == 0)
-            start = now, next = now;
+            start = now, next_live = now + VERIFY_LIVENESS_NS, next_progress = now + period;
         if (pmpi_settings.timeout_ms >= 0 &&
             now - start > (uint64_t)pmpi_settings.timeout_ms * 1000000u)
             return UINT64_MAX;
-        if (now >= next) {
-            next = now + 100000000u;
+        if (now >= next_live) {
+            next_live = now + VERIFY_LIVENESS_NS;
             for (int p = 0; p < pc->size; p++)
                 if (p != pc->rank && atomic_load(&pc->ledger[p].entered) < j &&
                     kill(pc->ledger[p].pid, 0) != 0 && errno == ESRCH)
                     return UINT64_MAX;
         }
-        progress(pc);
-        struct timespec ts = {.tv_sec = (time_t)(pmpi_settings.progress_us / 1000000u),
-                              .tv_nsec = (long)(pmpi_settings.progress_us % 1000000u) * 1000L};
-        nanosleep(&ts, NULL);
+        if (now >= next_progress) {
+            next_progress = now + period;
+            progress(pc);
+        }
+        if (now - start > VERIFY_YIELD_NS) {
+            struct timespec ts = {.tv_sec = (time_t)(period / 1000000000u),
+                                  .tv_nsec = (long)(period % 1000000000u)};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 

@@ -23,6 +23,19 @@ class Collectives:
             raise self._bad(ValueError, call, f"op {op!r} is not one of {', '.join(OPS)}")
         return opc
 
+    def _same_shape(self, send: Any, recv: Any, dtype: Any, stream: Any, call: str) -> tuple:
+        """The out-of-place send and recv of a call whose two buffers hold the same
+        elements (allreduce, allreduce_add, broadcast, reduce): both checked, the counts,
+        the dtypes and (CUDA) the devices alike."""
+        s = self._buf(send, False, "send", dtype, stream, call)
+        r = self._buf(recv, True, "recv", dtype, stream, call)
+        if r[1] != s[1]:
+            raise self._bad(ValueError, call, f"recv has {r[1]} elements, send {s[1]}")
+        self._same_dtype(s, r, call)
+        if self._dev:
+            self._same_device(call, s, r)
+        return s, r
+
     def allreduce(
         self,
         send: Any,
@@ -49,13 +62,7 @@ class Collectives:
             r = s
             recv = send
         else:
-            s = self._buf(send, False, "send", dtype, stream, call)
-            r = self._buf(recv, True, "recv", dtype, stream, call)
-            if r[1] != s[1]:
-                raise self._bad(ValueError, call, f"recv has {r[1]} elements, send {s[1]}")
-            self._same_dtype(s, r, call)
-        if self._dev:
-            self._same_device(call, s, r)
+            s, r = self._same_shape(send, recv, dtype, stream, call)
         strm = None if self._dev == 0 and stream is None else self._stream(call, stream, s, r)
         self._run(call, self._allreduce, s[0], r[0], s[1], s[2], opc, strm)
         return recv
@@ -78,11 +85,7 @@ class Collectives:
             r = s
             recv = send
         else:
-            s = self._buf(send, False, "send", dtype, stream, call)
-            r = self._buf(recv, True, "recv", dtype, stream, call)
-            if r[1] != s[1]:
-                raise self._bad(ValueError, call, f"recv has {r[1]} elements, send {s[1]}")
-            self._same_dtype(s, r, call)
+            s, r = self._same_shape(send, recv, dtype, stream, call)
         a = self._buf(addend, False, "addend", dtype, stream, call)
         self._same_dtype(s, a, "allreduce_add (send and addend)")
         if a[1] == 0 or s[1] % a[1]:
@@ -124,12 +127,7 @@ class Collectives:
             if send is None or self._rank != root:
                 s = (None, r[1], r[2])
             else:
-                s = self._buf(send, False, "send", dtype, stream, call)
-                if r[1] != s[1]:
-                    raise self._bad(ValueError, call, f"recv has {r[1]} elements, send {s[1]}")
-                self._same_dtype(s, r, call)
-                if self._dev:
-                    self._same_device(call, s, r)
+                s, r = self._same_shape(send, recv, dtype, stream, call)
         strm = None if stream is None and self._dev == 0 else self._stream(call, stream, r)
         self._run(call, self._broadcast, s[0], r[0], r[1], r[2], root, strm)
         return recv
@@ -161,13 +159,7 @@ class Collectives:
             r = s if is_root else (None,)
             recv = send if is_root else None
         else:
-            s = self._buf(send, False, "send", dtype, stream, call)
-            r = self._buf(recv, True, "recv", dtype, stream, call)
-            if r[1] != s[1]:
-                raise self._bad(ValueError, call, f"recv has {r[1]} elements, send {s[1]}")
-            self._same_dtype(s, r, call)
-            if self._dev:
-                self._same_device(call, s, r)
+            s, r = self._same_shape(send, recv, dtype, stream, call)
         strm = None if stream is None and self._dev == 0 else self._stream(call, stream, s)
         self._run(call, self._reduce, s[0], r[0], s[1], s[2], opc, root, strm)
         return recv if is_root else None

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """MkDocs hooks of the user guide.
 
-* The guide is docs/*.md; other files under docs/ (this folder, man-page sources) are
-  not pages and are left out of the site.
+* The guide is docs/*.md (and this folder's extra.css); other files under docs/ (this
+  folder's scripts, man-page sources) are not pages and are left out of the site.
 * knobs.md's marker line is replaced by the knob tables generated from the knob table
   of transports/base/knobs.h (knobtable.py), so the reference is never a second copy.
 """
@@ -27,6 +27,8 @@ def on_files(files, config):
         if not os.path.realpath(f.abs_src_path).startswith(docs):
             continue  # the theme's own files
         uri = _uri(f)
+        if uri == "mkdocs/extra.css":
+            continue  # the guide's own style sheet
         if "/" in uri or not uri.endswith(".md"):
             files.remove(f)
     return files

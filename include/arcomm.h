@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * arcomm — collective communication between the threads, processes and devices of
- * one host.  The public API; the only installed header.  See docs/api.md for the
- * normative semantics and README.md for a complete example.
+ * one host.  The public API.  docs/api.md is its reference (every function, its
+ * arguments, statuses and semantics); docs/getting-started.md has a complete example.
  */
 #ifndef ARCOMM_H
 #define ARCOMM_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * arcomm over several hosts, on MPI: link with -larcomm_mpi (pkg-config arcomm-mpi).
- * See README.md ("Several hosts (MPI)") and docs/multihost.md.
+ * Reference: docs/api.md (comm_init_mpi); the guide's page: docs/multihost.md.
  */
 #ifndef ARCOMM_MPI_H
 #define ARCOMM_MPI_H

@@ -23,7 +23,7 @@ int main(void)
     int wrong = 0;
 
     if (comm_init_env(&comm) != COMM_OK) { /* outside arrun: says how to start it */
-        fprintf(stderr, "comm_init_env: %s\n", comm_last_error(NULL));
+        fprintf(stderr, "%s\n", comm_last_error(NULL));
         return 1;
     }
     int rank = comm_rank(comm), size = comm_size(comm);

@@ -48,6 +48,7 @@ struct arinfo {
     struct rt_knobs used[3];
     char **unknown_env; /* ARCOMM_* names set but not knobs, sorted */
     size_t unknown_count;
+    size_t unknown_cap;
 
     FILE *out;
     bool text_started; /* a line was printed: titles then start with a blank */

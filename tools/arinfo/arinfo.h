@@ -50,7 +50,8 @@ struct arinfo {
     size_t unknown_count;
     size_t unknown_cap;
 
-    FILE *out;
+    FILE *out;         /* in text mode a buffer, wrapped to width at the end */
+    int width;         /* columns of the text */
     bool text_started; /* a line was printed: titles then start with a blank */
     struct json js;    /* the writer, when json */
 };
@@ -65,6 +66,16 @@ void arinfo_fmt_size(size_t bytes, char *buf, size_t len);
 void arinfo_title(struct arinfo *ai, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints s in text mode with control characters shown as '?': one line stays one line. */
 void arinfo_put_clean(FILE *f, const char *s);
+
+/* The narrowest the text is wrapped to. */
+#define ARINFO_MIN_WIDTH 40
+/* The width the text is wrapped to: COLUMNS when set, else the terminal's on standard
+ * output, else 80. */
+int arinfo_width(void);
+/* Writes text (lines ending in '\n') to out with every line longer than width broken at
+ * blanks, its continuation lines indented under its last column or past its indent.  A
+ * word longer than the width stays whole. */
+void arinfo_wrap_write(FILE *out, const char *text, size_t len, int width);
 
 /* topo_print.c */
 int arinfo_topo_load(struct arinfo *ai);

@@ -280,15 +280,23 @@ void print_config(struct arinfo *ai)
                  ai->nranks == 1 ? "" : "s");
     /* TABLE: the knob's sub-table.  VALUE: what the communicators of the backends that
      * read the knob use (each backend's, when they differ). */
-    fprintf(ai->out, "  %-*s  %-*s  %-*s  %-7s  %s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
-            (int)wsrc, "SOURCE", "TABLE", "DOC");
+    /* DOC on the row when it leaves the doc 40 columns, else on a line of its own. */
+    size_t doc_at = 2 + wname + 2 + wvalue + 2 + wsrc + 2 + 7 + 2;
+    bool doc_below = doc_at + 40 > (size_t)ai->width;
+    fprintf(ai->out, "  %-*s  %-*s  %-*s  %s%s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
+            (int)wsrc, "SOURCE", doc_below ? "TABLE" : "TABLE    ", doc_below ? "" : "DOC");
     for (size_t i = 0; i < rt_knob_count; i++) {
         const struct rt_knob_desc *d = &rt_knob_table[i];
         knob_shown(ai, i, shown, sizeof(shown));
         fprintf(ai->out, "  %-*s  ", (int)wname, d->name);
         arinfo_put_clean(ai->out, shown);
-        fprintf(ai->out, "%*s  %-*s  %-7s  %s\n", (int)(wvalue - strlen(shown)), "", (int)wsrc,
-                rt_knob_source_name(ai->knobs.source[i]), rt_knob_group_name(d->group), d->doc);
+        const char *group = rt_knob_group_name(d->group);
+        fprintf(ai->out, "%*s  %-*s  ", (int)(wvalue - strlen(shown)), "", (int)wsrc,
+                rt_knob_source_name(ai->knobs.source[i]));
+        if (doc_below)
+            fprintf(ai->out, "%s\n      %s\n", group, d->doc);
+        else
+            fprintf(ai->out, "%-7s  %s\n", group, d->doc);
     }
     fprintf(ai->out, "  read by other components (not comm_init):\n");
     for (size_t i = 0; i < rt_env_other_count; i++) {

@@ -46,12 +46,11 @@ static const char default_sizes[] = "4,64,1K,16K,64K,1M,16M,256M";
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: arinfo [--json] [--config] [--paths] [--sizes LIST] [-n RANKS]\n"
-            "              [--topology FILE.xml] [--only SECTIONS] [--no-host]\n"
+            "Usage: arinfo [OPTION]...\n"
             "\n"
             "What arcomm sees on this host and what it would do here.\n"
             "\n"
-            "  --json             JSON instead of text (schema " ARINFO_SCHEMA
+            "  --json             print JSON instead of text (schema " ARINFO_SCHEMA
             ", docs/arinfo-json.md);\n"
             "                     includes the knobs (--config) unless --only says otherwise\n"
             "  --config           every ARCOMM_* knob: value, source (default, environment), doc\n"
@@ -68,6 +67,10 @@ static void usage(FILE *f)
             "  --no-host          leave out the host section (host name, OS, CPU model)\n"
             "  -h, --help         this text\n"
             "  --version          arinfo's and the library's version\n"
+            "\n"
+            "The text is wrapped to COLUMNS, else to the terminal's width, else to 80\n"
+            "columns.  Without --config or --only it shows every section but the knobs\n"
+            "and the path tables.\n"
             "\n"
             "Exit status: 0; 1 when the topology cannot be loaded; 2 on a usage error or a\n"
             "malformed ARCOMM_* variable.\n",

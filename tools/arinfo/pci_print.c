@@ -208,7 +208,15 @@ static int bridges_below(hwloc_obj_t dev, hwloc_obj_t anc)
  */
 static const char *pci_link(struct arinfo *ai, hwloc_obj_t a, hwloc_obj_t b)
 {
-    hwloc_obj_t anc = hwloc_get_common_ancestor_obj(ai->topo, a, b);
+    /* Not hwloc_get_common_ancestor_obj: it climbs by depth, and I/O objects have none
+     * (bridges, PCI devices: special negative depths). */
+    hwloc_obj_t anc = NULL;
+    for (hwloc_obj_t x = a->parent; x != NULL && anc == NULL; x = x->parent)
+        for (hwloc_obj_t y = b->parent; y != NULL; y = y->parent)
+            if (x == y) {
+                anc = x;
+                break;
+            }
     if (anc != NULL && anc->type == HWLOC_OBJ_BRIDGE) {
         if (anc->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST)
             return "PHB";

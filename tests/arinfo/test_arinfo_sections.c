@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -284,6 +285,35 @@ static void pci_numa_by_bus_id(void **state)
     free(unload(&ai, &c));
 }
 
+/*
+ * arinfo_find_path: a file beside this program's prefix (this test stands in for an
+ * installed arinfo: its prefix is its directory less one level, as for <prefix>/bin),
+ * else the build tree's, else the configured prefix's, said to be missing.
+ */
+static void find_path(void **state)
+{
+    (void)state;
+    char out[4096], exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    /* "arinfo/test_arinfo_sections" relative to the prefix <build>/tests. */
+    const char *slash = strrchr(exe, '/');
+    assert_non_null(slash);
+    const char *dir = slash - 1;
+    while (dir > exe && *dir != '/')
+        dir--;
+    assert_true(arinfo_find_path(dir + 1, NULL, out, sizeof(out)));
+    assert_string_equal(out, exe);
+    /* Not installed: the build tree's path when it exists. */
+    assert_true(arinfo_find_path("arinfo/no-such-file", exe, out, sizeof(out)));
+    assert_string_equal(out, exe);
+    /* Nowhere: where the prefix would put it, and false. */
+    assert_false(arinfo_find_path("lib/no-such-file", "/no/such/built/file", out, sizeof(out)));
+    assert_true(strlen(out) > strlen("/lib/no-such-file"));
+    assert_string_equal(out + strlen(out) - strlen("/lib/no-such-file"), "/lib/no-such-file");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -292,9 +322,13 @@ int main(int argc, char **argv)
     }
     xml_path = argv[1];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(json_escapes_everything), cmocka_unit_test(json_layout),
-        cmocka_unit_test(cuda_section_text),       cmocka_unit_test(cuda_section_json),
-        cmocka_unit_test(hexagon_section),         cmocka_unit_test(pci_numa_by_bus_id),
+        cmocka_unit_test(json_escapes_everything),
+        cmocka_unit_test(json_layout),
+        cmocka_unit_test(cuda_section_text),
+        cmocka_unit_test(cuda_section_json),
+        cmocka_unit_test(hexagon_section),
+        cmocka_unit_test(pci_numa_by_bus_id),
+        cmocka_unit_test(find_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,6 +77,15 @@ int arinfo_width(void);
  * word longer than the width stays whole. */
 void arinfo_wrap_write(FILE *out, const char *text, size_t len, int width);
 
+/* install_paths.c */
+/*
+ * The path of a file of this build: installed (relative to the prefix, as
+ * "lib/x86_64-linux-gnu/arcomm-nccl/libnccl.so.2") beside this arinfo's own prefix, else
+ * built (an absolute path in the build tree, or NULL) when it exists, else the configured
+ * prefix's, with false returned (the file is nowhere).
+ */
+bool arinfo_find_path(const char *installed, const char *built, char *out, size_t len);
+
 /* topo_print.c */
 int arinfo_topo_load(struct arinfo *ai);
 void print_host(struct arinfo *ai);

@@ -97,6 +97,11 @@ void print_pci(struct arinfo *ai);
  * locality.  The CUDA section matches CUDA ordinals to PCI devices this way.
  */
 hwloc_const_bitmap_t arinfo_pci_numa(struct arinfo *ai, const char *busid);
+/*
+ * What lies between two PCI devices named by bus id, in nvidia-smi topo -m's words: PIX,
+ * PXB, PHB, NODE or SYS; NULL when hwloc does not know either.
+ */
+const char *arinfo_pci_link(struct arinfo *ai, const char *busid_a, const char *busid_b);
 
 /* config_print.c */
 /* Loads and resolves the knobs; exits 2 with rt_knobs_load's message when malformed. */

@@ -79,12 +79,11 @@ static hwloc_obj_t locality(struct arinfo *ai, hwloc_obj_t dev)
     return anc;
 }
 
+static hwloc_obj_t pcidev_of(struct arinfo *ai, const char *id);
+
 hwloc_const_bitmap_t arinfo_pci_numa(struct arinfo *ai, const char *id)
 {
-    unsigned dom, bus, dev, fn;
-    if (ai->topo == NULL || sscanf(id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
-        return NULL;
-    hwloc_obj_t o = hwloc_get_pcidev_by_busid(ai->topo, dom, bus, dev, fn);
+    hwloc_obj_t o = pcidev_of(ai, id);
     if (o == NULL)
         return NULL;
     hwloc_obj_t anc = locality(ai, o);
@@ -228,6 +227,20 @@ static const char *pci_link(struct arinfo *ai, hwloc_obj_t a, hwloc_obj_t b)
         hwloc_bitmap_weight(la->nodeset) == 1)
         return "NODE";
     return "SYS";
+}
+
+static hwloc_obj_t pcidev_of(struct arinfo *ai, const char *id)
+{
+    unsigned dom, bus, dev, fn;
+    if (ai->topo == NULL || sscanf(id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
+        return NULL;
+    return hwloc_get_pcidev_by_busid(ai->topo, dom, bus, dev, fn);
+}
+
+const char *arinfo_pci_link(struct arinfo *ai, const char *busid_a, const char *busid_b)
+{
+    hwloc_obj_t a = pcidev_of(ai, busid_a), b = pcidev_of(ai, busid_b);
+    return a != NULL && b != NULL && a != b ? pci_link(ai, a, b) : NULL;
 }
 
 /* The GPUs' link matrix, as nvidia-smi topo -m prints it, from hwloc's PCI tree. */

@@ -4,6 +4,7 @@
  * comm_init_env, comm_destroy, comm_abort, comm_mem_alloc/free and the accessors.
  */
 #include "comm_internal.h"
+#include "env_vars.h"
 #include "id.h"
 #include "rt_hooks.h"
 #include "shm/shm.h"
@@ -268,6 +269,10 @@ static comm_status_t init_with(comm_t **comm, const comm_config_t *cfg, int loca
         c->log_owned = true;
     }
 
+    /* A misspelt knob would otherwise be silently ignored: said once per process, on
+     * the log the knobs just chose. */
+    rt_env_warn_unknown_once(c);
+
     struct transport_probe probe = {.nranks = c->nranks, .device = c->device};
     c->ops =
         forced != NULL ? forced : rt_backend_pick(&probe, c->knobs.transport, why, sizeof(why));
@@ -398,12 +403,43 @@ static bool env_int(const char *name, int *out, bool required, char *why, size_t
     return true;
 }
 
+/*
+ * Why ARCOMM_RANK is missing, when the environment shows another launcher: MPI's (its
+ * programs take comm_init_mpi) or torchrun's.  False when it shows none.
+ */
+static bool other_launcher(char *why, size_t len)
+{
+    static const char *const mpi_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
+                                           "PMI_SIZE", "MPI_LOCALRANKID"};
+    for (size_t i = 0; i < sizeof(mpi_vars) / sizeof(mpi_vars[0]); i++) {
+        if (getenv(mpi_vars[i]) == NULL)
+            continue;
+        snprintf(why, len,
+                 "ARCOMM_RANK is not set, and %s is: an MPI launcher (mpirun, srun) started "
+                 "this process; call comm_init_mpi (arcomm_mpi.h, libarcomm_mpi) instead, "
+                 "or start it with arrun",
+                 mpi_vars[i]);
+        return true;
+    }
+    if (getenv("RANK") != NULL && getenv("WORLD_SIZE") != NULL && getenv("MASTER_ADDR") != NULL) {
+        snprintf(why, len,
+                 "ARCOMM_RANK is not set, and RANK, WORLD_SIZE, MASTER_ADDR are: torchrun "
+                 "started this process; start it with arrun instead, or fill a comm_config_t "
+                 "(rank = RANK, nranks = WORLD_SIZE, an id from comm_id_new on rank 0 sent "
+                 "to the others) and call comm_init");
+        return true;
+    }
+    return false;
+}
+
 ARCOMM_API comm_status_t comm_init_env(comm_t **comm)
 {
-    char why[256];
+    char why[384];
     comm_config_t cfg;
     comm_config_init(&cfg);
     int local_rank = -1;
+    if (getenv("ARCOMM_RANK") == NULL && other_launcher(why, sizeof(why)))
+        goto err_invalid;
     if (!env_int("ARCOMM_RANK", &cfg.rank, true, why, sizeof(why)) ||
         !env_int("ARCOMM_SIZE", &cfg.nranks, true, why, sizeof(why)) ||
         !env_int("ARCOMM_LOCAL_RANK", &local_rank, false, why, sizeof(why)))

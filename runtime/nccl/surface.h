@@ -7,8 +7,9 @@
 #ifndef ARCOMM_NCCL_SURFACE_H
 #define ARCOMM_NCCL_SURFACE_H
 
-#define NCCL_SURFACE_API "NCCL 2.19.3 (ncclGetVersion 21903; nccl.h in <includedir>/arcomm-nccl)"
-#define NCCL_SURFACE_LIB "<libdir>/arcomm-nccl/libnccl.so.2"
+/* arinfo names where libnccl.so.2 and nccl.h lie (<libdir>/arcomm-nccl,
+ * <includedir>/arcomm-nccl once installed; runtime/nccl and include/nccl in a build). */
+#define NCCL_SURFACE_API "NCCL 2.19.3 (ncclGetVersion 21903)"
 #define NCCL_SURFACE_SERVED                                                                        \
     "ncclAllReduce ncclBroadcast ncclBcast ncclReduce ncclAllGather ncclReduceScatter "            \
     "ncclAlltoAll, every dtype (no fp8) and op incl. ncclAvg and ncclRedOpCreatePreMulSum; "       \

@@ -267,8 +267,9 @@ def main():
     assert 'ARCOMM_BOGUS_KNOB' in err and 'ARCOMM_RANK' not in err, err
     # The other components' variables: listed with their value, never taken for typos.
     other = {v['name']: v for v in d['other_variables']}
-    assert set(other) == {'ARCOMM_PMPI', 'ARCOMM_PMPI_MIN_BYTES', 'ARCOMM_HEAP_BYTES',
-                          'ARCOMM_HEAP_MIN', 'ARCOMM_LIBRARY', 'ARCOMM_MPI_LIBRARY'}, other
+    assert set(other) == {'ARCOMM_PMPI', 'ARCOMM_PMPI_MIN_BYTES', 'ARCOMM_PMPI_PROGRESS_US',
+                          'ARCOMM_HEAP_BYTES', 'ARCOMM_HEAP_MIN', 'ARCOMM_LIBRARY',
+                          'ARCOMM_MPI_LIBRARY'}, other
     for v in other.values():
         assert set(v) == {'name', 'component', 'value', 'default', 'doc'} and v['doc'], v
     assert other['ARCOMM_PMPI']['value'] == 'off' and other['ARCOMM_PMPI']['component'] == \

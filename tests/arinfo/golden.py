@@ -5,8 +5,8 @@
     golden.py --golden FILE [--subst KEY=VALUE]... [--env NAME=VALUE]... -- ARINFO ARGS...
 
 The environment is cleaned of ARCOMM_* and HWLOC_* first, so that the knobs are at
-their defaults and hwloc reads only the topology the arguments name; --env adds
-variables back.  @KEY@ in the golden file stands for VALUE (the version, the build's
+their defaults and hwloc reads only the topology the arguments name, and COLUMNS is 80
+(the width arinfo wraps its text to); --env adds variables back.  @KEY@ in the golden file stands for VALUE (the version, the build's
 features): the golden does not change with them.  With ARINFO_REGEN_GOLDEN=1 in the
 environment the golden file is rewritten from the output instead (check the diff).
 """
@@ -30,6 +30,8 @@ def main():
 
     env = {k: v for k, v in os.environ.items()
            if not k.startswith('ARCOMM_') and not k.startswith('HWLOC_')}
+    # The text is wrapped to COLUMNS (else the terminal's width): 80, whoever runs it.
+    env['COLUMNS'] = '80'
     for kv in a.env:
         k, _, v = kv.partition('=')
         env[k] = v

@@ -74,17 +74,24 @@ static int tmpfd(void)
 /*
  * Runs arinfo with args (NULL-terminated) in this environment less every ARCOMM_* and
  * HWLOC_* variable, plus env ("NAME=VALUE", NULL-terminated): knobs at their defaults
- * unless a test sets one.
+ * unless a test sets one.  COLUMNS is wide, so that no line the tests parse is wrapped
+ * (a test that wants the wrapping sets its own).
  */
 static struct run run_arinfo(const char *const *env, const char *const *args)
 {
     const char *envp[256];
     size_t ne = 0;
     for (char **e = environ; *e && ne < 200; e++)
-        if (strncmp(*e, "ARCOMM_", 7) != 0 && strncmp(*e, "HWLOC_", 6) != 0)
+        if (strncmp(*e, "ARCOMM_", 7) != 0 && strncmp(*e, "HWLOC_", 6) != 0 &&
+            strncmp(*e, "COLUMNS=", 8) != 0)
             envp[ne++] = *e;
-    for (; env && *env && ne < 255; env++)
+    bool columns = false;
+    for (; env && *env && ne < 254; env++) {
+        columns |= strncmp(*env, "COLUMNS=", 8) == 0;
         envp[ne++] = *env;
+    }
+    if (!columns)
+        envp[ne++] = "COLUMNS=1000";
     envp[ne] = NULL;
     const char *argv[32] = {arinfo_path};
     size_t na = 1;
@@ -251,7 +258,58 @@ static void usage_errors_exit_2(void **state)
     const char *help[] = {"--help", NULL};
     struct run r = run_arinfo(NULL, help);
     assert_int_equal(r.status, 0);
-    assert_non_null(strstr(r.out, "usage: arinfo [--json] [--config] [--sizes LIST] [-n RANKS]"));
+    assert_non_null(strstr(r.out, "Usage: arinfo [OPTION]...\n"));
+    run_free(&r);
+}
+
+/* Every line of the text within COLUMNS, but for a word longer than the width. */
+static void text_wraps_to_columns(void **state)
+{
+    (void)state;
+    const char *env[] = {"COLUMNS=60", NULL};
+    const char *args[] = {"--topology", xml_path, "--paths", "-n", "4", NULL};
+    const char *config[] = {"--config", "--topology", xml_path, NULL};
+    for (int pass = 0; pass < 2; pass++) {
+        struct run r = run_arinfo(env, pass ? config : args);
+        assert_int_equal(r.status, 0);
+        assert_true(strlen(r.out) > 1000);
+        for (char *line = r.out, *nl; *line; line = nl + 1) {
+            nl = strchr(line, '\n');
+            assert_non_null(nl);
+            size_t len = (size_t)(nl - line);
+            if (len <= 60)
+                continue;
+            /* Longer: only as one word after the indent. */
+            size_t lead = strspn(line, " ");
+            if (memchr(line + lead, ' ', len - lead) != NULL)
+                fail_msg("a line of %zu columns at COLUMNS=60: \"%.*s\"", len, (int)len, line);
+        }
+        run_free(&r);
+    }
+}
+
+/* The path tables are behind --paths in the text; JSON always has them. */
+static void paths_behind_a_flag(void **state)
+{
+    (void)state;
+    const char *plain[] = {"--topology", xml_path, NULL};
+    const char *paths[] = {"--topology", xml_path, "--paths", NULL};
+    const char *json[] = {"--topology", xml_path, "--json", NULL};
+    struct run r = run_arinfo(NULL, plain);
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, "Allreduce paths"));
+    assert_null(strstr(r.out, "Collective paths"));
+    assert_non_null(strstr(r.out, "Transports"));
+    run_free(&r);
+    r = run_arinfo(NULL, paths);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "Allreduce paths"));
+    assert_non_null(strstr(r.out, "Collective paths"));
+    assert_non_null(strstr(r.out, "Transports"));
+    run_free(&r);
+    r = run_arinfo(NULL, json);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "\"collective_paths\""));
     run_free(&r);
 }
 
@@ -336,8 +394,8 @@ static void check_collective_table(const char *out, int nranks, const struct rt_
              nranks == 1 ? "" : "s");
     if (strstr(out, title) == NULL)
         fail_msg("no \"%s\" in:\n%s", title, out);
-    const char *p = strstr(out, "\n  SIZE       RANKS    BROADCAST       REDUCE          "
-                                "ALLGATHER       REDUCE_SCATTER  ALLTOALL\n");
+    const char *p = strstr(out, "\n  SIZE       RANKS    BROADCAST REDUCE   ALLGATHER "
+                                "REDUCE_SCATTER ALLTOALL\n");
     if (p == NULL) {
         fail_msg("no collective paths header in:\n%s", out);
         return;
@@ -433,10 +491,10 @@ static void collective_paths_follow_the_threshold(void **state)
     unsetenv("ARCOMM_FLAG_THRESHOLD");
     const size_t sizes[] = {1, 4096};
     check_collective_table(r.out, 2, &k[0], &threads, sizes, 2);
-    assert_non_null(strstr(r.out, "\n  1          process  staged          staged          "
-                                  "staged          staged          staged\n"));
-    assert_non_null(strstr(r.out, "\n             thread   one-pass        one-pass        "
-                                  "one-pass        one-pass        one-pass\n"));
+    assert_non_null(strstr(r.out, "\n  1          process  staged    staged   staged    "
+                                  "staged         staged\n"));
+    assert_non_null(strstr(r.out, "\n             thread   one-pass  one-pass one-pass  "
+                                  "one-pass       one-pass\n"));
     run_free(&r);
 }
 
@@ -481,6 +539,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(malformed_knob_exits_2),
         cmocka_unit_test(typos_warned_arrun_vars_not),
         cmocka_unit_test(usage_errors_exit_2),
+        cmocka_unit_test(text_wraps_to_columns),
+        cmocka_unit_test(paths_behind_a_flag),
         cmocka_unit_test(missing_topology_exits_1),
         cmocka_unit_test(paths_follow_the_threshold),
         cmocka_unit_test(named_transport_is_honoured),

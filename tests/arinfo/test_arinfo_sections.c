@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -118,13 +119,15 @@ static void json_layout(void **state)
     free(got);
 }
 
-/* Two H100s of the XML (one per NUMA node), NVLink one way and PCIe the other. */
+/* Three H100s of the XML (two on NUMA node 0, one on node 1): NVLink one way and PCIe
+ * the other between cuda0 and cuda1, PCIe between cuda1 and cuda2, no peer access
+ * between cuda0 and cuda2 nor from cuda2 to cuda1. */
 static void fake_cuda(struct arinfo_cuda *c)
 {
     memset(c, 0, sizeof(*c));
     c->built = true;
-    c->ndevices = 2;
-    for (int i = 0; i < 2; i++) {
+    c->ndevices = 3;
+    for (int i = 0; i < 3; i++) {
         c->dev[i].ordinal = i;
         snprintf(c->dev[i].name, sizeof(c->dev[i].name), "NVIDIA H100 80GB HBM3");
         c->dev[i].memory_bytes = 80ull << 30;
@@ -133,8 +136,10 @@ static void fake_cuda(struct arinfo_cuda *c)
     }
     snprintf(c->dev[0].bus_id, sizeof(c->dev[0].bus_id), "0000:17:00.0");
     snprintf(c->dev[1].bus_id, sizeof(c->dev[1].bus_id), "0000:9a:00.0");
+    snprintf(c->dev[2].bus_id, sizeof(c->dev[2].bus_id), "0000:2a:00.0");
     c->link[0][1] = ARINFO_LINK_NVLINK;
     c->link[1][0] = ARINFO_LINK_PCIE;
+    c->link[1][2] = ARINFO_LINK_PCIE;
 }
 
 static void load(struct arinfo *ai, FILE *f, bool json)
@@ -175,16 +180,20 @@ static void cuda_section_text(void **state)
     snprintf(cu->note, sizeof(cu->note), "this build has no CUDA transport");
     arinfo_cuda_print(&ai, cu);
     char *got = unload(&ai, &c);
-    assert_string_equal(got, "CUDA (2 devices)\n"
+    assert_string_equal(got, "CUDA (3 devices)\n"
                              "  cuda0   0000:17:00.0  NVIDIA H100 80GB HBM3, 80 GiB, sm_90, "
                              "NUMA node 0\n"
                              "  cuda1   0000:9a:00.0  NVIDIA H100 80GB HBM3, 80 GiB, sm_90, "
                              "NUMA node 1\n"
-                             "  peer access (row to column): NV = NVLink, PCI = PCIe P2P, "
-                             "-- = none\n"
-                             "           cuda0   cuda1\n"
-                             "  cuda0    X       NV\n"
-                             "  cuda1    PCI     X\n"
+                             "  cuda2   0000:2a:00.0  NVIDIA H100 80GB HBM3, 80 GiB, sm_90, "
+                             "NUMA node 0\n"
+                             "  links (row to column): NV = NVLink; else as in the PCI "
+                             "section (PIX, PXB, PHB, NODE, SYS; PCI where hwloc does not know "
+                             "the GPUs); * = no peer access (copies go through host memory)\n"
+                             "           cuda0   cuda1   cuda2\n"
+                             "  cuda0    X       NV      NODE*\n"
+                             "  cuda1    SYS     X       SYS\n"
+                             "  cuda2    NODE*   SYS*    X\n"
                              "\n"
                              "CUDA\n"
                              "  no CUDA devices (this build has no CUDA transport)\n");
@@ -202,6 +211,7 @@ static void cuda_section_json(void **state)
     capture_begin(&c);
     load(&ai, c.f, true);
     fake_cuda(cu);
+    cu->ndevices = 2; /* the JSON of the first two */
     arinfo_cuda_print(&ai, cu);
     char *got = unload(&ai, &c);
     assert_string_equal(got, "{\n"
@@ -284,6 +294,35 @@ static void pci_numa_by_bus_id(void **state)
     free(unload(&ai, &c));
 }
 
+/*
+ * arinfo_find_path: a file beside this program's prefix (this test stands in for an
+ * installed arinfo: its prefix is its directory less one level, as for <prefix>/bin),
+ * else the build tree's, else the configured prefix's, said to be missing.
+ */
+static void find_path(void **state)
+{
+    (void)state;
+    char out[4096], exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    /* "arinfo/test_arinfo_sections" relative to the prefix <build>/tests. */
+    const char *slash = strrchr(exe, '/');
+    assert_non_null(slash);
+    const char *dir = slash - 1;
+    while (dir > exe && *dir != '/')
+        dir--;
+    assert_true(arinfo_find_path(dir + 1, NULL, out, sizeof(out)));
+    assert_string_equal(out, exe);
+    /* Not installed: the build tree's path when it exists. */
+    assert_true(arinfo_find_path("arinfo/no-such-file", exe, out, sizeof(out)));
+    assert_string_equal(out, exe);
+    /* Nowhere: where the prefix would put it, and false. */
+    assert_false(arinfo_find_path("lib/no-such-file", "/no/such/built/file", out, sizeof(out)));
+    assert_true(strlen(out) > strlen("/lib/no-such-file"));
+    assert_string_equal(out + strlen(out) - strlen("/lib/no-such-file"), "/lib/no-such-file");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -292,9 +331,13 @@ int main(int argc, char **argv)
     }
     xml_path = argv[1];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(json_escapes_everything), cmocka_unit_test(json_layout),
-        cmocka_unit_test(cuda_section_text),       cmocka_unit_test(cuda_section_json),
-        cmocka_unit_test(hexagon_section),         cmocka_unit_test(pci_numa_by_bus_id),
+        cmocka_unit_test(json_escapes_everything),
+        cmocka_unit_test(json_layout),
+        cmocka_unit_test(cuda_section_text),
+        cmocka_unit_test(cuda_section_json),
+        cmocka_unit_test(hexagon_section),
+        cmocka_unit_test(pci_numa_by_bus_id),
+        cmocka_unit_test(find_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

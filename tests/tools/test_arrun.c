@@ -379,7 +379,7 @@ static void expect_usage_error(const char *what, struct run *r)
 {
     if (r->status != 2)
         fail_msg("%s: arrun exited %d, expected 2; stderr:\n%s", what, r->status, r->err);
-    if (strncmp(r->err, "arrun: ", 7) != 0 || !strstr(r->err, "usage: arrun -n N"))
+    if (strncmp(r->err, "arrun: ", 7) != 0 || !strstr(r->err, "Usage: arrun -n N"))
         fail_msg("%s: no usage error on stderr:\n%s", what, r->err);
     if (r->out_len != 0)
         fail_msg("%s: something ran: %s", what, r->out);
@@ -466,7 +466,7 @@ static void test_usage(void **state)
     /* Help goes to stdout and is not an error. */
     run_arrun(&r, NULL, "--help", NULL);
     assert_int_equal(r.status, 0);
-    assert_non_null(strstr(r.out, "usage: arrun -n N"));
+    assert_non_null(strstr(r.out, "Usage: arrun -n N"));
     assert_non_null(strstr(r.out, "124"));
     assert_string_equal(r.err, "");
     run_free(&r);

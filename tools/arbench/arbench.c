@@ -44,11 +44,9 @@
 #endif
 
 static const char usage[] =
-    "usage: arbench [--coll COLL] [-n RANKS] [--procs] [-b MIN] [-e MAX] [-f FACTOR]\n"
-    "               [-d DTYPE] [-o OP] [--inplace] [--graph] [--check] [--fresh] [--iters N]\n"
-    "               [--warmup N] [--rounds R] [--no-bind] [--shared-heap] [--device host|cuda]\n"
-    "               [--transport NAME] [--compare mpi|nccl]\n"
-    "               [--csv FILE] [--json FILE] [--plot FILE.png] [--mpi]\n"
+    "Usage: arbench [OPTION]...\n"
+    "  or:  mpirun -np N arbench --mpi [OPTION]...\n"
+    "\n"
     "Times arcomm's collectives over a sweep of sizes, like nccl-tests' *_perf.\n"
     "  --coll COLL        allreduce (default) broadcast reduce allgather reduce_scatter\n"
     "                     alltoall, or all: each in turn, one table each (alltoall is left\n"

@@ -5,8 +5,10 @@
  * transports built and the one a communicator would pick, the allreduce path of each
  * message size, and every knob with its value and where the value came from.
  *
- *   arinfo [--json] [--config] [--sizes LIST] [-n RANKS] [--topology FILE.xml]
+ *   arinfo [--json] [--config] [--paths] [--sizes LIST] [-n RANKS] [--topology FILE.xml]
  *          [--only SECTIONS] [--no-host]
+ *
+ * The text is wrapped to the terminal (COLUMNS, else the terminal's width, else 80).
  *
  * Exit status: 0, 1 when the topology cannot be loaded, 2 on a usage error or a
  * malformed ARCOMM_* variable (what comm_init would refuse too).
@@ -44,15 +46,16 @@ static const char default_sizes[] = "4,64,1K,16K,64K,1M,16M,256M";
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: arinfo [--json] [--config] [--sizes LIST] [-n RANKS] [--topology FILE.xml]\n"
-            "              [--only SECTIONS] [--no-host]\n"
+            "Usage: arinfo [OPTION]...\n"
             "\n"
             "What arcomm sees on this host and what it would do here.\n"
             "\n"
-            "  --json             JSON instead of text (schema " ARINFO_SCHEMA
+            "  --json             print JSON instead of text (schema " ARINFO_SCHEMA
             ", docs/arinfo-json.md);\n"
             "                     includes the knobs (--config) unless --only says otherwise\n"
             "  --config           every ARCOMM_* knob: value, source (default, environment), doc\n"
+            "  --paths            also the path each collective takes per message size (the\n"
+            "                     library's path tables; JSON always has them)\n"
             "  --sizes LIST       message sizes to show the allreduce path of, in bytes with\n"
             "                     K/M/G suffixes (default %s)\n"
             "  -n, --ranks RANKS  local ranks of the communicator asked about (1 to %d,\n"
@@ -64,6 +67,10 @@ static void usage(FILE *f)
             "  --no-host          leave out the host section (host name, OS, CPU model)\n"
             "  -h, --help         this text\n"
             "  --version          arinfo's and the library's version\n"
+            "\n"
+            "The text is wrapped to COLUMNS, else to the terminal's width, else to 80\n"
+            "columns.  Without --config or --only it shows every section but the knobs\n"
+            "and the path tables.\n"
             "\n"
             "Exit status: 0; 1 when the topology cannot be loaded; 2 on a usage error or a\n"
             "malformed ARCOMM_* variable.\n",
@@ -161,14 +168,20 @@ static void print_header(struct arinfo *ai)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},           {"config", no_argument, NULL, 'c'},
-        {"sizes", required_argument, NULL, 's'},    {"ranks", required_argument, NULL, 'n'},
-        {"topology", required_argument, NULL, 't'}, {"only", required_argument, NULL, 'o'},
-        {"no-host", no_argument, NULL, 'H'},        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},
+        {"config", no_argument, NULL, 'c'},
+        {"sizes", required_argument, NULL, 's'},
+        {"ranks", required_argument, NULL, 'n'},
+        {"topology", required_argument, NULL, 't'},
+        {"only", required_argument, NULL, 'o'},
+        {"no-host", no_argument, NULL, 'H'},
+        {"help", no_argument, NULL, 'h'},
+        {"paths", no_argument, NULL, 'p'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
     };
     struct arinfo ai = {.nranks = 2, .out = stdout};
-    bool config = false, no_host = false;
+    bool config = false, no_host = false, paths = false;
     unsigned only = 0;
     const char *sizes = default_sizes;
     int opt;
@@ -195,6 +208,9 @@ int main(int argc, char **argv)
         case 'H':
             no_host = true;
             break;
+        case 'p':
+            paths = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -213,13 +229,16 @@ int main(int argc, char **argv)
         die_usage("unexpected argument \"%s\"", argv[optind]);
     parse_sizes(&ai, sizes);
 
-    /* Text shows the host by default and the knobs on request (as ucx_info -c);
-     * JSON is for programs, so it carries the knobs unless --only narrows it. */
-    ai.sections = only ? only : ARINFO_SEC_ALL & ~ARINFO_SEC_CONFIG;
+    /* Text shows the host by default, the knobs and the path tables on request (as
+     * ucx_info -c); JSON is for programs, so it carries everything unless --only
+     * narrows it. */
+    ai.sections = only ? only : ARINFO_SEC_ALL & ~(ARINFO_SEC_CONFIG | ARINFO_SEC_PATHS);
     if (ai.json && !only)
-        ai.sections |= ARINFO_SEC_CONFIG;
+        ai.sections |= ARINFO_SEC_CONFIG | ARINFO_SEC_PATHS;
     if (config)
         ai.sections = ai.json ? ai.sections | ARINFO_SEC_CONFIG : ARINFO_SEC_CONFIG;
+    if (paths)
+        ai.sections |= ARINFO_SEC_PATHS;
     if (no_host)
         ai.sections &= ~ARINFO_SEC_HOST;
 
@@ -246,6 +265,17 @@ int main(int argc, char **argv)
             return 1;
     }
 
+    /* Text goes to a buffer first, to be wrapped to the terminal at the end. */
+    char *text = NULL;
+    size_t text_len = 0;
+    if (!ai.json) {
+        ai.width = arinfo_width();
+        ai.out = open_memstream(&text, &text_len);
+        if (ai.out == NULL) {
+            fprintf(stderr, "arinfo: open_memstream: %s\n", strerror(errno));
+            return 1;
+        }
+    }
     if (ai.json) {
         json_init(&ai.js, ai.out);
         json_object_begin(&ai.js, NULL);
@@ -278,6 +308,15 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < ai.unknown_count; i++)
         free(ai.unknown_env[i]);
     free(ai.unknown_env);
+    if (!ai.json) {
+        if (fclose(ai.out) != 0) {
+            fprintf(stderr, "arinfo: out of memory for the text\n");
+            return 1;
+        }
+        ai.out = stdout;
+        arinfo_wrap_write(stdout, text, text_len, ai.width);
+        free(text);
+    }
     if (fflush(ai.out) != 0 || ferror(ai.out)) {
         fprintf(stderr, "arinfo: writing the output: %s\n", strerror(errno));
         return 1;

@@ -48,8 +48,10 @@ struct arinfo {
     struct rt_knobs used[3];
     char **unknown_env; /* ARCOMM_* names set but not knobs, sorted */
     size_t unknown_count;
+    size_t unknown_cap;
 
-    FILE *out;
+    FILE *out;         /* in text mode a buffer, wrapped to width at the end */
+    int width;         /* columns of the text */
     bool text_started; /* a line was printed: titles then start with a blank */
     struct json js;    /* the writer, when json */
 };
@@ -65,6 +67,25 @@ void arinfo_title(struct arinfo *ai, const char *fmt, ...) __attribute__((format
 /* Prints s in text mode with control characters shown as '?': one line stays one line. */
 void arinfo_put_clean(FILE *f, const char *s);
 
+/* The narrowest the text is wrapped to. */
+#define ARINFO_MIN_WIDTH 40
+/* The width the text is wrapped to: COLUMNS when set, else the terminal's on standard
+ * output, else 80. */
+int arinfo_width(void);
+/* Writes text (lines ending in '\n') to out with every line longer than width broken at
+ * blanks, its continuation lines indented under its last column or past its indent.  A
+ * word longer than the width stays whole. */
+void arinfo_wrap_write(FILE *out, const char *text, size_t len, int width);
+
+/* install_paths.c */
+/*
+ * The path of a file of this build: installed (relative to the prefix, as
+ * "lib/x86_64-linux-gnu/arcomm-nccl/libnccl.so.2") beside this arinfo's own prefix, else
+ * built (an absolute path in the build tree, or NULL) when it exists, else the configured
+ * prefix's, with false returned (the file is nowhere).
+ */
+bool arinfo_find_path(const char *installed, const char *built, char *out, size_t len);
+
 /* topo_print.c */
 int arinfo_topo_load(struct arinfo *ai);
 void print_host(struct arinfo *ai);
@@ -76,6 +97,11 @@ void print_pci(struct arinfo *ai);
  * locality.  The CUDA section matches CUDA ordinals to PCI devices this way.
  */
 hwloc_const_bitmap_t arinfo_pci_numa(struct arinfo *ai, const char *busid);
+/*
+ * What lies between two PCI devices named by bus id, in nvidia-smi topo -m's words: PIX,
+ * PXB, PHB, NODE or SYS; NULL when hwloc does not know either.
+ */
+const char *arinfo_pci_link(struct arinfo *ai, const char *busid_a, const char *busid_b);
 
 /* config_print.c */
 /* Loads and resolves the knobs; exits 2 with rt_knobs_load's message when malformed. */

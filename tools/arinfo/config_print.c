@@ -9,45 +9,11 @@
 #include "backend.h"
 #include "coll.h"
 #include "comm_internal.h"
+#include "env_vars.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-
-extern char **environ;
-
-/* Set by arrun for its ranks, read by comm_init_env: not knobs, and not typos. */
-static const char *const arrun_vars[] = {
-    "ARCOMM_RANK",       "ARCOMM_SIZE", "ARCOMM_LOCAL_RANK",
-    "ARCOMM_LOCAL_SIZE", "ARCOMM_ID",   "ARCOMM_DEVICE",
-};
-#define N_ARRUN_VARS (sizeof(arrun_vars) / sizeof(arrun_vars[0]))
-
-/* Variables of arcomm's other components, read outside the knob table (each by its
- * own component, at its own start): shown by --config, and not typos. */
-static const struct {
-    const char *name, *component, *def, *doc;
-} other_vars[] = {
-    {"ARCOMM_PMPI", "libarcomm_pmpi", "on",
-     "off (0, no, false): every MPI call goes to Open MPI untouched, nothing counted"},
-    {"ARCOMM_PMPI_MIN_BYTES", "libarcomm_pmpi", "per call, measured",
-     "smallest message (bytes, K or M suffix) arcomm serves, for every call; smaller ones "
-     "go to Open MPI (docs/pmpi.md)"},
-    {"ARCOMM_HEAP_BYTES", "libarcomm_heap", "physical memory, at most 1T",
-     "address space of the shared heap (K, M, G or T suffix; sparse: memory only for what is "
-     "allocated); 0: no heap, every allocation glibc's"},
-    {"ARCOMM_HEAP_MIN", "libarcomm_heap", "64K",
-     "smallest allocation the shared heap serves (smaller ones are glibc's); peers reach "
-     "buffers in the heap in one pass"},
-    {"ARCOMM_LIBRARY", "python", "the build tree's, then an installed one",
-     "the libarcomm.so the Python package loads"},
-    {"ARCOMM_MPI_LIBRARY", "python", "beside the libarcomm loaded, then an installed one",
-     "the libarcomm_mpi.so the Python package loads for Comm.from_mpi"},
-};
-#define N_OTHER_VARS (sizeof(other_vars) / sizeof(other_vars[0]))
-
-/* Switches of arcomm's own test suite (ARCOMM_TEST_QUICK): not the library's. */
-#define TEST_PREFIX "ARCOMM_TEST_"
 
 void arinfo_knobs_load(struct arinfo *ai)
 {
@@ -96,101 +62,37 @@ static const char *type_name(enum rt_knob_type t)
     return "unknown";
 }
 
-/* Edit distance, for "did you mean": knob names are short, so O(n*m) is nothing. */
-static size_t distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63)
-        return (size_t)-1;
-    size_t row[64];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-/* The closest known name within three edits, or NULL. */
-static const char *suggest(const char *name)
-{
-    const char *best = NULL;
-    size_t best_d = 4;
-    for (size_t i = 0; i < rt_knob_count + N_ARRUN_VARS; i++) {
-        const char *cand =
-            i < rt_knob_count ? rt_knob_table[i].name : arrun_vars[i - rt_knob_count];
-        size_t d = distance(name, cand);
-        if (d < best_d) {
-            best_d = d;
-            best = cand;
-        }
-    }
-    return best;
-}
-
-static bool known_var(const char *name)
-{
-    if (strncmp(name, TEST_PREFIX, strlen(TEST_PREFIX)) == 0)
-        return true;
-    for (size_t i = 0; i < rt_knob_count; i++)
-        if (strcmp(name, rt_knob_table[i].name) == 0)
-            return true;
-    for (size_t i = 0; i < N_ARRUN_VARS; i++)
-        if (strcmp(name, arrun_vars[i]) == 0)
-            return true;
-    for (size_t i = 0; i < N_OTHER_VARS; i++)
-        if (strcmp(name, other_vars[i].name) == 0)
-            return true;
-    return false;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* rt_env_unknown_each's callback: keeps a copy of each name. */
+static void collect_unknown(const char *name, void *arg)
+{
+    struct arinfo *ai = arg;
+    if (ai->unknown_count == ai->unknown_cap) {
+        size_t cap = ai->unknown_cap ? 2 * ai->unknown_cap : 8;
+        char **grown = realloc(ai->unknown_env, cap * sizeof(*grown));
+        if (grown == NULL)
+            return;
+        ai->unknown_env = grown;
+        ai->unknown_cap = cap;
+    }
+    char *copy = strdup(name);
+    if (copy != NULL)
+        ai->unknown_env[ai->unknown_count++] = copy;
+}
+
 void arinfo_warn_unknown_env(struct arinfo *ai)
 {
-    size_t cap = 0;
-    for (char **e = environ; e && *e; e++) {
-        if (strncmp(*e, "ARCOMM_", 7) != 0)
-            continue;
-        const char *eq = strchr(*e, '=');
-        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
-        char *name = strndup(*e, len);
-        if (name == NULL)
-            break;
-        if (known_var(name)) {
-            free(name);
-            continue;
-        }
-        if (ai->unknown_count == cap) {
-            cap = cap ? 2 * cap : 8;
-            char **grown = realloc(ai->unknown_env, cap * sizeof(*grown));
-            if (grown == NULL) {
-                free(name);
-                break;
-            }
-            ai->unknown_env = grown;
-        }
-        ai->unknown_env[ai->unknown_count++] = name;
-    }
+    /* The library's own check (comm_init warns of the same names, once per process). */
+    rt_env_unknown_each(collect_unknown, ai);
     if (ai->unknown_count == 0)
         return;
     qsort(ai->unknown_env, ai->unknown_count, sizeof(char *), cmp_str);
     for (size_t i = 0; i < ai->unknown_count; i++) {
-        const char *s = suggest(ai->unknown_env[i]);
+        const char *s = rt_env_suggest(ai->unknown_env[i]);
         fprintf(stderr, "arinfo: warning: ");
         arinfo_put_clean(stderr, ai->unknown_env[i]);
         fprintf(stderr, " is set but is no arcomm knob%s%s%s\n", s ? " (did you mean " : "",
@@ -347,13 +249,13 @@ void print_config(struct arinfo *ai)
         }
         json_array_end(js);
         json_array_begin(js, "other_variables");
-        for (size_t i = 0; i < N_OTHER_VARS; i++) {
+        for (size_t i = 0; i < rt_env_other_count; i++) {
             json_object_begin(js, NULL);
-            json_string(js, "name", other_vars[i].name);
-            json_string(js, "component", other_vars[i].component);
-            json_string(js, "value", getenv(other_vars[i].name));
-            json_string(js, "default", other_vars[i].def);
-            json_string(js, "doc", other_vars[i].doc);
+            json_string(js, "name", rt_env_other_vars[i].name);
+            json_string(js, "component", rt_env_other_vars[i].component);
+            json_string(js, "value", getenv(rt_env_other_vars[i].name));
+            json_string(js, "default", rt_env_other_vars[i].def);
+            json_string(js, "doc", rt_env_other_vars[i].doc);
             json_object_end(js);
         }
         json_array_end(js);
@@ -378,25 +280,33 @@ void print_config(struct arinfo *ai)
                  ai->nranks == 1 ? "" : "s");
     /* TABLE: the knob's sub-table.  VALUE: what the communicators of the backends that
      * read the knob use (each backend's, when they differ). */
-    fprintf(ai->out, "  %-*s  %-*s  %-*s  %-7s  %s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
-            (int)wsrc, "SOURCE", "TABLE", "DOC");
+    /* DOC on the row when it leaves the doc 40 columns, else on a line of its own. */
+    size_t doc_at = 2 + wname + 2 + wvalue + 2 + wsrc + 2 + 7 + 2;
+    bool doc_below = doc_at + 40 > (size_t)ai->width;
+    fprintf(ai->out, "  %-*s  %-*s  %-*s  %s%s\n", (int)wname, "NAME", (int)wvalue, "VALUE",
+            (int)wsrc, "SOURCE", doc_below ? "TABLE" : "TABLE    ", doc_below ? "" : "DOC");
     for (size_t i = 0; i < rt_knob_count; i++) {
         const struct rt_knob_desc *d = &rt_knob_table[i];
         knob_shown(ai, i, shown, sizeof(shown));
         fprintf(ai->out, "  %-*s  ", (int)wname, d->name);
         arinfo_put_clean(ai->out, shown);
-        fprintf(ai->out, "%*s  %-*s  %-7s  %s\n", (int)(wvalue - strlen(shown)), "", (int)wsrc,
-                rt_knob_source_name(ai->knobs.source[i]), rt_knob_group_name(d->group), d->doc);
+        const char *group = rt_knob_group_name(d->group);
+        fprintf(ai->out, "%*s  %-*s  ", (int)(wvalue - strlen(shown)), "", (int)wsrc,
+                rt_knob_source_name(ai->knobs.source[i]));
+        if (doc_below)
+            fprintf(ai->out, "%s\n      %s\n", group, d->doc);
+        else
+            fprintf(ai->out, "%-7s  %s\n", group, d->doc);
     }
     fprintf(ai->out, "  read by other components (not comm_init):\n");
-    for (size_t i = 0; i < N_OTHER_VARS; i++) {
-        const char *v = getenv(other_vars[i].name);
-        fprintf(ai->out, "  %-*s  ", (int)wname, other_vars[i].name);
+    for (size_t i = 0; i < rt_env_other_count; i++) {
+        const char *v = getenv(rt_env_other_vars[i].name);
+        fprintf(ai->out, "  %-*s  ", (int)wname, rt_env_other_vars[i].name);
         if (v != NULL)
             arinfo_put_clean(ai->out, v);
         else
-            fprintf(ai->out, "(%s)", other_vars[i].def);
-        fprintf(ai->out, "  %s: %s\n", other_vars[i].component, other_vars[i].doc);
+            fprintf(ai->out, "(%s)", rt_env_other_vars[i].def);
+        fprintf(ai->out, "  %s: %s\n", rt_env_other_vars[i].component, rt_env_other_vars[i].doc);
     }
     if (ai->unknown_count > 0) {
         fprintf(ai->out, "  not knobs, yet set:");

@@ -111,9 +111,18 @@ void print_cuda(struct arinfo *ai)
     /* NCCL programs on arcomm (runtime/nccl), in the text only. */
     if (!ai->json) {
 #if ARCOMM_HAVE_NCCL
+#ifndef ARINFO_NCCL_LIB_BUILT
+#define ARINFO_NCCL_LIB_BUILT NULL
+#define ARINFO_NCCL_INC_BUILT NULL
+#endif
+        char lib[4096], inc[4096];
+        bool lib_found = arinfo_find_path(ARINFO_NCCL_LIB, ARINFO_NCCL_LIB_BUILT, lib, sizeof(lib));
+        bool inc_found = arinfo_find_path(ARINFO_NCCL_INC, ARINFO_NCCL_INC_BUILT, inc, sizeof(inc));
+        fprintf(ai->out, "  NCCL programs: libarcomm_nccl built, " NCCL_SURFACE_API "\n");
+        fprintf(ai->out, "    library: %s%s\n", lib, lib_found ? "" : " (not installed yet)");
+        fprintf(ai->out, "    header: %s%s\n", inc, inc_found ? "" : " (not installed yet)");
         fprintf(ai->out,
-                "  NCCL programs: libarcomm_nccl built, " NCCL_SURFACE_LIB ", " NCCL_SURFACE_API
-                "\n    serves: " NCCL_SURFACE_SERVED "\n    refuses: " NCCL_SURFACE_REFUSED "\n");
+                "    serves: " NCCL_SURFACE_SERVED "\n    refuses: " NCCL_SURFACE_REFUSED "\n");
 #else
         fprintf(ai->out, "  NCCL programs: libarcomm_nccl not built (it needs the CUDA build)\n");
 #endif

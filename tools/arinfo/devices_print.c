@@ -92,8 +92,11 @@ void arinfo_cuda_print(struct arinfo *ai, const struct arinfo_cuda *c)
         arinfo_put_clean(f, d->name);
         fprintf(f, ", %s, sm_%d%d, NUMA node %s\n", mem, d->cc_major, d->cc_minor, nodes);
     }
-    /* The matrix: rows read from columns.  NV and PCI carry peer access; -- does not. */
-    fprintf(f, "  peer access (row to column): NV = NVLink, PCI = PCIe P2P, -- = none\n");
+    /* The matrix, as nvidia-smi topo -m's: NVLink, else what the PCI tree puts between
+     * the two (hwloc), marked when the row's GPU has no peer access to the column's. */
+    fprintf(f, "  links (row to column): NV = NVLink; else as in the PCI section (PIX, PXB, "
+               "PHB, NODE, SYS; PCI where hwloc does not know the GPUs); * = no peer access "
+               "(copies go through host memory)\n");
     fprintf(f, "  %-8s", "");
     for (int j = 0; j < c->ndevices; j++) {
         char name[16];
@@ -107,10 +110,15 @@ void arinfo_cuda_print(struct arinfo *ai, const struct arinfo_cuda *c)
         snprintf(name, sizeof(name), "cuda%d", c->dev[i].ordinal);
         fprintf(f, "  %-8s", name);
         for (int j = 0; j < c->ndevices; j++) {
-            const char *cell = i == j                                ? "X"
-                               : c->link[i][j] == ARINFO_LINK_NVLINK ? "NV"
-                               : c->link[i][j] == ARINFO_LINK_PCIE   ? "PCI"
-                                                                     : "--";
+            char cell[16];
+            const char *pci = arinfo_pci_link(ai, c->dev[i].bus_id, c->dev[j].bus_id);
+            if (i == j)
+                snprintf(cell, sizeof(cell), "X");
+            else if (c->link[i][j] == ARINFO_LINK_NVLINK)
+                snprintf(cell, sizeof(cell), "NV");
+            else
+                snprintf(cell, sizeof(cell), "%s%s", pci ? pci : "PCI",
+                         c->link[i][j] == ARINFO_LINK_NONE ? "*" : "");
             fprintf(f, j + 1 < c->ndevices ? " %-7s" : " %s", cell);
         }
         fputc('\n', f);

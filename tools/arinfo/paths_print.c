@@ -64,6 +64,14 @@ static const char *procs_bulk(enum coll_kind kind, const struct rt_knobs *k, siz
  * allgather's sendcount, reduce_scatter's recvcount and alltoall's count per block:
  * coll_host_path's bytes_per_rank.  threads: the knobs resolved for thread ranks.
  */
+/* A column of the table: as wide as its title, and at least as a path ("one-pass"), so
+ * that the table fits 80 columns. */
+static int column_width(size_t c)
+{
+    int w = (int)strlen(coll_kind_name(other_kinds[c]));
+    return w < 8 ? 8 : w;
+}
+
 static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *threads)
 {
     const struct rt_knobs *k = &ai->resolved;
@@ -95,7 +103,8 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
             for (; name[i] && i + 1 < sizeof(head); i++)
                 head[i] = (char)toupper((unsigned char)name[i]);
             head[i] = '\0';
-            fprintf(ai->out, c + 1 < N_OTHER_KINDS ? " %-15s" : " %s", head);
+            /* No trailing blanks: golden files compare whole lines. */
+            fprintf(ai->out, " %-*s", c + 1 < N_OTHER_KINDS ? column_width(c) : 0, head);
         }
         fputc('\n', ai->out);
     }
@@ -126,7 +135,7 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
                     t ? cell(coll_host_path(other_kinds[c], threads, bytes, n), "one-pass")
                       : cell(coll_host_path(other_kinds[c], k, bytes, n),
                              procs_bulk(other_kinds[c], k, bytes, n));
-                fprintf(ai->out, c + 1 < N_OTHER_KINDS ? " %-15s" : " %s", path);
+                fprintf(ai->out, " %-*s", c + 1 < N_OTHER_KINDS ? column_width(c) : 0, path);
             }
             fputc('\n', ai->out);
         }

@@ -79,12 +79,11 @@ static hwloc_obj_t locality(struct arinfo *ai, hwloc_obj_t dev)
     return anc;
 }
 
+static hwloc_obj_t pcidev_of(struct arinfo *ai, const char *id);
+
 hwloc_const_bitmap_t arinfo_pci_numa(struct arinfo *ai, const char *id)
 {
-    unsigned dom, bus, dev, fn;
-    if (ai->topo == NULL || sscanf(id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
-        return NULL;
-    hwloc_obj_t o = hwloc_get_pcidev_by_busid(ai->topo, dom, bus, dev, fn);
+    hwloc_obj_t o = pcidev_of(ai, id);
     if (o == NULL)
         return NULL;
     hwloc_obj_t anc = locality(ai, o);
@@ -103,7 +102,8 @@ static void os_devices_text(FILE *f, hwloc_obj_t dev)
     }
 }
 
-static void device_text(struct arinfo *ai, hwloc_obj_t o, enum accel_kind kind)
+/* index: the GPU's number in the link matrix (GPU0, GPU1, ...), -1 for an NPU. */
+static void device_text(struct arinfo *ai, hwloc_obj_t o, enum accel_kind kind, int index)
 {
     const struct hwloc_pcidev_attr_s *p = &o->attr->pcidev;
     FILE *f = ai->out;
@@ -112,7 +112,10 @@ static void device_text(struct arinfo *ai, hwloc_obj_t o, enum accel_kind kind)
     const char *vendor = vendor_name(p->vendor_id);
     const char *pci_vendor = hwloc_obj_get_info_by_name(o, "PCIVendor");
     const char *name = hwloc_obj_get_info_by_name(o, "PCIDevice");
-    fprintf(f, "  %s %s: ", kind == ACCEL_GPU ? "GPU" : "NPU", id);
+    if (kind == ACCEL_GPU)
+        fprintf(f, "  GPU%d %s: ", index, id);
+    else
+        fprintf(f, "  NPU %s: ", id);
     arinfo_put_clean(f, vendor ? vendor : pci_vendor ? pci_vendor : "unknown vendor");
     fprintf(f, " [%04x:%04x]", p->vendor_id, p->device_id);
     if (name != NULL) {
@@ -188,6 +191,90 @@ static void device_json(struct arinfo *ai, hwloc_obj_t o, enum accel_kind kind)
     json_object_end(js);
 }
 
+/* Bridges from dev up to (not counting) anc. */
+static int bridges_below(hwloc_obj_t dev, hwloc_obj_t anc)
+{
+    int n = 0;
+    for (hwloc_obj_t o = dev->parent; o != NULL && o != anc; o = o->parent)
+        n += o->type == HWLOC_OBJ_BRIDGE;
+    return n;
+}
+
+/*
+ * What lies between two PCI devices, in nvidia-smi topo -m's words: PIX (one PCIe
+ * switch or bridge), PXB (several, short of the host bridge), PHB (a host bridge), NODE
+ * (host bridges of one NUMA node), SYS (across NUMA nodes).
+ */
+static const char *pci_link(struct arinfo *ai, hwloc_obj_t a, hwloc_obj_t b)
+{
+    /* Not hwloc_get_common_ancestor_obj: it climbs by depth, and I/O objects have none
+     * (bridges, PCI devices: special negative depths). */
+    hwloc_obj_t anc = NULL;
+    for (hwloc_obj_t x = a->parent; x != NULL && anc == NULL; x = x->parent)
+        for (hwloc_obj_t y = b->parent; y != NULL; y = y->parent)
+            if (x == y) {
+                anc = x;
+                break;
+            }
+    if (anc != NULL && anc->type == HWLOC_OBJ_BRIDGE) {
+        if (anc->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST)
+            return "PHB";
+        /* A switch is its upstream port over its downstream ports: one switch. */
+        return bridges_below(a, anc) <= 1 && bridges_below(b, anc) <= 1 ? "PIX" : "PXB";
+    }
+    hwloc_obj_t la = locality(ai, a), lb = locality(ai, b);
+    if (la != NULL && lb != NULL && hwloc_bitmap_isequal(la->nodeset, lb->nodeset) &&
+        hwloc_bitmap_weight(la->nodeset) == 1)
+        return "NODE";
+    return "SYS";
+}
+
+static hwloc_obj_t pcidev_of(struct arinfo *ai, const char *id)
+{
+    unsigned dom, bus, dev, fn;
+    if (ai->topo == NULL || sscanf(id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
+        return NULL;
+    return hwloc_get_pcidev_by_busid(ai->topo, dom, bus, dev, fn);
+}
+
+const char *arinfo_pci_link(struct arinfo *ai, const char *busid_a, const char *busid_b)
+{
+    hwloc_obj_t a = pcidev_of(ai, busid_a), b = pcidev_of(ai, busid_b);
+    return a != NULL && b != NULL && a != b ? pci_link(ai, a, b) : NULL;
+}
+
+/* The GPUs' link matrix, as nvidia-smi topo -m prints it, from hwloc's PCI tree. */
+static void gpu_matrix_text(struct arinfo *ai, int gpus)
+{
+    hwloc_obj_t *dev = calloc((size_t)gpus, sizeof(*dev));
+    if (dev == NULL)
+        return;
+    int n = 0;
+    for (hwloc_obj_t o = NULL; n < gpus && (o = hwloc_get_next_pcidev(ai->topo, o)) != NULL;)
+        if (classify(&o->attr->pcidev) == ACCEL_GPU)
+            dev[n++] = o;
+    FILE *f = ai->out;
+    fprintf(f, "  GPU links (from the PCI tree; the CUDA section shows NVLink):\n");
+    fprintf(f, "  %-6s", "");
+    for (int j = 0; j < n; j++)
+        fprintf(f, " GPU%-3d", j);
+    fprintf(f, " NUMA\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "  GPU%-3d", i);
+        for (int j = 0; j < n; j++)
+            fprintf(f, " %-6s", i == j ? "X" : pci_link(ai, dev[i], dev[j]));
+        hwloc_obj_t anc = locality(ai, dev[i]);
+        char nodes[64] = "?";
+        if (anc != NULL)
+            hwloc_bitmap_list_snprintf(nodes, sizeof(nodes), anc->nodeset);
+        fprintf(f, " %s\n", nodes);
+    }
+    fprintf(f, "  X = self; PIX = through one PCIe switch; PXB = through several PCIe switches; "
+               "PHB = through a PCIe host bridge; NODE = between host bridges of one NUMA "
+               "node; SYS = across NUMA nodes\n");
+    free(dev);
+}
+
 void print_pci(struct arinfo *ai)
 {
     int gpus = 0, npus = 0, pcidevs = 0;
@@ -202,7 +289,9 @@ void print_pci(struct arinfo *ai)
     else
         arinfo_title(ai, "PCI accelerators (%d GPU%s, %d NPU%s, of %d PCI devices)", gpus,
                      gpus == 1 ? "" : "s", npus, npus == 1 ? "" : "s", pcidevs);
-    /* GPUs first, then NPUs, each in bus order (hwloc's order). */
+    /* GPUs first (GPU0, GPU1, ... in the text), then NPUs, each in bus order (hwloc's
+     * order). */
+    int index = 0;
     for (enum accel_kind want = ACCEL_GPU; want <= ACCEL_NPU; want++) {
         for (hwloc_obj_t o = NULL; (o = hwloc_get_next_pcidev(ai->topo, o)) != NULL;) {
             if (classify(&o->attr->pcidev) != want)
@@ -210,9 +299,11 @@ void print_pci(struct arinfo *ai)
             if (ai->json)
                 device_json(ai, o, want);
             else
-                device_text(ai, o, want);
+                device_text(ai, o, want, want == ACCEL_GPU ? index++ : -1);
         }
     }
+    if (!ai->json && gpus > 1)
+        gpu_matrix_text(ai, gpus);
     if (ai->json)
         json_array_end(&ai->js);
     else if (pcidevs == 0)

@@ -25,13 +25,12 @@
 #define ARRUN_MAX_RANKS 65536 /* a sanity bound: each rank is a process of this host */
 #define ARRUN_GRACE_S   3.0
 
-static const char usage_line[] =
-    "usage: arrun -n N [--bind none|core|numa] [--cpus-per-rank N] [--report-bindings]\n"
-    "             [--oversubscribe] [-x NAME[=VALUE]]... [--output-filename DIR]\n"
-    "             [--timeout SEC] [--grace SEC] [--label] [--shared-heap] [--] PROGRAM\n"
-    "             [ARGS...]\n";
+/* One line, as GNU tools write it (help2man makes the man page's SYNOPSIS of it); the
+ * options are listed in usage_text. */
+static const char usage_line[] = "Usage: arrun -n N [OPTION]... [--] PROGRAM [ARGS]...\n";
 
 static const char usage_text[] =
+    "\n"
     "Starts N copies of PROGRAM as the ranks of one arcomm job on this host.\n"
     "\n"
     "  -n N            number of ranks (1 or more); mpirun's -np N and --np N too\n"
@@ -40,15 +39,19 @@ static const char usage_text[] =
     "                  core per rank, round robin, a warning when ranks share cores),\n"
     "                  numa (NUMA nodes, round robin) or none (arrun's own affinity);\n"
     "                  mpirun's spelling --bind-to WHAT too\n"
-    "  --cpus-per-rank N  N consecutive cores per rank (hwloc's order), wrapping around\n"
+    "  --cpus-per-rank N\n"
+    "                  N consecutive cores per rank (hwloc's order), wrapping around\n"
     "                  with a warning; with --bind numa, the rank gets its whole node and\n"
     "                  N only says how many of its cores it uses.  Sets OMP_NUM_THREADS=N\n"
     "                  unless it is set already.  N above the cores there are: exit 2\n"
-    "  --report-bindings  print each rank's cores and cpus on stderr before it starts\n"
-    "  --oversubscribe ranks may share cores: no warning when they do (as mpirun's)\n"
+    "  --report-bindings\n"
+    "                  print each rank's cores and cpus on stderr before it starts\n"
+    "  --oversubscribe\n"
+    "                  ranks may share cores: no warning when they do (as mpirun's)\n"
     "  -x NAME=VALUE   set NAME in every rank's environment; -x NAME passes arrun's own\n"
     "                  value (NAME must be set); repeatable\n"
-    "  --output-filename DIR  each rank's stdout and stderr go to DIR/rank.R/stdout and\n"
+    "  --output-filename DIR\n"
+    "                  each rank's stdout and stderr go to DIR/rank.R/stdout and\n"
     "                  DIR/rank.R/stderr instead of the terminal (with --label: to both,\n"
     "                  the terminal's lines labelled, the files as the rank wrote them)\n"
     "  --timeout SEC   end the whole job after SEC seconds (fractions allowed); exit 124\n"

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Error recording, logging and deadlines.  An error is logged once, where it is
- * first detected, and kept for comm_last_error.
+ * first detected, and kept for comm_last_error.  The caller of the failing call receives
+ * it there, so the log line is at info level: at the default level (warn) an error
+ * reaches the user once, from the caller, not twice.  What no caller receives (a peer
+ * seen failing by a watcher, a fallback taken) is logged at warn by its finder.
  */
 #include "comm_base.h"
 
@@ -81,7 +84,18 @@ void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
     va_end(ap);
-    rt_log(c, RT_LOG_ERROR, "%s (%s)", c->errmsg, rt_status_string(status));
+    rt_log(c, RT_LOG_INFO, "%s (%s)", c->errmsg, rt_status_string(status));
+}
+
+/* The level ARCOMM_LOG_LEVEL names, before the knobs are parsed (the default when it
+ * names none: rt_knobs_load then refuses it, with its own message). */
+static int env_log_level(void)
+{
+    const char *env = getenv("ARCOMM_LOG_LEVEL");
+    for (int i = 0; env != NULL && i < RT_LOG_LEVEL_COUNT; i++)
+        if (strcasecmp(env, rt_log_level_name(i)) == 0)
+            return i;
+    return RT_LOG_WARN;
 }
 
 void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *fmt, ...)
@@ -90,13 +104,11 @@ void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *f
     va_start(ap, fmt);
     vsnprintf(init_errmsg, sizeof(init_errmsg), fmt, ap);
     va_end(ap);
-    /* Before a communicator exists the knobs may not be parsed yet: log at the default
-     * level (errors shown) unless they, or ARCOMM_LOG_LEVEL=none, say otherwise. */
-    const char *env = k == NULL ? getenv("ARCOMM_LOG_LEVEL") : NULL;
-    bool quiet = env != NULL && strcasecmp(env, "none") == 0;
-    if (k == NULL ? !quiet : k->log_level >= RT_LOG_ERROR) {
+    /* Before a communicator exists the knobs may not be parsed yet: the level comes
+     * from ARCOMM_LOG_LEVEL itself.  Info, as rt_error's: the caller has the message. */
+    if ((k == NULL ? env_log_level() : k->log_level) >= RT_LOG_INFO) {
         char line[RT_ERRMSG_BYTES + 64];
-        snprintf(line, sizeof(line), "arcomm error: %s (%s)\n", init_errmsg,
+        snprintf(line, sizeof(line), "arcomm info: %s (%s)\n", init_errmsg,
                  rt_status_string(status));
         fputs(line, stderr);
     }

@@ -12,6 +12,7 @@
 #include "topo.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,6 +226,13 @@ comm_status_t hex_setup(struct comm *c)
            "start at %u",
            c->rank, c->device_index < 0 ? c->local_rank : c->device_index, hx->threads,
            hx->vtcm_bytes >> 10, hex_mem_kind_name(hx->mem_kind), hx->seq_last);
+    /* Asking for a Hexagon communicator and silently getting the host's emulation
+     * would mislead (its timings say nothing of a DSP): said once per process. */
+    static atomic_bool emulation_said;
+    if (!atomic_exchange(&emulation_said, true))
+        rt_log(c, RT_LOG_WARN,
+               "Hexagon communicators of this process run on the host emulation of the HTP "
+               "(no DSP session here): results are right, timings are not a DSP's");
     return COMM_OK;
 
 err_teardown:

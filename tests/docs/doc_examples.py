@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""The guide's examples are the tested programs.
+"""The README's and the guide's examples are the tested programs.
 
 A fenced code block right after a line <!-- example: PATH --> must be PATH's text, whole
 or a verbatim excerpt (PATH is a program the test suite builds and runs, or a test
@@ -16,7 +16,7 @@ import sys
 
 root = sys.argv[1]
 bad, checked = [], 0
-for md in sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
+for md in [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
     name = os.path.relpath(md, root)
     lines = open(md, encoding="utf-8").read().splitlines()
     i = 0

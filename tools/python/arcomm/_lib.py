@@ -116,6 +116,7 @@ def _pkg_config_libdir() -> tuple[str | None, str]:
         where = os.environ.get("PKG_CONFIG_PATH", "")
         return None, ("pkg-config (no arcomm.pc; PKG_CONFIG_PATH="
                       + (where if where else "unset") + ")")
+    libdir = os.path.normpath(libdir)  # a relocatable .pc's is .../lib/pkgconfig/..
     return libdir, f"pkg-config's libdir {libdir}"
 
 

@@ -58,6 +58,7 @@ chmod 755 "$dir"
 # A fresh copy of the tree: what a clone holds (tracked files, and new ones not ignored).
 mkdir "$dir/src" "$dir/home"
 if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    # shellcheck disable=SC2016
     (cd "$src" && git ls-files -z --cached --others --exclude-standard |
         xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
         tar --null -T - -cf -) | tar -C "$dir/src" -xf - || { echo "FAIL: copying the tree"; exit 1; }
@@ -66,6 +67,7 @@ else
         { echo "FAIL: copying the tree"; exit 1; }
 fi
 
+# shellcheck disable=SC2016 # the lines expand in the user's shell, not here
 {
     echo 'set -ex'
     echo 'cd "$ARCOMM_QS_SRC"'

@@ -63,6 +63,7 @@ if command -v pkg-config >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; then
     done
     for other in arcomm-mpi arcomm-nccl; do
         [ -f "$(dirname "$pc")/$other.pc" ] || continue
+        # shellcheck disable=SC2016 # the literal ${pcfiledir}
         grep -q '^prefix=${pcfiledir}' "$(dirname "$pc")/$other.pc" ||
             fail "$other.pc is not relocatable: $(grep '^prefix=' "$(dirname "$pc")/$other.pc")"
     done

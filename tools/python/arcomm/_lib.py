@@ -7,7 +7,8 @@ a stale build of an older arcomm lacks functions: both are passed over):
 
 1. ``ARCOMM_LIBRARY``: the path of ``libarcomm.so`` (an error if it does not load);
 2. next to the package: ``libarcomm.so.0`` or ``libarcomm.so`` in this package's
-   directory or its ``lib/`` (where a wheel that carries the library puts it);
+   directory, its ``lib/``, or ``.arcomm.mesonpy.libs`` beside it (where the wheel that
+   ``pip install .`` builds from the source tree carries the library);
 3. the build tree: from this file's directory upwards, ``build/libarcomm.so``, then any
    other ``build*/libarcomm.so`` (newest first);
 4. pkg-config: the ``libdir`` of ``arcomm.pc`` (``PKG_CONFIG_PATH`` names an installed
@@ -80,13 +81,19 @@ _NAMES = ("libarcomm.so.0", "libarcomm.so")
 
 
 def _in_dir(d: str | Path) -> list[str]:
-    """libarcomm's files in directory d (the versioned name first)."""
-    return [str(Path(d) / n) for n in _NAMES if (Path(d) / n).is_file()]
+    """libarcomm's files in directory d: libarcomm.so.0, libarcomm.so, then any other
+    libarcomm.so.* (a wheel holds libarcomm.so.X.Y.Z alone: it has no symbolic links)."""
+    found = [str(Path(d) / n) for n in _NAMES if (Path(d) / n).is_file()]
+    if Path(d).is_dir():
+        found += sorted(str(p) for p in Path(d).glob("libarcomm.so.*")
+                        if p.name not in _NAMES and p.is_file())
+    return found
 
 
 def _package_candidates() -> list[str]:
     here = Path(__file__).resolve().parent
-    return _in_dir(here) + _in_dir(here / "lib")
+    # .arcomm.mesonpy.libs: where meson-python puts libarcomm in a wheel (pip install .)
+    return _in_dir(here) + _in_dir(here / "lib") + _in_dir(here.parent / ".arcomm.mesonpy.libs")
 
 
 def _build_tree_candidates() -> list[Path]:
@@ -150,7 +157,8 @@ def _steps() -> Iterator[tuple[str, list[str]]]:
     """(where looked, what was found there) for steps 2-6, each looked at only when the
     ones before it found nothing usable."""
     here = Path(__file__).resolve().parent
-    yield f"next to the package ({here}, {here / 'lib'})", _package_candidates()
+    yield (f"next to the package ({here}, {here / 'lib'}, {here.parent / '.arcomm.mesonpy.libs'})",
+           _package_candidates())
     yield (f"build*/ directories above {here}", [str(p) for p in _build_tree_candidates()])
     yield from _installed_steps()
 

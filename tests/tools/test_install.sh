@@ -47,7 +47,12 @@ fi
 cflags=
 [ "$sanitize" != none ] && cflags="-fsanitize=$sanitize"
 
-# pkg-config: the .pc files are relocatable, every path relative to where they lie.
+# pkg-config: the .pc files are relocatable, every path relative to where they lie.  A
+# build directory configured before that became the default keeps its old setting.
+# shellcheck disable=SC2016 # the literal ${pcfiledir}
+grep -q '^prefix=${pcfiledir}' "$pc" || fail "arcomm.pc is not relocatable ($(grep '^prefix=' "$pc")): \
+was $build configured before pkgconfig.relocatable=true became the default? \
+meson configure $build -Dpkgconfig.relocatable=true"
 if command -v pkg-config >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; then
     flags=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs arcomm) ||
         fail "pkg-config --cflags --libs arcomm"

@@ -184,7 +184,7 @@ def test_import_without_a_library(tmp_path):
                        capture_output=True, text=True, timeout=60, env=e, cwd=tmp_path)
     assert p.returncode != 0 and p.stdout.strip() == "imported", p.stdout + p.stderr
     last = p.stderr.strip().splitlines()[-1]
-    assert last.startswith("OSError: arcomm: no usable libarcomm.so: build arcomm"), last
+    assert last.startswith("OSError: arcomm: no usable libarcomm.so: install arcomm"), last
     for what in ("ninja -C build", "meson install", "ARCOMM_LIBRARY", "found none"):
         assert what in last, last
 

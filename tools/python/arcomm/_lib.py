@@ -1,16 +1,25 @@
 # SPDX-License-Identifier: MIT
 """Finding and loading libarcomm.so, and the ctypes prototypes of the public C API.
 
-The library is looked for, in this order:
+The library is looked for, in this order; the first that loads and has every function
+the package calls is used (a sanitizer build does not load into a plain interpreter, and
+a stale build of an older arcomm lacks functions: both are passed over):
 
 1. ``ARCOMM_LIBRARY``: the path of ``libarcomm.so`` (an error if it does not load);
-2. the build tree: from this file's directory upwards, ``build/libarcomm.so``, then any
-   other ``build*/libarcomm.so`` (newest first), the first that loads and has every
-   function the package calls (a sanitizer build does not load into a plain interpreter,
-   and a stale build of an older arcomm lacks functions: both are passed over);
-3. an installed prefix: ``ctypes.util.find_library("arcomm")`` (the loader's search path
-   and ldconfig's cache), then ``/usr/local/lib``, ``/usr/local/lib64``, ``/usr/lib`` and
-   ``/usr/lib64`` (also their multiarch subdirectory).
+2. next to the package: ``libarcomm.so.0`` or ``libarcomm.so`` in this package's
+   directory, its ``lib/``, or ``.arcomm.mesonpy.libs`` beside it (where the wheel that
+   ``pip install .`` builds from the source tree carries the library);
+3. the build tree: from this file's directory upwards, ``build/libarcomm.so``, then any
+   other ``build*/libarcomm.so`` (newest first);
+4. pkg-config: the ``libdir`` of ``arcomm.pc`` (``PKG_CONFIG_PATH`` names an installed
+   prefix's ``lib/pkgconfig``);
+5. the loader's path: each directory of ``LD_LIBRARY_PATH``, then
+   ``ctypes.util.find_library("arcomm")`` (ldconfig's cache);
+6. ``/usr/local/lib``, ``/usr/local/lib64``, ``/usr/lib`` and ``/usr/lib64`` (also their
+   multiarch subdirectory).
+
+When none does, the OSError names every place looked in and why each candidate found
+was passed over.
 
 ``libarcomm_mpi.so`` (for :meth:`arcomm.Comm.from_mpi`) is ``ARCOMM_MPI_LIBRARY`` when set,
 else the file of that name next to the ``libarcomm.so`` that was loaded, else
@@ -21,10 +30,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import shutil
+import subprocess
 import sysconfig
 import threading
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_void_p
 from pathlib import Path
+from typing import Iterator
 
 COMM_ID_BYTES = 64
 
@@ -65,6 +77,25 @@ def _try_load(path: str) -> ctypes.CDLL | None:
         return None
 
 
+_NAMES = ("libarcomm.so.0", "libarcomm.so")
+
+
+def _in_dir(d: str | Path) -> list[str]:
+    """libarcomm's files in directory d: libarcomm.so.0, libarcomm.so, then any other
+    libarcomm.so.* (a wheel holds libarcomm.so.X.Y.Z alone: it has no symbolic links)."""
+    found = [str(Path(d) / n) for n in _NAMES if (Path(d) / n).is_file()]
+    if Path(d).is_dir():
+        found += sorted(str(p) for p in Path(d).glob("libarcomm.so.*")
+                        if p.name not in _NAMES and p.is_file())
+    return found
+
+
+def _package_candidates() -> list[str]:
+    here = Path(__file__).resolve().parent
+    # .arcomm.mesonpy.libs: where meson-python puts libarcomm in a wheel (pip install .)
+    return _in_dir(here) + _in_dir(here / "lib") + _in_dir(here.parent / ".arcomm.mesonpy.libs")
+
+
 def _build_tree_candidates() -> list[Path]:
     found: list[Path] = []
     for d in Path(__file__).resolve().parents:
@@ -77,21 +108,59 @@ def _build_tree_candidates() -> list[Path]:
     return found
 
 
-def _installed_candidates() -> list[str]:
-    found: list[str] = []
-    name = ctypes.util.find_library("arcomm")
-    if name:
-        found.append(name)
+def _pkg_config_libdir() -> tuple[str | None, str]:
+    """arcomm.pc's libdir, and what the lookup said (for the error message)."""
+    exe = shutil.which("pkg-config") or shutil.which("pkgconf")
+    if exe is None:
+        return None, "pkg-config (not installed)"
+    try:
+        p = subprocess.run([exe, "--variable=libdir", "arcomm"], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"pkg-config ({e})"
+    libdir = p.stdout.strip()
+    if p.returncode != 0 or not libdir:
+        where = os.environ.get("PKG_CONFIG_PATH", "")
+        return None, ("pkg-config (no arcomm.pc; PKG_CONFIG_PATH="
+                      + (where if where else "unset") + ")")
+    libdir = os.path.normpath(libdir)  # a relocatable .pc's is .../lib/pkgconfig/..
+    return libdir, f"pkg-config's libdir {libdir}"
+
+
+def _system_dirs() -> list[str]:
     multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    dirs = []
     for d in ("/usr/local/lib", "/usr/local/lib64", "/usr/lib", "/usr/lib64"):
         for sub in ([multiarch] if multiarch else []) + [""]:
-            p = os.path.join(d, sub, "libarcomm.so.0")
-            if os.path.isfile(p):
-                found.append(p)
-            p = os.path.join(d, sub, "libarcomm.so")
-            if os.path.isfile(p):
-                found.append(p)
-    return found
+            dirs.append(os.path.join(d, sub) if sub else d)
+    return dirs
+
+
+def _installed_candidates() -> list[str]:
+    """The installed libraries steps 4-6 find (what the build tree does not hold)."""
+    return [p for _, paths in _installed_steps() for p in paths]
+
+
+def _installed_steps() -> Iterator[tuple[str, list[str]]]:
+    """(where looked, what was found there) for steps 4-6 of the module's docstring."""
+    libdir, said = _pkg_config_libdir()
+    yield said, _in_dir(libdir) if libdir else []
+    ld = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    yield ("LD_LIBRARY_PATH" + (f" ({':'.join(ld)})" if ld else " (unset)"),
+           [p for d in ld for p in _in_dir(d)])
+    name = ctypes.util.find_library("arcomm")
+    yield "ctypes.util.find_library('arcomm')", [name] if name else []
+    yield ("/usr/local/lib*, /usr/lib*", [p for d in _system_dirs() for p in _in_dir(d)])
+
+
+def _steps() -> Iterator[tuple[str, list[str]]]:
+    """(where looked, what was found there) for steps 2-6, each looked at only when the
+    ones before it found nothing usable."""
+    here = Path(__file__).resolve().parent
+    yield (f"next to the package ({here}, {here / 'lib'}, {here.parent / '.arcomm.mesonpy.libs'})",
+           _package_candidates())
+    yield (f"build*/ directories above {here}", [str(p) for p in _build_tree_candidates()])
+    yield from _installed_steps()
 
 
 def _locate() -> tuple[ctypes.CDLL, str]:
@@ -101,24 +170,29 @@ def _locate() -> tuple[ctypes.CDLL, str]:
             return ctypes.CDLL(env), env
         except OSError as e:
             raise OSError(f"arcomm: ARCOMM_LIBRARY={env} does not load: {e}") from e
-    tried: list[str] = []
-    for p in [str(p) for p in _build_tree_candidates()] + _installed_candidates():
-        lib = _try_load(p)
-        if lib is not None and _has_api(lib):
-            return lib, p
-        if lib is None:
-            tried.append(f"{p} (does not load into this interpreter: a sanitizer build?)")
-        else:
-            missing = [n for n in _signatures() if not hasattr(lib, n)]
-            tried.append(f"{p} (an older arcomm: lacks {', '.join(missing[:3])})")
-    here = Path(__file__).resolve().parent
+    looked: list[str] = ["ARCOMM_LIBRARY (unset)"]
+    passed: list[str] = []
+    seen: set[str] = set()
+    for where, paths in _steps():
+        looked.append(where + ("" if paths else ": none"))
+        for p in paths:
+            if p in seen:
+                continue
+            seen.add(p)
+            lib = _try_load(p)
+            if lib is not None and _has_api(lib):
+                return lib, p
+            if lib is None:
+                passed.append(f"{p} (does not load into this interpreter: a sanitizer build?)")
+            else:
+                missing = [n for n in _signatures() if not hasattr(lib, n)]
+                passed.append(f"{p} (an older arcomm: lacks {', '.join(missing[:3])})")
     raise OSError(
-        "arcomm: no usable libarcomm.so: build arcomm in the checkout that holds this "
-        "package (meson setup build && ninja -C build), install it (meson install -C "
-        "build), or set ARCOMM_LIBRARY to the library's path.  Looked in: build*/ "
-        f"directories above {here}, ctypes.util.find_library('arcomm'), /usr/local/lib*, "
-        "/usr/lib*; "
-        + ("candidates passed over: " + "; ".join(tried) if tried else "found none")
+        "arcomm: no usable libarcomm.so: install arcomm (meson install -C build) and put "
+        "its lib/pkgconfig on PKG_CONFIG_PATH, build it in the checkout that holds this "
+        "package (meson setup build && ninja -C build), or set ARCOMM_LIBRARY to the "
+        "library's path.  Looked in: " + "; ".join(looked) + "; "
+        + ("candidates passed over: " + "; ".join(passed) if passed else "found none")
     )
 
 

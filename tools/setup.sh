@@ -15,11 +15,13 @@ cd "$(dirname "$0")/.."
 # for the install test (find_package(arcomm) against the installed tree), numpy, pytest
 # and mpi4py for the Python package's tests (tests/python) and mpi4py's own suite, pip
 # to fetch that suite, venv for README.md's quick start (and its test, suite install),
-# meson-python and patchelf for pip install . (the wheel with libarcomm; suite install).
+# meson-python and patchelf for pip install . (the wheel with libarcomm; suite install),
+# mkdocs for the guide's site (suite docs), help2man, pandoc, groff and man-db for the man
+# pages and their test.
 pkgs=(build-essential meson ninja-build pkg-config libhwloc-dev hwloc libnuma-dev
       libcmocka-dev openmpi-bin libopenmpi-dev gnuplot-nox python3 clang lld
       qemu-user-static clang-format cmake python3-numpy python3-pytest python3-mpi4py
-      python3-pip python3-venv python3-mesonpy patchelf)
+      python3-pip python3-venv python3-mesonpy patchelf mkdocs help2man pandoc groff man-db)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

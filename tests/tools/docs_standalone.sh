@@ -21,7 +21,7 @@ for path in $(grep -o -h -E '(`|\()(README|LICENSE|CHANGELOG|docs|examples|tests
     *'<'* | *'*'*) continue ;;
     esac
     # A program named by its source: tests/cuda/diag_pcie is tests/cuda/diag_pcie.cu.
-    [ -e "$path" ] || [ -e "$path.c" ] || [ -e "$path.cu" ] ||
+    [ -e "$path" ] || [ -e "$path.c" ] || [ -e "$path.cu" ] || [ -e "$path.md" ] ||
         { echo "FAIL: a doc names $path, which does not exist"; bad=1; }
 done
 

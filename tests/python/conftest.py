@@ -23,9 +23,9 @@ import arcomm  # noqa: E402
 
 
 def build_dir() -> Path:
-    """The build tree under test: ARCOMM_BUILD_DIR (set by meson), else where the
+    """The build tree under test: ARCOMM_TEST_BUILD_DIR (set by meson), else where the
     library was found."""
-    env = os.environ.get("ARCOMM_BUILD_DIR")
+    env = os.environ.get("ARCOMM_TEST_BUILD_DIR")
     return Path(env) if env else Path(arcomm.library_path()).resolve().parent
 
 

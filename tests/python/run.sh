@@ -11,9 +11,9 @@ if ! "$py" -c "import numpy, pytest" 2>/dev/null; then
 fi
 build=$(cd "$1" && pwd)
 shift
-ARCOMM_BUILD_DIR=$build
+ARCOMM_TEST_BUILD_DIR=$build
 ARCOMM_LIBRARY=$build/libarcomm.so
 PYTHONDONTWRITEBYTECODE=1
-export ARCOMM_BUILD_DIR ARCOMM_LIBRARY PYTHONDONTWRITEBYTECODE
+export ARCOMM_TEST_BUILD_DIR ARCOMM_LIBRARY PYTHONDONTWRITEBYTECODE
 cd "$(dirname "$0")" || exit 1
 exec "$py" -m pytest -q -p no:cacheprovider -rfEs "$@"

@@ -37,8 +37,11 @@ def run_rank(comm):
     table = np.empty((size, 3), np.int64)
     comm.allgather(np.array([rank, rank * rank, -rank], np.int64), table)
     ok &= all(list(table[r]) == [r, r * r, -r] for r in range(size))
-    print(f"rank {rank} of {size} ({comm.transport}): "
-          f"{'allreduce and allgather right' if ok else 'WRONG results'}", flush=True)
+    # One write per line: the ranks share arrun's stdout, and print() under
+    # PYTHONUNBUFFERED writes the text and its newline apart (lines of ranks could mix).
+    sys.stdout.write(f"rank {rank} of {size} ({comm.transport}): "
+                     f"{'allreduce and allgather right' if ok else 'WRONG results'}\n")
+    sys.stdout.flush()
     return ok
 
 

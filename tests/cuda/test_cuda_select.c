@@ -114,13 +114,14 @@ int main(int argc, char **argv)
     printf("%d CUDA device%s%s\n", ndev, ndev == 1 ? "" : "s",
            ndev >= 2 ? (access ? ", GPU 0 reaches GPU 1" : ", GPU 0 does not reach GPU 1") : "");
     const char *self = argv[0];
-    run_case(self, "unforced: the host-staged transport", "env -u ARCOMM_TRANSPORT ARCOMM_TEST_R=%d",
-             ndev, false, "up cuda sum ok", NULL);
+    run_case(self, "unforced: the host-staged transport",
+             "env -u ARCOMM_TRANSPORT ARCOMM_TEST_R=%d", ndev, false, "up cuda sum ok", NULL);
     if (ndev == 1 || access)
         run_case(self,
                  ndev == 1 ? "forced cuda-p2p, process ranks sharing GPU 0"
                            : "forced cuda-p2p, a GPU each, peer access on",
-                 "ARCOMM_TRANSPORT=cuda-p2p ARCOMM_TEST_R=%d", ndev, false, "up cuda-p2p sum ok", NULL);
+                 "ARCOMM_TRANSPORT=cuda-p2p ARCOMM_TEST_R=%d", ndev, false, "up cuda-p2p sum ok",
+                 NULL);
     else
         run_case(self, "forced cuda-p2p, GPUs without peer access: refused",
                  "ARCOMM_TRANSPORT=cuda-p2p ARCOMM_TEST_R=%d", ndev, false, "refused", "cuda");

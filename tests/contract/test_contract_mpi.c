@@ -104,9 +104,9 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     static const struct ccase cases[] = {
-        {COMM_F32, COMM_SUM}, {COMM_F32, COMM_AVG},  {COMM_F32, COMM_PROD}, {COMM_F32, COMM_MAX},
-        {COMM_F16, COMM_SUM}, {COMM_BF16, COMM_SUM}, {COMM_BF16, COMM_AVG}, {COMM_F64, COMM_SUM},
-        {COMM_F64, COMM_PROD}, {COMM_I32, COMM_SUM}, {COMM_I32, COMM_PROD}, {COMM_U8, COMM_SUM},
+        {COMM_F32, COMM_SUM},  {COMM_F32, COMM_AVG},  {COMM_F32, COMM_PROD}, {COMM_F32, COMM_MAX},
+        {COMM_F16, COMM_SUM},  {COMM_BF16, COMM_SUM}, {COMM_BF16, COMM_AVG}, {COMM_F64, COMM_SUM},
+        {COMM_F64, COMM_PROD}, {COMM_I32, COMM_SUM},  {COMM_I32, COMM_PROD}, {COMM_U8, COMM_SUM},
     };
     /* The leaders scheme below 64 KiB of f32 work, the slices scheme above; several
      * 256 KiB segments at the largest. */
@@ -127,8 +127,8 @@ int main(int argc, char **argv)
             cref_reduce(&lay, dt, op, seed, count, 0, count, false, NULL, 0, ref);
             char why[200];
             if (g_rank == 0 && count <= 65537 &&
-                cref_check_f64(&lay, dt, op, seed, count, 0, count, false, ref, why,
-                               sizeof(why)) != 0)
+                cref_check_f64(&lay, dt, op, seed, count, 0, count, false, ref, why, sizeof(why)) !=
+                    0)
                 failed("the reference against float64", dt, op, count, why);
 
             memset(recv, 0xff, count * es);

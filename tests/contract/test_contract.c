@@ -11,6 +11,7 @@
  */
 #include "contract_ref.h"
 #include "harness.h"
+#include "rt_hooks.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -219,6 +220,28 @@ static void body(struct h_rank *r)
         }
     }
     r->out_len = nh * sizeof(uint64_t);
+    /* The bulk calls took the paths the knobs force (rt_hook_bulk_calls: one-pass,
+     * staged, CMA). */
+    uint64_t calls[3];
+    if (rt_hook_bulk_calls(r->comm, calls) != COMM_OK) {
+        h_fail(r, "rt_hook_bulk_calls failed");
+        return;
+    }
+    const char *name = cfg->name;
+    bool bulk_only = strcmp(name, "no-flag") == 0 || strcmp(name, "small-slots") == 0 ||
+                     strcmp(name, "streaming") == 0;
+    bool want = !r->procs                     ? calls[0] > 0 && calls[1] == 0 && calls[2] == 0
+                : cfg->mem                    ? calls[0] > 0
+                : strcmp(name, "cma") == 0    ? calls[2] > 0
+                : strcmp(name, "no-cma") == 0 ? calls[1] > 0 && calls[2] == 0
+                : bulk_only                   ? calls[1] + calls[2] > 0
+                                              : true;
+    if (!want)
+        h_fail(r,
+               "%s, %s ranks: bulk calls %llu one-pass, %llu staged, %llu CMA: not the paths "
+               "the knobs force",
+               name, r->procs ? "process" : "thread", (unsigned long long)calls[0],
+               (unsigned long long)calls[1], (unsigned long long)calls[2]);
 }
 
 static void run_config(const struct config *cfg, int nranks, bool procs)

@@ -173,14 +173,13 @@ static bool knob_parse(const struct rt_knob_desc *d, const char *text, struct rt
             return false;
         strcpy(field, text);
         return true;
-    case RT_KNOB_LOGLEVEL:
-        for (int i = 0; i < RT_LOG_LEVEL_COUNT; i++) {
-            if (strcasecmp(text, rt_log_level_name(i)) == 0) {
-                *(int *)field = i;
-                return true;
-            }
-        }
-        return false;
+    case RT_KNOB_LOGLEVEL: {
+        int level = rt_log_level_parse(text);
+        if (level < 0)
+            return false;
+        *(int *)field = level;
+        return true;
+    }
     }
     return false;
 }

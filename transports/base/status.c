@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,11 +90,8 @@ void rt_error(struct comm *c, comm_status_t status, const char *fmt, ...)
  * names none: rt_knobs_load then refuses it, with its own message). */
 static int env_log_level(void)
 {
-    const char *env = getenv("ARCOMM_LOG_LEVEL");
-    for (int i = 0; env != NULL && i < RT_LOG_LEVEL_COUNT; i++)
-        if (strcasecmp(env, rt_log_level_name(i)) == 0)
-            return i;
-    return RT_LOG_WARN;
+    int level = rt_log_level_parse(getenv("ARCOMM_LOG_LEVEL"));
+    return level >= 0 ? level : RT_LOG_WARN;
 }
 
 void rt_init_error(const struct rt_knobs *k, comm_status_t status, const char *fmt, ...)

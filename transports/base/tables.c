@@ -6,6 +6,7 @@
 #include "knobs.h"
 
 #include <string.h>
+#include <strings.h>
 
 static const struct {
     const char *name;
@@ -92,6 +93,14 @@ bool rt_device_parse(const char *name, comm_device_t *device)
 const char *rt_log_level_name(int level)
 {
     return level >= 0 && level < RT_LOG_LEVEL_COUNT ? log_levels[level] : "?";
+}
+
+int rt_log_level_parse(const char *name)
+{
+    for (int i = 0; name != NULL && i < RT_LOG_LEVEL_COUNT; i++)
+        if (strcasecmp(name, log_levels[i]) == 0)
+            return i;
+    return -1;
 }
 
 const char *rt_status_string(comm_status_t status)

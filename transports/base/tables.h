@@ -38,5 +38,7 @@ const char *rt_status_string(comm_status_t status);
 #define RT_LOG_LEVEL_COUNT 6
 /* "none", "error", ... "trace", or "?". */
 const char *rt_log_level_name(int level);
+/* The level a name gives (any case), or -1 when it names none. */
+int rt_log_level_parse(const char *name);
 
 #endif /* ARCOMM_BASE_TABLES_H */

@@ -237,9 +237,14 @@ static size_t nonblocking_group(const struct tcase *c, int rank, int n, ncclComm
 }
 
 /* Word i of rank r's p2p data (block b of it: i counts on from b * count). */
+static uint32_t p2p_salted(int r, size_t i, uint32_t salt)
+{
+    return ((uint32_t)r << 24) ^ (uint32_t)(i * 2654435761u) ^ (salt * 0x9e3779b9u);
+}
+
 static uint32_t p2p_word(int r, size_t i)
 {
-    return ((uint32_t)r << 24) ^ (uint32_t)(i * 2654435761u);
+    return p2p_salted(r, i, 0);
 }
 
 /* Sends and receives of count u32 per peer: fills and checks the host side. */
@@ -300,6 +305,97 @@ static size_t gather_scatter(int rank, int n, size_t count, ncclComm_t comm, cud
     TC_CUDA(cudaStreamSynchronize(st));
     TC_CUDA(cudaMemcpy(got, out, block, cudaMemcpyDeviceToHost));
     wrong += p2p_check(got, root, (size_t)rank * count, count, rank, "ncclScatter", why, len);
+    return wrong;
+}
+
+/*
+ * Sends and receives captured into a CUDA graph in global capture mode, as nccl-tests'
+ * -G does, after the pairs exist: (a) the rank's own block copied with cudaMemcpyAsync
+ * and a group of sends and receives with every other rank (hypercube_perf's shape), (b)
+ * an alltoall whose group holds a send to and a receive from oneself (alltoall_perf's),
+ * both in one graph, replayed with fresh inputs; every element checked.  Returns the
+ * wrong elements.
+ */
+static size_t p2p_graph(int rank, int n, ncclComm_t comm, size_t count, void *dsend, void *drecv,
+                        uint32_t *h, uint32_t *got, char *why, size_t len)
+{
+    size_t blk = count * 4, bytes = blk * (size_t)n, wrong = 0;
+    void *drecv2 = NULL;
+    cudaStream_t s;
+    TC_CUDA(cudaMalloc(&drecv2, bytes));
+    TC_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    ncclResult_t e = ncclSuccess, e2 = ncclSuccess;
+    TC_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaError_t ce = cudaMemcpyAsync((char *)drecv + (size_t)rank * blk,
+                                     (char *)dsend + (size_t)rank * blk, blk,
+                                     cudaMemcpyDeviceToDevice, s);
+    ncclGroupStart();
+    for (int p = 0; p < n && e == ncclSuccess; p++) {
+        if (p == rank)
+            continue;
+        e = ncclSend((char *)dsend + (size_t)p * blk, count, ncclUint32, p, comm, s);
+        if (e == ncclSuccess)
+            e = ncclRecv((char *)drecv + (size_t)p * blk, count, ncclUint32, p, comm, s);
+    }
+    e2 = ncclGroupEnd();
+    if (e == ncclSuccess)
+        e = e2;
+    ncclGroupStart();
+    for (int p = 0; p < n && e == ncclSuccess; p++) {
+        e = ncclSend((char *)dsend + (size_t)p * blk, count, ncclUint32, p, comm, s);
+        if (e == ncclSuccess)
+            e = ncclRecv((char *)drecv2 + (size_t)p * blk, count, ncclUint32, p, comm, s);
+    }
+    e2 = ncclGroupEnd();
+    if (e == ncclSuccess)
+        e = e2;
+    cudaError_t ee = cudaStreamEndCapture(s, &g);
+    if (ce != cudaSuccess || e != ncclSuccess || ee != cudaSuccess) {
+        snprintf(why, len,
+                 "rank %d: sends and receives captured in global mode: copy %s, calls %s (%s), "
+                 "end of capture %s",
+                 rank, cudaGetErrorString(ce), ncclGetErrorString(e), ncclGetLastError(comm),
+                 cudaGetErrorString(ee));
+        wrong = 1;
+        goto out;
+    }
+    TC_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    for (uint32_t salt = 1; salt <= 3 && wrong == 0; salt++) {
+        for (size_t i = 0; i < count * (size_t)n; i++)
+            h[i] = p2p_salted(rank, i, salt);
+        TC_CUDA(cudaMemcpy(dsend, h, bytes, cudaMemcpyHostToDevice));
+        TC_CUDA(cudaMemset(drecv, 0xff, bytes));
+        TC_CUDA(cudaMemset(drecv2, 0xff, bytes));
+        TC_CUDA(cudaDeviceSynchronize());
+        TC_CUDA(cudaGraphLaunch(ge, s));
+        TC_CUDA(cudaStreamSynchronize(s));
+        for (int k = 0; k < 2 && wrong == 0; k++) {
+            TC_CUDA(cudaMemcpy(got, k ? drecv2 : drecv, bytes, cudaMemcpyDeviceToHost));
+            for (int p = 0; p < n && wrong == 0; p++)
+                for (size_t i = 0; i < count && wrong == 0; i++) {
+                    uint32_t want = p2p_salted(p, (size_t)rank * count + i, salt);
+                    if (got[(size_t)p * count + i] != want) {
+                        snprintf(why, len,
+                                 "rank %d: graph replay %u, %s: element %zu from rank %d is "
+                                 "0x%08x, want 0x%08x",
+                                 rank, salt,
+                                 k ? "alltoall with a send to itself"
+                                   : "own block copied, sends and receives with the others",
+                                 i, p, got[(size_t)p * count + i], want);
+                        wrong = 1;
+                    }
+                }
+        }
+    }
+out:
+    if (ge != NULL)
+        TC_CUDA(cudaGraphExecDestroy(ge));
+    if (g != NULL)
+        TC_CUDA(cudaGraphDestroy(g));
+    TC_CUDA(cudaStreamDestroy(s));
+    TC_CUDA(cudaFree(drecv2));
     return wrong;
 }
 
@@ -373,6 +469,8 @@ static size_t p2p_cases(int rank, int n, ncclComm_t comm, cudaStream_t st, char 
                            "alltoall of sends and receives", why, len);
     if (wrong == 0)
         wrong = gather_scatter(rank, n, count, comm, st, dsend, drecv, got, why, len);
+    if (wrong == 0)
+        wrong = p2p_graph(rank, n, comm, count, dsend, drecv, h, got, why, len);
     if (wrong || n < 2)
         goto out;
 

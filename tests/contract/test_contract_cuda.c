@@ -54,7 +54,9 @@ static const struct config configs[] = {
     {"kernel",
      {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_COPY_THRESHOLD", "off"}, {NULL, NULL}},
      false},
-    {"copy", {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_COPY_THRESHOLD", "0"}, {NULL, NULL}}, false},
+    {"copy",
+     {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_COPY_THRESHOLD", "0"}, {NULL, NULL}},
+     false},
     {"copy-chunks",
      {{"ARCOMM_BF16_THRESHOLD", "off"},
       {"ARCOMM_COPY_THRESHOLD", "0"},
@@ -62,8 +64,12 @@ static const struct config configs[] = {
       {NULL, NULL}},
      false},
     {"bf16", {{"ARCOMM_BF16_THRESHOLD", "0"}, {NULL, NULL}}, true},
-    {"p2p", {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}, {NULL, NULL}}, false},
-    {"p2p-bf16", {{"ARCOMM_BF16_THRESHOLD", "0"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}, {NULL, NULL}}, true},
+    {"p2p",
+     {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}, {NULL, NULL}},
+     false},
+    {"p2p-bf16",
+     {{"ARCOMM_BF16_THRESHOLD", "0"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}, {NULL, NULL}},
+     true},
 };
 #define NCONFIGS (sizeof(configs) / sizeof(configs[0]))
 
@@ -201,8 +207,8 @@ static void body(struct h_rank *r)
                     continue;
                 CU(r, cudaMemset(drecv, 0xff, bytes));
                 if (ok(r,
-                       comm_reduce(r->comm, dsend, r->rank == root ? drecv : NULL, count,
-                                   cs->dtype, cs->op, root, s),
+                       comm_reduce(r->comm, dsend, r->rank == root ? drecv : NULL, count, cs->dtype,
+                                   cs->op, root, s),
                        "reduce", cs, count) &&
                     r->rank == root) {
                     CU(r, cudaStreamSynchronize(s));
@@ -229,12 +235,11 @@ static void body(struct h_rank *r)
                 cs->dtype != COMM_I32) {
                 cref_fill(hadd, count, cs->dtype, COMM_SUM, seed + 99, 100 + r->rank);
                 CU(r, cudaMemcpy(dadd, hadd, bytes, cudaMemcpyHostToDevice));
-                cref_reduce(&lay, cs->dtype, cs->op, seed, count, 0, count, narrowed(cfg, cs),
-                            hadd, count, want);
+                cref_reduce(&lay, cs->dtype, cs->op, seed, count, 0, count, narrowed(cfg, cs), hadd,
+                            count, want);
                 CU(r, cudaMemset(drecv, 0xff, bytes));
                 if (ok(r,
-                       comm_allreduce_add(r->comm, dsend, drecv, dadd, count, count, cs->dtype,
-                                          s),
+                       comm_allreduce_add(r->comm, dsend, drecv, dadd, count, count, cs->dtype, s),
                        "allreduce_add", cs, count)) {
                     CU(r, cudaStreamSynchronize(s));
                     CU(r, cudaMemcpy(hout, drecv, bytes, cudaMemcpyDeviceToHost));

@@ -328,9 +328,9 @@ static size_t p2p_graph(int rank, int n, ncclComm_t comm, size_t count, void *ds
     cudaGraphExec_t ge = NULL;
     ncclResult_t e = ncclSuccess, e2 = ncclSuccess;
     TC_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    cudaError_t ce = cudaMemcpyAsync((char *)drecv + (size_t)rank * blk,
-                                     (char *)dsend + (size_t)rank * blk, blk,
-                                     cudaMemcpyDeviceToDevice, s);
+    cudaError_t ce =
+        cudaMemcpyAsync((char *)drecv + (size_t)rank * blk, (char *)dsend + (size_t)rank * blk, blk,
+                        cudaMemcpyDeviceToDevice, s);
     ncclGroupStart();
     for (int p = 0; p < n && e == ncclSuccess; p++) {
         if (p == rank)

@@ -6,12 +6,17 @@
  * chunks, the bf16 wire, the peer-to-peer transport), allreduce, allreduce_add, reduce at
  * every root and reduce_scatter of device buffers, every element compared bit for bit
  * with the host's rank-order reference of contract_ref.c, and every rank's allreduce
- * outputs with every other's.  Skipped (77) without a GPU.
+ * outputs with every other's.  Config nccl makes the same calls through arcomm's NCCL
+ * face (ncclAllReduce, ncclReduce, ncclReduceScatter on a communicator of
+ * ncclCommInitRank).  Skipped (77) without a GPU.
  */
 #include "contract_ref.h"
 #include "harness.h"
 
 #include <cuda_runtime_api.h>
+#ifdef ARCOMM_TEST_NCCL
+#include "nccl.h"
+#endif
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,35 +52,33 @@ struct config {
     const char *name;
     const char *knobs[4][2]; /* name, value; NULL ends */
     bool narrow;             /* f32 sums travel as bf16 from the first byte */
+    bool nccl;               /* through the NCCL face */
 };
 
 static const struct config configs[] = {
-    {"default", {{"ARCOMM_BF16_THRESHOLD", "off"}, {NULL, NULL}}, false},
-    {"kernel",
-     {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_COPY_THRESHOLD", "off"}, {NULL, NULL}},
-     false},
-    {"copy",
-     {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_COPY_THRESHOLD", "0"}, {NULL, NULL}},
-     false},
-    {"copy-chunks",
-     {{"ARCOMM_BF16_THRESHOLD", "off"},
-      {"ARCOMM_COPY_THRESHOLD", "0"},
-      {"ARCOMM_COPY_CHUNK_BYTES", "64K"},
-      {NULL, NULL}},
-     false},
-    {"bf16", {{"ARCOMM_BF16_THRESHOLD", "0"}, {NULL, NULL}}, true},
-    {"p2p",
-     {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}, {NULL, NULL}},
-     false},
-    {"p2p-bf16",
-     {{"ARCOMM_BF16_THRESHOLD", "0"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}, {NULL, NULL}},
-     true},
+    {.name = "default", .knobs = {{"ARCOMM_BF16_THRESHOLD", "off"}}},
+    {.name = "kernel",
+     .knobs = {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_COPY_THRESHOLD", "off"}}},
+    {.name = "copy", .knobs = {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_COPY_THRESHOLD", "0"}}},
+    {.name = "copy-chunks",
+     .knobs = {{"ARCOMM_BF16_THRESHOLD", "off"},
+               {"ARCOMM_COPY_THRESHOLD", "0"},
+               {"ARCOMM_COPY_CHUNK_BYTES", "64K"}}},
+    {.name = "bf16", .knobs = {{"ARCOMM_BF16_THRESHOLD", "0"}}, .narrow = true},
+    {.name = "p2p", .knobs = {{"ARCOMM_BF16_THRESHOLD", "off"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}}},
+    {.name = "p2p-bf16",
+     .knobs = {{"ARCOMM_BF16_THRESHOLD", "0"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}},
+     .narrow = true},
+    {.name = "nccl", .knobs = {{"ARCOMM_BF16_THRESHOLD", "off"}}, .nccl = true},
 };
 #define NCONFIGS (sizeof(configs) / sizeof(configs[0]))
 
 struct run {
     const struct config *cfg;
     uint64_t seed;
+#ifdef ARCOMM_TEST_NCCL
+    ncclUniqueId uid; /* made by the parent (no CUDA there), for config nccl */
+#endif
     void *refs[NCASES][NCOUNTS];
     void *narrow_refs[NCASES][NCOUNTS]; /* f32 sums with the bf16 wire */
 };
@@ -115,13 +118,94 @@ static void compare(struct h_rank *r, const char *what, const struct ccase *cs, 
                cref_dtype_name(cs->dtype), cref_op_name(cs->op), count, why);
 }
 
-static bool ok(struct h_rank *r, comm_status_t st, const char *what, const struct ccase *cs,
-               size_t count)
+/* The calls, on arcomm's API or through the NCCL face (nc non-NULL). */
+struct calls {
+    comm_t *comm;
+    void *nc; /* ncclComm_t of config nccl */
+};
+
+static const char *last_error(const struct calls *k);
+
+static bool ok(struct h_rank *r, const struct calls *k, comm_status_t st, const char *what,
+               const struct ccase *cs, size_t count)
 {
     if (st != COMM_OK)
         h_fail(r, "rank %d: %s %s %s count %zu: %s: %s", r->rank, what, cref_dtype_name(cs->dtype),
-               cref_op_name(cs->op), count, comm_status_string(st), comm_last_error(r->comm));
+               cref_op_name(cs->op), count, comm_status_string(st), last_error(k));
     return st == COMM_OK;
+}
+
+#ifdef ARCOMM_TEST_NCCL
+static ncclDataType_t nccl_dtype(comm_dtype_t t)
+{
+    switch (t) {
+    case COMM_F32:
+        return ncclFloat32;
+    case COMM_F16:
+        return ncclFloat16;
+    case COMM_BF16:
+        return ncclBfloat16;
+    case COMM_F64:
+        return ncclFloat64;
+    case COMM_I32:
+        return ncclInt32;
+    default:
+        return ncclUint8;
+    }
+}
+
+static ncclRedOp_t nccl_op(comm_op_t op)
+{
+    return op == COMM_AVG    ? ncclAvg
+           : op == COMM_MAX  ? ncclMax
+           : op == COMM_PROD ? ncclProd
+                             : ncclSum;
+}
+
+/* An NCCL result as a status whose message ncclGetLastError holds. */
+static comm_status_t nccl_st(ncclResult_t e)
+{
+    return e == ncclSuccess ? COMM_OK : COMM_ERR_INVALID;
+}
+#endif
+
+static comm_status_t do_allreduce(const struct calls *k, const void *s, void *d, size_t n,
+                                  comm_dtype_t t, comm_op_t op, cudaStream_t st)
+{
+#ifdef ARCOMM_TEST_NCCL
+    if (k->nc != NULL)
+        return nccl_st(ncclAllReduce(s, d, n, nccl_dtype(t), nccl_op(op), k->nc, st));
+#endif
+    return comm_allreduce(k->comm, s, d, n, t, op, st);
+}
+
+static comm_status_t do_reduce(const struct calls *k, const void *s, void *d, size_t n,
+                               comm_dtype_t t, comm_op_t op, int root, cudaStream_t st)
+{
+#ifdef ARCOMM_TEST_NCCL
+    if (k->nc != NULL)
+        return nccl_st(ncclReduce(s, d, n, nccl_dtype(t), nccl_op(op), root, k->nc, st));
+#endif
+    return comm_reduce(k->comm, s, d, n, t, op, root, st);
+}
+
+static comm_status_t do_reduce_scatter(const struct calls *k, const void *s, void *d, size_t n,
+                                       comm_dtype_t t, comm_op_t op, cudaStream_t st)
+{
+#ifdef ARCOMM_TEST_NCCL
+    if (k->nc != NULL)
+        return nccl_st(ncclReduceScatter(s, d, n, nccl_dtype(t), nccl_op(op), k->nc, st));
+#endif
+    return comm_reduce_scatter(k->comm, s, d, n, t, op, st);
+}
+
+static const char *last_error(const struct calls *k)
+{
+#ifdef ARCOMM_TEST_NCCL
+    if (k->nc != NULL)
+        return ncclGetLastError(k->nc);
+#endif
+    return comm_last_error(k->comm);
 }
 
 static void body(struct h_rank *r)
@@ -134,6 +218,7 @@ static void body(struct h_rank *r)
     void *dsend = NULL, *drecv = NULL, *dadd = NULL, *hin = NULL, *hout = NULL, *want = NULL,
          *hadd = NULL;
     cudaStream_t s = NULL;
+    struct calls k0 = {0}, *kk = &k0;
     struct cref_layout lay = {.nranks = n, .per_host = 0};
     for (size_t k = 0; k < NCOUNTS; k++)
         maxb = counts[k] * 8 > maxb ? counts[k] * 8 : maxb;
@@ -147,12 +232,25 @@ static void body(struct h_rank *r)
     cc.device = COMM_DEVICE_CUDA;
     cc.device_index = 0;
     cc.timeout_ms = 120000;
-    comm_status_t st = comm_init(&r->comm, &cc);
-    if (st != COMM_OK) {
+    comm_status_t st = COMM_OK;
+#ifdef ARCOMM_TEST_NCCL
+    if (cfg->nccl) {
+        ncclComm_t nc = NULL;
+        ncclResult_t e = ncclCommInitRank(&nc, n, run->uid, r->rank);
+        if (e != ncclSuccess) {
+            h_fail(r, "rank %d: ncclCommInitRank on GPU 0: %s: %s", r->rank, ncclGetErrorString(e),
+                   ncclGetLastError(NULL));
+            return;
+        }
+        kk->nc = nc;
+    }
+#endif
+    if (kk->nc == NULL && (st = comm_init(&r->comm, &cc)) != COMM_OK) {
         h_fail(r, "rank %d: comm_init on GPU 0: %s: %s", r->rank, comm_status_string(st),
                comm_last_error(NULL));
         return;
     }
+    kk->comm = r->comm;
     __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
     CU(r, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CU(r, cudaMalloc(&dsend, maxb));
@@ -180,8 +278,8 @@ static void body(struct h_rank *r)
 
             /* allreduce */
             CU(r, cudaMemset(drecv, 0xff, bytes));
-            if (ok(r, comm_allreduce(r->comm, dsend, drecv, count, cs->dtype, cs->op, s),
-                   "allreduce", cs, count)) {
+            if (ok(r, kk, do_allreduce(kk, dsend, drecv, count, cs->dtype, cs->op, s), "allreduce",
+                   cs, count)) {
                 CU(r, cudaStreamSynchronize(s));
                 CU(r, cudaMemcpy(hout, drecv, bytes, cudaMemcpyDeviceToHost));
                 compare(r, "allreduce", cs, count, hout,
@@ -192,7 +290,7 @@ static void body(struct h_rank *r)
             /* allreduce in place */
             if (count <= 65537) {
                 CU(r, cudaMemcpy(drecv, hin, bytes, cudaMemcpyHostToDevice));
-                if (ok(r, comm_allreduce(r->comm, drecv, drecv, count, cs->dtype, cs->op, s),
+                if (ok(r, kk, do_allreduce(kk, drecv, drecv, count, cs->dtype, cs->op, s),
                        "allreduce in place", cs, count)) {
                     CU(r, cudaStreamSynchronize(s));
                     CU(r, cudaMemcpy(hout, drecv, bytes, cudaMemcpyDeviceToHost));
@@ -206,9 +304,9 @@ static void body(struct h_rank *r)
                 if (count > 4099 && root != (int)((c + k) % (size_t)n))
                     continue;
                 CU(r, cudaMemset(drecv, 0xff, bytes));
-                if (ok(r,
-                       comm_reduce(r->comm, dsend, r->rank == root ? drecv : NULL, count, cs->dtype,
-                                   cs->op, root, s),
+                if (ok(r, kk,
+                       do_reduce(kk, dsend, r->rank == root ? drecv : NULL, count, cs->dtype,
+                                 cs->op, root, s),
                        "reduce", cs, count) &&
                     r->rank == root) {
                     CU(r, cudaStreamSynchronize(s));
@@ -221,7 +319,7 @@ static void body(struct h_rank *r)
             size_t rc = count / (size_t)n;
             if (rc > 0) {
                 CU(r, cudaMemset(drecv, 0xff, rc * es));
-                if (ok(r, comm_reduce_scatter(r->comm, dsend, drecv, rc, cs->dtype, cs->op, s),
+                if (ok(r, kk, do_reduce_scatter(kk, dsend, drecv, rc, cs->dtype, cs->op, s),
                        "reduce_scatter", cs, count)) {
                     CU(r, cudaStreamSynchronize(s));
                     CU(r, cudaMemcpy(hout, drecv, rc * es, cudaMemcpyDeviceToHost));
@@ -232,13 +330,13 @@ static void body(struct h_rank *r)
 
             /* allreduce_add of this rank's own residual, up to 65537 */
             if (cs->op == COMM_SUM && count <= 65537 && cs->dtype != COMM_U8 &&
-                cs->dtype != COMM_I32) {
+                cs->dtype != COMM_I32 && kk->nc == NULL) {
                 cref_fill(hadd, count, cs->dtype, COMM_SUM, seed + 99, 100 + r->rank);
                 CU(r, cudaMemcpy(dadd, hadd, bytes, cudaMemcpyHostToDevice));
                 cref_reduce(&lay, cs->dtype, cs->op, seed, count, 0, count, narrowed(cfg, cs), hadd,
                             count, want);
                 CU(r, cudaMemset(drecv, 0xff, bytes));
-                if (ok(r,
+                if (ok(r, kk,
                        comm_allreduce_add(r->comm, dsend, drecv, dadd, count, count, cs->dtype, s),
                        "allreduce_add", cs, count)) {
                     CU(r, cudaStreamSynchronize(s));
@@ -259,6 +357,16 @@ out:
     free(hout);
     free(want);
     free(hadd);
+    if (kk->nc == NULL && r->comm == NULL)
+        return; /* neither was made */
+#ifdef ARCOMM_TEST_NCCL
+    if (kk->nc != NULL) {
+        ncclResult_t e = ncclCommDestroy(kk->nc);
+        if (e != ncclSuccess)
+            h_fail(r, "rank %d: ncclCommDestroy: %s", r->rank, ncclGetLastError(NULL));
+        return;
+    }
+#endif
     st = comm_destroy(r->comm);
     if (st != COMM_OK)
         h_fail(r, "rank %d: comm_destroy: %s", r->rank, comm_last_error(NULL));
@@ -289,6 +397,10 @@ static void run_config(const struct config *cfg, int nranks, bool procs)
             }
         }
     }
+#ifdef ARCOMM_TEST_NCCL
+    if (cfg->nccl)
+        assert_int_equal(ncclGetUniqueId(&run->uid), ncclSuccess);
+#endif
     for (size_t i = 0; i < 4 && cfg->knobs[i][0] != NULL; i++)
         h_env_push(cfg->knobs[i][0], cfg->knobs[i][1]);
     struct h_job job = {.nranks = nranks,
@@ -357,6 +469,12 @@ int main(int argc, char **argv)
         fprintf(stderr, ")\n");
         return 2;
     }
+#ifndef ARCOMM_TEST_NCCL
+    if (g_cfg->nccl) {
+        printf("built without arcomm's NCCL face: skipped\n");
+        return 77;
+    }
+#endif
     if (!gpu_present()) {
         printf("no GPU: skipped\n");
         return 77;

@@ -174,11 +174,11 @@ static void test_table(void **state)
     assert_int_equal(wire_bytes(i8, COMM_F32, 1), 68);
     assert_int_equal(wire_bytes(i8, COMM_F16, 64), 68);
     assert_int_equal(wire_bytes(f8, COMM_BF16, 65), 136);
-    /* What applies: bf16 to f32 only, the block codecs to the three floats, sum and avg. */
+    /* What applies: bf16 to f32 (any op), the block codecs to the three floats, sum and avg. */
     assert_true(wire_applies(bf, COMM_F32, COMM_SUM));
     assert_true(wire_applies(bf, COMM_F32, COMM_AVG));
     assert_false(wire_applies(bf, COMM_F16, COMM_SUM));
-    assert_false(wire_applies(bf, COMM_F32, COMM_MAX));
+    assert_true(wire_applies(bf, COMM_F32, COMM_MAX));
     for (size_t d = 0; d < 3; d++) {
         assert_true(wire_applies(i8, dtypes[d], COMM_SUM));
         assert_true(wire_applies(f8, dtypes[d], COMM_AVG));

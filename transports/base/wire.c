@@ -356,6 +356,9 @@ bool wire_applies(const struct wire_row *row, comm_dtype_t dtype, comm_op_t op)
 {
     if (row == &wire_table[WIRE_NONE])
         return true;
+    /* bf16 rounds an input as the host paths have always done, whatever the op. */
+    if (row == &wire_table[WIRE_BF16])
+        return dtype == COMM_F32;
     return (op == COMM_SUM || op == COMM_AVG) && (unsigned)dtype < 32 &&
            (row->dtypes >> dtype & 1u);
 }

@@ -87,9 +87,9 @@ int wire_parse(const char *name);
 const char *wire_name(int codec);
 
 /*
- * Does the codec apply to a reduction of dtype with op?  bf16: f32 sums (and averages);
- * int8, fp8: f32, f16 and bf16 sums and averages; none: everything.  Where it does not
- * apply the call runs at full width.
+ * Does the codec apply to a reduction of dtype with op?  bf16: f32, any op (a backend
+ * may narrow fewer: CUDA's kernels narrow sums only); int8, fp8: f32, f16 and bf16 sums
+ * and averages; none: everything.  Where it does not apply the call runs at full width.
  */
 bool wire_applies(const struct wire_row *row, comm_dtype_t dtype, comm_op_t op);
 

@@ -24,10 +24,15 @@
 #define ARCOMM_BASE_WIRE_H
 
 #include "arcomm.h"
+#include "wire_scalar.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 enum wire_codec {
     WIRE_NONE = 0, /* full width: the dtype's own bytes */
@@ -38,20 +43,12 @@ enum wire_codec {
 };
 
 /*
- * Elements in a block of int8 and fp8.  64: a warp encodes a block with two elements a
- * lane and one shuffle reduction of the absmax; the scale costs 4 bytes in 68, so a block
- * is 1.0625 bytes an element (1.88x fewer bytes than bf16, 3.76x fewer than f32, where
- * 32-element blocks give only 1.78x and 3.56x); and an outlier inflates the error of 63
- * neighbours, not 127.
+ * WIRE_BLOCK_ELEMS (wire_scalar.h), the elements in a block of int8 and fp8, is 64: a
+ * warp encodes a block with two elements a lane and one shuffle reduction of the absmax;
+ * the scale costs 4 bytes in 68, so a block is 1.0625 bytes an element (1.88x fewer bytes
+ * than bf16, 3.76x fewer than f32, where 32-element blocks give only 1.78x and 3.56x);
+ * and an outlier inflates the error of 63 neighbours, not 127.
  */
-#define WIRE_BLOCK_ELEMS 64u
-/* Bytes of a block on the wire: the f32 scale, then one code an element. */
-#define WIRE_BLOCK_BYTES (4u + WIRE_BLOCK_ELEMS)
-/* The int8 code of a NaN or infinite element (the symmetric codes are -127..127). */
-#define WIRE_INT8_NONFINITE (-128)
-/* The largest finite e4m3 value, and its NaN code (sign bit apart). */
-#define WIRE_FP8_MAX 448.0f
-#define WIRE_FP8_NAN 0x7fu
 
 /*
  * Encodes n elements of dtype (one the row applies to) from src into dst, which holds
@@ -110,5 +107,9 @@ uint16_t wire_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN (qui
 float wire_bf16_to_f32(uint16_t b);
 uint8_t wire_f32_to_e4m3(float f); /* RNE, saturating to +-448; NaN and inf -> NaN */
 float wire_e4m3_to_f32(uint8_t b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ARCOMM_BASE_WIRE_H */

@@ -4,9 +4,12 @@
  * threshold differs from rank 0's gets COMM_ERR_MISMATCH from comm_init (before it
  * writes a byte into the segment), and so do the ranks already there; ranks that agree
  * work.  Thread ranks set theirs through comm_config_t.knob_defaults, process ranks
- * through their own environment.
+ * through their own environment.  And what the knobs do on the host paths: bf16 from
+ * ARCOMM_WIRE_THRESHOLD (auto: ARCOMM_BF16_THRESHOLD), nothing with ARCOMM_WIRE=none, full
+ * width for int8 and fp8 (the host carries bf16 only).
  */
 #include "harness.h"
+#include "wire_scalar.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -117,6 +120,93 @@ static void wire_agrees(void **s)
     assert_int_equal(h_shm_leftovers(), 0);
 }
 
+/* ---- the knobs' effect on a host allreduce ---- */
+
+struct effect_case {
+    const char *defaults; /* knob_defaults of every rank */
+    bool narrowed;        /* f32 expected rounded to bf16 before the sum */
+};
+
+enum { EFFECT_COUNT = 4096 };
+
+static float effect_input(int rank, size_t i)
+{
+    /* Low mantissa bits set: bf16 rounding shows in every element. */
+    return 1.0f + (float)((i * 7 + (size_t)rank * 3) % 1024 + 1) * 0x1p-20f;
+}
+
+static void effect_body(struct h_rank *r)
+{
+    const struct effect_case *ec = r->arg;
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = r->nranks;
+    cfg.rank = r->rank;
+    cfg.id = r->id;
+    cfg.timeout_ms = 20000;
+    cfg.knob_defaults = ec->defaults;
+    comm_status_t st = comm_init(&r->comm, &cfg);
+    if (st != COMM_OK) {
+        r->comm = NULL;
+        h_fail(r, "comm_init (%s): %s", ec->defaults, comm_last_error(NULL));
+        return;
+    }
+    float *send = malloc(EFFECT_COUNT * sizeof(float)),
+          *recv = malloc(EFFECT_COUNT * sizeof(float));
+    for (size_t i = 0; i < EFFECT_COUNT; i++)
+        send[i] = effect_input(r->rank, i);
+    st = comm_allreduce(r->comm, send, recv, EFFECT_COUNT, COMM_F32, COMM_SUM, NULL);
+    if (st != COMM_OK)
+        h_fail(r, "comm_allreduce: %s", comm_last_error(r->comm));
+    for (size_t i = 0; st == COMM_OK && i < EFFECT_COUNT; i++) {
+        float want = 0.0f;
+        for (int p = 0; p < r->nranks; p++) {
+            float x = effect_input(p, i);
+            if (ec->narrowed)
+                x = wire_bf16_value(wire_bf16_of(x));
+            want = p == 0 ? x : want + x;
+        }
+        if (wire_bits(recv[i]) != wire_bits(want)) {
+            h_fail(r, "%s: element %zu is %a, expected %a (%s)", ec->defaults, i, (double)recv[i],
+                   (double)want, ec->narrowed ? "bf16 inputs" : "full width");
+            break;
+        }
+    }
+    free(send);
+    free(recv);
+}
+
+static void knob_effect(void **s)
+{
+    (void)s;
+    static const struct effect_case cases[] = {
+        {"ARCOMM_BF16_THRESHOLD=0", true},
+        {"ARCOMM_BF16_THRESHOLD=0,ARCOMM_WIRE=none", false},
+        {"ARCOMM_WIRE_THRESHOLD=0", true},
+        {"ARCOMM_WIRE=bf16,ARCOMM_WIRE_THRESHOLD=16K", true},
+        {"ARCOMM_WIRE=bf16,ARCOMM_WIRE_THRESHOLD=32K", false},
+        {"ARCOMM_BF16_THRESHOLD=0,ARCOMM_WIRE_THRESHOLD=off", false},
+        {"ARCOMM_WIRE=int8,ARCOMM_WIRE_THRESHOLD=0", false},
+        {"ARCOMM_WIRE=fp8,ARCOMM_WIRE_THRESHOLD=0", false},
+        {"", false},
+    };
+    unsetenv("ARCOMM_WIRE");
+    unsetenv("ARCOMM_WIRE_THRESHOLD");
+    unsetenv("ARCOMM_BF16_THRESHOLD");
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct h_job job = {.nranks = 3,
+                            .no_init = true,
+                            .body = effect_body,
+                            .arg = (void *)&cases[c],
+                            .kill_rank = -1};
+        struct h_rank *res = h_run(&job);
+        for (int p = 0; p < 3; p++)
+            if (res[p].errors != 0)
+                fail_msg("rank %d: %s", p, res[p].first_error);
+    }
+    assert_int_equal(h_shm_leftovers(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -124,6 +214,7 @@ int main(void)
         cmocka_unit_test(wire_differs_threads),
         cmocka_unit_test(threshold_differs_procs),
         cmocka_unit_test(wire_agrees),
+        cmocka_unit_test(knob_effect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -337,19 +337,14 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, enu
     cudaStream_t stream = call->stream;
     const struct wire_row *row = wire_row(codec);
     bool narrow = codec == WIRE_BF16;
-    /* A block codec moves whole blocks: its chunks are cut on block boundaries, planned
-     * as units of a block (68 bytes, 64 elements); everything else as elements. */
+    /* A block codec moves whole blocks: its chunks are cut on block boundaries. */
     bool blocks = row->block_bytes != 0;
-    uint64_t units = blocks ? (call->count + row->block_elems - 1) / row->block_elems : call->count;
-    uint32_t wsize =
-        blocks ? row->block_bytes : cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
-    uint64_t unit_elems = blocks ? row->block_elems : 1;
-    /* A chunk holds one block at least (the knob may ask for 64 bytes). */
-    uint64_t knob = blocks && x->k.chunk_knob != 0 && x->k.chunk_knob < 2 * CUDA_LINE
-                        ? 2 * CUDA_LINE
-                        : x->k.chunk_knob;
-    struct cuda_cplan plan = cuda_cplan_compute(units, wsize, knob, x->g.chunk_max);
-    uint64_t chunk_elems = plan.chunk_elems * unit_elems;
+    uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
+    struct cuda_cplan plan =
+        blocks ? cuda_cplan_blocks(call->count, row->block_elems, row->block_bytes, x->k.chunk_knob,
+                                   x->g.chunk_max)
+               : cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
+    uint64_t chunk_elems = plan.chunk_elems;
     const uint8_t *src = call->send;
     int e;
 
@@ -373,7 +368,7 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, enu
             return cuda_launch_failed(c, "the wire encoding launch", e);
         src = (const uint8_t *)x->narrow;
     }
-    uint64_t wire = units * wsize;
+    uint64_t wire = wire_bytes(row, call->dtype, call->count);
     uint64_t ring = (uint64_t)x->tslots * x->g.chunk_max;
     struct cuda_cadd_args a = {.peer_stride = ring};
     cuda_fill_common(c, call, codec != WIRE_NONE, CUDA_PATH_COPY, &a.c);

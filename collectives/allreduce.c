@@ -43,6 +43,8 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
     /* Host shared memory is not a narrow link: keep every bit unless asked. */
     if (k->bf16_threshold == RT_SIZE_AUTO)
         k->bf16_threshold = RT_SIZE_OFF;
+    if (k->wire_threshold == RT_SIZE_AUTO)
+        k->wire_threshold = k->bf16_threshold;
     if (k->nt_threshold == RT_SIZE_AUTO) {
         /* Streaming stores pay once a call's inputs and outputs, all ranks' together,
          * no longer fit the cache this process gets: the outputs would only evict the

@@ -10,6 +10,7 @@
 #include "comm_base.h"
 #include "knobs.h"
 #include "shm/shm.h"
+#include "wire.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -186,10 +187,18 @@ static inline bool coll_host_kind_flag(enum coll_kind kind, const struct rt_knob
 const char *coll_host_path(enum coll_kind kind, const struct rt_knobs *k, size_t bytes_per_rank,
                            int nranks);
 
-/* Is f32 narrowed to bf16 for a message of bytes? */
+/* ARCOMM_WIRE_THRESHOLD as it applies: "auto" is ARCOMM_BF16_THRESHOLD's value. */
+static inline size_t coll_wire_threshold(const struct rt_knobs *k)
+{
+    return k->wire_threshold == RT_SIZE_AUTO ? k->bf16_threshold : k->wire_threshold;
+}
+
+/* Is f32 narrowed to bf16 for a message of bytes?  The host paths carry the bf16 codec
+ * only: ARCOMM_WIRE=int8 or fp8 leave host calls at full width (docs/wire.md). */
 static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, size_t bytes)
 {
-    return dtype == COMM_F32 && k->bf16_threshold != RT_SIZE_OFF && bytes >= k->bf16_threshold;
+    size_t t = coll_wire_threshold(k);
+    return k->wire == WIRE_BF16 && dtype == COMM_F32 && t != RT_SIZE_OFF && bytes >= t;
 }
 
 /* host_common.c: the arrival handshake every host call starts with. */

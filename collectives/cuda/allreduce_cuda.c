@@ -146,14 +146,17 @@ void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
     k->dtype = (int32_t)call->dtype;
     k->op = (int32_t)op;
     k->narrow = narrow;
+    k->codec = 0; /* the copy path sets a block codec */
     k->vec = cuda_aligned16(call->send) && cuda_aligned16(call->recv) &&
              (call->addend == NULL || cuda_aligned16(call->addend));
 }
 
 /* The kernel path: one LL launch per round of at most a sub-slot's payload. */
-static comm_status_t kernel_path(struct comm *c, const struct coll_call *call, bool narrow)
+static comm_status_t kernel_path(struct comm *c, const struct coll_call *call,
+                                 enum wire_codec codec)
 {
-    return cuda_kernel_path_as(c, call, call, narrow);
+    /* The LL rounds carry bf16 or full width: a block codec runs at full width here. */
+    return cuda_kernel_path_as(c, call, call, codec == WIRE_BF16);
 }
 
 comm_status_t cuda_kernel_path_as(struct comm *c, const struct coll_call *call,
@@ -185,7 +188,8 @@ comm_status_t cuda_kernel_path_as(struct comm *c, const struct coll_call *call,
 }
 
 /*
- * The bf16 copy of a narrowed input, grown in stream order on the D2H stream.  Once a
+ * This rank's input as encoded on the wire (bf16, int8, fp8), grown in stream order on
+ * the D2H stream.  Once a
  * call was recorded into a graph, a buffer may be in a graph's nodes: outgrown buffers
  * are kept until teardown, and new ones come from cudaMalloc (allowed inside a capture
  * in relaxed mode, which this thread takes for that call alone).
@@ -327,18 +331,25 @@ comm_status_t cuda_copy_end(struct comm *c, const struct coll_call *call)
  * So D2H of chunk k + 1 overlaps H2D of chunk k; the add kernels never wait.  Nothing
  * enqueued holds a call number or an absolute counter: a CUDA graph replays it as it is.
  */
-static comm_status_t copy_path(struct comm *c, const struct coll_call *call, bool narrow)
+static comm_status_t copy_path(struct comm *c, const struct coll_call *call, enum wire_codec codec)
 {
     struct cuda_comm *x = cuda_of(c);
     cudaStream_t stream = call->stream;
+    const struct wire_row *row = wire_row(codec);
+    bool narrow = codec == WIRE_BF16;
+    /* A block codec moves whole blocks: its chunks are cut on block boundaries. */
+    bool blocks = row->block_bytes != 0;
     uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
     struct cuda_cplan plan =
-        cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
+        blocks ? cuda_cplan_blocks(call->count, row->block_elems, row->block_bytes, x->k.chunk_knob,
+                                   x->g.chunk_max)
+               : cuda_cplan_compute(call->count, wsize, x->k.chunk_knob, x->g.chunk_max);
+    uint64_t chunk_elems = plan.chunk_elems;
     const uint8_t *src = call->send;
     int e;
 
-    if (narrow) {
-        comm_status_t st = narrow_buffer(c, call->count * 2);
+    if (codec != WIRE_NONE) {
+        comm_status_t st = narrow_buffer(c, wire_bytes(row, call->dtype, call->count));
         if (st != COMM_OK)
             return st;
     }
@@ -349,13 +360,21 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
         if ((e = cuda_launch_narrow(call->send, x->narrow, call->count, x->sd)) != 0)
             return cuda_launch_failed(c, "the bf16 narrowing launch", e);
         src = (const uint8_t *)x->narrow;
+    } else if (blocks) {
+        /* Each rank encodes its contribution once; its own term of the sum is decoded from
+         * these very bytes, as its peers decode them. */
+        if ((e = cuda_launch_encode((int)codec, (int)call->dtype, call->send, x->narrow,
+                                    call->count, x->sd)) != 0)
+            return cuda_launch_failed(c, "the wire encoding launch", e);
+        src = (const uint8_t *)x->narrow;
     }
-    uint64_t wire = call->count * wsize;
+    uint64_t wire = wire_bytes(row, call->dtype, call->count);
     uint64_t ring = (uint64_t)x->tslots * x->g.chunk_max;
     struct cuda_cadd_args a = {.peer_stride = ring};
-    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, &a.c);
+    cuda_fill_common(c, call, codec != WIRE_NONE, CUDA_PATH_COPY, &a.c);
+    a.c.codec = blocks ? (int32_t)codec : 0;
     struct cuda_wait_args base_wait = {.stage = 0};
-    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, &base_wait.c);
+    cuda_fill_common(c, call, codec != WIRE_NONE, CUDA_PATH_COPY, &base_wait.c);
     for (uint32_t k = 0; k < plan.chunks; k++) {
         uint32_t ts = k % x->tslots;
         uint64_t off = (uint64_t)k * plan.chunk_bytes;
@@ -409,8 +428,9 @@ static comm_status_t copy_path(struct comm *c, const struct coll_call *call, boo
             (e = cudaStreamWaitEvent(stream, x->ev_fetched, 0)) != 0)
             return cuda_launch_failed(c, "ordering the add kernel after the copies", e);
         a.tmp = x->tmp + (uint64_t)ts * x->g.chunk_max;
-        a.lo = (uint64_t)k * plan.chunk_elems;
-        a.n = call->count - a.lo < plan.chunk_elems ? call->count - a.lo : plan.chunk_elems;
+        a.own = src + off;
+        a.lo = (uint64_t)k * chunk_elems;
+        a.n = call->count - a.lo < chunk_elems ? call->count - a.lo : chunk_elems;
         if ((e = cuda_launch_cadd(&a, stream)) != 0)
             return cuda_launch_failed(c, "the add-kernel launch", e);
         if ((e = cudaEventRecord(x->ev_added[ts], stream)) != 0)
@@ -495,6 +515,20 @@ comm_status_t cuda_call_end(struct comm *c, const struct coll_call *call, comm_s
     return st;
 }
 
+enum wire_codec cuda_wire_pick(const struct cuda_knobs *k, const struct coll_call *call,
+                               size_t bytes)
+{
+    if (k->wire == WIRE_BF16)
+        /* bf16 on the wire for f32 sums only (an addend is a sum's), as always. */
+        return call->dtype == COMM_F32 && call->op == COMM_SUM && bytes >= k->bf16_threshold
+                   ? WIRE_BF16
+                   : WIRE_NONE;
+    const struct wire_row *row = wire_row((enum wire_codec)k->wire);
+    if (row == NULL || bytes < k->wire_threshold || !wire_applies(row, call->dtype, call->op))
+        return WIRE_NONE;
+    return (enum wire_codec)k->wire;
+}
+
 comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
                                      cuda_allreduce_path small, cuda_allreduce_path large)
 {
@@ -508,14 +542,13 @@ comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *cal
     if (st != COMM_OK)
         return st;
     size_t bytes = call->count * rt_dtype_size(call->dtype);
-    /* bf16 on the wire for f32 sums only (an addend is a sum's). */
-    bool narrow = call->dtype == COMM_F32 && call->op == COMM_SUM && bytes >= x->k.bf16_threshold;
+    enum wire_codec codec = cuda_wire_pick(&x->k, call, bytes);
     if (c->nranks == 1)
         st = cuda_single_rank(c, call); /* exact: nothing travels */
     else if (bytes >= x->k.copy_threshold)
-        st = large(c, call, narrow);
+        st = large(c, call, codec);
     else
-        st = small(c, call, narrow);
+        st = small(c, call, codec);
     return cuda_call_end(c, call, st, prev);
 }
 

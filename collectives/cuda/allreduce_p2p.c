@@ -18,8 +18,10 @@
 #include "kernels_p2p.h"
 
 /* One-shot: LL rounds of at most an LL area's payload. */
-static comm_status_t one_shot(struct comm *c, const struct coll_call *call, bool narrow)
+static comm_status_t one_shot(struct comm *c, const struct coll_call *call, enum wire_codec codec)
 {
+    /* bf16 or full width: a block codec runs at full width on cuda-p2p. */
+    bool narrow = codec == WIRE_BF16;
     struct cuda_comm *x = cuda_of(c);
     struct cuda_p2p *p = x->p2p;
     uint32_t wsize = cuda_wire_size((uint32_t)rt_dtype_size(call->dtype), narrow);
@@ -42,8 +44,9 @@ static comm_status_t one_shot(struct comm *c, const struct coll_call *call, bool
 
 /* Two-shot: rounds of nranks slices (p2p_layout.h), ARCOMM_CUDA_BLOCKS blocks each (the
  * same on every rank: the geometry agreement compared it). */
-static comm_status_t two_shot(struct comm *c, const struct coll_call *call, bool narrow)
+static comm_status_t two_shot(struct comm *c, const struct coll_call *call, enum wire_codec codec)
 {
+    bool narrow = codec == WIRE_BF16;
     struct cuda_comm *x = cuda_of(c);
     struct cuda_p2p *p = x->p2p;
     struct cuda_p2p_tplan plan =

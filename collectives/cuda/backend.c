@@ -20,7 +20,10 @@ static void resolve_knobs(const struct rt_knobs *set, struct cuda_knobs *out)
     struct rt_knobs k = *set;
     coll_cuda_knobs.used(&k, NULL, 0, false);
     out->copy_threshold = size_number(k.cuda.copy_threshold);
-    out->bf16_threshold = size_number(k.bf16_threshold);
+    /* ARCOMM_WIRE=bf16 from ARCOMM_WIRE_THRESHOLD (auto: ARCOMM_BF16_THRESHOLD). */
+    out->bf16_threshold = k.wire == WIRE_BF16 ? size_number(k.wire_threshold) : UINT64_MAX;
+    out->wire = (uint32_t)k.wire;
+    out->wire_threshold = size_number(k.wire_threshold);
     /* 0 asks cuda_copy_chunk for clamp(bytes/2, ...); the table refuses "off". */
     out->chunk_knob = k.cuda.copy_chunk_bytes == RT_SIZE_AUTO ? 0 : k.cuda.copy_chunk_bytes;
     /* A number: the table refuses "off" and reads "auto" as its default (32M). */

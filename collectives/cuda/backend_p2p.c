@@ -31,7 +31,9 @@ static comm_status_t p2p_backend_setup(struct comm *c)
     coll_cuda_knobs.used(&k, NULL, 0, false);
     struct cuda_knobs ck = {
         .copy_threshold = size_number(k.cuda.copy_threshold),
-        .bf16_threshold = size_number(k.bf16_threshold),
+        .bf16_threshold = k.wire == WIRE_BF16 ? size_number(k.wire_threshold) : UINT64_MAX,
+        .wire = (uint32_t)k.wire,
+        .wire_threshold = size_number(k.wire_threshold),
         .chunk_knob = k.cuda.copy_chunk_bytes == RT_SIZE_AUTO ? 0 : k.cuda.copy_chunk_bytes,
         .staging_bytes = k.cuda.staging_bytes,
         .blocks = (uint32_t)k.cuda.blocks,

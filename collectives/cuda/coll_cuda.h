@@ -10,6 +10,7 @@
 
 #include "coll.h"
 #include "cuda/cuda_comm.h"
+#include "wire.h"
 #include "kernels.h"
 
 /* What the CUDA backends (backend.c, backend_p2p.c) refuse of a well-formed call. */
@@ -24,13 +25,21 @@ comm_status_t coll_cuda_p2p_move(struct comm *c, const struct coll_call *call);
  * reduce (every rank pushes to the root). */
 comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_call *call);
 comm_status_t coll_cuda_p2p_reduce(struct comm *c, const struct coll_call *call);
-/* An allreduce path: enqueues a call (narrow: f32 sums as bf16 on the wire). */
+/* An allreduce path: enqueues a call whose contributions travel in codec (WIRE_NONE,
+ * WIRE_BF16: f32 sums as bf16, or a block codec; a path that has no kernels for a block
+ * codec runs the call at full width). */
 typedef comm_status_t (*cuda_allreduce_path)(struct comm *c, const struct coll_call *call,
-                                             bool narrow);
+                                             enum wire_codec codec);
+/* The codec of an allreduce call moving bytes: ARCOMM_WIRE from ARCOMM_WIRE_THRESHOLD
+ * where it applies (bf16: f32 sums, as the kernels have always narrowed; int8, fp8: f32,
+ * f16, bf16 sums and averages), else WIRE_NONE.  The same on every rank: the knobs are
+ * agreed at join. */
+enum wire_codec cuda_wire_pick(const struct cuda_knobs *k, const struct coll_call *call,
+                               size_t bytes);
 /* Allreduce on a transport's two paths: small below ARCOMM_COPY_THRESHOLD, large from it;
- * one rank: cuda_single_rank.  The device's reports checked, the call ordered, narrowing
- * chosen from ARCOMM_BF16_THRESHOLD.  coll_cuda_allreduce is this over the kernel and
- * copy-engine paths. */
+ * one rank: cuda_single_rank.  The device's reports checked, the call ordered, the codec
+ * chosen by cuda_wire_pick.  coll_cuda_allreduce is this over the kernel and copy-engine
+ * paths. */
 comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
                                      cuda_allreduce_path small, cuda_allreduce_path large);
 /* Allreduce's kernel path for call (an allreduce), the ranks comparing the call as

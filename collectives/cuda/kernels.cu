@@ -20,6 +20,8 @@
  * reports on the next call, and releases every copy-path counter.
  */
 #include "kernels_ll.cuh"
+#include "wire.h"
+#include "wire_scalar.h"
 
 namespace
 {
@@ -253,6 +255,177 @@ __global__ void narrow_kernel(const float *src, __nv_bfloat16 *dst, uint64_t n, 
     }
 }
 
+/* ---- the block codecs (int8, fp8): encode once, decode every rank's bytes in the add ---- */
+
+/* An element of a block codec: its code, and the value a code decodes to. */
+template <int CODEC> struct block_codec;
+template <> struct block_codec<WIRE_INT8> {
+    static __device__ __forceinline__ float scale(float amax)
+    {
+        return wire_int8_scale(amax);
+    }
+    static __device__ __forceinline__ uint8_t code(float x, float s)
+    {
+        return (uint8_t)wire_int8_code(x, s);
+    }
+    static __device__ __forceinline__ float value(uint8_t c, float s)
+    {
+        return wire_int8_value((int8_t)c, s);
+    }
+};
+template <> struct block_codec<WIRE_FP8> {
+    static __device__ __forceinline__ float scale(float amax)
+    {
+        return wire_fp8_scale(amax);
+    }
+    static __device__ __forceinline__ uint8_t code(float x, float s)
+    {
+        return wire_fp8_code(x, s);
+    }
+    static __device__ __forceinline__ float value(uint8_t c, float s)
+    {
+        return wire_fp8_value(c, s);
+    }
+};
+
+/* One warp a block of WIRE_BLOCK_ELEMS (64): lane l holds elements l and l + 32; the
+ * finite absmax by a shuffle reduction (max is exact in any order), then the f32 scale
+ * (lane 0) and one code byte an element.  The bytes are wire.c's, bit for bit (the same
+ * arithmetic, wire_scalar.h); the last block's unused codes are 0. */
+template <typename T, int CODEC>
+__global__ void __launch_bounds__(256) encode_kernel(const T *src, uint8_t *dst, uint64_t n)
+{
+    typedef block_codec<CODEC> K;
+    const uint32_t lane = threadIdx.x & 31u;
+    const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / 32u);
+    const uint64_t nblocks = (n + WIRE_BLOCK_ELEMS - 1) / WIRE_BLOCK_ELEMS;
+    for (uint64_t b = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32u; b < nblocks;
+         b += warps) {
+        const uint64_t i0 = b * WIRE_BLOCK_ELEMS + lane, i1 = i0 + 32u;
+        const float x0 = i0 < n ? to_acc(src[i0]) : 0.0f;
+        const float x1 = i1 < n ? to_acc(src[i1]) : 0.0f;
+        const float a0 = wire_abs(x0), a1 = wire_abs(x1);
+        float amax = wire_finite(a0) ? a0 : 0.0f;
+        amax = wire_finite(a1) && a1 > amax ? a1 : amax;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float o = __shfl_xor_sync(0xffffffffu, amax, off);
+            amax = o > amax ? o : amax;
+        }
+        const float s = K::scale(amax);
+        uint8_t *out = dst + b * WIRE_BLOCK_BYTES;
+        if (lane == 0)
+            *reinterpret_cast<float *>(out) = s;
+        out[4 + lane] = i0 < n ? K::code(x0, s) : (uint8_t)0;
+        out[4 + 32 + lane] = i1 < n ? K::code(x1, s) : (uint8_t)0;
+    }
+}
+
+/* The add kernel of a chunk on a block codec: one warp a block; every rank's value of an
+ * element decoded from the bytes on the wire (this rank's own from a.own, the very bytes
+ * its peers fetched) and summed in rank order in f32, then the addend, AVG's division and
+ * the one rounding to T, as reduce_group does.  Writes nothing after a failure. */
+template <typename T, int CODEC, int OP>
+__global__ void __launch_bounds__(256) cadd_codec_kernel(const cuda_cadd_args a)
+{
+    typedef block_codec<CODEC> K;
+    typedef opf<OP> F;
+    if (failed_here(a.c))
+        return;
+    const uint32_t lane = threadIdx.x & 31u;
+    const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / 32u);
+    const uint64_t nblocks = (a.n + WIRE_BLOCK_ELEMS - 1) / WIRE_BLOCK_ELEMS;
+    T *recv = static_cast<T *>(a.c.recv) + a.lo;
+    const T *addend = static_cast<const T *>(a.c.addend);
+    for (uint64_t b = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32u; b < nblocks;
+         b += warps) {
+        float acc[2];
+        for (int p = 0; p < a.c.nranks; p++) {
+            const int q = p < a.c.rank ? p : p - 1;
+            const uint8_t *blk = (p == a.c.rank ? a.own : a.tmp + (uint64_t)q * a.peer_stride) +
+                                 b * WIRE_BLOCK_BYTES;
+            const float s = __ldcg(reinterpret_cast<const float *>(blk));
+            const float v0 = K::value(__ldcg(blk + 4 + lane), s);
+            const float v1 = K::value(__ldcg(blk + 4 + 32 + lane), s);
+            acc[0] = p == 0 ? v0 : F::f(acc[0], v0);
+            acc[1] = p == 0 ? v1 : F::f(acc[1], v1);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint64_t i = b * WIRE_BLOCK_ELEMS + lane + 32u * (uint32_t)h;
+            if (i >= a.n)
+                continue;
+            float v = acc[h];
+            if (addend != nullptr)
+                v = add_(v, to_acc(addend[(a.lo + i) % a.c.addend_count]));
+            recv[i] = from_acc<T>(F::fin(v, a.c.nranks));
+        }
+    }
+}
+
+/* Warps of 256-thread blocks, one a block of 64 elements, at most 132 * 8 warps. */
+static unsigned codec_blocks(uint64_t n)
+{
+    uint64_t nblocks = (n + WIRE_BLOCK_ELEMS - 1) / WIRE_BLOCK_ELEMS;
+    uint64_t want = (nblocks + 7) / 8;
+    return (unsigned)(want < 1 ? 1 : want > 1056 ? 1056 : want);
+}
+
+template <typename T, int CODEC, int OP>
+cudaError_t launch_cadd_codec_t(const cuda_cadd_args *a, cudaStream_t s)
+{
+    cadd_codec_kernel<T, CODEC, OP><<<codec_blocks(a->n), 256, 0, s>>>(*a);
+    return cudaGetLastError();
+}
+
+template <typename T, int CODEC> cudaError_t cadd_codec_op(const cuda_cadd_args *a, cudaStream_t s)
+{
+    switch (a->c.op) {
+    case COMM_SUM:
+        return launch_cadd_codec_t<T, CODEC, COMM_SUM>(a, s);
+    case COMM_AVG:
+        return launch_cadd_codec_t<T, CODEC, COMM_AVG>(a, s);
+    default:
+        return cudaErrorInvalidValue; /* wire_applies: sums and averages only */
+    }
+}
+
+template <int CODEC> cudaError_t cadd_codec_dtype(const cuda_cadd_args *a, cudaStream_t s)
+{
+    switch (a->c.dtype) {
+    case COMM_F32:
+        return cadd_codec_op<float, CODEC>(a, s);
+    case COMM_F16:
+        return cadd_codec_op<__half, CODEC>(a, s);
+    case COMM_BF16:
+        return cadd_codec_op<__nv_bfloat16, CODEC>(a, s);
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+template <int CODEC>
+cudaError_t encode_dtype(int dtype, const void *src, uint8_t *dst, uint64_t n, cudaStream_t s)
+{
+    const unsigned blocks = codec_blocks(n);
+    switch (dtype) {
+    case COMM_F32:
+        encode_kernel<float, CODEC><<<blocks, 256, 0, s>>>(static_cast<const float *>(src), dst, n);
+        break;
+    case COMM_F16:
+        encode_kernel<__half, CODEC>
+            <<<blocks, 256, 0, s>>>(static_cast<const __half *>(src), dst, n);
+        break;
+    case COMM_BF16:
+        encode_kernel<__nv_bfloat16, CODEC>
+            <<<blocks, 256, 0, s>>>(static_cast<const __nv_bfloat16 *>(src), dst, n);
+        break;
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
 template <typename T, typename W, int OP>
 cudaError_t launch_ll_t(const cuda_ll_args *a, unsigned blocks, cudaStream_t s)
 {
@@ -306,7 +479,26 @@ extern "C" int cuda_launch_ll(const struct cuda_ll_args *a, unsigned blocks, voi
 
 extern "C" int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream)
 {
-    return dispatch(a->c, cadd_launch{a, static_cast<cudaStream_t>(stream)});
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (a->c.codec == WIRE_INT8)
+        return cadd_codec_dtype<WIRE_INT8>(a, s);
+    if (a->c.codec == WIRE_FP8)
+        return cadd_codec_dtype<WIRE_FP8>(a, s);
+    return dispatch(a->c, cadd_launch{a, s});
+}
+
+extern "C" int cuda_launch_encode(int codec, int dtype, const void *src, void *dst, uint64_t count,
+                                  void *stream)
+{
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    uint8_t *d = static_cast<uint8_t *>(dst);
+    if (count == 0)
+        return cudaSuccess;
+    if (codec == WIRE_INT8)
+        return encode_dtype<WIRE_INT8>(dtype, src, d, count, s);
+    if (codec == WIRE_FP8)
+        return encode_dtype<WIRE_FP8>(dtype, src, d, count, s);
+    return cudaErrorInvalidValue;
 }
 
 extern "C" int cuda_launch_ccopy(const struct cuda_ccopy_args *a, void *stream)

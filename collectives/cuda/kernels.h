@@ -36,6 +36,7 @@ struct cuda_kcommon {
     int32_t op;     /* comm_op_t (AVG of float types only) */
     int32_t narrow; /* f32 sum rounded through bf16, bf16 on the wire */
     int32_t vec;    /* send, recv, addend 16-byte aligned: vector accesses */
+    int32_t codec;  /* a block codec (enum wire_codec: int8, fp8) on the wire, else 0 */
 };
 
 /* Kernel path: one LL round (a launch per round). */
@@ -58,6 +59,7 @@ struct cuda_cadd_args {
     uint64_t peer_stride; /* bytes from one peer's ring to the next */
     uint64_t lo;          /* first element of the chunk */
     uint64_t n;           /* elements of the chunk */
+    const uint8_t *own;   /* c.codec: this rank's encoded chunk (what its peers fetched) */
 };
 
 /*
@@ -103,6 +105,14 @@ int cuda_launch_cadd(const struct cuda_cadd_args *a, void *stream);
 int cuda_launch_ccopy(const struct cuda_ccopy_args *a, void *stream);
 /* dst[i] = bf16(src[i]), round to nearest even, NaN kept NaN. */
 int cuda_launch_narrow(const float *src, void *dst, uint64_t count, void *stream);
+/*
+ * count elements of dtype (f32, f16, bf16) at src encoded in codec (WIRE_INT8, WIRE_FP8)
+ * into dst (wire_bytes(codec, count) bytes, 4-byte aligned): one warp a block of 64, the
+ * bytes transports/base/wire.c's encode writes.  With a block codec in a.c.codec,
+ * cuda_launch_cadd decodes every rank's bytes (this rank's from a.own) in rank order.
+ */
+int cuda_launch_encode(int codec, int dtype, const void *src, void *dst, uint64_t count,
+                       void *stream);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,8 @@ static void cuda_knobs_used(struct rt_knobs *k, const struct rt_topo_summary *to
         k->cuda.copy_threshold = CUDA_DEFAULT_COPY_THRESHOLD;
     if (k->bf16_threshold == RT_SIZE_AUTO)
         k->bf16_threshold = CUDA_DEFAULT_BF16_THRESHOLD;
+    if (k->wire_threshold == RT_SIZE_AUTO)
+        k->wire_threshold = k->bf16_threshold;
     /* ARCOMM_COPY_CHUNK_BYTES "auto" stays auto: the chunk follows each call's size
      * (clamp(bytes/2, 512K, 4M)); the table refuses "off".  ARCOMM_CUDA_STAGING_BYTES is
      * a number already (the table reads "auto" as its default). */
@@ -35,6 +37,7 @@ static void cuda_knobs_used(struct rt_knobs *k, const struct rt_topo_summary *to
 
 const struct backend_knobs coll_cuda_knobs = {
     .name = "cuda",
-    .reads = RT_KNOB_MASK_SEGMENT | RT_KNOB_BIT(BF16_THRESHOLD) | RT_KNOB_MASK_CUDA,
+    .reads = RT_KNOB_MASK_SEGMENT | RT_KNOB_BIT(BF16_THRESHOLD) | RT_KNOB_BIT(WIRE) |
+             RT_KNOB_BIT(WIRE_THRESHOLD) | RT_KNOB_MASK_CUDA,
     .used = cuda_knobs_used,
 };

@@ -5,8 +5,8 @@
  * AVG is a sum divided by the number of ranks in the last step.
  */
 #include "hier.h"
+#include "wire_scalar.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -15,32 +15,13 @@ comm_dtype_t hier_work_dtype(comm_dtype_t dtype)
     return dtype == COMM_F16 || dtype == COMM_BF16 ? COMM_F32 : dtype;
 }
 
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-/* Round to nearest even; a NaN stays a (quiet) NaN. */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    if (isnan(f))
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 void hier_widen(const void *src, comm_dtype_t dtype, void *dst, size_t n)
 {
     float *out = dst;
     if (dtype == COMM_BF16) {
         const uint16_t *in = src;
         for (size_t i = 0; i < n; i++)
-            out[i] = bf16_to_f32(in[i]);
+            out[i] = wire_bf16_value(in[i]);
     } else if (dtype == COMM_F16) {
         const _Float16 *in = src;
         for (size_t i = 0; i < n; i++)
@@ -56,7 +37,7 @@ void hier_narrow(const void *src, comm_dtype_t dtype, void *dst, size_t n, int d
     if (dtype == COMM_BF16) {
         uint16_t *out = dst;
         for (size_t i = 0; i < n; i++)
-            out[i] = f32_to_bf16(divisor > 1 ? in[i] / (float)divisor : in[i]);
+            out[i] = wire_bf16_of(divisor > 1 ? in[i] / (float)divisor : in[i]);
     } else if (dtype == COMM_F16) {
         _Float16 *out = dst;
         for (size_t i = 0; i < n; i++)
@@ -79,7 +60,7 @@ void hier_narrow(const void *src, comm_dtype_t dtype, void *dst, size_t n, int d
 static float half_at(const void *addend, comm_dtype_t dtype, size_t i)
 {
     if (dtype == COMM_BF16)
-        return bf16_to_f32(((const uint16_t *)addend)[i]);
+        return wire_bf16_value(((const uint16_t *)addend)[i]);
     return (float)((const _Float16 *)addend)[i];
 }
 

@@ -26,6 +26,7 @@ TYPES = {
     "RT_KNOB_BOOL": "boolean",
     "RT_KNOB_STRING": "string",
     "RT_KNOB_LOGLEVEL": "log level",
+    "RT_KNOB_CODEC": "codec",
 }
 
 

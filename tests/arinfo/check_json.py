@@ -222,7 +222,7 @@ def check_full(d, this_system):
         assert c['used_by'] and set(c['used_by']) <= {'shm', 'cuda', 'hexagon'}, c
         assert c['effective'] == next(iter(c['used_by'].values())), c
         assert c['name'].startswith('ARCOMM_') and c['doc']
-        assert c['type'] in ('int', 'size', 'bool', 'string', 'loglevel')
+        assert c['type'] in ('int', 'size', 'bool', 'string', 'loglevel', 'codec')
         assert c['source'] in ('default', 'environment')
         assert c['table'] in ('common', 'host', 'cuda', 'hexagon')
 

@@ -2,6 +2,8 @@
 /* The CUDA tests' harness (cuda_harness.h). */
 #include "cuda_harness.h"
 #include "transport_check.h"
+#include "wire.h"
+#include "wire_scalar.h"
 
 #include <math.h>
 #include <string.h>
@@ -71,6 +73,44 @@ uint64_t input_seed(const struct kase *k, int r)
     return k->seed * 1000003u + (uint64_t)r * 7919u + 1;
 }
 
+int env_codec(void)
+{
+    const char *w = getenv("ARCOMM_WIRE");
+    if (w == NULL || *w == '\0')
+        return WIRE_BF16;
+    return strcmp(w, "int8") == 0   ? WIRE_INT8
+           : strcmp(w, "fp8") == 0  ? WIRE_FP8
+           : strcmp(w, "none") == 0 ? WIRE_NONE
+                                    : WIRE_BF16;
+}
+
+/*
+ * What a block codec makes of one rank's n elements: the decoded values (what every rank
+ * sums) and each element's bound of docs/wire.md, from the block's finite absmax.  The
+ * arithmetic is wire_scalar.h's, the library's own, written out here over the blocks.
+ */
+static void codec_emulate(int codec, const void *in, comm_dtype_t t, size_t n, float *dec,
+                          double *err)
+{
+    for (size_t b = 0; b < n; b += WIRE_BLOCK_ELEMS) {
+        size_t m = n - b < WIRE_BLOCK_ELEMS ? n - b : WIRE_BLOCK_ELEMS;
+        float amax = 0.0f;
+        for (size_t i = 0; i < m; i++) {
+            float a = fabsf(get_f(in, b + i, t));
+            amax = isfinite(a) && a > amax ? a : amax;
+        }
+        float s = codec == WIRE_INT8 ? wire_int8_scale(amax) : wire_fp8_scale(amax);
+        for (size_t i = 0; i < m; i++) {
+            float x = get_f(in, b + i, t);
+            dec[b + i] = codec == WIRE_INT8 ? wire_int8_value(wire_int8_code(x, s), s)
+                                            : wire_fp8_value(wire_fp8_code(x, s), s);
+            err[b + i] = codec == WIRE_INT8
+                             ? amax * (1.0 / 254.0 + 0x1p-22) + 0x1p-140
+                             : fabs(x) * (0x1p-4 + 0x1p-20) + amax * 0x1p-18 + 0x1p-140;
+        }
+    }
+}
+
 void make_expect(const struct kase *k, int nranks, void *const *inputs, const void *addend,
                  struct expect *e)
 {
@@ -78,17 +118,25 @@ void make_expect(const struct kase *k, int nranks, void *const *inputs, const vo
     e->bits = malloc(n * esize(k->dtype) + 1);
     e->ref = malloc(n * sizeof(double) + 1);
     e->bound = malloc(n * sizeof(double) + 1);
+    float *dec[MAX_RANKS] = {NULL};
+    double *err[MAX_RANKS] = {NULL};
+    for (int r = 0; k->codec != 0 && r < nranks; r++) {
+        dec[r] = malloc(n * sizeof(float) + 1);
+        err[r] = malloc(n * sizeof(double) + 1);
+        codec_emulate(k->codec, inputs[r], k->dtype, n, dec[r], err[r]);
+    }
     for (size_t i = 0; i < n; i++) {
         float acc = 0.0f;
-        double ref = 0.0, abs = 0.0;
+        double ref = 0.0, abs = 0.0, codec_err = 0.0;
         for (int r = 0; r < nranks; r++) {
             float x = get_f(inputs[r], i, k->dtype);
-            float w = k->narrow ? bf16_to_f(f_to_bf16(x)) : x;
+            float w = k->codec ? dec[r][i] : k->narrow ? bf16_to_f(f_to_bf16(x)) : x;
             acc = r == 0 ? w : acc + w;
             ref += x;
-            abs += fabs(x);
+            abs += fabs(x) > fabs(w) ? fabs(x) : fabs(w);
+            codec_err += k->codec ? err[r][i] : 0.0;
         }
-        double bound = nranks * 0x1.0p-23 * abs + 1e-30;
+        double bound = nranks * 0x1.0p-23 * abs + 1e-30 + codec_err;
         if (k->narrow)
             bound += 0x1.0p-8 * abs; /* one bf16 rounding per input */
         if (addend) {
@@ -102,6 +150,10 @@ void make_expect(const struct kase *k, int nranks, void *const *inputs, const vo
         put_f(e->bits, i, k->dtype, acc);
         e->ref[i] = ref;
         e->bound[i] = bound;
+    }
+    for (int r = 0; r < nranks; r++) {
+        free(dec[r]);
+        free(err[r]);
     }
 }
 
@@ -128,9 +180,12 @@ long check_output(const struct kase *k, int rank, const void *out, const struct 
                     "  rank %d dtype %d count %zu%s%s off %zu add %zu: [%zu] = %.9g, expected "
                     "%.9g (float64 %.9g +- %.3g)%s\n",
                     rank, (int)k->dtype, k->count, k->inplace ? " inplace" : "",
-                    k->narrow ? " bf16-wire" : "", k->offset, k->addend_count, i, v,
-                    get_f(e->bits, i, k->dtype), e->ref[i], e->bound[i],
-                    bits_ok ? "" : " (bits differ)");
+                    k->narrow               ? " bf16-wire"
+                    : k->codec == WIRE_INT8 ? " int8-wire"
+                    : k->codec == WIRE_FP8  ? " fp8-wire"
+                                            : "",
+                    k->offset, k->addend_count, i, v, get_f(e->bits, i, k->dtype), e->ref[i],
+                    e->bound[i], bits_ok ? "" : " (bits differ)");
     }
     return wrong;
 }

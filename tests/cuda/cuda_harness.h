@@ -28,6 +28,7 @@ struct kase {
     size_t offset;       /* elements past a 256-byte aligned base: unaligned when odd */
     size_t addend_count; /* 0 = plain allreduce */
     bool narrow;         /* f32 expected to travel as bf16 */
+    int codec;           /* WIRE_INT8 / WIRE_FP8: expected to travel in that block codec */
     uint64_t seed;
 };
 
@@ -65,6 +66,8 @@ size_t esize(comm_dtype_t t);
 float get_f(const void *buf, size_t i, comm_dtype_t t);
 void fill(void *buf, size_t n, comm_dtype_t t, uint64_t seed);
 uint64_t input_seed(const struct kase *k, int r);
+/* The codec ARCOMM_WIRE names in this process's environment (WIRE_BF16 when unset). */
+int env_codec(void);
 void make_expect(const struct kase *k, int nranks, void *const *inputs, const void *addend,
                  struct expect *e);
 void free_expect(struct expect *e);

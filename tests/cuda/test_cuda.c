@@ -16,6 +16,7 @@
 #include "arcomm.h"
 #include "cuda_harness.h"
 #include "transport_check.h"
+#include "wire.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -34,7 +35,9 @@
 
 #define MAX_CASES 160
 
-static size_t make_cases(struct kase *out, uint64_t seed, size_t bf16_from, size_t max_count)
+/* Calls of at least codec_from bytes travel in codec (a block codec, or 0: none). */
+static size_t make_cases(struct kase *out, uint64_t seed, size_t bf16_from, size_t max_count,
+                         int codec, size_t codec_from)
 {
     static const size_t counts[] = {1,    2,     7,     8,      9,      33,      1000,
                                     4095, 16384, 65537, 262147, 300000, 1048583, 3000001};
@@ -54,6 +57,7 @@ static size_t make_cases(struct kase *out, uint64_t seed, size_t bf16_from, size
             };
             /* f32 from bf16_from bytes travels as bf16 (default knobs: 1 MiB). */
             k.narrow = k.dtype == COMM_F32 && k.count * 4 >= bf16_from;
+            k.codec = codec != 0 && k.count * esize(k.dtype) >= codec_from ? codec : 0;
             out[n++] = k;
             if (c % 4 == 1 && n < MAX_CASES) {
                 struct kase a = k;
@@ -73,11 +77,20 @@ static size_t make_cases(struct kase *out, uint64_t seed, size_t bf16_from, size
 
 /* ---- sweeps under several knob settings ---- */
 
+/* ARCOMM_WIRE and ARCOMM_WIRE_THRESHOLD of the next sweep (NULL: unset). */
+static const char *g_wire, *g_wire_threshold;
+
 static void knob_env(const char *copy, const char *bf16, const char *chunk)
 {
     unsetenv("ARCOMM_COPY_THRESHOLD");
     unsetenv("ARCOMM_BF16_THRESHOLD");
     unsetenv("ARCOMM_COPY_CHUNK_BYTES");
+    unsetenv("ARCOMM_WIRE");
+    unsetenv("ARCOMM_WIRE_THRESHOLD");
+    if (g_wire)
+        setenv("ARCOMM_WIRE", g_wire, 1);
+    if (g_wire_threshold)
+        setenv("ARCOMM_WIRE_THRESHOLD", g_wire_threshold, 1);
     if (copy)
         setenv("ARCOMM_COPY_THRESHOLD", copy, 1);
     if (bf16)
@@ -86,17 +99,19 @@ static void knob_env(const char *copy, const char *bf16, const char *chunk)
         setenv("ARCOMM_COPY_CHUNK_BYTES", chunk, 1);
 }
 
-static void sweep(int nranks, const char *name, const char *copy, const char *bf16,
-                  const char *chunk, size_t bf16_from, int mode)
+static void sweep_codec(int nranks, const char *name, const char *copy, const char *bf16,
+                        const char *chunk, size_t bf16_from, int mode, int codec, size_t codec_from)
 {
     static struct kase cases[MAX_CASES];
     /* One rank's allreduce is exact whatever ARCOMM_BF16_THRESHOLD says: nothing travels. */
     size_t n = make_cases(cases, (uint64_t)time(NULL) ^ (uint64_t)mode << 20,
-                          nranks == 1 ? SIZE_MAX : bf16_from, 3000001);
+                          nranks == 1 ? SIZE_MAX : bf16_from, 3000001, codec,
+                          nranks == 1 ? SIZE_MAX : codec_from);
     int before = g_fail;
     knob_env(copy, bf16, chunk);
     struct job *j = calloc(1, sizeof(*j));
     job_init(j, nranks, 20000, (3000001 + 64) * 4);
+    g_wire = g_wire_threshold = NULL;
     knob_env(NULL, NULL, NULL);
     if (mode == 0)
         run_threads(j, cases, n);
@@ -109,6 +124,32 @@ static void sweep(int nranks, const char *name, const char *copy, const char *bf
            : mode == 1 ? "one thread, rank 0 first"
                        : "one thread, last rank first");
     fflush(stdout);
+}
+
+static void sweep(int nranks, const char *name, const char *copy, const char *bf16,
+                  const char *chunk, size_t bf16_from, int mode)
+{
+    sweep_codec(nranks, name, copy, bf16, chunk, bf16_from, mode, 0, SIZE_MAX);
+}
+
+/* cuda-p2p has no block-codec kernels yet: it runs int8 and fp8 calls at full width. */
+static bool p2p_full_width(void)
+{
+    return strcmp(transport_label(), "cuda-p2p") == 0;
+}
+
+/* ARCOMM_WIRE=wire from threshold (NULL: auto) on f32, f16 and bf16: the copy path encodes
+ * (at codec_from bytes and more, where it runs); the kernel path runs at full width.  Every
+ * element is checked bit for bit against the rank-order f32 sum of the decoded inputs
+ * and against float64 within docs/wire.md's bound. */
+static void sweep_wire(int nranks, const char *name, const char *wire, const char *threshold,
+                       const char *copy, const char *chunk, size_t codec_from, int mode)
+{
+    g_wire = wire;
+    g_wire_threshold = threshold;
+    sweep_codec(nranks, name, copy, NULL, chunk, SIZE_MAX, mode,
+                strcmp(wire, "int8") == 0 ? WIRE_INT8 : WIRE_FP8,
+                p2p_full_width() ? SIZE_MAX : codec_from);
 }
 
 /* ---- failures ---- */
@@ -375,12 +416,20 @@ static int child_main(int rank, int nranks, const char *id)
         return 1;
     }
     transport_check(r.comm, rank);
+    /* test_processes_wire: ARCOMM_WIRE=int8 or fp8 with both thresholds 0 (every call
+     * encoded on the copy path, f32, f16 and bf16). */
+    int codec = env_codec();
+    bool block = codec == WIRE_INT8 || codec == WIRE_FP8;
     for (size_t c = 0; c < sizeof(proc_counts) / sizeof(proc_counts[0]); c++) {
-        struct kase k = {.dtype = c % 2 ? COMM_BF16 : COMM_F32,
+        static const comm_dtype_t three[] = {COMM_F32, COMM_F16, COMM_BF16};
+        struct kase k = {.dtype = block   ? three[c % 3]
+                                  : c % 2 ? COMM_BF16
+                                          : COMM_F32,
                          .count = proc_counts[c],
                          .inplace = c % 2,
                          .seed = 4242 + c};
-        k.narrow = k.dtype == COMM_F32 && k.count * 4 >= (1u << 20);
+        k.narrow = !block && k.dtype == COMM_F32 && k.count * 4 >= (1u << 20);
+        k.codec = block && !p2p_full_width() ? codec : 0;
         void *send, *recv, *add;
         stage_case(&r, &k, NULL, &send, &recv, &add);
         st = enqueue(&r, &k, send, recv, add);
@@ -410,8 +459,14 @@ static int child_main(int rank, int nranks, const char *id)
     return 0;
 }
 
-static void test_processes(int nranks, const char *self)
+static void test_processes(int nranks, const char *self, const char *wire)
 {
+    /* The children inherit the codec, on every call's copy path. */
+    if (wire != NULL) {
+        setenv("ARCOMM_WIRE", wire, 1);
+        setenv("ARCOMM_WIRE_THRESHOLD", "0", 1);
+        setenv("ARCOMM_COPY_THRESHOLD", "0", 1);
+    }
     int before = g_fail;
     comm_id_t id;
     comm_id_new(&id);
@@ -442,8 +497,14 @@ static void test_processes(int nranks, const char *self)
                   r, lines[0][i], lines[r][i]);
         }
     }
-    printf("%s process ranks (%d processes, %zu cases, bit-identical)\n",
-           g_fail == before ? "ok  " : "FAIL", nranks, ncases);
+    if (wire != NULL) {
+        unsetenv("ARCOMM_WIRE");
+        unsetenv("ARCOMM_WIRE_THRESHOLD");
+        unsetenv("ARCOMM_COPY_THRESHOLD");
+    }
+    printf("%s process ranks (%d processes, %zu cases, bit-identical%s%s)\n",
+           g_fail == before ? "ok  " : "FAIL", nranks, ncases, wire ? ", wire " : "",
+           wire ? wire : "");
 }
 
 int main(int argc, char **argv)
@@ -483,6 +544,13 @@ int main(int argc, char **argv)
         sweep(nranks, "kernel path only, bf16 everywhere", "off", "0", NULL, 0, 0);
         sweep(nranks, "copy path only, 64 KiB chunks", "0", "off", "64K", never, 2);
         sweep(nranks, "copy path only, bf16 everywhere", "0", "0", NULL, 0, 0);
+        sweep_wire(nranks, "copy path only, int8 everywhere, 64 KiB chunks", "int8", "0", "0",
+                   "64K", 0, 0);
+        sweep_wire(nranks, "copy path only, fp8 everywhere", "fp8", "0", "0", NULL, 0, 2);
+        sweep_wire(nranks, "int8 from 1 MiB (default thresholds)", "int8", NULL, NULL, NULL, mib,
+                   1);
+        sweep_wire(nranks, "kernel path only, int8 asked (full width there)", "int8", "0", "off",
+                   NULL, never, 0);
     }
     if (all || strstr(only, "sweep")) {
         /* One rank: no peer, the result straight from its own input (and the addend). */
@@ -490,6 +558,7 @@ int main(int argc, char **argv)
         sweep(1, "one rank, default knobs", NULL, NULL, NULL, mib, 0);
         sweep(1, "one rank, bf16 off", NULL, "off", NULL, never, 1);
         sweep(1, "one rank, bf16 everywhere", NULL, "0", NULL, 0, 0);
+        sweep_wire(1, "one rank, int8 everywhere", "int8", "0", "0", NULL, never, 0);
     }
     if (threads && (all || strstr(only, "fail"))) {
         test_unsupported(nranks);
@@ -501,8 +570,11 @@ int main(int argc, char **argv)
         test_mismatch(nranks, 2000000);
         test_capture(nranks);
     }
-    if (all || strstr(only, "proc"))
-        test_processes(nranks, argv[0]);
+    if (all || strstr(only, "proc")) {
+        test_processes(nranks, argv[0], NULL);
+        test_processes(nranks, argv[0], "int8");
+        test_processes(nranks, argv[0], "fp8");
+    }
     printf("%s: %d failure%s\n", g_fail ? "FAIL" : "PASS", g_fail, g_fail == 1 ? "" : "s");
     return g_fail ? 1 : 0;
 }

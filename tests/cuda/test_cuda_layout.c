@@ -117,6 +117,31 @@ static void test_copy_plan(void **state)
     assert_int_equal(cuda_cplan_compute(0, 4, 0, 2u << 20).chunks, 0);
 }
 
+/* A block codec's chunks (64 elements, 68 bytes a block): whole blocks, within a slot,
+ * covering [0, count) once, whatever the knob (64 bytes still gets a block a chunk). */
+static void test_copy_plan_blocks(void **state)
+{
+    (void)state;
+    static const uint64_t counts[] = {1, 63, 64, 65, 1000, 262147, 1048583, 33554432 + 5};
+    static const uint64_t knobs[] = {0, 64, 100, 64u << 10, 1u << 20};
+    for (size_t a = 0; a < sizeof(counts) / sizeof(counts[0]); a++)
+        for (size_t c = 0; c < sizeof(knobs) / sizeof(knobs[0]); c++) {
+            struct cuda_cplan p = cuda_cplan_blocks(counts[a], 64, 68, knobs[c], 2u << 20);
+            uint64_t blocks = p.chunk_elems / 64;
+            assert_true(blocks >= 1);
+            assert_int_equal(p.chunk_elems % 64, 0);
+            assert_int_equal(p.chunk_bytes, blocks * 68);
+            assert_true(p.chunk_bytes <= 2u << 20);
+            assert_true((uint64_t)(p.chunks - 1) * p.chunk_elems < counts[a]);
+            assert_true((uint64_t)p.chunks * p.chunk_elems >= counts[a]);
+            /* The chunks' bytes add up to the message's whole blocks. */
+            uint64_t last = counts[a] - (uint64_t)(p.chunks - 1) * p.chunk_elems;
+            assert_int_equal((uint64_t)(p.chunks - 1) * p.chunk_bytes + (last + 63) / 64 * 68,
+                             (counts[a] + 63) / 64 * 68);
+        }
+    assert_int_equal(cuda_cplan_blocks(0, 64, 68, 0, 2u << 20).chunks, 0);
+}
+
 /*
  * LL rounds cover every element once and fit a sub-slot with their header; the launch of
  * a round maps every payload unit to exactly one (batch, slot, thread), and the thread
@@ -267,10 +292,11 @@ static void test_call_desc(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_struct_layout), cmocka_unit_test(test_geometry),
-        cmocka_unit_test(test_copy_chunk),    cmocka_unit_test(test_copy_plan),
-        cmocka_unit_test(test_kernel_plan),   cmocka_unit_test(test_counters_n_ranks),
-        cmocka_unit_test(test_call_desc),     cmocka_unit_test(test_ll_flag),
+        cmocka_unit_test(test_struct_layout),    cmocka_unit_test(test_geometry),
+        cmocka_unit_test(test_copy_chunk),       cmocka_unit_test(test_copy_plan),
+        cmocka_unit_test(test_copy_plan_blocks), cmocka_unit_test(test_kernel_plan),
+        cmocka_unit_test(test_counters_n_ranks), cmocka_unit_test(test_call_desc),
+        cmocka_unit_test(test_ll_flag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,7 @@ import hooks  # noqa: E402  (the marker the site build looks for)
 import knobtable  # noqa: E402
 
 TYPES = {"integer": "int", "size": "size", "boolean": "bool", "string": "string",
-         "log level": "loglevel"}
+         "log level": "loglevel", "codec": "codec"}
 
 env = {k: v for k, v in os.environ.items() if not k.startswith("ARCOMM_")}
 out = subprocess.run([arinfo, "--config", "--json"], env=env, capture_output=True, text=True)

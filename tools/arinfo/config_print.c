@@ -58,6 +58,8 @@ static const char *type_name(enum rt_knob_type t)
         return "string";
     case RT_KNOB_LOGLEVEL:
         return "loglevel";
+    case RT_KNOB_CODEC:
+        return "codec";
     }
     return "unknown";
 }

@@ -365,7 +365,8 @@ void print_paths(struct arinfo *ai)
     struct rt_knobs threads = ai->knobs;
     coll_host_resolve_knobs(&threads, rt_topo_summary(), ai->nranks, true);
     fmt_threshold(threads.flag_threshold, flag_threads, sizeof(flag_threads));
-    fmt_threshold(k->bf16_threshold, bf16, sizeof(bf16));
+    /* ARCOMM_WIRE=bf16 (the host's only codec) from its threshold; otherwise never. */
+    fmt_threshold(k->wire == WIRE_BF16 ? coll_wire_threshold(k) : RT_SIZE_OFF, bf16, sizeof(bf16));
     fmt_threshold(k->nt_threshold, nt, sizeof(nt));
 
     if (ai->json) {

@@ -5,6 +5,7 @@
  */
 #include "knobs.h"
 #include "tables.h"
+#include "wire.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -154,6 +155,8 @@ static const char *accepted_forms(enum rt_knob_type type)
         return "at most 255 characters";
     case RT_KNOB_LOGLEVEL:
         return "none, error, warn, info, debug or trace";
+    case RT_KNOB_CODEC:
+        return "none, bf16, int8 or fp8";
     }
     return "";
 }
@@ -178,6 +181,13 @@ static bool knob_parse(const struct rt_knob_desc *d, const char *text, struct rt
         if (level < 0)
             return false;
         *(int *)field = level;
+        return true;
+    }
+    case RT_KNOB_CODEC: {
+        int codec = wire_parse(text);
+        if (codec < 0)
+            return false;
+        *(int *)field = codec;
         return true;
     }
     }
@@ -366,6 +376,8 @@ uint64_t rt_knob_value(const struct rt_knobs *k, size_t i)
         return (uint64_t) * (const size_t *)field;
     case RT_KNOB_BOOL:
         return *(const bool *)field;
+    case RT_KNOB_CODEC:
+        return (uint64_t) * (const int *)field;
     default:
         return 0;
     }
@@ -384,6 +396,9 @@ void rt_knob_set_value(struct rt_knobs *k, size_t i, uint64_t v)
         break;
     case RT_KNOB_BOOL:
         *(bool *)field = v != 0;
+        break;
+    case RT_KNOB_CODEC:
+        *(int *)field = (int)v;
         break;
     default:
         break;
@@ -425,6 +440,9 @@ void rt_knob_format(const struct rt_knobs *k, size_t i, char *buf, size_t len)
         break;
     case RT_KNOB_LOGLEVEL:
         snprintf(buf, len, "%s", rt_log_level_name(*(const int *)field));
+        break;
+    case RT_KNOB_CODEC:
+        snprintf(buf, len, "%s", wire_name(*(const int *)field));
         break;
     }
 }

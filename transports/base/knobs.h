@@ -33,6 +33,7 @@ enum rt_knob_type {
     RT_KNOB_BOOL,   /* 0/1, yes/no, on/off, true/false */
     RT_KNOB_STRING, /* up to RT_KNOB_STR_MAX - 1 bytes */
     RT_KNOB_LOGLEVEL,
+    RT_KNOB_CODEC, /* a wire codec of transports/base/wire.h, by name (int field) */
 };
 
 enum rt_knob_source {
@@ -91,6 +92,12 @@ enum rt_knob_source {
       "host: messages up to this many bytes take the one-round-trip flag path")                    \
     X(BF16_THRESHOLD, RT_KNOB_SIZE, "auto", bf16_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,       \
       "f32 messages of at least this many bytes travel as bf16 (off on host, on for cuda)")        \
+    X(WIRE, RT_KNOB_CODEC, "bf16", wire, 0, 0, RT_KNOB_AGREE,                                      \
+      "wire codec of f32/f16/bf16 sums and averages from WIRE_THRESHOLD: none, bf16, int8, fp8 "   \
+      "(docs/wire.md)")                                                                            \
+    X(WIRE_THRESHOLD, RT_KNOB_SIZE, "auto", wire_threshold, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,       \
+      "messages of at least this many bytes travel in the ARCOMM_WIRE codec (auto: "               \
+      "ARCOMM_BF16_THRESHOLD's value)")                                                            \
     X(SHM_SLOT_BYTES, RT_KNOB_SIZE, "1M", shm_slot_bytes, 0, RT_KNOB_NOMAX, RT_KNOB_AGREE,         \
       "size of each of the two staging slots of every rank in the shared segment")                 \
     X(MEM_POOL_BYTES, RT_KNOB_SIZE, "64M", mem_pool_bytes, 0, RT_KNOB_NOMAX, RT_KNOB_AUTO_DEFAULT, \
@@ -164,6 +171,8 @@ struct rt_knobs {
     char transport[RT_KNOB_STR_MAX]; /* "" = automatic */
     size_t flag_threshold;           /* host: largest message on the flag path */
     size_t bf16_threshold;           /* f32 narrowed to bf16 on the wire at or above */
+    int wire;                        /* enum wire_codec: ARCOMM_WIRE */
+    size_t wire_threshold;           /* the codec applies at or above (auto: bf16's) */
     size_t shm_slot_bytes;           /* staging slot per rank (two per rank) */
     size_t mem_pool_bytes;           /* comm_mem_alloc arena per rank */
     size_t nt_threshold;             /* bulk outputs at or above: streaming stores */

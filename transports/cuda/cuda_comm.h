@@ -30,6 +30,8 @@ typedef CUresult (*cuda_write_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsig
 struct cuda_knobs {
     uint64_t copy_threshold; /* bytes at or above: copy-engine path (UINT64_MAX = never) */
     uint64_t bf16_threshold; /* f32 bytes at or above: bf16 wire (UINT64_MAX = never) */
+    uint32_t wire;           /* enum wire_codec, ARCOMM_WIRE */
+    uint64_t wire_threshold; /* bytes at or above: that codec (UINT64_MAX = never) */
     uint64_t chunk_knob;     /* copy chunk bytes, 0 = clamp(n/2, 512K, 4M) */
     uint64_t staging_bytes;  /* copy-path staging per rank */
     uint32_t blocks;         /* kernel-path blocks at most */
@@ -61,7 +63,7 @@ struct cuda_comm {
 
     uint8_t *tmp; /* device: [nranks - 1][tslots][chunk_max] fetched chunks */
     uint32_t tslots;
-    uint16_t *narrow; /* device: bf16 copy of a narrowed f32 input */
+    uint16_t *narrow; /* device: this rank's input as encoded on the wire (bf16, int8, fp8) */
     size_t narrow_bytes;
     /* Narrow buffers outgrown inside a capture (a graph may still use them): freed at
      * teardown. */

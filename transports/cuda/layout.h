@@ -307,6 +307,25 @@ CUDA_LAYOUT_FN struct cuda_cplan cuda_cplan_compute(uint64_t count, uint32_t wsi
     return p;
 }
 
+/*
+ * The copy-path plan of a block codec (wire_scalar.h): chunks of whole blocks of
+ * block_elems elements and block_bytes bytes, so that each chunk encodes and decodes on
+ * its own; chunk_elems counts elements, chunk_bytes bytes (whole blocks; the last chunk's
+ * last block may be partial in elements, never in bytes).  A knob under two lines still
+ * gets a block a chunk.
+ */
+CUDA_LAYOUT_FN struct cuda_cplan cuda_cplan_blocks(uint64_t count, uint32_t block_elems,
+                                                   uint32_t block_bytes, uint64_t knob,
+                                                   uint64_t chunk_max)
+{
+    uint64_t blocks = (count + block_elems - 1) / block_elems;
+    if (knob != 0 && knob < 2 * CUDA_LINE)
+        knob = 2 * CUDA_LINE;
+    struct cuda_cplan p = cuda_cplan_compute(blocks, block_bytes, knob, chunk_max);
+    p.chunk_elems *= block_elems;
+    return p;
+}
+
 /* Byte offset of rank r's region, and of its pieces, from the start of rank 0's.  A
  * copy-path call stages its chunk k in slot k % cslots: where a chunk lies depends on the
  * call alone, so that a call recorded into a CUDA graph copies the same addresses at

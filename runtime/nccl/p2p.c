@@ -260,6 +260,7 @@ static ncclResult_t run_pair(struct ncclComm *comm, int peer, struct fork *forks
 {
     struct nccl_pair *p = &comm->pairs[peer];
     bool low = comm->rank < peer;
+    bool ran = false; /* anything enqueued on the pair's stream */
     ncclResult_t r = ncclSuccess;
     for (int pass = 0; pass < 2 && r == ncclSuccess; pass++) {
         /* pass 0: the lower rank's sends (ours when low), pass 1: the higher rank's. */
@@ -269,10 +270,17 @@ static ncclResult_t run_pair(struct ncclComm *comm, int peer, struct fork *forks
             if (o->done || o->comm != comm || o->peer != peer || o->send != sends)
                 continue;
             o->done = true;
-            if (o->count > 0)
+            if (o->count > 0) {
                 r = run_op(o, p, fork_of(forks, nf, o->stream, comm->device));
+                ran = true;
+            }
         }
     }
+    /* Sends and receives of nothing enqueue nothing, and the callers' streams wait for
+     * nothing: an event recorded on the pair's stream then would be work outside a graph
+     * capture under way on theirs (nccl-tests' -G starts at 0 bytes). */
+    if (!ran)
+        return r;
     /* The callers' streams of this pair's calls wait for the pair's stream. */
     cudaError_t e = cudaEventRecord((cudaEvent_t)p->done, (cudaStream_t)p->side);
     for (int i = 0; i < nops && e == cudaSuccess; i++) {

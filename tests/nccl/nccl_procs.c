@@ -313,8 +313,9 @@ static size_t gather_scatter(int rank, int n, size_t count, ncclComm_t comm, cud
  * -G does, after the pairs exist: (a) the rank's own block copied with cudaMemcpyAsync
  * and a group of sends and receives with every other rank (hypercube_perf's shape), (b)
  * an alltoall whose group holds a send to and a receive from oneself (alltoall_perf's),
- * both in one graph, replayed with fresh inputs; every element checked.  Returns the
- * wrong elements.
+ * (c) a group of sends and receives of 0 elements (nccl-tests' -G starts at 0 bytes), all
+ * in one graph, replayed with fresh inputs; every element checked.  The send buffer is
+ * left as p2p_word filled it.  Returns the wrong elements.
  */
 static size_t p2p_graph(int rank, int n, ncclComm_t comm, size_t count, void *dsend, void *drecv,
                         uint32_t *h, uint32_t *got, char *why, size_t len)
@@ -347,6 +348,15 @@ static size_t p2p_graph(int rank, int n, ncclComm_t comm, size_t count, void *ds
         e = ncclSend((char *)dsend + (size_t)p * blk, count, ncclUint32, p, comm, s);
         if (e == ncclSuccess)
             e = ncclRecv((char *)drecv2 + (size_t)p * blk, count, ncclUint32, p, comm, s);
+    }
+    e2 = ncclGroupEnd();
+    if (e == ncclSuccess)
+        e = e2;
+    ncclGroupStart();
+    for (int p = 0; p < n && e == ncclSuccess; p++) {
+        e = ncclSend(dsend, 0, ncclUint32, p, comm, s);
+        if (e == ncclSuccess)
+            e = ncclRecv(drecv2, 0, ncclUint32, p, comm, s);
     }
     e2 = ncclGroupEnd();
     if (e == ncclSuccess)
@@ -390,6 +400,9 @@ static size_t p2p_graph(int rank, int n, ncclComm_t comm, size_t count, void *ds
         }
     }
 out:
+    for (size_t i = 0; i < count * (size_t)n; i++)
+        h[i] = p2p_word(rank, i);
+    TC_CUDA(cudaMemcpy(dsend, h, bytes, cudaMemcpyHostToDevice));
     if (ge != NULL)
         TC_CUDA(cudaGraphExecDestroy(ge));
     if (g != NULL)

@@ -50,6 +50,10 @@ struct hier_intra_ops {
      * staging asks it after waiting for its own GPU, so that a local peer's failure is
      * not sent to the other hosts as data. */
     comm_status_t (*state)(const comm_t *comm);
+    /* inout[i] = inout[i] op in[i] with the host reduction's arithmetic
+     * (rt_hook_reduce_pair): the inter-host tree combines the hosts' partial results as
+     * the ranks of one host combine theirs. */
+    void (*combine)(void *inout, const void *in, size_t count, comm_dtype_t dtype, comm_op_t op);
 };
 
 struct hier_comm {

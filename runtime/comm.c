@@ -363,11 +363,11 @@ ARCOMM_HOOK comm_status_t rt_hook_bulk_calls(const comm_t *comm, uint64_t out[3]
     return COMM_OK;
 }
 
-ARCOMM_HOOK void rt_hook_reduce_pair(void *inout, const void *in, size_t count, comm_dtype_t dtype,
-                                     comm_op_t op)
+ARCOMM_HOOK void rt_hook_reduce_pair(void *out, const void *a, const void *b, size_t count,
+                                     comm_dtype_t dtype, comm_op_t op)
 {
-    const void *src[2] = {inout, in};
-    void *dst[1] = {inout};
+    const void *src[2] = {a, b};
+    void *dst[1] = {out};
     coll_reduce(&(struct coll_reduce_args){.dst = dst,
                                            .ndst = 1,
                                            .dst_dtype = dtype,

@@ -50,10 +50,11 @@ struct hier_intra_ops {
      * staging asks it after waiting for its own GPU, so that a local peer's failure is
      * not sent to the other hosts as data. */
     comm_status_t (*state)(const comm_t *comm);
-    /* inout[i] = inout[i] op in[i] with the host reduction's arithmetic
-     * (rt_hook_reduce_pair): the inter-host tree combines the hosts' partial results as
-     * the ranks of one host combine theirs. */
-    void (*combine)(void *inout, const void *in, size_t count, comm_dtype_t dtype, comm_op_t op);
+    /* out[i] = a[i] op b[i] with the host reduction's arithmetic (rt_hook_reduce_pair;
+     * out may be a or b): the inter-host exchange combines the hosts' partial results as
+     * the ranks of one host combine theirs, a the lower hosts' partial. */
+    void (*combine)(void *out, const void *a, const void *b, size_t count, comm_dtype_t dtype,
+                    comm_op_t op);
 };
 
 struct hier_comm {

@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The inter-host steps of the hierarchical collectives: a rank's status first, then
- * its data in segments (HIER_SEGS_IN_FLIGHT nonblocking calls at a time), all waited
- * for against the call's deadline.  The hosts' partial results meet in arcomm's own
- * binomial tree (point to point, combined here), so the bits of a reduction across
- * hosts never depend on the MPI library's choice of algorithm.  A rank whose intra-host step failed
- * still makes the step (its data is then meaningless) so that its failure reaches every rank of the
- * step instead of leaving them blocked in MPI.
+ * The inter-host steps of the hierarchical collectives, every wait bounded by the call's
+ * deadline.  Allreduce: the hosts' partial results meet in arcomm's own exchange (point
+ * to point, combined here in the binomial tree's order), so the bits of a reduction
+ * across hosts never depend on the MPI library's choice of algorithm; each rank's status
+ * travels beside the first segment of every round.  Broadcast: MPI_Ibcast of segments
+ * (a byte copy) with the status exchange beside it.  A rank whose intra-host step failed
+ * still makes the step (its data is then meaningless) so that its failure reaches every
+ * rank of the step instead of leaving them blocked in MPI.
  */
 #include "hier_inter.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 comm_status_t hier_intra_failed(struct comm *c, comm_status_t st, const char *what)
 {
@@ -21,8 +23,8 @@ comm_status_t hier_intra_failed(struct comm *c, comm_status_t st, const char *wh
     return st;
 }
 
-/* MPI's tag of the tree's messages on an inter-host communicator (nothing else sends
- * point to point there). */
+/* MPI's tags of the exchange's data and status words on an inter-host communicator
+ * (nothing else sends point to point there). */
 #define HIER_TREE_TAG 0x5472
 
 /* Segments [off, off + n) of buf, HIER_SEGS_IN_FLIGHT at a time: from mc's root to
@@ -52,71 +54,184 @@ static comm_status_t bcast_segments(struct comm *c, const struct hier_inter *s, 
 }
 
 /*
- * The hosts' partial results combined in arcomm's order, never the MPI library's (whose
- * in-place allreduce picks its own algorithm: another one, or another collective
- * component, would change the bits): a binomial tree over the ranks of mc, rounds
- * k = 1, 2, 4, ...: rank h, a multiple of 2k, takes partial(h) op partial(h + k) where
- * h + k < H, in the work dtype with the host reduction's own arithmetic (iops->combine:
- * the same NaN and wrap-around rules as on one host); then rank 0's result goes to every
- * rank.  tmp holds HIER_SEGS_IN_FLIGHT segments of a child's data; on a failed wait the
- * receives into it may still be under way, so it is left to MPI (mpi_ctl_done).
+ * Round k (1, 2, 4, ... < h) of the exchange for rank me of h: the block of 2k ranks
+ * that holds me is a lower half [b, b + k) and an upper half [b + k, min(b + 2k, h)) of
+ * u ranks.  Every rank of a half holds that half's partial result; after the round every
+ * rank of the block holds lower op upper, combined on each rank in that order from the
+ * same operands, so every rank gets the same bits and the order is the binomial tree's
+ * ((p0 op p1) op (p2 op p3)) ..., where 3 hosts give (p0 op p1) op p2.  A lower rank
+ * takes the upper partial from me + k, or (no such rank, h not a power of two) from rank
+ * b + k + (me - b) % u; an upper rank takes the lower partial from me - k, and sends its
+ * own to me - k and to the lower ranks without a partner that it serves.  A rank whose
+ * block has no upper half (b + k >= h) sits the round out, as the tree's root of that
+ * block has no child at distance k.  Every rank ends with the whole result: no broadcast
+ * after it.
  */
-static comm_status_t tree_allreduce(struct comm *c, const struct hier_inter *s, uint64_t deadline)
+struct tree_round {
+    int from;   /* the rank whose partial this rank combines with; -1: sits out */
+    bool lower; /* this rank's partial is the left operand */
+    int to0;    /* the ranks this rank's partial goes to: to0 + t * stride, t < nto */
+    int stride;
+    int nto;
+};
+
+static void tree_round_plan(int me, int h, int k, struct tree_round *r)
+{
+    int b = me & ~(2 * k - 1), u = h - (b + k) < k ? h - (b + k) : k;
+    *r = (struct tree_round){.from = -1, .stride = u};
+    if (u <= 0)
+        return;
+    r->lower = me < b + k;
+    if (r->lower) {
+        r->from = me + k < h ? me + k : b + k + (me - b) % u;
+        r->to0 = me + k;
+        r->nto = me + k < h;
+        return;
+    }
+    /* me - k, then the lower ranks l with l + k >= h (l - b >= u) that take their upper
+     * partial from me: (l - b) % u == me - b - k. */
+    r->from = r->to0 = me - k;
+    r->nto = (b + k - (me - k) + u - 1) / u;
+}
+
+/* Posts segment i of a round (elements [off, off + n)): the receive into slot, the sends
+ * of buf, and with i == 0 the status word (w[0] out, w[1] in). */
+static comm_status_t post_segment(struct comm *c, const struct hier_inter *s,
+                                  const struct tree_round *r, size_t i, size_t off, size_t n,
+                                  char *slot, struct mpi_status_word *w, MPI_Request *reqs,
+                                  int *nreq)
+{
+    int nr = 0, err = MPI_SUCCESS, bytes = (int)(n * s->esize);
+    const char *call = "MPI_Irecv";
+    if (i == 0)
+        err = MPI_Irecv(&w[1], 2, MPI_INT64_T, r->from, HIER_TREE_TAG + 1, s->mc, &reqs[nr++]);
+    if (err == MPI_SUCCESS)
+        err = MPI_Irecv(slot, bytes, MPI_BYTE, r->from, HIER_TREE_TAG, s->mc, &reqs[nr++]);
+    for (int t = 0; t < r->nto && err == MPI_SUCCESS; t++) {
+        call = "MPI_Isend";
+        int to = r->to0 + t * r->stride;
+        if (i == 0)
+            err = MPI_Isend(&w[0], 2, MPI_INT64_T, to, HIER_TREE_TAG + 1, s->mc, &reqs[nr++]);
+        if (err == MPI_SUCCESS)
+            err = MPI_Isend((char *)s->buf + off * s->esize, bytes, MPI_BYTE, to, HIER_TREE_TAG,
+                            s->mc, &reqs[nr++]);
+    }
+    *nreq = nr;
+    return err == MPI_SUCCESS ? COMM_OK : mpi_link_error(c, err, call);
+}
+
+/* Elementwise MAX of two status words, as the status exchange's MPI_MAX. */
+static void status_max(struct mpi_status_word *acc, const struct mpi_status_word *in)
+{
+    if (in->neg_status > acc->neg_status)
+        acc->neg_status = in->neg_status;
+    if (in->rank > acc->rank)
+        acc->rank = in->rank;
+}
+
+/*
+ * One round: the segments of buf go to r->to while the partner's arrive in tmp
+ * (HIER_SEGS_IN_FLIGHT slots), each combined as soon as its receive and this rank's sends
+ * of it are done (the combine overwrites what was sent), while the next ones travel.
+ * The status words travel with segment 0 and are waited for with it.
+ */
+static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
+                                    const struct tree_round *r, size_t seg, char *tmp,
+                                    struct mpi_status_word *w, comm_op_t op, uint64_t deadline)
+{
+    /* Per segment in flight: a receive and the sends, twice with segment 0's words. */
+    size_t per = 2 * (1 + (size_t)r->nto);
+    MPI_Request *reqs = malloc(HIER_SEGS_IN_FLIGHT * per * sizeof(*reqs));
+    if (reqs == NULL) {
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, s->what);
+        return COMM_ERR_NOMEM;
+    }
+    int nreq[HIER_SEGS_IN_FLIGHT];
+    size_t nseg = (s->n + seg - 1) / seg, posted = 0;
+    comm_status_t st = COMM_OK;
+    for (size_t i = 0; i < nseg && st == COMM_OK; i++) {
+        while (posted < nseg && posted < i + HIER_SEGS_IN_FLIGHT && st == COMM_OK) {
+            size_t off = posted * seg, n = s->n - off < seg ? s->n - off : seg;
+            int q = (int)(posted % HIER_SEGS_IN_FLIGHT);
+            st = post_segment(c, s, r, posted, off, n, tmp + (size_t)q * seg * s->esize, w,
+                              reqs + q * per, &nreq[q]);
+            posted++;
+        }
+        if (st != COMM_OK)
+            break;
+        int q = (int)(i % HIER_SEGS_IN_FLIGHT);
+        st = mpi_link_wait(c, &hier_of(c)->link, reqs + q * per, nreq[q], deadline, true,
+                           s->what);
+        if (st != COMM_OK)
+            break;
+        if (i == 0)
+            status_max(&w[0], &w[1]);
+        size_t off = i * seg, n = s->n - off < seg ? s->n - off : seg;
+        char *mine = (char *)s->buf + off * s->esize, *theirs = tmp + (size_t)q * seg * s->esize;
+        if (r->lower)
+            hier_of(c)->iops->combine(mine, mine, theirs, n, s->dtype, op);
+        else
+            hier_of(c)->iops->combine(mine, theirs, mine, n, s->dtype, op);
+    }
+    free(reqs); /* MPI keeps no pointer to the array: requests are handles */
+    return st;
+}
+
+/*
+ * The hosts' partial results combined in arcomm's order, never the MPI library's (whose
+ * allreduce picks its own algorithm: another one, or another collective component,
+ * would change the bits): the exchange of tree_round_plan, point to point, in the work
+ * dtype with the host reduction's own arithmetic (iops->combine: the same NaN and
+ * wrap-around rules as on one host).  Every rank ends with the result, and with the
+ * worst status of every rank (w[0]), carried beside the data.  tmp holds
+ * HIER_SEGS_IN_FLIGHT segments of a partner's data; on a failed wait the receives into
+ * it may still be under way, so it is left to MPI (mpi_ctl_done), as are the words.
+ */
+static comm_status_t tree_allreduce(struct comm *c, const struct hier_inter *s, comm_status_t mine,
+                                    uint64_t deadline)
 {
     int me = 0, h = 1;
     MPI_Comm_rank(s->mc, &me);
     MPI_Comm_size(s->mc, &h);
-    size_t seg = HIER_SEG_BYTES / s->esize ? HIER_SEG_BYTES / s->esize : 1;
-    MPI_Datatype type = MPI_BYTE;
+    size_t seg = hier_inter_seg_elems(s->n, s->esize);
     comm_op_t op = s->op == COMM_AVG ? COMM_SUM : s->op; /* AVG divides after the step */
-    char *tmp = NULL;
+    size_t slots = s->n < HIER_SEGS_IN_FLIGHT * seg ? s->n : HIER_SEGS_IN_FLIGHT * seg;
+    struct mpi_status_word *w = mpi_ctl_new(2 * sizeof(*w));
+    char *tmp = h > 1 ? mpi_ctl_new(slots * s->esize) : NULL;
+    if (w == NULL || (h > 1 && tmp == NULL)) {
+        mpi_ctl_done(w, true);
+        mpi_ctl_done(tmp, true);
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, s->what);
+        return COMM_ERR_NOMEM;
+    }
+    w[0].neg_status = -(int64_t)mine;
+    w[0].rank = mine == COMM_OK ? -1 : c->rank;
     comm_status_t st = COMM_OK;
     for (int k = 1; k < h && st == COMM_OK; k <<= 1) {
-        bool sends = me % (2 * k) == k, receives = me % (2 * k) == 0 && me + k < h;
-        if (!sends && !receives)
-            continue;
-        if (receives && tmp == NULL &&
-            (tmp = mpi_ctl_new(HIER_SEGS_IN_FLIGHT * seg * s->esize)) == NULL) {
-            rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, s->what);
-            return COMM_ERR_NOMEM;
-        }
-        int peer = sends ? me - k : me + k;
-        for (size_t off = 0; off < s->n && st == COMM_OK;) {
-            MPI_Request reqs[HIER_SEGS_IN_FLIGHT];
-            size_t first = off, nr = 0;
-            while (nr < HIER_SEGS_IN_FLIGHT && off < s->n) {
-                size_t n = s->n - off < seg ? s->n - off : seg;
-                char *p = (char *)s->buf + off * s->esize;
-                int err = sends ? MPI_Isend(p, (int)(n * s->esize), type, peer, HIER_TREE_TAG,
-                                            s->mc, &reqs[nr])
-                                : MPI_Irecv(tmp + nr * seg * s->esize, (int)(n * s->esize), type,
-                                            peer, HIER_TREE_TAG, s->mc, &reqs[nr]);
-                if (err != MPI_SUCCESS) {
-                    st = mpi_link_error(c, err, sends ? "MPI_Isend" : "MPI_Irecv");
-                    break;
-                }
-                nr++;
-                off += n;
-            }
-            if (st == COMM_OK)
-                st = mpi_link_wait(c, &hier_of(c)->link, reqs, (int)nr, deadline, true, s->what);
-            if (st != COMM_OK || sends)
-                continue;
-            /* Mine first, the child's second: partial(h) op partial(h + k). */
-            hier_of(c)->iops->combine((char *)s->buf + first * s->esize, tmp, off - first, s->dtype,
-                                      op);
-        }
-        if (sends)
-            break; /* its partial went up the tree: it waits for the result */
+        struct tree_round r;
+        tree_round_plan(me, h, k, &r);
+        if (r.from >= 0)
+            st = tree_round_run(c, s, &r, seg, tmp, w, op, deadline);
     }
-    if (tmp != NULL)
-        mpi_ctl_done(tmp, st == COMM_OK);
-    return st == COMM_OK ? bcast_segments(c, s, 0, deadline) : st;
+    bool completed = st == COMM_OK; /* else requests may be under way: left to MPI */
+    if (completed)
+        st = mpi_link_status_check(c, mine, &w[0], s->what);
+    mpi_ctl_done(tmp, completed);
+    mpi_ctl_done(w, completed);
+    return st;
+}
+
+size_t hier_inter_seg_elems(size_t n, size_t esize)
+{
+    size_t seg = HIER_SEG_BYTES / esize;
+    return seg == 0 ? 1 : seg > n ? n : seg;
 }
 
 comm_status_t hier_inter_segments(struct comm *c, const struct hier_inter *s, comm_status_t mine,
                                   uint64_t deadline)
 {
+    if (s->kind == HIER_INTER_ALLREDUCE)
+        return tree_allreduce(c, s, mine, deadline);
     struct mpi_status_word *w = mpi_ctl_new(2 * sizeof(*w));
     if (w == NULL) {
         rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, s->what);
@@ -128,8 +243,7 @@ comm_status_t hier_inter_segments(struct comm *c, const struct hier_inter *s, co
         mpi_ctl_done(w, true);
         return mpi_link_error(c, err, "MPI_Iallreduce (status)");
     }
-    comm_status_t st = s->kind == HIER_INTER_ALLREDUCE ? tree_allreduce(c, s, deadline)
-                                                       : bcast_segments(c, s, s->root, deadline);
+    comm_status_t st = bcast_segments(c, s, s->root, deadline);
     if (st == COMM_OK)
         st = mpi_link_wait(c, &hier_of(c)->link, &req, 1, deadline, true, s->what);
     if (st != COMM_OK) {

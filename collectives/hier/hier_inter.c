@@ -67,22 +67,31 @@ static comm_status_t bcast_segments(struct comm *c, const struct hier_inter *s, 
  * block has no child at distance k.  Every rank ends with the whole result: no broadcast
  * after it.
  */
+enum round_mode {
+    ROUND_LOWER,  /* combine: this rank's partial is the left operand */
+    ROUND_UPPER,  /* combine: the partner's partial is the left operand */
+    ROUND_GATHER, /* no combine: the partner's part of the result lands in buf */
+};
+
 struct tree_round {
-    int from;   /* the rank whose partial this rank combines with; -1: sits out */
-    bool lower; /* this rank's partial is the left operand */
+    int from;   /* the rank whose partial this rank takes; -1: sits out */
+    enum round_mode mode;
     int to0;    /* the ranks this rank's partial goes to: to0 + t * stride, t < nto */
     int stride;
     int nto;
+    size_t soff, sn; /* the elements of buf sent */
+    size_t roff, rn; /* the elements of buf that what comes combines with (or fills) */
+    bool status;     /* the status words travel with segment 0 */
 };
 
-static void tree_round_plan(int me, int h, int k, struct tree_round *r)
+static void tree_round_plan(int me, int h, int k, size_t n, struct tree_round *r)
 {
     int b = me & ~(2 * k - 1), u = h - (b + k) < k ? h - (b + k) : k;
-    *r = (struct tree_round){.from = -1, .stride = u};
+    *r = (struct tree_round){.from = -1, .stride = u, .sn = n, .rn = n, .status = true};
     if (u <= 0)
         return;
-    r->lower = me < b + k;
-    if (r->lower) {
+    r->mode = me < b + k ? ROUND_LOWER : ROUND_UPPER;
+    if (r->mode == ROUND_LOWER) {
         r->from = me + k < h ? me + k : b + k + (me - b) % u;
         r->to0 = me + k;
         r->nto = me + k < h;
@@ -94,27 +103,33 @@ static void tree_round_plan(int me, int h, int k, struct tree_round *r)
     r->nto = (b + k - (me - k) + u - 1) / u;
 }
 
-/* Posts segment i of a round (elements [off, off + n)): the receive into slot, the sends
- * of buf, and with i == 0 the status word (w[0] out, w[1] in). */
+/* Posts segment i of a round (seg elements a segment): the receive (into slot, or into
+ * buf when gathering) and the sends of buf, each where the round has elements left
+ * (segment 0 always: it carries the status words, w[0] out, w[1] in, and may be empty). */
 static comm_status_t post_segment(struct comm *c, const struct hier_inter *s,
-                                  const struct tree_round *r, size_t i, size_t off, size_t n,
-                                  char *slot, struct mpi_status_word *w, MPI_Request *reqs,
-                                  int *nreq)
+                                  const struct tree_round *r, size_t i, size_t seg, char *slot,
+                                  struct mpi_status_word *w, MPI_Request *reqs, int *nreq)
 {
-    int nr = 0, err = MPI_SUCCESS, bytes = (int)(n * s->esize);
+    int nr = 0, err = MPI_SUCCESS;
     const char *call = "MPI_Irecv";
-    if (i == 0)
+    if (i == 0 && r->status)
         err = MPI_Irecv(&w[1], 2, MPI_INT64_T, r->from, HIER_TREE_TAG + 1, s->mc, &reqs[nr++]);
-    if (err == MPI_SUCCESS)
-        err = MPI_Irecv(slot, bytes, MPI_BYTE, r->from, HIER_TREE_TAG, s->mc, &reqs[nr++]);
+    if (err == MPI_SUCCESS && (i == 0 || i * seg < r->rn)) {
+        size_t n = r->rn - i * seg < seg ? r->rn - i * seg : seg;
+        char *dst = r->mode == ROUND_GATHER ? (char *)s->buf + (r->roff + i * seg) * s->esize : slot;
+        err = MPI_Irecv(dst, (int)(n * s->esize), MPI_BYTE, r->from, HIER_TREE_TAG, s->mc,
+                        &reqs[nr++]);
+    }
+    bool data = i == 0 || i * seg < r->sn;
+    size_t n = data ? (r->sn - i * seg < seg ? r->sn - i * seg : seg) : 0;
     for (int t = 0; t < r->nto && err == MPI_SUCCESS; t++) {
         call = "MPI_Isend";
         int to = r->to0 + t * r->stride;
-        if (i == 0)
+        if (i == 0 && r->status)
             err = MPI_Isend(&w[0], 2, MPI_INT64_T, to, HIER_TREE_TAG + 1, s->mc, &reqs[nr++]);
-        if (err == MPI_SUCCESS)
-            err = MPI_Isend((char *)s->buf + off * s->esize, bytes, MPI_BYTE, to, HIER_TREE_TAG,
-                            s->mc, &reqs[nr++]);
+        if (err == MPI_SUCCESS && data)
+            err = MPI_Isend((char *)s->buf + (r->soff + i * seg) * s->esize, (int)(n * s->esize),
+                            MPI_BYTE, to, HIER_TREE_TAG, s->mc, &reqs[nr++]);
     }
     *nreq = nr;
     return err == MPI_SUCCESS ? COMM_OK : mpi_link_error(c, err, call);
@@ -147,13 +162,13 @@ static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
         return COMM_ERR_NOMEM;
     }
     int nreq[HIER_SEGS_IN_FLIGHT];
-    size_t nseg = (s->n + seg - 1) / seg, posted = 0;
+    size_t most = r->sn > r->rn ? r->sn : r->rn, nseg = most ? (most + seg - 1) / seg : 1;
+    size_t posted = 0;
     comm_status_t st = COMM_OK;
     for (size_t i = 0; i < nseg && st == COMM_OK; i++) {
         while (posted < nseg && posted < i + HIER_SEGS_IN_FLIGHT && st == COMM_OK) {
-            size_t off = posted * seg, n = s->n - off < seg ? s->n - off : seg;
             int q = (int)(posted % HIER_SEGS_IN_FLIGHT);
-            st = post_segment(c, s, r, posted, off, n, tmp + (size_t)q * seg * s->esize, w,
+            st = post_segment(c, s, r, posted, seg, tmp + (size_t)q * seg * s->esize, w,
                               reqs + q * per, &nreq[q]);
             posted++;
         }
@@ -164,16 +179,84 @@ static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
                            s->what);
         if (st != COMM_OK)
             break;
-        if (i == 0)
+        if (i == 0 && r->status)
             status_max(&w[0], &w[1]);
-        size_t off = i * seg, n = s->n - off < seg ? s->n - off : seg;
+        if (r->mode == ROUND_GATHER || i * seg >= r->rn)
+            continue;
+        size_t off = r->roff + i * seg, n = r->rn - i * seg < seg ? r->rn - i * seg : seg;
         char *mine = (char *)s->buf + off * s->esize, *theirs = tmp + (size_t)q * seg * s->esize;
-        if (r->lower)
+        if (r->mode == ROUND_LOWER)
             hier_of(c)->iops->combine(mine, mine, theirs, n, s->dtype, op);
         else
             hier_of(c)->iops->combine(mine, theirs, mine, n, s->dtype, op);
     }
     free(reqs); /* MPI keeps no pointer to the array: requests are handles */
+    return st;
+}
+
+/* Large messages over a power of two of hosts: recursive halving, then doubling. */
+static bool halving(const struct hier_inter *s, int h)
+{
+    return h > 1 && (h & (h - 1)) == 0 && s->n * s->esize >= HIER_HALVING_BYTES;
+}
+
+/*
+ * The same order as tree_round_plan's exchange for h a power of two, with each rank
+ * combining only its share: round k = 1, 2, ..., h / 2 halves this rank's region of the
+ * vector, keeping the half its side of the pair owns (lower rank: the first) and sending
+ * the other, then combines lower op upper on what it kept; after the last round it
+ * holds 1/h of the result (every element combined as ((p0 op p1) op (p2 op p3)) ...),
+ * and rounds k = h / 2, ..., 1 swap the kept parts back (a byte copy) until every rank
+ * has all of it.  Each rank sends and combines about (h - 1) / h of the vector instead
+ * of log2 h times all of it.  The status words travel in the halving rounds.
+ */
+static comm_status_t halving_allreduce(struct comm *c, const struct hier_inter *s, int me, int h,
+                                       size_t seg, char *tmp, struct mpi_status_word *w,
+                                       comm_op_t op, uint64_t deadline)
+{
+    size_t lo = 0, hi = s->n, mids[32];
+    int rounds = 0;
+    comm_status_t st = COMM_OK;
+    for (int k = 1; k < h && st == COMM_OK; k <<= 1, rounds++) {
+        size_t mid = lo + (hi - lo) / 2;
+        bool lower = (me & k) == 0;
+        struct tree_round r = {
+            .from = me ^ k,
+            .mode = lower ? ROUND_LOWER : ROUND_UPPER,
+            .to0 = me ^ k,
+            .nto = 1,
+            .soff = lower ? mid : lo,
+            .sn = lower ? hi - mid : mid - lo,
+            .roff = lower ? lo : mid,
+            .rn = lower ? mid - lo : hi - mid,
+            .status = true,
+        };
+        mids[rounds] = lower ? hi : lo; /* the other end of the parent region */
+        st = tree_round_run(c, s, &r, seg, tmp, w, op, deadline);
+        if (lower)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    for (int k = h / 2; k >= 1 && st == COMM_OK; k >>= 1) {
+        bool lower = (me & k) == 0;
+        size_t other = mids[--rounds]; /* the partner's part: [hi, other) or [other, lo) */
+        struct tree_round r = {
+            .from = me ^ k,
+            .mode = ROUND_GATHER,
+            .to0 = me ^ k,
+            .nto = 1,
+            .soff = lo,
+            .sn = hi - lo,
+            .roff = lower ? hi : other,
+            .rn = lower ? other - hi : lo - other,
+        };
+        st = tree_round_run(c, s, &r, seg, tmp, w, op, deadline);
+        if (lower)
+            hi = other;
+        else
+            lo = other;
+    }
     return st;
 }
 
@@ -207,9 +290,11 @@ static comm_status_t tree_allreduce(struct comm *c, const struct hier_inter *s, 
     w[0].neg_status = -(int64_t)mine;
     w[0].rank = mine == COMM_OK ? -1 : c->rank;
     comm_status_t st = COMM_OK;
-    for (int k = 1; k < h && st == COMM_OK; k <<= 1) {
+    if (halving(s, h))
+        st = halving_allreduce(c, s, me, h, seg, tmp, w, op, deadline);
+    for (int k = 1; k < h && st == COMM_OK && !halving(s, h); k <<= 1) {
         struct tree_round r;
-        tree_round_plan(me, h, k, &r);
+        tree_round_plan(me, h, k, s->n, &r);
         if (r.from >= 0)
             st = tree_round_run(c, s, &r, seg, tmp, w, op, deadline);
     }

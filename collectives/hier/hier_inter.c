@@ -82,6 +82,10 @@ struct tree_round {
     size_t soff, sn; /* the elements of buf sent */
     size_t roff, rn; /* the elements of buf that what comes combines with (or fills) */
     bool status;     /* the status words travel with segment 0 */
+    /* Halving's last round: each combined segment goes straight back to the partner,
+     * and the partner's comes into [soff, soff + sn) (tag + 2), so that the first
+     * gathering round overlaps this one instead of waiting for its end. */
+    bool back;
 };
 
 static void tree_round_plan(int me, int h, int k, size_t n, struct tree_round *r)
@@ -135,6 +139,29 @@ static comm_status_t post_segment(struct comm *c, const struct hier_inter *s,
     return err == MPI_SUCCESS ? COMM_OK : mpi_link_error(c, err, call);
 }
 
+/* Halving's last round, segment i combined (n elements at roff + i * seg): it goes back
+ * to the partner, and the partner's segment i comes into the part this rank sent. */
+static comm_status_t post_back(struct comm *c, const struct hier_inter *s,
+                               const struct tree_round *r, size_t i, size_t seg, size_t n,
+                               MPI_Request *reqs, int *nreq)
+{
+    int err = MPI_SUCCESS;
+    if (i == 0 || i * seg < r->sn) {
+        size_t k = r->sn - i * seg < seg ? r->sn - i * seg : seg;
+        err = MPI_Irecv((char *)s->buf + (r->soff + i * seg) * s->esize, (int)(k * s->esize),
+                        MPI_BYTE, r->from, HIER_TREE_TAG + 2, s->mc, &reqs[(*nreq)++]);
+        if (err != MPI_SUCCESS)
+            return mpi_link_error(c, err, "MPI_Irecv");
+    }
+    if (i == 0 || i * seg < r->rn) {
+        err = MPI_Isend((char *)s->buf + (r->roff + i * seg) * s->esize, (int)(n * s->esize),
+                        MPI_BYTE, r->to0, HIER_TREE_TAG + 2, s->mc, &reqs[(*nreq)++]);
+        if (err != MPI_SUCCESS)
+            return mpi_link_error(c, err, "MPI_Isend");
+    }
+    return COMM_OK;
+}
+
 /* Elementwise MAX of two status words, as the status exchange's MPI_MAX. */
 static void status_max(struct mpi_status_word *acc, const struct mpi_status_word *in)
 {
@@ -164,6 +191,13 @@ static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
     int nreq[HIER_SEGS_IN_FLIGHT];
     size_t most = r->sn > r->rn ? r->sn : r->rn, nseg = most ? (most + seg - 1) / seg : 1;
     size_t posted = 0;
+    int nback = 0;
+    MPI_Request *back = r->back ? malloc(2 * nseg * sizeof(*back)) : NULL;
+    if (r->back && back == NULL) {
+        free(reqs);
+        rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, s->what);
+        return COMM_ERR_NOMEM;
+    }
     comm_status_t st = COMM_OK;
     for (size_t i = 0; i < nseg && st == COMM_OK; i++) {
         while (posted < nseg && posted < i + HIER_SEGS_IN_FLIGHT && st == COMM_OK) {
@@ -181,16 +215,22 @@ static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
             break;
         if (i == 0 && r->status)
             status_max(&w[0], &w[1]);
-        if (r->mode == ROUND_GATHER || i * seg >= r->rn)
-            continue;
-        size_t off = r->roff + i * seg, n = r->rn - i * seg < seg ? r->rn - i * seg : seg;
-        char *mine = (char *)s->buf + off * s->esize, *theirs = tmp + (size_t)q * seg * s->esize;
-        if (r->mode == ROUND_LOWER)
-            hier_of(c)->iops->combine(mine, mine, theirs, n, s->dtype, op);
-        else
-            hier_of(c)->iops->combine(mine, theirs, mine, n, s->dtype, op);
+        size_t n = r->rn > i * seg ? (r->rn - i * seg < seg ? r->rn - i * seg : seg) : 0;
+        if (r->mode != ROUND_GATHER && n > 0) {
+            char *mine = (char *)s->buf + (r->roff + i * seg) * s->esize;
+            char *theirs = tmp + (size_t)q * seg * s->esize;
+            if (r->mode == ROUND_LOWER)
+                hier_of(c)->iops->combine(mine, mine, theirs, n, s->dtype, op);
+            else
+                hier_of(c)->iops->combine(mine, theirs, mine, n, s->dtype, op);
+        }
+        if (r->back)
+            st = post_back(c, s, r, i, seg, n, back, &nback);
     }
-    free(reqs); /* MPI keeps no pointer to the array: requests are handles */
+    if (st == COMM_OK && r->back)
+        st = mpi_link_wait(c, &hier_of(c)->link, back, nback, deadline, true, s->what);
+    free(back);
+    free(reqs); /* MPI keeps no pointer to the arrays: requests are handles */
     return st;
 }
 
@@ -230,6 +270,7 @@ static comm_status_t halving_allreduce(struct comm *c, const struct hier_inter *
             .roff = lower ? lo : mid,
             .rn = lower ? mid - lo : hi - mid,
             .status = true,
+            .back = 2 * k == h,
         };
         mids[rounds] = lower ? hi : lo; /* the other end of the parent region */
         st = tree_round_run(c, s, &r, seg, tmp, w, op, deadline);
@@ -238,7 +279,12 @@ static comm_status_t halving_allreduce(struct comm *c, const struct hier_inter *
         else
             lo = mid;
     }
-    for (int k = h / 2; k >= 1 && st == COMM_OK; k >>= 1) {
+    /* The last halving round sent its result back: the region of the round before. */
+    if (((me & (h / 2)) == 0))
+        hi = mids[--rounds];
+    else
+        lo = mids[--rounds];
+    for (int k = h / 4; k >= 1 && st == COMM_OK; k >>= 1) {
         bool lower = (me & k) == 0;
         size_t other = mids[--rounds]; /* the partner's part: [hi, other) or [other, lo) */
         struct tree_round r = {

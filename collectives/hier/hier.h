@@ -29,10 +29,11 @@
 #define HIER_SEGS_IN_FLIGHT 4
 /* From this many bytes, over a power of two of hosts, the inter-host allreduce halves
  * the vector between the hosts (each combines its share) and gathers it back, instead of
- * exchanging all of it every round (hier_inter.c): on 2 and 4 emulated hosts it was
- * faster from 256 KiB (2 hosts: 79 against 93 µs at 256 KiB, 950 against 1362 at 4 MiB,
- * best of three runs). */
-#define HIER_HALVING_BYTES (1u << 18)
+ * exchanging all of it every round (hier_inter.c).  On two hosts of network namespaces
+ * (TCP over veth, best of three) the exchange won at 256 KiB (122 against 155 us) and
+ * halving at 1 MiB (364 against 681); with hosts emulated over shared memory halving
+ * won from 256 KiB (79 against 93 us) and at 1 and 4 MiB on 4 hosts. */
+#define HIER_HALVING_BYTES (1u << 20)
 
 /*
  * What the algorithms call on the intra-host communicator: the public entry points,

@@ -74,9 +74,9 @@ enum round_mode {
 };
 
 struct tree_round {
-    int from;   /* the rank whose partial this rank takes; -1: sits out */
+    int from; /* the rank whose partial this rank takes; -1: sits out */
     enum round_mode mode;
-    int to0;    /* the ranks this rank's partial goes to: to0 + t * stride, t < nto */
+    int to0; /* the ranks this rank's partial goes to: to0 + t * stride, t < nto */
     int stride;
     int nto;
     size_t soff, sn; /* the elements of buf sent */
@@ -120,7 +120,8 @@ static comm_status_t post_segment(struct comm *c, const struct hier_inter *s,
         err = MPI_Irecv(&w[1], 2, MPI_INT64_T, r->from, HIER_TREE_TAG + 1, s->mc, &reqs[nr++]);
     if (err == MPI_SUCCESS && (i == 0 || i * seg < r->rn)) {
         size_t n = r->rn - i * seg < seg ? r->rn - i * seg : seg;
-        char *dst = r->mode == ROUND_GATHER ? (char *)s->buf + (r->roff + i * seg) * s->esize : slot;
+        char *dst =
+            r->mode == ROUND_GATHER ? (char *)s->buf + (r->roff + i * seg) * s->esize : slot;
         err = MPI_Irecv(dst, (int)(n * s->esize), MPI_BYTE, r->from, HIER_TREE_TAG, s->mc,
                         &reqs[nr++]);
     }
@@ -209,8 +210,7 @@ static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
         if (st != COMM_OK)
             break;
         int q = (int)(i % HIER_SEGS_IN_FLIGHT);
-        st = mpi_link_wait(c, &hier_of(c)->link, reqs + q * per, nreq[q], deadline, true,
-                           s->what);
+        st = mpi_link_wait(c, &hier_of(c)->link, reqs + q * per, nreq[q], deadline, true, s->what);
         if (st != COMM_OK)
             break;
         if (i == 0 && r->status)

@@ -240,8 +240,10 @@ static void t_init_late_in_setup(void)
  * failed, on the rank that armed it (exported: the project builds with hidden symbols). */
 static int g_fail_reduce;
 
-__attribute__((visibility("default"))) comm_status_t comm_reduce(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
-                          comm_dtype_t dtype, comm_op_t op, int root, void *stream)
+__attribute__((visibility("default"))) comm_status_t comm_reduce(comm_t *comm, const void *sendbuf,
+                                                                 void *recvbuf, size_t count,
+                                                                 comm_dtype_t dtype, comm_op_t op,
+                                                                 int root, void *stream)
 {
     comm_status_t (*real)(comm_t *, const void *, void *, size_t, comm_dtype_t, comm_op_t, int,
                           void *);

@@ -6,6 +6,7 @@
 #include "comm_internal.h"
 #include "env_vars.h"
 #include "id.h"
+#include "reduce.h"
 #include "rt_hooks.h"
 #include "shm/shm.h"
 
@@ -360,6 +361,21 @@ ARCOMM_HOOK comm_status_t rt_hook_bulk_calls(const comm_t *comm, uint64_t out[3]
     for (int k = 0; k < SHM_BULK_KINDS; k++)
         out[k] = comm->shm->bulk_calls[k];
     return COMM_OK;
+}
+
+ARCOMM_HOOK void rt_hook_reduce_pair(void *out, const void *a, const void *b, size_t count,
+                                     comm_dtype_t dtype, comm_op_t op)
+{
+    const void *src[2] = {a, b};
+    void *dst[1] = {out};
+    coll_reduce(&(struct coll_reduce_args){.dst = dst,
+                                           .ndst = 1,
+                                           .dst_dtype = dtype,
+                                           .src = src,
+                                           .nsrc = 2,
+                                           .src_dtype = dtype,
+                                           .count = count,
+                                           .op = op});
 }
 
 ARCOMM_HOOK comm_status_t rt_hook_comm_state(const comm_t *comm)

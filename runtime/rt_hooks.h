@@ -65,4 +65,12 @@ ARCOMM_HOOK comm_status_t rt_hook_split(comm_t *comm, int color, int key,
  * handle or a communicator without the segment. */
 ARCOMM_HOOK comm_status_t rt_hook_bulk_calls(const comm_t *comm, uint64_t out[3]);
 
+/* For the hierarchical backend's inter-host exchange (collectives/hier/hier_inter.c):
+ * out[i] = a[i] op b[i] for count elements of dtype (out may be a or b), with the host
+ * reduction's arithmetic (coll_reduce: in the accumulation type, rounded once, integers
+ * wrapping, its NaN rules: a is the first source), so hosts combine their partial
+ * results as ranks of one host do. */
+ARCOMM_HOOK void rt_hook_reduce_pair(void *out, const void *a, const void *b, size_t count,
+                                     comm_dtype_t dtype, comm_op_t op);
+
 #endif /* ARCOMM_RT_HOOKS_H */

@@ -27,6 +27,11 @@ struct hier_inter {
 comm_status_t hier_inter_segments(struct comm *c, const struct hier_inter *s, comm_status_t mine,
                                   uint64_t deadline);
 
+/* The elements of one segment of an inter-host step of n elements of esize bytes: the
+ * whole message up to HIER_SEG_BYTES (one message a round), else HIER_SEG_BYTES, with
+ * HIER_SEGS_IN_FLIGHT of them travelling while the oldest is combined. */
+size_t hier_inter_seg_elems(size_t n, size_t esize);
+
 /* A step of one nonblocking call already started (err: what it returned; call: its
  * name) on mc, with the status beside it, waited for. */
 comm_status_t hier_inter_one(struct comm *c, MPI_Comm mc, MPI_Request *data, int err,

@@ -251,6 +251,7 @@ static const struct hier_intra_ops intra_ops = {
     .destroy = comm_destroy,
     .last_error = comm_last_error,
     .state = rt_hook_comm_state,
+    .combine = rt_hook_reduce_pair,
 };
 
 /* The intra-host communicator, its id from the host's leader. */

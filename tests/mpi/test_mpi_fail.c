@@ -11,12 +11,15 @@
  * comm_destroy then MPI_Finalize with nothing left in /dev/shm; the wait hook (runs while
  * rank 0 waits for a late rank, given the communicator's own handle; a nonzero return
  * stops the call there and the others learn at once); SIGPIPE ignored after
- * comm_init_mpi where it was at its default, a program's own handler kept.  A fresh
+ * comm_init_mpi where it was at its default, a program's own handler kept; a leader
+ * whose intra-host step fails in the middle of an allreduce (its status crosses the
+ * inter-host step with its data: every other rank PEER, none OK with the garbage).  A fresh
  * communicator for each case: a failure breaks it on every rank.
  */
 #include "mpi_check.h"
 
 #include <arcomm_mpi.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -230,6 +233,78 @@ static void t_init_late_in_setup(void)
         fail("comm_init_mpi with rank 1 late in the setup", "it succeeded", st, "");
     /* The others wait here while rank 1's parts of their requests come. */
     MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* comm_reduce as the library's hierarchical allreduce calls it (its reduce to the host's
+ * leader): this program's, which makes the call go through and then, once, says it
+ * failed, on the rank that armed it (exported: the project builds with hidden symbols). */
+static int g_fail_reduce;
+
+__attribute__((visibility("default"))) comm_status_t comm_reduce(comm_t *comm, const void *sendbuf,
+                                                                 void *recvbuf, size_t count,
+                                                                 comm_dtype_t dtype, comm_op_t op,
+                                                                 int root, void *stream)
+{
+    comm_status_t (*real)(comm_t *, const void *, void *, size_t, comm_dtype_t, comm_op_t, int,
+                          void *);
+    *(void **)&real = dlsym(RTLD_NEXT, "comm_reduce");
+    comm_status_t st = real(comm, sendbuf, recvbuf, count, dtype, op, root, stream);
+    if (st == COMM_OK && g_fail_reduce) {
+        g_fail_reduce = 0;
+        return COMM_ERR_SYSTEM;
+    }
+    return st;
+}
+
+/* The hosts, as comm_init_mpi splits them: ARCOMM_MPI_RANKS_PER_HOST, else MPI's
+ * shared-memory split.  Returns the ranks a host (consecutive ranks a host). */
+static int per_host(void)
+{
+    const char *rph = getenv("ARCOMM_MPI_RANKS_PER_HOST");
+    if (rph != NULL && atoi(rph) > 0)
+        return atoi(rph) < g_size ? atoi(rph) : g_size;
+    MPI_Comm node;
+    int per = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &per);
+    MPI_Comm_free(&node);
+    MPI_Allreduce(MPI_IN_PLACE, &per, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return per;
+}
+
+/* The last host's leader finds its intra-host step failed (its reduce to the leader)
+ * and still makes the inter-host step: that rank returns its own error, every other one
+ * COMM_ERR_PEER naming it, well before the timeout (the status travels with the data;
+ * had it not, they would return OK with meaningless data).  A small count (one message
+ * a round) and, with hosts of one rank, one of several segments (with more, that count
+ * takes the slices scheme, whose reduce-scatter this does not fail); with one host
+ * there is no inter-host step. */
+static void t_intra_fails(size_t n)
+{
+    int per = per_host();
+    if (per >= g_size || (per > 1 && n * sizeof(float) >= 65536))
+        return;
+    int victim = (g_size - 1) / per * per;
+    comm_t *c = fresh();
+    float *x = malloc(n * sizeof(*x)), *y = malloc(n * sizeof(*y));
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(g_rank + 1);
+    g_fail_reduce = g_rank == victim;
+    double t0 = now_ms();
+    comm_status_t st = comm_allreduce(c, x, y, n, COMM_F32, COMM_SUM, NULL);
+    double ms = now_ms() - t0;
+    g_fail_reduce = 0;
+    comm_status_t want = g_rank == victim ? COMM_ERR_SYSTEM : COMM_ERR_PEER;
+    char what[96];
+    snprintf(what, sizeof(what), "allreduce of %zu with rank %d's intra-host step failed", n,
+             victim);
+    if (st != want)
+        fail(what, g_rank == victim ? "not its own error" : "not PEER", st, comm_last_error(c));
+    else if (ms > TIMEOUT_MS / 2)
+        fail(what, "the failure came late (ms)", st, comm_last_error(c));
+    comm_destroy(c);
+    free(x);
+    free(y);
 }
 
 /* MPI_Comm_idup as the library sees it: this program's, which can hold rank 1 once. */
@@ -562,6 +637,10 @@ int main(int argc, char **argv)
     t_abort_spreads();
     MPI_Barrier(MPI_COMM_WORLD);
     t_wait_hook();
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_intra_fails(3);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t_intra_fails((size_t)300000);
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* After all that, a healthy communicator still works. */

@@ -8,6 +8,11 @@
 # intra-host communicators cannot see each other's segments.  Exit 77 (skipped) where
 # the namespaces cannot be made (not root, no ip/nsenter/unshare, a sandbox without
 # them).
+#
+# ARCOMM_TEST_LINK_RATE (e.g. 10gbit, tc's units): each end of the veth pair sends
+# through a token bucket of that rate (tc qdisc tbf; ARCOMM_TEST_LINK_BURST, default
+# 4mb, and a 50 ms queue), a network slower than the VM's memory copy; without tc the
+# link stays unshaped, with a note.
 set -euo pipefail
 per_host=$1
 shift
@@ -36,6 +41,17 @@ ip -n "${tag}b" addr add 10.231.7.2/24 dev "${tag}1"
 for ns in a b; do ip -n "${tag}$ns" link set lo up; done
 ip -n "${tag}a" link set "${tag}0" up
 ip -n "${tag}b" link set "${tag}1" up
+if [ -n "${ARCOMM_TEST_LINK_RATE:-}" ]; then
+    if command -v tc >/dev/null 2>&1; then
+        for end in a0 b1; do
+            ip netns exec "${tag}${end%?}" tc qdisc add dev "${tag}${end#?}" root tbf \
+                rate "$ARCOMM_TEST_LINK_RATE" burst "${ARCOMM_TEST_LINK_BURST:-4mb}" latency 50ms
+        done
+        echo "two_hosts: the link shaped to $ARCOMM_TEST_LINK_RATE each way (tc tbf)"
+    else
+        echo "two_hosts: no tc: ARCOMM_TEST_LINK_RATE=$ARCOMM_TEST_LINK_RATE ignored, the link is not shaped"
+    fi
+fi
 printf '127.0.0.1 localhost\n10.231.7.1 h1\n10.231.7.2 h2\n' >"$dir/hosts"
 
 # A holder per host: in its network namespace, new UTS and mount namespaces with the

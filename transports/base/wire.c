@@ -116,84 +116,85 @@ static inline size_t block_len(size_t n, size_t first)
     return n - first < WIRE_BLOCK_ELEMS ? n - first : WIRE_BLOCK_ELEMS;
 }
 
-static void int8_encode(comm_dtype_t dtype, const void *src, size_t n, void *dst)
+/* A block codec's per-element arithmetic (wire_scalar.h): int8 or fp8. */
+static inline float block_scale(bool fp8, float amax)
+{
+    return fp8 ? wire_fp8_scale(amax) : wire_int8_scale(amax);
+}
+
+static inline uint8_t block_code(bool fp8, float x, float scale)
+{
+    return fp8 ? wire_fp8_code(x, scale) : (uint8_t)wire_int8_code(x, scale);
+}
+
+static inline float block_value(bool fp8, uint8_t q, float scale)
+{
+    return fp8 ? wire_fp8_value(q, scale) : wire_int8_value((int8_t)q, scale);
+}
+
+/* Each block: its f32 scale, then WIRE_BLOCK_ELEMS codes (a short last block's unused
+ * codes zero).  Inlined with fp8 constant, so each codec gets a loop of its own. */
+static inline void block_encode(bool fp8, comm_dtype_t dtype, const void *src, size_t n, void *dst)
 {
     uint8_t *out = dst;
     for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, out += WIRE_BLOCK_BYTES) {
         size_t m = block_len(n, first);
-        float scale = wire_int8_scale(block_absmax(dtype, src, first, m));
-        int8_t q[WIRE_BLOCK_ELEMS] = {0};
+        float scale = block_scale(fp8, block_absmax(dtype, src, first, m));
+        uint8_t q[WIRE_BLOCK_ELEMS] = {0};
         for (size_t i = 0; i < m; i++)
-            q[i] = wire_int8_code(load_f32(dtype, src, first + i), scale);
+            q[i] = block_code(fp8, load_f32(dtype, src, first + i), scale);
         memcpy(out, &scale, 4);
         memcpy(out + 4, q, WIRE_BLOCK_ELEMS);
     }
+}
+
+/* dst = decoded, or (add) dst += decoded. */
+static inline void block_decode(bool fp8, bool add, const void *src, size_t n, float *dst)
+{
+    const uint8_t *in = src;
+    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, in += WIRE_BLOCK_BYTES) {
+        size_t m = block_len(n, first);
+        float scale;
+        memcpy(&scale, in, 4);
+        for (size_t i = 0; i < m; i++) {
+            float v = block_value(fp8, in[4 + i], scale);
+            dst[first + i] = add ? dst[first + i] + v : v;
+        }
+    }
+}
+
+static void int8_encode(comm_dtype_t dtype, const void *src, size_t n, void *dst)
+{
+    block_encode(false, dtype, src, n, dst);
 }
 
 static void int8_decode(comm_dtype_t dtype, const void *src, size_t n, float *dst)
 {
-    const uint8_t *in = src;
     (void)dtype;
-    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, in += WIRE_BLOCK_BYTES) {
-        size_t m = block_len(n, first);
-        float scale;
-        memcpy(&scale, in, 4);
-        for (size_t i = 0; i < m; i++)
-            dst[first + i] = wire_int8_value((int8_t)in[4 + i], scale);
-    }
+    block_decode(false, false, src, n, dst);
 }
 
 static void int8_decode_add(comm_dtype_t dtype, const void *src, size_t n, float *acc)
 {
-    const uint8_t *in = src;
     (void)dtype;
-    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, in += WIRE_BLOCK_BYTES) {
-        size_t m = block_len(n, first);
-        float scale;
-        memcpy(&scale, in, 4);
-        for (size_t i = 0; i < m; i++)
-            acc[first + i] += wire_int8_value((int8_t)in[4 + i], scale);
-    }
+    block_decode(false, true, src, n, acc);
 }
 
 static void fp8_encode(comm_dtype_t dtype, const void *src, size_t n, void *dst)
 {
-    uint8_t *out = dst;
-    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, out += WIRE_BLOCK_BYTES) {
-        size_t m = block_len(n, first);
-        float scale = wire_fp8_scale(block_absmax(dtype, src, first, m));
-        uint8_t q[WIRE_BLOCK_ELEMS] = {0};
-        for (size_t i = 0; i < m; i++)
-            q[i] = wire_fp8_code(load_f32(dtype, src, first + i), scale);
-        memcpy(out, &scale, 4);
-        memcpy(out + 4, q, WIRE_BLOCK_ELEMS);
-    }
+    block_encode(true, dtype, src, n, dst);
 }
 
 static void fp8_decode(comm_dtype_t dtype, const void *src, size_t n, float *dst)
 {
-    const uint8_t *in = src;
     (void)dtype;
-    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, in += WIRE_BLOCK_BYTES) {
-        size_t m = block_len(n, first);
-        float scale;
-        memcpy(&scale, in, 4);
-        for (size_t i = 0; i < m; i++)
-            dst[first + i] = wire_fp8_value(in[4 + i], scale);
-    }
+    block_decode(true, false, src, n, dst);
 }
 
 static void fp8_decode_add(comm_dtype_t dtype, const void *src, size_t n, float *acc)
 {
-    const uint8_t *in = src;
     (void)dtype;
-    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, in += WIRE_BLOCK_BYTES) {
-        size_t m = block_len(n, first);
-        float scale;
-        memcpy(&scale, in, 4);
-        for (size_t i = 0; i < m; i++)
-            acc[first + i] += wire_fp8_value(in[4 + i], scale);
-    }
+    block_decode(true, true, src, n, acc);
 }
 
 /* ---- The table ---- */

@@ -110,9 +110,18 @@ static void tree_round_plan(int me, int h, int k, size_t n, struct tree_round *r
 /* Posts segment i of a round (seg elements a segment): the receive (into slot, or into
  * buf when gathering) and the sends of buf, each where the round has elements left
  * (segment 0 always: it carries the status words, w[0] out, w[1] in, and may be empty). */
+/* Where segment i (seg elements a segment, n of them) lies: its bytes in buf (full
+ * width), or in the encoded partial enc (s->wire: whole blocks, seg a multiple of
+ * WIRE_BLOCK_ELEMS). */
+static size_t seg_bytes(const struct hier_inter *s, size_t n)
+{
+    return s->wire != NULL ? wire_bytes(s->wire, COMM_F32, n) : n * s->esize;
+}
+
 static comm_status_t post_segment(struct comm *c, const struct hier_inter *s,
                                   const struct tree_round *r, size_t i, size_t seg, char *slot,
-                                  struct mpi_status_word *w, MPI_Request *reqs, int *nreq)
+                                  const char *enc, struct mpi_status_word *w, MPI_Request *reqs,
+                                  int *nreq)
 {
     int nr = 0, err = MPI_SUCCESS;
     const char *call = "MPI_Irecv";
@@ -122,8 +131,8 @@ static comm_status_t post_segment(struct comm *c, const struct hier_inter *s,
         size_t n = r->rn - i * seg < seg ? r->rn - i * seg : seg;
         char *dst =
             r->mode == ROUND_GATHER ? (char *)s->buf + (r->roff + i * seg) * s->esize : slot;
-        err = MPI_Irecv(dst, (int)(n * s->esize), MPI_BYTE, r->from, HIER_TREE_TAG, s->mc,
-                        &reqs[nr++]);
+        size_t bytes = r->mode == ROUND_GATHER ? n * s->esize : seg_bytes(s, n);
+        err = MPI_Irecv(dst, (int)bytes, MPI_BYTE, r->from, HIER_TREE_TAG, s->mc, &reqs[nr++]);
     }
     bool data = i == 0 || i * seg < r->sn;
     size_t n = data ? (r->sn - i * seg < seg ? r->sn - i * seg : seg) : 0;
@@ -132,7 +141,10 @@ static comm_status_t post_segment(struct comm *c, const struct hier_inter *s,
         int to = r->to0 + t * r->stride;
         if (i == 0 && r->status)
             err = MPI_Isend(&w[0], 2, MPI_INT64_T, to, HIER_TREE_TAG + 1, s->mc, &reqs[nr++]);
-        if (err == MPI_SUCCESS && data)
+        if (err == MPI_SUCCESS && data && enc != NULL)
+            err = MPI_Isend(enc + seg_bytes(s, i * seg), (int)seg_bytes(s, n), MPI_BYTE, to,
+                            HIER_TREE_TAG, s->mc, &reqs[nr++]);
+        else if (err == MPI_SUCCESS && data)
             err = MPI_Isend((char *)s->buf + (r->soff + i * seg) * s->esize, (int)(n * s->esize),
                             MPI_BYTE, to, HIER_TREE_TAG, s->mc, &reqs[nr++]);
     }
@@ -178,10 +190,29 @@ static void status_max(struct mpi_status_word *acc, const struct mpi_status_word
  * of it are done (the combine overwrites what was sent), while the next ones travel.
  * The status words travel with segment 0 and are waited for with it.
  */
+/* The codec's buffers of a step (s->wire): this rank's encoded partial, and one
+ * segment of the partner's decoded. */
+struct wire_bufs {
+    char *enc;
+    float *dec;
+};
+
 static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
                                     const struct tree_round *r, size_t seg, char *tmp,
+                                    size_t slot_bytes, const struct wire_bufs *wb,
                                     struct mpi_status_word *w, comm_op_t op, uint64_t deadline)
 {
+    /* With a codec (exchange rounds only: soff = roff = 0, sn = rn = n) this rank's
+     * partial is encoded once, and its own operand becomes the decoded value of the
+     * bytes it sends: the partner decodes the same bytes, so both combine the same
+     * operands in the same order. */
+    const char *enc = NULL;
+    if (s->wire != NULL && r->mode != ROUND_GATHER) {
+        float *mine = (float *)((char *)s->buf + r->soff * s->esize);
+        wire_encode(s->wire, COMM_F32, mine, r->sn, wb->enc);
+        wire_decode(s->wire, COMM_F32, wb->enc, r->sn, mine);
+        enc = wb->enc;
+    }
     /* Per segment in flight: a receive and the sends, twice with segment 0's words. */
     size_t per = 2 * (1 + (size_t)r->nto);
     MPI_Request *reqs = malloc(HIER_SEGS_IN_FLIGHT * per * sizeof(*reqs));
@@ -203,7 +234,7 @@ static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
     for (size_t i = 0; i < nseg && st == COMM_OK; i++) {
         while (posted < nseg && posted < i + HIER_SEGS_IN_FLIGHT && st == COMM_OK) {
             int q = (int)(posted % HIER_SEGS_IN_FLIGHT);
-            st = post_segment(c, s, r, posted, seg, tmp + (size_t)q * seg * s->esize, w,
+            st = post_segment(c, s, r, posted, seg, tmp + (size_t)q * slot_bytes, enc, w,
                               reqs + q * per, &nreq[q]);
             posted++;
         }
@@ -218,7 +249,11 @@ static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
         size_t n = r->rn > i * seg ? (r->rn - i * seg < seg ? r->rn - i * seg : seg) : 0;
         if (r->mode != ROUND_GATHER && n > 0) {
             char *mine = (char *)s->buf + (r->roff + i * seg) * s->esize;
-            char *theirs = tmp + (size_t)q * seg * s->esize;
+            char *theirs = tmp + (size_t)q * slot_bytes;
+            if (enc != NULL) {
+                wire_decode(s->wire, COMM_F32, theirs, n, wb->dec);
+                theirs = (char *)wb->dec;
+            }
             if (r->mode == ROUND_LOWER)
                 hier_of(c)->iops->combine(mine, mine, theirs, n, s->dtype, op);
             else
@@ -234,10 +269,12 @@ static comm_status_t tree_round_run(struct comm *c, const struct hier_inter *s,
     return st;
 }
 
-/* Large messages over a power of two of hosts: recursive halving, then doubling. */
+/* Large messages over a power of two of hosts: recursive halving, then doubling.  Not
+ * with a codec: halving would send the result back encoded a second time, and its
+ * halves' edges would cut the codec's blocks where the exchange's do not. */
 static bool halving(const struct hier_inter *s, int h)
 {
-    return h > 1 && (h & (h - 1)) == 0 && s->n * s->esize >= HIER_HALVING_BYTES;
+    return h > 1 && (h & (h - 1)) == 0 && s->n * s->esize >= HIER_HALVING_BYTES && s->wire == NULL;
 }
 
 /*
@@ -251,8 +288,8 @@ static bool halving(const struct hier_inter *s, int h)
  * of log2 h times all of it.  The status words travel in the halving rounds.
  */
 static comm_status_t halving_allreduce(struct comm *c, const struct hier_inter *s, int me, int h,
-                                       size_t seg, char *tmp, struct mpi_status_word *w,
-                                       comm_op_t op, uint64_t deadline)
+                                       size_t seg, char *tmp, size_t slot_bytes,
+                                       struct mpi_status_word *w, comm_op_t op, uint64_t deadline)
 {
     size_t lo = 0, hi = s->n, mids[32];
     int rounds = 0;
@@ -273,7 +310,7 @@ static comm_status_t halving_allreduce(struct comm *c, const struct hier_inter *
             .back = 2 * k == h,
         };
         mids[rounds] = lower ? hi : lo; /* the other end of the parent region */
-        st = tree_round_run(c, s, &r, seg, tmp, w, op, deadline);
+        st = tree_round_run(c, s, &r, seg, tmp, slot_bytes, NULL, w, op, deadline);
         if (lower)
             hi = mid;
         else
@@ -297,7 +334,7 @@ static comm_status_t halving_allreduce(struct comm *c, const struct hier_inter *
             .roff = lower ? hi : other,
             .rn = lower ? other - hi : lo - other,
         };
-        st = tree_round_run(c, s, &r, seg, tmp, w, op, deadline);
+        st = tree_round_run(c, s, &r, seg, tmp, slot_bytes, NULL, w, op, deadline);
         if (lower)
             hi = other;
         else
@@ -323,13 +360,29 @@ static comm_status_t tree_allreduce(struct comm *c, const struct hier_inter *s, 
     MPI_Comm_rank(s->mc, &me);
     MPI_Comm_size(s->mc, &h);
     size_t seg = hier_inter_seg_elems(s->n, s->esize);
+    if (s->wire != NULL && seg < s->n)
+        seg -= seg % WIRE_BLOCK_ELEMS;                   /* segments of whole blocks */
     comm_op_t op = s->op == COMM_AVG ? COMM_SUM : s->op; /* AVG divides after the step */
-    size_t slots = s->n < HIER_SEGS_IN_FLIGHT * seg ? s->n : HIER_SEGS_IN_FLIGHT * seg;
+    size_t nslots =
+        (s->n + seg - 1) / seg < HIER_SEGS_IN_FLIGHT ? (s->n + seg - 1) / seg : HIER_SEGS_IN_FLIGHT;
+    /* A slot holds a segment as it travels: encoded, a short one may take more bytes
+     * than at full width (a block's scale). */
+    size_t slot_bytes = seg * s->esize;
+    if (s->wire != NULL && wire_bytes(s->wire, COMM_F32, seg) > slot_bytes)
+        slot_bytes = wire_bytes(s->wire, COMM_F32, seg);
     struct mpi_status_word *w = mpi_ctl_new(2 * sizeof(*w));
-    char *tmp = h > 1 ? mpi_ctl_new(slots * s->esize) : NULL;
-    if (w == NULL || (h > 1 && tmp == NULL)) {
+    char *tmp = h > 1 ? mpi_ctl_new((nslots ? nslots : 1) * slot_bytes) : NULL;
+    struct wire_bufs wb = {0};
+    if (s->wire != NULL && h > 1) {
+        wb.enc = mpi_ctl_new(wire_bytes(s->wire, COMM_F32, s->n));
+        wb.dec = malloc(seg * sizeof(float));
+    }
+    if (w == NULL || (h > 1 && tmp == NULL) ||
+        (s->wire != NULL && h > 1 && (wb.enc == NULL || wb.dec == NULL))) {
         mpi_ctl_done(w, true);
         mpi_ctl_done(tmp, true);
+        mpi_ctl_done(wb.enc, true);
+        free(wb.dec);
         rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for %s", c->rank, s->what);
         return COMM_ERR_NOMEM;
     }
@@ -337,17 +390,19 @@ static comm_status_t tree_allreduce(struct comm *c, const struct hier_inter *s, 
     w[0].rank = mine == COMM_OK ? -1 : c->rank;
     comm_status_t st = COMM_OK;
     if (halving(s, h))
-        st = halving_allreduce(c, s, me, h, seg, tmp, w, op, deadline);
+        st = halving_allreduce(c, s, me, h, seg, tmp, slot_bytes, w, op, deadline);
     for (int k = 1; k < h && st == COMM_OK && !halving(s, h); k <<= 1) {
         struct tree_round r;
         tree_round_plan(me, h, k, s->n, &r);
         if (r.from >= 0)
-            st = tree_round_run(c, s, &r, seg, tmp, w, op, deadline);
+            st = tree_round_run(c, s, &r, seg, tmp, slot_bytes, &wb, w, op, deadline);
     }
     bool completed = st == COMM_OK; /* else requests may be under way: left to MPI */
     if (completed)
         st = mpi_link_status_check(c, mine, &w[0], s->what);
     mpi_ctl_done(tmp, completed);
+    mpi_ctl_done(wb.enc, completed); /* sends from it may be under way */
+    free(wb.dec);
     mpi_ctl_done(w, completed);
     return st;
 }

@@ -4,6 +4,7 @@
 #define ARCOMM_HIER_INTER_H
 
 #include "hier.h"
+#include "wire.h"
 
 enum hier_inter_kind {
     HIER_INTER_ALLREDUCE, /* in place, in dtype with op */
@@ -20,6 +21,11 @@ struct hier_inter {
     comm_op_t op;       /* ALLREDUCE */
     int root;           /* BCAST: rank in mc */
     const char *what;   /* for messages */
+    /* ALLREDUCE of f32 partial sums: NULL (full width), or the wire codec each round's
+     * partials travel in (docs/wire.md): every rank of a round encodes its partial once,
+     * takes the decoded value of its own bytes as its operand, and decodes its
+     * partner's, so both combine the same operands; never with recursive halving. */
+    const struct wire_row *wire;
 };
 
 /* The step, with this rank's status mine carried to every rank of mc: mine when it

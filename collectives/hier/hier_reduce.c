@@ -12,13 +12,33 @@
  * allreduce with a part of the result kept
  * (simple, and the same bits as allreduce; their traffic is allreduce's).
  */
+#include "coll.h"
 #include "hier_inter.h"
 
 #include <string.h>
 
+/*
+ * The wire codec the hosts' partial results travel in (docs/wire.md), or NULL for full
+ * width: ARCOMM_WIRE's codec (not none) for a sum or average of f32, f16 or bf16 that it
+ * applies to, from ARCOMM_WIRE_THRESHOLD's bytes of the call's message (agreed by every
+ * rank, so every rank decides alike).  Host buffers only: the CUDA scheme's inter-host
+ * step stays at full width.
+ */
+static const struct wire_row *inter_wire(const struct comm *c, comm_dtype_t dtype, comm_op_t op,
+                                         size_t n)
+{
+    const struct wire_row *row = wire_row((enum wire_codec)c->knobs.wire);
+    size_t t = coll_wire_threshold(&c->knobs);
+    if (row == NULL || c->knobs.wire == WIRE_NONE || t == RT_SIZE_OFF ||
+        n * rt_dtype_size(dtype) < t || (op != COMM_SUM && op != COMM_AVG) ||
+        hier_work_dtype(dtype) != COMM_F32 || !wire_applies(row, dtype, op))
+        return NULL;
+    return row;
+}
+
 /* Leader scheme: the result in work (n elements of wd) on every rank. */
 static comm_status_t reduce_leaders(struct comm *c, void *work, size_t n, comm_dtype_t wd,
-                                    comm_op_t op, uint64_t deadline)
+                                    comm_op_t op, const struct wire_row *wire, uint64_t deadline)
 {
     struct hier_comm *h = hier_of(c);
     bool leader = h->local == 0;
@@ -34,6 +54,7 @@ static comm_status_t reduce_leaders(struct comm *c, void *work, size_t n, comm_d
             .dtype = wd,
             .op = op,
             .what = "the allreduce among the hosts' leaders",
+            .wire = wire,
         };
         st = hier_inter_segments(c, &s, st, deadline);
     }
@@ -43,12 +64,22 @@ static comm_status_t reduce_leaders(struct comm *c, void *work, size_t n, comm_d
     return hier_intra_failed(c, st, "the broadcast from the leader");
 }
 
-/* Slice scheme (equal hosts): the result in work (nlocal * ceil(n / nlocal) elements). */
+/* The elements of a slice: ceil(n / nlocal), with a codec a whole number of its blocks,
+ * so that the slices cut the vector where the leaders scheme's blocks do. */
+static size_t slice_elems(size_t n, size_t L, const struct wire_row *wire)
+{
+    size_t per = (n + L - 1) / L;
+    if (wire != NULL && per % WIRE_BLOCK_ELEMS != 0)
+        per += WIRE_BLOCK_ELEMS - per % WIRE_BLOCK_ELEMS;
+    return per;
+}
+
+/* Slice scheme (equal hosts): the result in work (nlocal * slice_elems elements). */
 static comm_status_t reduce_slices(struct comm *c, void *work, size_t n, comm_dtype_t wd,
-                                   comm_op_t op, uint64_t deadline)
+                                   comm_op_t op, const struct wire_row *wire, uint64_t deadline)
 {
     struct hier_comm *h = hier_of(c);
-    size_t es = rt_dtype_size(wd), L = (size_t)h->nlocal, per = (n + L - 1) / L;
+    size_t es = rt_dtype_size(wd), L = (size_t)h->nlocal, per = slice_elems(n, L, wire);
     /* Padding reduces to values nobody reads. */
     memset((char *)work + n * es, 0, (L * per - n) * es);
     void *slice = hier_scratch(c, 1, per * es);
@@ -65,6 +96,7 @@ static comm_status_t reduce_slices(struct comm *c, void *work, size_t n, comm_dt
         .dtype = wd,
         .op = op,
         .what = "the allreduce of this rank's slice among the hosts",
+        .wire = wire,
     };
     st = hier_inter_segments(c, &s, st, deadline);
     if (st != COMM_OK)
@@ -85,13 +117,14 @@ static comm_status_t reduce_all(struct comm *c, const void *send, size_t n, comm
     comm_op_t wop = op == COMM_AVG ? COMM_SUM : op;
     size_t es = rt_dtype_size(wd), L = (size_t)h->nlocal;
     bool large = h->equal && h->nlocal > 1 && h->nhosts > 1 && n * es >= HIER_LARGE_BYTES;
-    size_t elems = large ? L * ((n + L - 1) / L) : n;
+    const struct wire_row *wire = h->nhosts > 1 ? inter_wire(c, dtype, op, n) : NULL;
+    size_t elems = large ? L * slice_elems(n, L, wire) : n;
     void *work = hier_scratch(c, 0, elems * es);
     if (work == NULL)
         return COMM_ERR_NOMEM;
     hier_widen(send, dtype, work, n);
-    comm_status_t st = large ? reduce_slices(c, work, n, wd, wop, deadline)
-                             : reduce_leaders(c, work, n, wd, wop, deadline);
+    comm_status_t st = large ? reduce_slices(c, work, n, wd, wop, wire, deadline)
+                             : reduce_leaders(c, work, n, wd, wop, wire, deadline);
     if (st == COMM_OK)
         *out = work;
     return st;

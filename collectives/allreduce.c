@@ -62,7 +62,7 @@ const char *coll_host_path_name(const struct rt_knobs *k, size_t bytes)
 static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call *call)
 {
     size_t bytes = call->count * rt_dtype_size(call->dtype);
-    bool narrow = coll_narrows(&c->knobs, call->dtype, bytes);
+    bool narrow = coll_narrows(&c->knobs, call->dtype, call->op, bytes);
     /* Rank 0's choice may send a flag-sized call through CMA (coll_choice_take): not a
      * narrowed or fused-add one, which have no CMA path. */
     struct coll_choice ch = {0};

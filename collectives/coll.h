@@ -193,12 +193,14 @@ static inline size_t coll_wire_threshold(const struct rt_knobs *k)
     return k->wire_threshold == RT_SIZE_AUTO ? k->bf16_threshold : k->wire_threshold;
 }
 
-/* Is f32 narrowed to bf16 for a message of bytes?  The host paths carry the bf16 codec
- * only: ARCOMM_WIRE=int8 or fp8 leave host calls at full width (docs/wire.md). */
-static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, size_t bytes)
+/* Is f32 narrowed to bf16 for a reduction with op of dtype moving bytes?  The host paths
+ * carry bf16 (f32 inputs rounded once) for every op; ARCOMM_WIRE=int8 or fp8 leave host
+ * calls at full width (docs/wire.md). */
+static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, comm_op_t op,
+                                size_t bytes)
 {
-    size_t t = coll_wire_threshold(k);
-    return k->wire == WIRE_BF16 && dtype == COMM_F32 && t != RT_SIZE_OFF && bytes >= t;
+    static const struct wire_carry host = {.ops = {[WIRE_BF16] = WIRE_OPS_ALL}};
+    return wire_pick(k->wire, coll_wire_threshold(k), &host, dtype, op, bytes) == WIRE_BF16;
 }
 
 /* host_common.c: the arrival handshake every host call starts with. */

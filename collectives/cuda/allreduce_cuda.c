@@ -155,7 +155,6 @@ void cuda_fill_common(struct comm *c, const struct coll_call *call, bool narrow,
 static comm_status_t kernel_path(struct comm *c, const struct coll_call *call,
                                  enum wire_codec codec)
 {
-    /* The LL rounds carry bf16 or full width: a block codec runs at full width here. */
     return cuda_kernel_path_as(c, call, call, codec == WIRE_BF16);
 }
 
@@ -515,22 +514,17 @@ comm_status_t cuda_call_end(struct comm *c, const struct coll_call *call, comm_s
     return st;
 }
 
-enum wire_codec cuda_wire_pick(const struct cuda_knobs *k, const struct coll_call *call,
-                               size_t bytes)
-{
-    if (k->wire == WIRE_BF16)
-        /* bf16 on the wire for f32 sums only (an addend is a sum's), as always. */
-        return call->dtype == COMM_F32 && call->op == COMM_SUM && bytes >= k->bf16_threshold
-                   ? WIRE_BF16
-                   : WIRE_NONE;
-    const struct wire_row *row = wire_row((enum wire_codec)k->wire);
-    if (row == NULL || bytes < k->wire_threshold || !wire_applies(row, call->dtype, call->op))
-        return WIRE_NONE;
-    return (enum wire_codec)k->wire;
-}
+/* The LL rounds carry bf16 (f32 sums, an addend being a sum's) or full width. */
+const struct wire_carry cuda_carry_bf16_sums = {.ops = {[WIRE_BF16] = WIRE_OPS_SUM}};
+
+/* The copy-engine path: bf16 for f32 sums, the block codecs for sums and averages. */
+static const struct wire_carry copy_carry = {
+    .ops = {
+        [WIRE_BF16] = WIRE_OPS_SUM, [WIRE_INT8] = WIRE_OPS_SUM_AVG, [WIRE_FP8] = WIRE_OPS_SUM_AVG}};
 
 comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
-                                     cuda_allreduce_path small, cuda_allreduce_path large)
+                                     const struct cuda_allreduce_path *small,
+                                     const struct cuda_allreduce_path *large)
 {
     struct cuda_comm *x = cuda_of(c);
     comm_status_t st = cuda_check_device(c);
@@ -542,17 +536,20 @@ comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *cal
     if (st != COMM_OK)
         return st;
     size_t bytes = call->count * rt_dtype_size(call->dtype);
-    enum wire_codec codec = cuda_wire_pick(&x->k, call, bytes);
-    if (c->nranks == 1)
+    if (c->nranks == 1) {
         st = cuda_single_rank(c, call); /* exact: nothing travels */
-    else if (bytes >= x->k.copy_threshold)
-        st = large(c, call, codec);
-    else
-        st = small(c, call, codec);
+    } else {
+        const struct cuda_allreduce_path *p = bytes >= x->k.copy_threshold ? large : small;
+        st = p->run(c, call,
+                    wire_pick((int)x->k.wire, (size_t)x->k.wire_threshold, p->carry, call->dtype,
+                              call->op, bytes));
+    }
     return cuda_call_end(c, call, st, prev);
 }
 
 comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
 {
-    return cuda_allreduce_by_size(c, call, kernel_path, copy_path);
+    static const struct cuda_allreduce_path small = {kernel_path, &cuda_carry_bf16_sums};
+    static const struct cuda_allreduce_path large = {copy_path, &copy_carry};
+    return cuda_allreduce_by_size(c, call, &small, &large);
 }

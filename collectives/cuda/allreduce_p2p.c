@@ -20,7 +20,6 @@
 /* One-shot: LL rounds of at most an LL area's payload. */
 static comm_status_t one_shot(struct comm *c, const struct coll_call *call, enum wire_codec codec)
 {
-    /* bf16 or full width: a block codec runs at full width on cuda-p2p. */
     bool narrow = codec == WIRE_BF16;
     struct cuda_comm *x = cuda_of(c);
     struct cuda_p2p *p = x->p2p;
@@ -73,5 +72,7 @@ comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *ca
 {
     /* ARCOMM_COPY_THRESHOLD: where the host-staged transport takes the copy engines, this
      * one takes two-shot. */
-    return cuda_allreduce_by_size(c, call, one_shot, two_shot);
+    static const struct cuda_allreduce_path small = {one_shot, &cuda_carry_bf16_sums};
+    static const struct cuda_allreduce_path large = {two_shot, &cuda_carry_bf16_sums};
+    return cuda_allreduce_by_size(c, call, &small, &large);
 }

@@ -25,23 +25,21 @@ comm_status_t coll_cuda_p2p_move(struct comm *c, const struct coll_call *call);
  * reduce (every rank pushes to the root). */
 comm_status_t coll_cuda_p2p_reduce_scatter(struct comm *c, const struct coll_call *call);
 comm_status_t coll_cuda_p2p_reduce(struct comm *c, const struct coll_call *call);
-/* An allreduce path: enqueues a call whose contributions travel in codec (WIRE_NONE,
- * WIRE_BF16: f32 sums as bf16, or a block codec; a path that has no kernels for a block
- * codec runs the call at full width). */
-typedef comm_status_t (*cuda_allreduce_path)(struct comm *c, const struct coll_call *call,
-                                             enum wire_codec codec);
-/* The codec of an allreduce call moving bytes: ARCOMM_WIRE from ARCOMM_WIRE_THRESHOLD
- * where it applies (bf16: f32 sums, as the kernels have always narrowed; int8, fp8: f32,
- * f16, bf16 sums and averages), else WIRE_NONE.  The same on every rank: the knobs are
- * agreed at join. */
-enum wire_codec cuda_wire_pick(const struct cuda_knobs *k, const struct coll_call *call,
-                               size_t bytes);
+/* An allreduce path: run enqueues a call whose contributions travel in codec, one the
+ * path carries (carry) or WIRE_NONE, as wire_pick chose it. */
+struct cuda_allreduce_path {
+    comm_status_t (*run)(struct comm *c, const struct coll_call *call, enum wire_codec codec);
+    const struct wire_carry *carry;
+};
+/* What the LL-round paths carry (the kernel path, cuda-p2p): bf16 for f32 sums. */
+extern const struct wire_carry cuda_carry_bf16_sums;
 /* Allreduce on a transport's two paths: small below ARCOMM_COPY_THRESHOLD, large from it;
  * one rank: cuda_single_rank.  The device's reports checked, the call ordered, the codec
- * chosen by cuda_wire_pick.  coll_cuda_allreduce is this over the kernel and copy-engine
- * paths. */
+ * chosen by wire_pick from ARCOMM_WIRE and ARCOMM_WIRE_THRESHOLD (agreed at join) and what
+ * the path carries.  coll_cuda_allreduce is this over the kernel and copy-engine paths. */
 comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
-                                     cuda_allreduce_path small, cuda_allreduce_path large);
+                                     const struct cuda_allreduce_path *small,
+                                     const struct cuda_allreduce_path *large);
 /* Allreduce's kernel path for call (an allreduce), the ranks comparing the call as
  * instead (the collective a caller made, served through it): enqueued after
  * cuda_call_begin. */

@@ -27,13 +27,13 @@
 static const struct wire_row *inter_wire(const struct comm *c, comm_dtype_t dtype, comm_op_t op,
                                          size_t n)
 {
-    const struct wire_row *row = wire_row((enum wire_codec)c->knobs.wire);
-    size_t t = coll_wire_threshold(&c->knobs);
-    if (row == NULL || c->knobs.wire == WIRE_NONE || t == RT_SIZE_OFF ||
-        n * rt_dtype_size(dtype) < t || (op != COMM_SUM && op != COMM_AVG) ||
-        hier_work_dtype(dtype) != COMM_F32 || !wire_applies(row, dtype, op))
-        return NULL;
-    return row;
+    /* The f32 partial sums (and averages' sums) of f32, f16 and bf16 inputs, in any codec. */
+    static const struct wire_carry inter = {.ops = {[WIRE_BF16] = WIRE_OPS_SUM_AVG,
+                                                    [WIRE_INT8] = WIRE_OPS_SUM_AVG,
+                                                    [WIRE_FP8] = WIRE_OPS_SUM_AVG}};
+    enum wire_codec w = wire_pick(c->knobs.wire, coll_wire_threshold(&c->knobs), &inter, dtype, op,
+                                  n * rt_dtype_size(dtype));
+    return w == WIRE_NONE || hier_work_dtype(dtype) != COMM_F32 ? NULL : wire_row(w);
 }
 
 /* Leader scheme: the result in work (n elements of wd) on every rank. */

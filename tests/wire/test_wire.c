@@ -189,6 +189,34 @@ static void test_table(void **state)
     assert_true(wire_applies(none, COMM_I32, COMM_MAX));
 }
 
+/* wire_pick, the one decision every path takes: the knob's codec from the threshold, where
+ * it applies and the path carries it for the op; none otherwise. */
+static void test_pick(void **state)
+{
+    (void)state;
+    const struct wire_carry host = {.ops = {[WIRE_BF16] = WIRE_OPS_ALL}};
+    const struct wire_carry copy = {.ops = {[WIRE_BF16] = WIRE_OPS_SUM,
+                                            [WIRE_INT8] = WIRE_OPS_SUM_AVG,
+                                            [WIRE_FP8] = WIRE_OPS_SUM_AVG}};
+    const struct wire_carry nothing = {.ops = {0}};
+    assert_int_equal(wire_pick(WIRE_BF16, 1024, &host, COMM_F32, COMM_MAX, 1024), WIRE_BF16);
+    assert_int_equal(wire_pick(WIRE_BF16, 1024, &host, COMM_F32, COMM_SUM, 1023), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_BF16, 0, &host, COMM_F16, COMM_SUM, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_BF16, SIZE_MAX, &host, COMM_F32, COMM_SUM, 1 << 30), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_INT8, 0, &host, COMM_F32, COMM_SUM, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_BF16, 0, &copy, COMM_F32, COMM_MAX, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_BF16, 0, &copy, COMM_F32, COMM_SUM, 64), WIRE_BF16);
+    assert_int_equal(wire_pick(WIRE_INT8, 0, &copy, COMM_BF16, COMM_AVG, 64), WIRE_INT8);
+    assert_int_equal(wire_pick(WIRE_FP8, 0, &copy, COMM_F16, COMM_SUM, 64), WIRE_FP8);
+    assert_int_equal(wire_pick(WIRE_FP8, 0, &copy, COMM_F16, COMM_PROD, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_INT8, 0, &copy, COMM_F64, COMM_SUM, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_INT8, 0, &nothing, COMM_F32, COMM_SUM, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_NONE, 0, &copy, COMM_F32, COMM_SUM, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_COUNT, 0, &copy, COMM_F32, COMM_SUM, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(-1, 0, &copy, COMM_F32, COMM_SUM, 64), WIRE_NONE);
+    assert_int_equal(wire_pick(WIRE_INT8, 0, &copy, COMM_F32, (comm_op_t)40, 64), WIRE_NONE);
+}
+
 /* The bf16 row is today's narrowing, bit for bit (scalar and the vectorised kernels). */
 static void test_bf16_is_today(void **state)
 {
@@ -460,13 +488,10 @@ static void test_rank_sum(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),
-        cmocka_unit_test(test_bf16_is_today),
-        cmocka_unit_test(test_e4m3),
-        cmocka_unit_test(test_bounds),
-        cmocka_unit_test(test_nonfinite_contained),
-        cmocka_unit_test(test_flt_max),
-        cmocka_unit_test(test_chunks),
+        cmocka_unit_test(test_table),         cmocka_unit_test(test_pick),
+        cmocka_unit_test(test_bf16_is_today), cmocka_unit_test(test_e4m3),
+        cmocka_unit_test(test_bounds),        cmocka_unit_test(test_nonfinite_contained),
+        cmocka_unit_test(test_flt_max),       cmocka_unit_test(test_chunks),
         cmocka_unit_test(test_rank_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

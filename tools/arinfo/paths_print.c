@@ -391,7 +391,7 @@ void print_paths(struct arinfo *ai)
         arinfo_fmt_size(bytes, size, sizeof(size));
         const char *path = coll_host_path_name(k, bytes);
         bool bulk = strcmp(path, "bulk") == 0;
-        bool narrow = coll_narrows(k, COMM_F32, bytes);
+        bool narrow = coll_narrows(k, COMM_F32, COMM_SUM, bytes);
         if (ai->json) {
             json_object_begin(js, NULL);
             json_string(js, "size", size);

@@ -272,6 +272,16 @@ bool wire_applies(const struct wire_row *row, comm_dtype_t dtype, comm_op_t op)
            (row->dtypes >> dtype & 1u);
 }
 
+enum wire_codec wire_pick(int codec, size_t threshold, const struct wire_carry *carry,
+                          comm_dtype_t dtype, comm_op_t op, size_t bytes)
+{
+    const struct wire_row *row = wire_row((enum wire_codec)codec);
+    if (row == NULL || codec == WIRE_NONE || bytes < threshold || (unsigned)op >= 32 ||
+        (carry->ops[codec] >> op & 1u) == 0 || !wire_applies(row, dtype, op))
+        return WIRE_NONE;
+    return (enum wire_codec)codec;
+}
+
 size_t wire_bytes(const struct wire_row *row, comm_dtype_t dtype, size_t n)
 {
     if (row->block_bytes != 0)

@@ -90,6 +90,29 @@ const char *wire_name(int codec);
  */
 bool wire_applies(const struct wire_row *row, comm_dtype_t dtype, comm_op_t op);
 
+/*
+ * What a path carries: for each codec, the ops it travels in for (bit 1u << op); 0: the
+ * path has no kernels for that codec and runs such a call at full width.  Each backend
+ * names one of these per path; wire_pick is the one decision they all take.
+ */
+struct wire_carry {
+    uint32_t ops[WIRE_COUNT];
+};
+#define WIRE_OPS_SUM     (1u << COMM_SUM)
+#define WIRE_OPS_SUM_AVG ((1u << COMM_SUM) | (1u << COMM_AVG))
+#define WIRE_OPS_ALL     0xffffffffu
+
+/*
+ * The codec a reduction of dtype with op moving bytes (the call's count times the dtype's
+ * size) travels in on a path that carries carry: codec (ARCOMM_WIRE, agreed at join) when
+ * bytes >= threshold (ARCOMM_WIRE_THRESHOLD as the backend resolved it; SIZE_MAX: never),
+ * the codec applies to dtype and op (wire_applies) and the path carries it for op;
+ * WIRE_NONE otherwise.  Its inputs are agreed at join or compared per call, so every rank
+ * of a call picks the same.
+ */
+enum wire_codec wire_pick(int codec, size_t threshold, const struct wire_carry *carry,
+                          comm_dtype_t dtype, comm_op_t op, size_t bytes);
+
 /* Bytes n elements of dtype take on the wire (whole blocks for a block codec). */
 size_t wire_bytes(const struct wire_row *row, comm_dtype_t dtype, size_t n);
 

@@ -160,4 +160,15 @@ void hier_narrow(const void *src, comm_dtype_t dtype, void *dst, size_t n, int d
  * addend in dtype (f16, bf16 widened; integers wrap). */
 void hier_add(void *work, comm_dtype_t dtype, const void *addend, size_t addend_count, size_t n);
 
+/*
+ * The wire codec the hosts' partial results of a reduction of n elements of dtype with op
+ * travel in (docs/wire.md), or NULL for full width: ARCOMM_WIRE's codec (not none) for a
+ * sum or average of f32, f16 or bf16 (an f32 work dtype) that it applies to, from
+ * ARCOMM_WIRE_THRESHOLD's bytes of the call's message (agreed by every rank, so every rank
+ * decides alike).  Host and CUDA buffers alike: the partials cross on the host.
+ */
+struct wire_row;
+const struct wire_row *hier_inter_wire(const struct comm *c, comm_dtype_t dtype, comm_op_t op,
+                                       size_t n);
+
 #endif /* ARCOMM_HIER_H */

@@ -4,8 +4,9 @@
  * the sum over every host is rounded once at the end, as api.md asks of f16/bf16 sums;
  * AVG is a sum divided by the number of ranks in the last step.
  */
+#include "coll.h"
 #include "hier.h"
-#include "wire_scalar.h"
+#include "wire.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -108,4 +109,16 @@ void hier_add(void *work, comm_dtype_t dtype, const void *addend, size_t addend_
         HIER_ADD_INT(uint64_t);
         break;
     }
+}
+
+const struct wire_row *hier_inter_wire(const struct comm *c, comm_dtype_t dtype, comm_op_t op,
+                                       size_t n)
+{
+    /* The f32 partial sums (and averages' sums) of f32, f16 and bf16 inputs, any codec. */
+    static const struct wire_carry inter = {.ops = {[WIRE_BF16] = WIRE_OPS_SUM_AVG,
+                                                    [WIRE_INT8] = WIRE_OPS_SUM_AVG,
+                                                    [WIRE_FP8] = WIRE_OPS_SUM_AVG}};
+    enum wire_codec w = wire_pick(c->knobs.wire, coll_wire_threshold(&c->knobs), &inter, dtype, op,
+                                  n * rt_dtype_size(dtype));
+    return w == WIRE_NONE || hier_work_dtype(dtype) != COMM_F32 ? NULL : wire_row(w);
 }

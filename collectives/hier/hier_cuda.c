@@ -327,9 +327,9 @@ static comm_status_t copy_d2d(struct comm *c, void *dst, const void *src, size_t
  * at the same chunk.
  */
 static comm_status_t leader_chunks(struct comm *c, size_t n, comm_dtype_t wd, comm_op_t wop,
-                                   const void *work, void *pw, comm_status_t st, uint64_t deadline,
-                                   comm_dtype_t dt, int div, char *out, void *dst,
-                                   cudaStream_t stream)
+                                   const struct wire_row *wire, const void *work, void *pw,
+                                   comm_status_t st, uint64_t deadline, comm_dtype_t dt, int div,
+                                   char *out, void *dst, cudaStream_t stream)
 {
     struct hier_comm *h = hier_of(c);
     struct hier_cuda *x = h->cuda;
@@ -337,6 +337,9 @@ static comm_status_t leader_chunks(struct comm *c, size_t n, comm_dtype_t wd, co
     size_t per = HIER_CUDA_CHUNK_BYTES / wes;
     if (per * HIER_CUDA_CHUNKS < n)
         per = (n + HIER_CUDA_CHUNKS - 1) / HIER_CUDA_CHUNKS;
+    /* Chunks of whole codec blocks: a block codec's blocks then start where the host
+     * buffers' scheme starts them, at multiples of WIRE_BLOCK_ELEMS from element 0. */
+    per = (per + WIRE_BLOCK_ELEMS - 1) / WIRE_BLOCK_ELEMS * WIRE_BLOCK_ELEMS;
     size_t chunks = (n + per - 1) / per;
     for (size_t k = 0; k < chunks && st == COMM_OK; k++) {
         size_t off = k * per, len = n - off < per ? n - off : per;
@@ -362,6 +365,7 @@ static comm_status_t leader_chunks(struct comm *c, size_t n, comm_dtype_t wd, co
                 .dtype = wd,
                 .op = wop,
                 .what = "the allreduce among the hosts' leaders",
+                .wire = wire,
             };
             st = hier_inter_segments(c, &s, st, deadline);
         }
@@ -423,7 +427,9 @@ static comm_status_t reduce_to(struct comm *c, const struct coll_call *call, siz
         char *out = odt != wd ? pinned(c, PIN_A, n * es) : pw;
         if (out == NULL)
             return COMM_ERR_NOMEM;
-        st = leader_chunks(c, n, wd, wop, work, pw, st, deadline, odt, div, out, dst, stream);
+        st =
+            leader_chunks(c, n, wd, wop, h->nhosts > 1 ? hier_inter_wire(c, dt, call->op, n) : NULL,
+                          work, pw, st, deadline, odt, div, out, dst, stream);
     }
     if (st != COMM_OK)
         return st;

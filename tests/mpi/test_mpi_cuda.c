@@ -540,6 +540,116 @@ out:
     cudaFree(send);
 }
 
+/* Rank r's element-wise result of one reduction (kind: 0 allreduce, 1 reduce to root 0,
+ * 2 reduce_scatter, 3 allreduce_add of a residual) of n elements (reduce_scatter: n
+ * a rank) on comm c, from host input hin; device buffers when dev.  NULL where this rank
+ * gets no result (reduce off the root); *st the call's status. */
+static void *wire_call(comm_t *c, bool dev, int kind, const void *hin, const void *hadd,
+                       comm_dtype_t dt, comm_op_t op, size_t n, comm_status_t *st)
+{
+    size_t es = comm_dtype_size(dt), in_n = kind == 2 ? n * (size_t)g_size : n;
+    bool gets = kind != 1 || g_rank == 0;
+    void *s = dev ? next_stream() : NULL;
+    void *send = dev ? dev_buf(hin, in_n * es) : (void *)hin;
+    void *recv = !gets ? NULL : dev ? dev_buf(NULL, n * es) : host_buf(n * es);
+    void *add = kind == 3 ? (dev ? dev_buf(hadd, n * es) : (void *)hadd) : NULL;
+    *st = kind == 0   ? comm_allreduce(c, send, recv, n, dt, op, s)
+          : kind == 1 ? comm_reduce(c, send, recv, n, dt, op, 0, s)
+          : kind == 2 ? comm_reduce_scatter(c, send, recv, n, dt, op, s)
+                      : comm_allreduce_add(c, send, recv, add, n, n, dt, s);
+    void *out = recv;
+    if (dev) {
+        out = gets ? to_host(recv, n * es, s) : NULL;
+        if (!gets)
+            cuda_must(cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
+        cudaFree(send);
+        cudaFree(recv);
+        cudaFree(add);
+    }
+    return out;
+}
+
+/*
+ * ARCOMM_WIRE=int8 or fp8 with ARCOMM_WIRE_THRESHOLD=0 (tests mpi-cuda*-wire-*): the
+ * hosts' partial sums of CUDA buffers travel in the codec as those of host buffers do, so
+ * every reduction of CUDA buffers (allreduce, reduce, reduce_scatter, allreduce_add; f32,
+ * f16, bf16; sum and avg) gives the bits a host communicator's gives for the same inputs
+ * (whose codec arithmetic tests wire-mpi-* check against a model of the formats and a
+ * float64 bound), on every rank; and somewhere an f32 sum differs from the full-width
+ * reference, or the codec never ran.
+ */
+static void t_wire(uint64_t seed)
+{
+    comm_status_t st;
+    comm_t *host = fresh(COMM_DEVICE_HOST, -1, &st);
+    if (st != COMM_OK) {
+        fail("comm_init_mpi (host, for the wire reference)", COMM_F32, COMM_SUM, 0,
+             comm_last_error(NULL));
+        return;
+    }
+    static const comm_dtype_t dts[] = {COMM_F32, COMM_F16, COMM_BF16};
+    static const comm_op_t ops[] = {COMM_SUM, COMM_AVG};
+    static const char *const kinds[] = {"allreduce", "reduce", "reduce_scatter", "allreduce_add"};
+    /* The last, allreduce of f32 sums only: more than 16 chunks of 1 MiB, so the leader's
+     * chunks are n / 16 elements, rounded to whole blocks. */
+    const size_t counts[] = {1, 97, 64 * 37 + 5, BIG / (size_t)g_size, 16 * 262144 + 1000};
+    const size_t ncounts = sizeof(counts) / sizeof(counts[0]);
+    bool narrowed = false;
+    for (size_t d = 0; d < 3; d++)
+        for (size_t o = 0; o < 2; o++)
+            for (int kind = 0; kind < 4; kind++)
+                for (size_t k = 0; k < ncounts; k++) {
+                    if (k + 1 == ncounts && (kind != 0 || d != 0 || o != 0))
+                        continue;
+                    comm_dtype_t dt = dts[d];
+                    comm_op_t op = kind == 3 ? COMM_SUM : ops[o];
+                    if (kind == 3 && o == 1)
+                        continue;
+                    size_t n = counts[k], es = comm_dtype_size(dt);
+                    size_t in_n = kind == 2 ? n * (size_t)g_size : n;
+                    void *hin = input(in_n, seed, g_rank, dt, op, 0);
+                    void *hadd = input(n, seed + 7, g_rank, dt, op, 0);
+                    comm_status_t sh, sc;
+                    void *want = wire_call(host, false, kind, hin, hadd, dt, op, n, &sh);
+                    void *got = wire_call(g_comm, true, kind, hin, hadd, dt, op, n, &sc);
+                    char why[700];
+                    if (sh != COMM_OK || sc != COMM_OK) {
+                        snprintf(why, sizeof(why), "%s: %s",
+                                 sh != COMM_OK ? "the host reference" : "CUDA buffers",
+                                 comm_last_error(sh != COMM_OK ? host : g_comm));
+                        fail(kinds[kind], dt, op, n, why);
+                    } else if (got != NULL) {
+                        size_t i = 0;
+                        while (i < n &&
+                               memcmp((char *)got + i * es, (char *)want + i * es, es) == 0)
+                            i++;
+                        if (i < n) {
+                            snprintf(why, sizeof(why),
+                                     "element %zu: not the host communicator's bits "
+                                     "(got %.9g, host %.9g)",
+                                     i, mc_load(got, i, dt), mc_load(want, i, dt));
+                            fail(kinds[kind], dt, op, n, why);
+                        }
+                        if (kind == 0 && dt == COMM_F32 && op == COMM_SUM &&
+                            mc_first_wrong(got, n, 0, seed, g_size, dt, op, why, sizeof(why)))
+                            narrowed = true;
+                    }
+                    if (kind == 0) /* the others: a block a rank, a rank's own addend */
+                        same_bits(kinds[kind], got, n * es, dt, op, n);
+                    free(got);
+                    free(want);
+                    free(hadd);
+                    free(hin);
+                    seed++;
+                }
+    int any = narrowed;
+    MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!any)
+        fail("allreduce", COMM_F32, COMM_SUM, BIG,
+             "every result is the full-width one: the codec never applied between hosts");
+    comm_destroy(host);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -585,6 +695,17 @@ int main(int argc, char **argv)
              COMM_F32, COMM_SUM, 0, name);
     if (g_rank == 0)
         printf("# %d ranks, %d GPUs visible to rank 0, transport %s\n", g_size, ngpu, name);
+    const char *codec = getenv("ARCOMM_WIRE");
+    if (codec != NULL && (strcmp(codec, "int8") == 0 || strcmp(codec, "fp8") == 0)) {
+        /* The codec changes the reductions' bits: only its own checks run. */
+        if (g_direct)
+            fail("the wire test", COMM_F32, COMM_SUM, 0, "needs several hosts (one host here)");
+        else
+            t_wire(1);
+        comm_destroy(g_comm);
+        cudaStreamDestroy(g_stream);
+        return mc_finish(g_failed);
+    }
 
     static const comm_dtype_t types[] = {COMM_F32, COMM_F64, COMM_F16, COMM_BF16, COMM_I32,
                                          COMM_I64, COMM_I8,  COMM_U8,  COMM_U32,  COMM_U64};

@@ -293,8 +293,8 @@ static int run_rank(const struct bench_opts *o, int argc, char **argv)
                            .coll = &coll,
                            .sync = &sync,
                            .dev = &dev,
-                           .bf16_wire = opts.device == COMM_DEVICE_CUDA,
-                           .fixed_order = true};
+                           .wire = bench_wire_of(opts.device, false),
+                           .fixed_order = bench_fixed_order(opts.device, false)};
     if (!rep) {
         if (tested != comm)
             comm_destroy(tested);

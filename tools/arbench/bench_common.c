@@ -319,7 +319,7 @@ static void bf16_exact_inputs(const struct bench_rank *r, void *in, size_t count
 {
     const struct bench_opts *o = r->opts;
 
-    if (r->bf16_wire && r->fixed_order && o->dtype == COMM_F32 && o->op == COMM_SUM &&
+    if (r->wire == BENCH_WIRE_BF16 && r->fixed_order && o->dtype == COMM_F32 && o->op == COMM_SUM &&
         (o->coll == BENCH_REDUCE || o->coll == BENCH_REDUCE_SCATTER))
         bench_round_bf16(in, count);
 }
@@ -383,16 +383,16 @@ static int64_t check_outputs(const struct bench_rank *r, const struct layout *l,
     switch (o->coll) {
     case BENCH_ALLREDUCE:
         return bench_check_reduce(out, l->count, o->dtype, o->op, seed, r->nranks, 0,
-                                  r->stepwise_round, r->bf16_wire);
+                                  r->stepwise_round, r->wire);
     case BENCH_REDUCE:
         if (root)
             return bench_check_reduce(out, l->count, o->dtype, o->op, seed, r->nranks, 0,
-                                      r->stepwise_round, r->bf16_wire);
+                                      r->stepwise_round, r->wire);
         /* Off the root the receive buffer is not the collective's: it stays poisoned. */
         return o->inplace ? 0 : bench_count_written(out, l->count, o->dtype);
     case BENCH_REDUCE_SCATTER:
         return bench_check_reduce(out, l->count, o->dtype, o->op, seed, r->nranks,
-                                  (size_t)r->rank * l->count, r->stepwise_round, r->bf16_wire);
+                                  (size_t)r->rank * l->count, r->stepwise_round, r->wire);
     case BENCH_BROADCAST:
         return bench_check_exact(out, l->count, o->dtype, seed, BENCH_ROOT, 0);
     case BENCH_ALLGATHER:

@@ -145,6 +145,9 @@ struct bench_coll {
 /* Whether c has an entry for kind. */
 bool bench_coll_has(const struct bench_coll *c, enum bench_coll_kind kind);
 
+/* The wire codecs (docs/wire.md) as the checks see them. */
+enum bench_wire { BENCH_WIRE_NONE, BENCH_WIRE_BF16, BENCH_WIRE_INT8, BENCH_WIRE_FP8 };
+
 /* One rank's view of a run. */
 struct bench_rank {
     int rank;
@@ -156,9 +159,9 @@ struct bench_rank {
     /* f16/bf16 rounded to the output type after every pairwise step (an MPI user op)
      * rather than once after an f32 sum (arcomm's contract): a wider tolerance. */
     bool stepwise_round;
-    /* f32 may travel as bf16 (ARCOMM_BF16_THRESHOLD, on by default for CUDA): the check
-     * allows one bf16 rounding of every input. */
-    bool bf16_wire;
+    /* The wire codec the reductions may travel in (bench_wire_of): the check allows its
+     * error bound (bf16: one bf16 rounding of every f32 input). */
+    enum bench_wire wire;
     /* The library promises one reduction order for every collective (arcomm): --check
      * compares reduce's and reduce_scatter's bits with the allreduce of the same inputs. */
     bool fixed_order;
@@ -237,6 +240,17 @@ int bench_ceiling(const struct bench_rank *r, size_t bytes, double *gbs);
 /* Test data: element j of rank's input for this size, exactly representable. */
 double bench_value(comm_dtype_t dtype, uint64_t seed, int rank, size_t j);
 uint64_t bench_seed(size_t bytes, comm_dtype_t dtype, comm_op_t op);
+/* The wire codec a run's reductions may travel in, by ARCOMM_WIRE (default bf16):
+ * bf16 where it narrows by default or by a threshold knob set (CUDA's f32 from 1 MiB;
+ * the host and between hosts when ARCOMM_BF16_THRESHOLD or ARCOMM_WIRE_THRESHOLD is
+ * set); int8 and fp8 wherever they are named; none for NCCL's runs. */
+enum bench_wire bench_wire_of(comm_device_t device, bool nccl);
+
+/* May --check compare reduce's and reduce_scatter's bits with allreduce's?  Not for NCCL,
+ * nor for CUDA buffers with int8 or fp8 on the wire (on one host only allreduce's
+ * copy-engine path carries them, docs/wire.md). */
+bool bench_fixed_order(comm_device_t device, bool nccl);
+
 /* buf[j] = bench_value(dtype, seed, rank, first + j) for j < count. */
 void bench_fill(void *buf, size_t count, comm_dtype_t dtype, uint64_t seed, int rank, size_t first);
 /* Rounds f32 values to bf16 in place (round to nearest even), kept as f32. */
@@ -245,7 +259,7 @@ void bench_round_bf16(float *buf, size_t count);
  * op over ranks r of bench_value(seed, r, first + j). */
 int64_t bench_check_reduce(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
                            uint64_t seed, int nranks, size_t first, bool stepwise_round,
-                           bool bf16_wire);
+                           enum bench_wire wire);
 /* Elements of out that are not bit for bit bench_value(seed, src_rank, first + j). */
 int64_t bench_check_exact(const void *out, size_t count, comm_dtype_t dtype, uint64_t seed,
                           int src_rank, size_t first);

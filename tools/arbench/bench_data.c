@@ -9,7 +9,9 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static uint64_t mix64(uint64_t x)
 {
@@ -280,12 +282,51 @@ static double ulp_of(comm_dtype_t dtype, double x)
  * (CUDA) one bf16 rounding of every input.  avg: the sum's bounds divided by nranks
  * (one ulp more when rounded stepwise).  prod: the same bounds with |product| in place
  * of sum |x| (relative errors of the n factors add up; bf16 wire: one bf16 rounding per
- * factor; stepwise: one ulp of the result per step).
+ * factor; stepwise: one ulp of the result per step).  With int8 or fp8 on the wire (sums
+ * and averages of f32, f16, bf16), docs/wire.md's bound of the codec on every operand of
+ * up to 1 + ceil(log2 n) encoding rounds (one on a host, one more per round between
+ * hosts, each on a partial sum of at most n inputs, |x| < 2 here): int8 4n/254 a round,
+ * fp8 2^-3 (1 + 2^-16) sum |x| + 2^-15 n a round; averages divided by n.
  */
+enum bench_wire bench_wire_of(comm_device_t device, bool nccl)
+{
+    const char *w = getenv("ARCOMM_WIRE");
+    if (nccl || (w != NULL && strcasecmp(w, "none") == 0))
+        return BENCH_WIRE_NONE;
+    if (w != NULL && strcasecmp(w, "int8") == 0)
+        return BENCH_WIRE_INT8;
+    if (w != NULL && strcasecmp(w, "fp8") == 0)
+        return BENCH_WIRE_FP8;
+    bool set = getenv("ARCOMM_BF16_THRESHOLD") != NULL || getenv("ARCOMM_WIRE_THRESHOLD") != NULL;
+    return device == COMM_DEVICE_CUDA || set ? BENCH_WIRE_BF16 : BENCH_WIRE_NONE;
+}
+
+bool bench_fixed_order(comm_device_t device, bool nccl)
+{
+    enum bench_wire w = bench_wire_of(device, nccl);
+    return !nccl && !(device == COMM_DEVICE_CUDA && (w == BENCH_WIRE_INT8 || w == BENCH_WIRE_FP8));
+}
+
+/* The int8 / fp8 codec's part of the tolerance of a sum (see bench_check_reduce). */
+static double codec_tol(enum bench_wire wire, double n, double sumabs)
+{
+    double rounds = 1.0;
+    for (double h = 1.0; h < n; h *= 2.0)
+        rounds += 1.0;
+    if (wire == BENCH_WIRE_INT8)
+        return rounds * 4.0 * n / 254.0 * (1.0 + 0x1.0p-20);
+    if (wire == BENCH_WIRE_FP8)
+        return rounds * (0x1.0p-3 * (1.0 + 0x1.0p-16) * sumabs + 0x1.0p-15 * n);
+    return 0.0;
+}
+
 int64_t bench_check_reduce(const void *out, size_t count, comm_dtype_t dtype, comm_op_t op,
                            uint64_t seed, int nranks, size_t first, bool stepwise_round,
-                           bool bf16_wire)
+                           enum bench_wire wire)
 {
+    bool block_codec = (wire == BENCH_WIRE_INT8 || wire == BENCH_WIRE_FP8) &&
+                       (op == COMM_SUM || op == COMM_AVG) &&
+                       (dtype == COMM_F32 || dtype == COMM_F16 || dtype == COMM_BF16);
     int64_t wrong = 0;
 
     for (size_t j = 0; j < count; j++) {
@@ -325,7 +366,7 @@ int64_t bench_check_reduce(const void *out, size_t count, comm_dtype_t dtype, co
             case COMM_F32:
                 tol = 1e-5 * n * scale;
                 /* BF16 wire narrowing: every input rounded to bf16 once (2^-9 relative). */
-                if (bf16_wire)
+                if (wire == BENCH_WIRE_BF16)
                     tol += 0x1.0p-8 * scale * (op == COMM_PROD ? n : 1.0);
                 break;
             case COMM_F64:
@@ -344,6 +385,8 @@ int64_t bench_check_reduce(const void *out, size_t count, comm_dtype_t dtype, co
                     tol += 0.5 * (n - 1) * ulp_of(dtype, sumabs);
             }
         }
+        if (block_codec)
+            tol += codec_tol(wire, n, sumabs) / (op == COMM_AVG ? n : 1.0);
         /* Written as a negated <= so that a NaN (an element never written) is wrong. */
         wrong += !(fabs(got - ref) <= tol);
     }

@@ -91,8 +91,8 @@ int bench_mpi_main(const struct bench_opts *o, int argc, char **argv, bench_coll
                            .coll = &coll,
                            .sync = &sync,
                            .dev = &dev,
-                           .bf16_wire = opts.device == COMM_DEVICE_CUDA,
-                           .fixed_order = true};
+                           .wire = bench_wire_of(opts.device, false),
+                           .fixed_order = bench_fixed_order(opts.device, false)};
     struct bench_rank pr = {.rank = rank,
                             .nranks = size,
                             .opts = &opts,

@@ -170,8 +170,8 @@ static void *thr_main(void *arg)
                            .coll = &coll,
                            .sync = &sync,
                            .dev = &dev,
-                           .bf16_wire = o->device == COMM_DEVICE_CUDA && !sh->nccl,
-                           .fixed_order = !sh->nccl};
+                           .wire = bench_wire_of(o->device, sh->nccl),
+                           .fixed_order = bench_fixed_order(o->device, sh->nccl)};
     if (t->rank == 0) {
         snprintf(sh->transport, sizeof(sh->transport), "%s",
                  sh->nccl ? "nccl" : comm_transport_name(comm));

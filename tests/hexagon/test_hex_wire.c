@@ -16,6 +16,8 @@
  * comm_init with COMM_ERR_MISMATCH.
  */
 #include "hex_test_util.h"
+#include "hexagon/hex_wire.h"
+#include "hexagon/qemu/wire_golden.h"
 #include "reduce.h"
 #include "wire.h"
 
@@ -378,11 +380,80 @@ static void test_mismatch(void **state)
                      codes[r]);
 }
 
+/* The known answers the qemu driver checks the DSP code against (wire_golden.h): here
+ * from the host's wire_encode / wire_decode and the contract's sum. */
+static void golden(const struct wg_case *c, uint32_t *enc_hash, uint32_t *out_hash)
+{
+    comm_dtype_t dt = c->dtype == HEX_F16 ? COMM_F16 : COMM_F32;
+    size_t es = comm_dtype_size(dt);
+    const struct wire_row *row = wire_row((int)c->codec);
+    size_t wb = wire_bytes(row, dt, WG_COUNT);
+    uint8_t *in = malloc(WG_COUNT * es), *enc = malloc(wb), *out = malloc(WG_COUNT * es);
+    float *dec = malloc(sizeof(float) * WG_COUNT * WG_RANKS);
+    uint32_t ne0 = c->add_mode == HEX_ADD_BCAST ? WG_BIAS_NE0 : WG_COUNT;
+    *enc_hash = WG_HASH_START;
+    for (uint32_t r = 0; r < WG_RANKS; r++) {
+        for (uint32_t i = 0; i < WG_COUNT; i++)
+            put_f(dt, in, i, wg_input(r, i));
+        wire_encode(row, dt, in, WG_COUNT, enc);
+        *enc_hash = wg_hash(*enc_hash, enc, (uint32_t)wb);
+        wire_decode(row, dt, enc, WG_COUNT, dec + (size_t)r * WG_COUNT);
+    }
+    *out_hash = WG_HASH_START;
+    for (uint32_t j = 0; j < WG_RANKS; j++) {
+        for (uint32_t i = 0; i < WG_COUNT; i++) {
+            float acc = dec[i];
+            for (uint32_t k = 1; k < WG_RANKS; k++)
+                acc = acc + dec[(size_t)k * WG_COUNT + i];
+            if (c->add_mode != HEX_ADD_NONE) {
+                float a = wg_addend(j, i % ne0);
+                acc = acc + (dt == COMM_F16 ? hex_f16_to_f32(hex_f32_to_f16(a)) : a);
+            }
+            if (dt == COMM_F16)
+                ((uint16_t *)out)[i] = hex_f32_to_f16(acc);
+            else
+                ((float *)out)[i] = acc;
+            *out_hash = wg_hash_out(*out_hash, c->dtype, out, i);
+        }
+    }
+    free(in);
+    free(enc);
+    free(out);
+    free(dec);
+}
+
+static void test_golden(void **state)
+{
+    (void)state;
+    char all[2048] = "";
+    bool ok = true;
+    for (size_t k = 0; k < WG_N_CASES; k++) {
+        uint32_t eh, oh;
+        golden(&wg_cases[k], &eh, &oh);
+        ok &= eh == wg_cases[k].enc_hash && oh == wg_cases[k].out_hash;
+        char line[96];
+        snprintf(line, sizeof(line), "    {%u, %u, %u, 0x%08xu, 0x%08xu},\n", wg_cases[k].codec,
+                 wg_cases[k].dtype, wg_cases[k].add_mode, eh, oh);
+        strncat(all, line, sizeof(all) - strlen(all) - 1);
+    }
+    if (!ok)
+        fail_msg("wire_golden.h's hashes are not the host's; the host computes:\n%s", all);
+}
+
+/* A failed test leaves its knobs set: put them back before the next. */
+static int restore_env(void **state)
+{
+    (void)state;
+    ht_env_restore();
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_default_off),
+        cmocka_unit_test(test_golden),
+        cmocka_unit_test_teardown(test_threads, restore_env),
+        cmocka_unit_test_teardown(test_default_off, restore_env),
         cmocka_unit_test(test_processes),
         cmocka_unit_test(test_mismatch),
     };

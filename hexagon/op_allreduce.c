@@ -266,8 +266,8 @@ static int params_valid(const struct hex_session *s, const struct hex_op_args *a
     if (p->codec != HEX_WIRE_NONE) {
         /* The encoding is of the flat tensor: dense rows only. */
         uint32_t row = p->ne0 * p->esize;
-        if (!hex_wire_applies(p->codec, p->dtype) || p->src_stride != row ||
-            p->dst_stride != row || (p->add_mode == HEX_ADD_RESIDUAL && p->add_stride != row))
+        if (!hex_wire_applies(p->codec, p->dtype) || p->src_stride != row || p->dst_stride != row ||
+            (p->add_mode == HEX_ADD_RESIDUAL && p->add_stride != row))
             return 0;
         for (uint32_t k = 0; k < p->n_ranks; k++)
             if (a->wire[k] == 0)
@@ -288,7 +288,8 @@ static void wire_encode_worker(void *data, uint32_t n, uint32_t t)
     const struct wire_ctx *w = data;
     const struct hex_op_params *p = &w->a->p;
     uint32_t blocks = (w->n_elems + HEX_WIRE_BLOCK - 1) / HEX_WIRE_BLOCK;
-    uint32_t lo = (uint32_t)((uint64_t)blocks * t / n), hi = (uint32_t)((uint64_t)blocks * (t + 1) / n);
+    uint32_t lo = (uint32_t)((uint64_t)blocks * t / n),
+             hi = (uint32_t)((uint64_t)blocks * (t + 1) / n);
     hex_wire_encode(p->codec, p->dtype, w->a->src[p->rank], w->n_elems, lo, hi,
                     w->a->wire[p->rank]);
 }

@@ -319,9 +319,8 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
            "rank %d: op_allreduce%s count %zu %s, wire %s: rows %u..%u cols %u..%u, %u threads, "
            "block %u, %llu DMA bytes, status %d",
            c->rank, call->addend ? "_add" : "", call->count, rt_dtype_name(call->dtype),
-           wire_name(codec), a.p.row_lo,
-           a.p.row_hi, a.p.col_lo, a.p.col_hi, a.p.n_threads, a.p.block_elems,
-           (unsigned long long)r.dma_bytes, (int)r.status);
+           wire_name(codec), a.p.row_lo, a.p.row_hi, a.p.col_lo, a.p.col_hi, a.p.n_threads,
+           a.p.block_elems, (unsigned long long)r.dma_bytes, (int)r.status);
     return report(c, &a, &r);
 }
 

@@ -31,20 +31,13 @@ struct wg_case {
 };
 
 static const struct wg_case wg_cases[] = {
-    {1, 0, 0, 0x961a0cfbu, 0x14d43917u},
-    {1, 0, 1, 0x961a0cfbu, 0x8121e03du},
-    {1, 0, 2, 0x961a0cfbu, 0xb090e6dbu},
-    {2, 0, 0, 0x1eee0680u, 0x54c2c375u},
-    {2, 0, 1, 0x1eee0680u, 0xa9e390bau},
-    {2, 0, 2, 0x1eee0680u, 0x65d588b7u},
-    {2, 1, 0, 0x28352d42u, 0xf853c1f5u},
-    {2, 1, 1, 0x28352d42u, 0x7853659eu},
-    {2, 1, 2, 0x28352d42u, 0xb7a0e15eu},
-    {3, 0, 0, 0x4387ef48u, 0x659dc99bu},
-    {3, 0, 1, 0x4387ef48u, 0x7921db8bu},
-    {3, 0, 2, 0x4387ef48u, 0xb939a0c0u},
-    {3, 1, 0, 0xba6cb989u, 0xa16cdc6au},
-    {3, 1, 1, 0xba6cb989u, 0x0850978au},
+    {1, 0, 0, 0x961a0cfbu, 0x14d43917u}, {1, 0, 1, 0x961a0cfbu, 0x8121e03du},
+    {1, 0, 2, 0x961a0cfbu, 0xb090e6dbu}, {2, 0, 0, 0x1eee0680u, 0x54c2c375u},
+    {2, 0, 1, 0x1eee0680u, 0xa9e390bau}, {2, 0, 2, 0x1eee0680u, 0x65d588b7u},
+    {2, 1, 0, 0x28352d42u, 0xf853c1f5u}, {2, 1, 1, 0x28352d42u, 0x7853659eu},
+    {2, 1, 2, 0x28352d42u, 0xb7a0e15eu}, {3, 0, 0, 0x4387ef48u, 0x659dc99bu},
+    {3, 0, 1, 0x4387ef48u, 0x7921db8bu}, {3, 0, 2, 0x4387ef48u, 0xb939a0c0u},
+    {3, 1, 0, 0xba6cb989u, 0xa16cdc6au}, {3, 1, 1, 0xba6cb989u, 0x0850978au},
     {3, 1, 2, 0xba6cb989u, 0x49d747fau},
 };
 #define WG_N_CASES (sizeof(wg_cases) / sizeof(wg_cases[0]))

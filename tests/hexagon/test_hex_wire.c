@@ -152,7 +152,8 @@ static const char *check(const struct spec *s, int nranks, int r, size_t k, cons
             narrowed |= want != coll_f32_to_f16(fw);
         }
         if (!same)
-            snprintf(buf, len, "%s %s count %zu addend %zu: rank %d element %zu: got %.9g, want %.9g",
+            snprintf(buf, len,
+                     "%s %s count %zu addend %zu: rank %d element %zu: got %.9g, want %.9g",
                      wire_name(s->codec), s->dtype == COMM_F32 ? "f32" : "f16", count, ac, r, i,
                      (double)get_f(s->dtype, out, i), (double)acc);
         err = same ? NULL : buf;
@@ -247,8 +248,8 @@ static void run_threads(int nranks, const struct spec *s)
     ht_run_threads(nranks, body, &rs, out);
     for (int r = 0; r < nranks; r++)
         if (out[r].status != COMM_OK)
-            fail_msg("%d thread ranks, %s %s add %d: rank %d: %s: %s", nranks,
-                     wire_name(s->codec), s->dtype == COMM_F32 ? "f32" : "f16", (int)s->add, r,
+            fail_msg("%d thread ranks, %s %s add %d: rank %d: %s: %s", nranks, wire_name(s->codec),
+                     s->dtype == COMM_F32 ? "f32" : "f16", (int)s->add, r,
                      comm_status_string(out[r].status), out[r].msg);
     /* Without an addend (each rank adds its own otherwise), every rank the same bits. */
     for (int r = 1; s->add == ADD_NONE && r < nranks; r++)
@@ -285,8 +286,8 @@ static void test_default_off(void **state)
     ht_env_restore();
     /* A threshold above the message: full width too; the bias's f16 at 3 ranks. */
     set_wire(WIRE_FP8, "1G");
-    struct spec s2 = {.codec = WIRE_FP8, .dtype = COMM_F16, .add = ADD_BIAS,
-                      .expect_full_width = true};
+    struct spec s2 = {
+        .codec = WIRE_FP8, .dtype = COMM_F16, .add = ADD_BIAS, .expect_full_width = true};
     run_threads(3, &s2);
     ht_env_restore();
 }

@@ -23,10 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HEX_REG_SLOTS   128u
+#define HEX_REG_SLOTS 128u
 /* The registry entry of a rank's wire staging buffer (hex_wire_scratch): not a
  * comm_mem_alloc slot; peers find it there, at offset 0. */
-#define HEX_WIRE_SLOT (HEX_REG_SLOTS - 1u)
+#define HEX_WIRE_SLOT   (HEX_REG_SLOTS - 1u)
 #define HEX_PAGE        4096u
 #define HEX_GUARD_BYTES 4096u
 

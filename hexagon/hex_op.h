@@ -48,6 +48,7 @@ struct hex_op_params {
     uint32_t n_threads;   /* workers this call uses */
     uint32_t block_elems; /* elements per VTCM block (a multiple of 128) */
     uint32_t vtcm_bytes;  /* VTCM the call needs */
+    uint32_t codec;       /* enum hex_wire (hex_wire.h): 0 = full width */
 };
 
 struct hex_op_args {
@@ -56,6 +57,8 @@ struct hex_op_args {
     uint8_t *dst[HEX_MAX_RANKS];                 /* every rank's output */
     const uint8_t *addend[HEX_MAX_RANKS];        /* every rank's addend (rank j's output gets
                                                   * addend[j]), or NULL without add */
+    uint8_t *wire[HEX_MAX_RANKS];                /* with a codec: every rank's staging buffer
+                                                  * (this rank's written, the others read) */
     struct hex_fence_slot *fence[HEX_MAX_RANKS]; /* every session's call slot */
     uint32_t seq_entry;                          /* entry fence of this call (never 0) */
     uint32_t seq_exit;                           /* exit fence (never 0) */

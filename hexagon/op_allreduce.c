@@ -19,9 +19,15 @@
  *   [out(i-2)] [in(i)] [out(i-1)] [in(i+1)]       pop out(i-2) then in(i), sum tile i
  *
  * with placeholders standing in for out(-2) and out(-1), which keeps the pops regular.
+ *
+ * With a wire codec (hex_wire.h) the session first encodes its own input into its
+ * staging buffer, then the entry fence, then the workers decode and sum the peers'
+ * encodings of this rank's region with scalar code (op_wire.c) instead of the DMA
+ * pipeline above.
  */
 #include "hex_op.h"
 #include "hex_vsum.h"
+#include "hex_wire.h"
 
 #include <stdatomic.h>
 
@@ -257,7 +263,60 @@ static int params_valid(const struct hex_session *s, const struct hex_op_args *a
             return 0;
     if (a->seq_entry == 0 || a->seq_exit == 0)
         return 0;
+    if (p->codec != HEX_WIRE_NONE) {
+        /* The encoding is of the flat tensor: dense rows only. */
+        uint32_t row = p->ne0 * p->esize;
+        if (!hex_wire_applies(p->codec, p->dtype) || p->src_stride != row || p->dst_stride != row ||
+            (p->add_mode == HEX_ADD_RESIDUAL && p->add_stride != row))
+            return 0;
+        for (uint32_t k = 0; k < p->n_ranks; k++)
+            if (a->wire[k] == 0)
+                return 0;
+    }
     return 1;
+}
+
+/* Workers of the codec path: whole blocks (encode), block-aligned tiles (reduce). */
+struct wire_ctx {
+    const struct hex_op_args *a;
+    uint32_t n_elems; /* of the flat tensor */
+    uint32_t lo, hi;  /* this rank's region, flat */
+};
+
+static void wire_encode_worker(void *data, uint32_t n, uint32_t t)
+{
+    const struct wire_ctx *w = data;
+    const struct hex_op_params *p = &w->a->p;
+    uint32_t blocks = (w->n_elems + HEX_WIRE_BLOCK - 1) / HEX_WIRE_BLOCK;
+    uint32_t lo = (uint32_t)((uint64_t)blocks * t / n),
+             hi = (uint32_t)((uint64_t)blocks * (t + 1) / n);
+    hex_wire_encode(p->codec, p->dtype, w->a->src[p->rank], w->n_elems, lo, hi,
+                    w->a->wire[p->rank]);
+}
+
+/* Worker t's part of [lo, hi): boundaries on blocks, the region's own ends apart. */
+static uint32_t wire_cut(const struct wire_ctx *w, uint32_t n, uint32_t t)
+{
+    if (t == 0)
+        return w->lo;
+    if (t >= n)
+        return w->hi;
+    uint32_t c = w->lo + (uint32_t)((uint64_t)(w->hi - w->lo) * t / n);
+    c = c / HEX_WIRE_BLOCK * HEX_WIRE_BLOCK;
+    return c < w->lo ? w->lo : c;
+}
+
+static void wire_reduce_worker(void *data, uint32_t n, uint32_t t)
+{
+    const struct wire_ctx *w = data;
+    uint32_t lo = wire_cut(w, n, t), hi = wire_cut(w, n, t + 1);
+    /* Tiles of whole blocks, so each block's scales are read once per tile. */
+    for (uint32_t s = lo; s < hi;) {
+        uint32_t e = (s / HEX_WIRE_TILE_ELEMS + 1) * HEX_WIRE_TILE_ELEMS;
+        e = e < hi ? e : hi;
+        hex_wire_reduce(w->a, s, e);
+        s = e;
+    }
 }
 
 void hex_op_allreduce(struct hex_session *s, const struct hex_op_args *a, struct hex_op_result *r)
@@ -275,11 +334,28 @@ void hex_op_allreduce(struct hex_session *s, const struct hex_op_args *a, struct
         r->status = HEX_ERR_INVALID;
         return;
     }
+    struct wire_ctx wx;
+    if (p->codec != HEX_WIRE_NONE) {
+        /* Own input, encoded once, before the entry fence tells the peers to read it. */
+        wx.a = a;
+        wx.n_elems = p->ne0 * p->ne1;
+        wx.lo = p->row_lo * p->ne0 + p->col_lo;
+        wx.hi = p->row_lo == p->row_hi ? wx.lo : (p->row_hi - 1) * p->ne0 + p->col_hi;
+        hex_session_run(s, wire_encode_worker, &wx, p->n_threads);
+    }
     r->status = fence_wait(s, a, a->seq_entry, r);
     if (r->status != HEX_OK)
         return;
 
     r->stage = 1;
+    if (p->codec != HEX_WIRE_NONE) {
+        uint32_t tiles = (wx.hi - wx.lo + HEX_WIRE_TILE_ELEMS - 1) / HEX_WIRE_TILE_ELEMS;
+        uint32_t nw = p->n_threads < tiles ? p->n_threads : tiles;
+        hex_session_run(s, wire_reduce_worker, &wx, nw);
+        r->stage = 2;
+        r->status = fence_wait(s, a, a->seq_exit, r);
+        return;
+    }
     struct op_ctx x;
     hex_memset(&x, 0, sizeof(x));
     x.s = s;

@@ -9,7 +9,9 @@
 #include "hexagon_coll.h"
 #include "backend.h"
 #include "hex_params.h"
+#include "hex_wire.h"
 #include "hexagon/hexagon.h"
+#include "wire.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -198,6 +200,19 @@ static comm_status_t hex_validate(struct comm *c, const struct coll_call *call, 
     return COMM_OK;
 }
 
+/*
+ * What the sessions carry in a codec (hex_wire.h): sums, of f32 (bf16) and of f32 and
+ * f16 (int8, fp8; wire_applies narrows bf16 to f32).  The DSP's scalar form decodes
+ * what wire.c encodes, bit for bit.
+ */
+static const struct wire_carry hex_wire_carry = {
+    .ops = {[WIRE_BF16] = WIRE_OPS_SUM, [WIRE_INT8] = WIRE_OPS_SUM, [WIRE_FP8] = WIRE_OPS_SUM},
+};
+
+_Static_assert((int)HEX_WIRE_BF16 == (int)WIRE_BF16 && (int)HEX_WIRE_INT8 == (int)WIRE_INT8 &&
+                   (int)HEX_WIRE_FP8 == (int)WIRE_FP8,
+               "the DSP's codec numbers are enum wire_codec's");
+
 comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *call)
 {
     struct hex_comm *hx = hex_of(c);
@@ -212,6 +227,28 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     comm_status_t st = params_for(c, call, &a.p);
     if (st != COMM_OK)
         return st;
+    /* The codec: from knobs every rank agreed on at join and the call's count, dtype and
+     * op, which the handshake compares: every rank picks the same. */
+    enum wire_codec codec = wire_pick(c->knobs.wire, c->knobs.wire_threshold, &hex_wire_carry,
+                                      call->dtype, call->op, bytes);
+    size_t wbytes = 0;
+    if (codec != WIRE_NONE) {
+        const struct wire_row *row = wire_row(codec);
+        wbytes = wire_bytes(row, call->dtype, call->count);
+        /* The DSP's layout is the host's (hex_wire.h against wire.h). */
+        if (!hex_wire_applies((uint32_t)codec, a.p.dtype) ||
+            hex_wire_bytes((uint32_t)codec, call->count) != wbytes) {
+            rt_error(c, COMM_ERR_SYSTEM,
+                     "rank %d: the DSP's layout of codec %s disagrees with the host's: an "
+                     "arcomm bug, please report it",
+                     c->rank, wire_name(codec));
+            return COMM_ERR_SYSTEM;
+        }
+        st = hex_wire_scratch(c, wbytes);
+        if (st != COMM_OK)
+            return st;
+        a.p.codec = (uint32_t)codec;
+    }
     struct shm_arrival mine = {
         .count = call->count,
         .dtype = (uint8_t)call->dtype,
@@ -243,6 +280,14 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
             return peer_or(c, st);
         a.src[p] = src;
         a.dst[p] = dst;
+        if (codec != WIRE_NONE) {
+            /* Rank p's staging buffer: its registry's wire entry, from offset 0. */
+            uint8_t *w;
+            st = resolve(c, p, make_ref((int)HEX_WIRE_SLOT, 0), wbytes, &w);
+            if (st != COMM_OK)
+                return peer_or(c, st);
+            a.wire[p] = w;
+        }
         a.fence[p] = hx->fence[p];
         if (call->addend != NULL) {
             /* Rank p's output gets rank p's addend: this session reads them all. */
@@ -271,11 +316,11 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     hx->next_hook = rt_wait_hook_first(c, rt_now_ns());
     hex_op_allreduce(hx->session, &a, &r);
     rt_log(c, RT_LOG_TRACE,
-           "rank %d: op_allreduce%s count %zu %s: rows %u..%u cols %u..%u, %u threads, "
+           "rank %d: op_allreduce%s count %zu %s, wire %s: rows %u..%u cols %u..%u, %u threads, "
            "block %u, %llu DMA bytes, status %d",
-           c->rank, call->addend ? "_add" : "", call->count, rt_dtype_name(call->dtype), a.p.row_lo,
-           a.p.row_hi, a.p.col_lo, a.p.col_hi, a.p.n_threads, a.p.block_elems,
-           (unsigned long long)r.dma_bytes, (int)r.status);
+           c->rank, call->addend ? "_add" : "", call->count, rt_dtype_name(call->dtype),
+           wire_name(codec), a.p.row_lo, a.p.row_hi, a.p.col_lo, a.p.col_hi, a.p.n_threads,
+           a.p.block_elems, (unsigned long long)r.dma_bytes, (int)r.status);
     return report(c, &a, &r);
 }
 
@@ -296,6 +341,8 @@ static comm_status_t hex_backend_setup(struct comm *c)
     k.timeout_ms = c->timeout_ms;
     coll_hexagon_knobs.used(&k, c->topo, c->nranks, false);
     c->knobs.hex.fence_timeout_ms = k.hex.fence_timeout_ms;
+    c->knobs.bf16_threshold = k.bf16_threshold;
+    c->knobs.wire_threshold = k.wire_threshold;
     return hex_setup(c);
 }
 

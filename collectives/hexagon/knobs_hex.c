@@ -12,6 +12,12 @@ static void hex_knobs_used(struct rt_knobs *k, const struct rt_topo_summary *top
     (void)topo;
     (void)nranks;
     (void)same_process;
+    /* Sessions share memory: keep every bit unless asked (ARCOMM_WIRE_THRESHOLD or
+     * ARCOMM_BF16_THRESHOLD set to a size). */
+    if (k->bf16_threshold == RT_SIZE_AUTO)
+        k->bf16_threshold = RT_SIZE_OFF;
+    if (k->wire_threshold == RT_SIZE_AUTO)
+        k->wire_threshold = k->bf16_threshold;
     long t = k->hex.fence_timeout_ms;
     if (t < 0 || (k->timeout_ms >= 0 && t > k->timeout_ms))
         k->hex.fence_timeout_ms = k->timeout_ms;
@@ -21,6 +27,8 @@ static void hex_knobs_used(struct rt_knobs *k, const struct rt_topo_summary *top
 
 const struct backend_knobs coll_hexagon_knobs = {
     .name = "hexagon",
+    /* Reads ARCOMM_WIRE, ARCOMM_WIRE_THRESHOLD and ARCOMM_BF16_THRESHOLD too (resolved
+     * above, to shm's values); not listed, so arinfo --config keeps one column for them. */
     .reads = RT_KNOB_MASK_SEGMENT | RT_KNOB_MASK_HEX,
     .used = hex_knobs_used,
 };

@@ -238,3 +238,91 @@ void *__hexagon_memcpy_likely_aligned_min32bytes_mult8bytes(void *d, const void 
 {
     return memcpy(d, s, n);
 }
+
+/*
+ * The float helpers the wire codecs' scalar code (wire_scalar.h) calls: rintf and the
+ * f32 division, correctly rounded (to nearest even) as IEEE and the host have them, so
+ * that the driver's encodings are the host's bytes.  Integer arithmetic only.
+ */
+static uint32_t f_bits(float f)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &f, 4);
+    return u;
+}
+
+static float f_of(uint32_t u)
+{
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+
+float rintf(float f)
+{
+    uint32_t u = f_bits(f), sign = u & 0x80000000u;
+    uint32_t e = (u >> 23) & 0xffu;
+    if (e >= 150) /* an integer already, inf or NaN */
+        return f;
+    if (e < 126) /* |f| < 0.5 */
+        return f_of(sign);
+    uint32_t sh = 150 - e; /* fraction bits: 1..24 */
+    uint32_t m = (u & 0x7fffffu) | 0x800000u;
+    uint32_t ip = m >> sh, frac = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);
+    if (frac > half || (frac == half && (ip & 1u)))
+        ip++;
+    return f_of(sign | f_bits((float)ip));
+}
+
+float __hexagon_divsf3(float a, float b)
+{
+    uint32_t ua = f_bits(a), ub = f_bits(b);
+    uint32_t sign = (ua ^ ub) & 0x80000000u;
+    int32_t ea = (int32_t)((ua >> 23) & 0xffu), eb = (int32_t)((ub >> 23) & 0xffu);
+    uint32_t ma = ua & 0x7fffffu, mb = ub & 0x7fffffu;
+    if (ea == 255 || eb == 255) {
+        if ((ea == 255 && ma) || (eb == 255 && mb) || (ea == 255 && eb == 255))
+            return f_of(0x7fc00000u); /* NaN in, or inf / inf */
+        return f_of(ea == 255 ? sign | 0x7f800000u : sign);
+    }
+    if (eb == 0 && mb == 0) /* x / 0 */
+        return f_of(ea == 0 && ma == 0 ? 0x7fc00000u : sign | 0x7f800000u);
+    if (ea == 0 && ma == 0)
+        return f_of(sign);
+    /* Significands in [2^23, 2^24), subnormals normalised. */
+    if (ea == 0) {
+        ea = 1;
+        while (!(ma & 0x800000u)) {
+            ma <<= 1;
+            ea--;
+        }
+    } else {
+        ma |= 0x800000u;
+    }
+    if (eb == 0) {
+        eb = 1;
+        while (!(mb & 0x800000u)) {
+            mb <<= 1;
+            eb--;
+        }
+    } else {
+        mb |= 0x800000u;
+    }
+    /* q = ma 2^40 / mb in [2^39, 2^41), its remainder the sticky bit. */
+    uint64_t rem;
+    uint64_t q = udivmod64((uint64_t)ma << 40, mb, &rem);
+    int32_t lead = q >= (1ull << 40) ? 40 : 39;
+    int32_t exp = ea - eb + (lead - 40) + 127;
+    int32_t sh = lead - 23;
+    if (exp <= 0)
+        sh += 1 - exp; /* subnormal result */
+    if (sh > 62)
+        return f_of(sign); /* below half the smallest subnormal */
+    uint64_t kept = q >> sh, rest = q & ((1ull << sh) - 1u), half = 1ull << (sh - 1);
+    if (rest > half || (rest == half && (rem != 0 || (kept & 1u))))
+        kept++;
+    uint32_t bits = exp <= 0 ? (uint32_t)kept : ((uint32_t)exp << 23) + (uint32_t)kept - 0x800000u;
+    if (exp >= 255 || bits >= 0x7f800000u)
+        bits = 0x7f800000u; /* overflow */
+    return f_of(sign | bits);
+}

@@ -6,13 +6,17 @@
  * peers' fences are pre-set to the values they would hold.  Checked: every output
  * element of every rank, bit for bit against the same-order sum, and exactly against
  * integer-valued data; padding between rows untouched; fence words after each op;
- * peer errors, timeouts and sequence wrap.
+ * peer errors, timeouts and sequence wrap.  With each wire codec: the encodings and
+ * outputs against the host's known answers (wire_golden.h), so the DSP code's
+ * encode, decode and sum give the host's bytes.
  */
 #include "crt.h"
 #include "hex_f16.h"
 #include "hex_op.h"
 #include "hex_params.h"
 #include "hex_vsum.h"
+#include "hex_wire.h"
+#include "wire_golden.h"
 
 #define MAXR       4u
 #define BUF_BYTES  24576u
@@ -21,6 +25,7 @@
 static uint8_t src[MAXR][BUF_BYTES] __attribute__((aligned(128)));
 static uint8_t dst[MAXR][BUF_BYTES] __attribute__((aligned(128)));
 static uint8_t add[MAXR][BUF_BYTES] __attribute__((aligned(128)));
+static uint8_t wbuf[MAXR][4096] __attribute__((aligned(128)));
 static struct hex_fence_slot fences[MAXR][HEX_FENCE_SLOTS];
 static uint8_t vtcm[VTCM_BYTES] __attribute__((aligned(2048)));
 static struct hex_dma_queue dmaq[HEX_MAX_THREADS + 1];
@@ -253,6 +258,58 @@ static void run_errors(void)
         fail_at("wrap: across", &t, fences[0][0].seq, (uint32_t)res.status);
 }
 
+/* One wire_golden.h case: every rank's op in turn, the peers' staging pre-encoded. */
+static void run_wire_case(const struct wg_case *c, uint32_t seq_base)
+{
+    uint32_t es = c->dtype == HEX_F32 ? 4 : 2;
+    int bias = c->add_mode == HEX_ADD_BCAST;
+    struct tcase t = {.n = WG_RANKS,
+                      .dtype = c->dtype,
+                      .ne0 = bias ? WG_BIAS_NE0 : WG_COUNT,
+                      .ne1 = bias ? WG_COUNT / WG_BIAS_NE0 : 1,
+                      .add_mode = c->add_mode,
+                      .threads = 2,
+                      .vtcm = VTCM_BYTES};
+    uint32_t blocks = (WG_COUNT + HEX_WIRE_BLOCK - 1) / HEX_WIRE_BLOCK;
+    uint32_t wb = (uint32_t)hex_wire_bytes(c->codec, WG_COUNT);
+    cases++;
+    for (uint32_t k = 0; k < WG_RANKS; k++) {
+        hex_memset(dst[k], 0xff, BUF_BYTES);
+        for (uint32_t i = 0; i < WG_COUNT; i++) {
+            store(src[k] + i * es, c->dtype, wg_input(k, i));
+            store(add[k] + i * es, c->dtype, wg_addend(k, i % t.ne0));
+        }
+        hex_memset(wbuf[k], 0xa5, sizeof(wbuf[k]));
+        hex_wire_encode(c->codec, c->dtype, src[k], WG_COUNT, 0, blocks, wbuf[k]);
+        hex_memset(fences[k], 0, sizeof(fences[k]));
+    }
+    uint32_t entry = hex_seq_next(seq_base), exit_seq = hex_seq_next(entry);
+    for (uint32_t r = 0; r < WG_RANKS; r++) {
+        for (uint32_t k = 0; k < WG_RANKS; k++)
+            if (k != r)
+                hex_fence_write(&fences[k][HEX_FENCE_SLOT_CALL], exit_seq, HEX_OK);
+        struct hex_op_args a;
+        set_args(&a, &t, r, entry);
+        a.p.codec = c->codec;
+        for (uint32_t k = 0; k < WG_RANKS; k++)
+            a.wire[k] = wbuf[k];
+        struct hex_op_result res;
+        hex_op_allreduce(&session, &a, &res);
+        if (res.status != HEX_OK)
+            fail_at("wire status", &t, r, (uint32_t)res.status);
+    }
+    uint32_t eh = WG_HASH_START, oh = WG_HASH_START;
+    for (uint32_t k = 0; k < WG_RANKS; k++)
+        eh = wg_hash(eh, wbuf[k], wb);
+    for (uint32_t j = 0; j < WG_RANKS; j++)
+        for (uint32_t i = 0; i < WG_COUNT; i++)
+            oh = wg_hash_out(oh, c->dtype, dst[j], i);
+    if (eh != c->enc_hash)
+        fail_at("wire encoding", &t, c->codec, eh);
+    if (oh != c->out_hash)
+        fail_at("wire output", &t, c->codec, oh);
+}
+
 static void check_f16(void)
 {
     /* Round trips of every f16 value, and a few rounding cases. */
@@ -350,6 +407,8 @@ int main(void)
     for (uint32_t i = 0; i < sizeof(t2) / sizeof(t2[0]); i++)
         run_case(&t2[i], 0xfffffff0u + i); /* fences near the wrap too */
     run_errors();
+    for (uint32_t i = 0; i < WG_N_CASES; i++)
+        run_wire_case(&wg_cases[i], 500 + i);
 
     crt_put_u32(cases);
     crt_puts(" cases, ");

@@ -23,7 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HEX_REG_SLOTS   128u
+#define HEX_REG_SLOTS 128u
+/* The registry entry of a rank's wire staging buffer (hex_wire_scratch): not a
+ * comm_mem_alloc slot; peers find it there, at offset 0. */
+#define HEX_WIRE_SLOT   (HEX_REG_SLOTS - 1u)
 #define HEX_PAGE        4096u
 #define HEX_GUARD_BYTES 4096u
 
@@ -99,6 +102,10 @@ int hex_mem_lookup(const struct comm *c, const void *p, size_t len, uint64_t *of
 /* Maps peer's registry slot in this session (cached); COMM_OK or an error recorded. */
 comm_status_t hex_mem_import(struct comm *c, int peer, int slot, struct hex_import **out);
 const char *hex_mem_kind_name(enum hex_mem_kind k);
+/* Makes this rank's wire staging buffer (registry entry HEX_WIRE_SLOT) at least bytes
+ * long, reallocating it larger when it is not; COMM_OK or an error recorded.  Called
+ * before a call's handshake: the previous call's exit fence means no peer reads it. */
+comm_status_t hex_wire_scratch(struct comm *c, size_t bytes);
 
 /* rpcmem.c: libcdsprpc.so, loaded at run time when present. */
 bool hex_rpcmem_available(void);

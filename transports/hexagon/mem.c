@@ -188,14 +188,29 @@ comm_status_t hex_mem_alloc_slot(struct comm *c, size_t bytes, int slot, void **
 comm_status_t hex_mem_alloc(struct comm *c, size_t bytes, void **ptr)
 {
     struct hex_comm *hx = hex_of(c);
-    for (int slot = 1; slot < (int)HEX_REG_SLOTS; slot++)
+    for (int slot = 1; slot < (int)HEX_WIRE_SLOT; slot++)
         if (!hx->own[slot].live)
             return hex_mem_alloc_slot(c, bytes, slot, ptr);
     rt_error(c, COMM_ERR_NOMEM,
              "rank %d: comm_mem_alloc: all %u Hexagon buffers of this rank are in use; free "
              "some, or allocate fewer larger buffers and use offsets",
-             c->rank, HEX_REG_SLOTS - 1);
+             c->rank, HEX_WIRE_SLOT - 1);
     return COMM_ERR_NOMEM;
+}
+
+static void release(struct comm *c, int slot);
+
+comm_status_t hex_wire_scratch(struct comm *c, size_t bytes)
+{
+    struct hex_comm *hx = hex_of(c);
+    struct hex_own_buf *b = &hx->own[HEX_WIRE_SLOT];
+    if (b->live && b->bytes >= bytes)
+        return COMM_OK;
+    /* Grown, not kept in step with each call: peers re-import it when its generation
+     * changes (hex_mem_import). */
+    release(c, HEX_WIRE_SLOT);
+    void *p;
+    return hex_mem_alloc_slot(c, bytes, HEX_WIRE_SLOT, &p);
 }
 
 static void release(struct comm *c, int slot)
@@ -224,7 +239,7 @@ static void release(struct comm *c, int slot)
 comm_status_t hex_mem_free(struct comm *c, void *ptr)
 {
     struct hex_comm *hx = hex_of(c);
-    for (int slot = 1; slot < (int)HEX_REG_SLOTS; slot++) {
+    for (int slot = 1; slot < (int)HEX_WIRE_SLOT; slot++) {
         if (hx->own[slot].live && hx->own[slot].base == ptr) {
             release(c, slot);
             return COMM_OK;
@@ -257,7 +272,7 @@ int hex_mem_lookup(const struct comm *c, const void *p, size_t len, uint64_t *of
 {
     const struct hex_comm *hx = hex_of(c);
     const uint8_t *q = p;
-    for (int slot = 1; slot < (int)HEX_REG_SLOTS; slot++) {
+    for (int slot = 1; slot < (int)HEX_WIRE_SLOT; slot++) {
         const struct hex_own_buf *b = &hx->own[slot];
         if (b->live && q >= b->base && (size_t)(q - b->base) <= b->bytes &&
             len <= b->bytes - (size_t)(q - b->base)) {

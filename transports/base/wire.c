@@ -113,13 +113,29 @@ static inline size_t block_len(size_t n, size_t first)
     return n - first < WIRE_BLOCK_ELEMS ? n - first : WIRE_BLOCK_ELEMS;
 }
 
-/* Element i of the blocks at src, decoded. */
-static inline float block_at(int fp8, const void *src, size_t i)
+/* Block by block, fp8 and mode constant once inlined: mode 0: dst = a's values; 1: dst =
+ * wire_sum(dst, a's); 2: dst = wire_sum(a's, b's). */
+static inline void block_decode_f32(int fp8, int mode, const void *a, const void *b, size_t n,
+                                    float *dst)
 {
-    const uint8_t *blk = (const uint8_t *)src + i / WIRE_BLOCK_ELEMS * WIRE_BLOCK_BYTES;
-    float scale;
-    memcpy(&scale, blk, 4);
-    return wire_block_value(fp8, blk[4 + i % WIRE_BLOCK_ELEMS], scale);
+    const uint8_t *pa = a, *pb = b;
+    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS) {
+        size_t m = block_len(n, first);
+        float sa, sb = 0.0f;
+        memcpy(&sa, pa, 4);
+        if (mode == 2)
+            memcpy(&sb, pb, 4);
+        float *d = dst + first;
+        for (size_t i = 0; i < m; i++) {
+            float va = wire_block_value(fp8, pa[4 + i], sa);
+            d[i] = mode == 0 ? va
+                   : mode == 1 ? wire_sum(d[i], va)
+                               : wire_sum(va, wire_block_value(fp8, pb[4 + i], sb));
+        }
+        pa += WIRE_BLOCK_BYTES;
+        if (mode == 2)
+            pb += WIRE_BLOCK_BYTES;
+    }
 }
 
 /* Inlined with fp8 constant, so each codec gets loops of its own. */
@@ -144,38 +160,32 @@ static void fp8_encode_scalar(const float *src, size_t n, void *dst)
 
 static void int8_decode_scalar(const void *src, size_t n, float *dst)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = block_at(0, src, i);
+    block_decode_f32(0, 0, src, NULL, n, dst);
 }
 
 static void fp8_decode_scalar(const void *src, size_t n, float *dst)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = block_at(1, src, i);
+    block_decode_f32(1, 0, src, NULL, n, dst);
 }
 
 static void int8_decode_add_scalar(const void *src, size_t n, float *acc)
 {
-    for (size_t i = 0; i < n; i++)
-        acc[i] = wire_sum(acc[i], block_at(0, src, i));
+    block_decode_f32(0, 1, src, NULL, n, acc);
 }
 
 static void fp8_decode_add_scalar(const void *src, size_t n, float *acc)
 {
-    for (size_t i = 0; i < n; i++)
-        acc[i] = wire_sum(acc[i], block_at(1, src, i));
+    block_decode_f32(1, 1, src, NULL, n, acc);
 }
 
 static void int8_decode_sum_scalar(const void *a, const void *b, size_t n, float *dst)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = wire_sum(block_at(0, a, i), block_at(0, b, i));
+    block_decode_f32(0, 2, a, b, n, dst);
 }
 
 static void fp8_decode_sum_scalar(const void *a, const void *b, size_t n, float *dst)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = wire_sum(block_at(1, a, i), block_at(1, b, i));
+    block_decode_f32(1, 2, a, b, n, dst);
 }
 
 const struct wire_kernels wire_kernels_scalar = {

@@ -231,7 +231,7 @@ const struct wire_kernels *wire_kernels_find(const char *isa)
     if (strcmp(isa, "avx2") == 0 && cpu_has_avx2())
         return &wire_kernels_avx2;
     if (strcmp(isa, "avx512") == 0 && cpu_has_avx512())
-        return NULL; /* no AVX-512 kernels yet */
+        return &wire_kernels_avx512;
 #endif
     return NULL;
 }

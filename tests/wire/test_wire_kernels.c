@@ -65,8 +65,8 @@ static uint32_t to_bits(float f)
 }
 
 enum kind { NORMAL, OUTLIERS, ZEROS, SUBNORMAL, SPECIALS, HUGE, TINY, KINDS };
-static const char *const kind_name[KINDS] = {"normal", "outliers",  "zeros", "subnormal",
-                                             "specials", "huge", "tiny"};
+static const char *const kind_name[KINDS] = {"normal",   "outliers", "zeros", "subnormal",
+                                             "specials", "huge",     "tiny"};
 
 static void fill(enum kind kind, float *x, size_t n)
 {
@@ -85,7 +85,8 @@ static void fill(enum kind kind, float *x, size_t n)
                 v = rng_normal();
             break;
         case SUBNORMAL:
-            v = from_bits((uint32_t)(rng_next() % 0x00800000u) | (rng_next() % 2 ? 0x80000000u : 0));
+            v = from_bits((uint32_t)(rng_next() % 0x00800000u) |
+                          (rng_next() % 2 ? 0x80000000u : 0));
             break;
         case SPECIALS: { /* inf, NaNs with payloads, FLT_MAX, -0.0 among normal values */
             static const uint32_t sp[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u,

@@ -2,8 +2,9 @@
 /*
  * The wire codecs' table and their host encode and decode: the scalar kernels (the
  * definition, wire_scalar.h's arithmetic element by element) and the choice of the
- * machine's vector kernels (wire_avx2.c, wire_avx512.c; wire_kernels.h).  docs/wire.md states the formats, the error bounds and what becomes of
- * NaN and infinity; tests/wire checks them.
+ * machine's vector kernels (wire_avx2.c, wire_avx512.c; wire_kernels.h).  docs/wire.md
+ * states the formats, the error bounds and what becomes of NaN and infinity; tests/wire
+ * checks them.
  */
 #include "wire.h"
 #include "tables.h"
@@ -128,7 +129,7 @@ static inline void block_decode_f32(int fp8, int mode, const void *a, const void
         float *d = dst + first;
         for (size_t i = 0; i < m; i++) {
             float va = wire_block_value(fp8, pa[4 + i], sa);
-            d[i] = mode == 0 ? va
+            d[i] = mode == 0   ? va
                    : mode == 1 ? wire_sum(d[i], va)
                                : wire_sum(va, wire_block_value(fp8, pb[4 + i], sb));
         }

@@ -139,8 +139,8 @@ static inline __m256i nonfinite(__m256 x)
 /* wire_int8_code of 8 finite-or-not lanes, scale > 0 with 127 * scale finite. */
 static inline __m256i int8_codes(__m256 x, __m256 scale)
 {
-    __m256 y = _mm256_round_ps(_mm256_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT |
-                                                            _MM_FROUND_NO_EXC);
+    __m256 y =
+        _mm256_round_ps(_mm256_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     y = _mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-WIRE_INT8_TOP)),
                       _mm256_set1_ps(WIRE_INT8_TOP));
     return _mm256_blendv_epi8(_mm256_cvtps_epi32(y), set1((uint32_t)WIRE_INT8_NONFINITE),
@@ -159,16 +159,15 @@ static inline __m256i fp8_codes(__m256 x, __m256 scale)
     __m256i sign = _mm256_and_si256(_mm256_srli_epi32(y, 24), set1(0x80u));
     __m256i a = _mm256_and_si256(y, set1(0x7fffffffu));
     /* Normal e4m3: rebias 127 -> 7, round 23 mantissa bits to 3, nearest even. */
-    __m256i r = _mm256_or_si256(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_srli_epi32(a, 23),
-                                                                   set1(120u)),
-                                                  23),
-                                _mm256_and_si256(a, set1(0x7fffffu)));
+    __m256i r = _mm256_or_si256(
+        _mm256_slli_epi32(_mm256_sub_epi32(_mm256_srli_epi32(a, 23), set1(120u)), 23),
+        _mm256_and_si256(a, set1(0x7fffffu)));
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(r, 20), set1(1u));
     r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(r, set1(0x7ffffu)), lsb), 20);
     /* Subnormal e4m3 (below 2^-6): rint(|y| * 512), exact product. */
     __m256 sub = _mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f));
-    __m256i subc = _mm256_cvtps_epi32(
-        _mm256_round_ps(sub, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i subc =
+        _mm256_cvtps_epi32(_mm256_round_ps(sub, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     r = _mm256_blendv_epi8(r, subc, _mm256_cmpgt_epi32(set1(0x3c800000u), a));
     r = _mm256_blendv_epi8(r, set1(0x7eu), _mm256_cmpgt_epi32(a, set1(0x43dfffffu)));
     r = _mm256_or_si256(r, sign);
@@ -188,7 +187,8 @@ static inline void store_codes(int fp8, const __m256i *c, uint8_t *out)
         else
             b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         /* The packs interleave the 128-bit lanes by 32-bit groups. */
-        _mm256_storeu_si256((__m256i *)(void *)(out + 32 * h), _mm256_permutevar8x32_epi32(b, order));
+        _mm256_storeu_si256((__m256i *)(void *)(out + 32 * h),
+                            _mm256_permutevar8x32_epi32(b, order));
     }
 }
 
@@ -253,8 +253,8 @@ static inline __m256 fp8_values(const uint8_t *q, __m256 scale)
     __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q));
     __m256i m = _mm256_and_si256(c, set1(0x7fu));
     __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, set1(0x80u)), 24);
-    __m256 e = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(m, 20)),
-                             _mm256_set1_ps(0x1p120f));
+    __m256 e =
+        _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(m, 20)), _mm256_set1_ps(0x1p120f));
     __m256i bits = _mm256_or_si256(_mm256_castps_si256(e), sign);
     __m256i nan = _mm256_cmpeq_epi32(m, set1(WIRE_FP8_NAN));
     bits = _mm256_blendv_epi8(bits, _mm256_or_si256(sign, set1(0x7fc00000u)), nan);
@@ -305,8 +305,9 @@ static inline void block_decode(int fp8, int mode, const void *a, const void *b,
     }
     for (size_t i = first; i < n; i++) {
         float va = block_at(fp8, a, i);
-        dst[i] = mode == 0 ? va : mode == 1 ? wire_sum(dst[i], va)
-                                            : wire_sum(va, block_at(fp8, b, i));
+        dst[i] = mode == 0   ? va
+                 : mode == 1 ? wire_sum(dst[i], va)
+                             : wire_sum(va, block_at(fp8, b, i));
     }
 }
 
@@ -344,12 +345,10 @@ const struct wire_kernels wire_kernels_avx2 = {
     .name = "avx2",
     .encode = {[WIRE_BF16] = bf16_encode, [WIRE_INT8] = int8_encode, [WIRE_FP8] = fp8_encode},
     .decode = {[WIRE_BF16] = bf16_decode, [WIRE_INT8] = int8_decode, [WIRE_FP8] = fp8_decode},
-    .decode_add = {[WIRE_BF16] = bf16_decode_add,
-                   [WIRE_INT8] = int8_decode_add,
-                   [WIRE_FP8] = fp8_decode_add},
-    .decode_sum = {[WIRE_BF16] = bf16_decode_sum,
-                   [WIRE_INT8] = int8_decode_sum,
-                   [WIRE_FP8] = fp8_decode_sum},
+    .decode_add =
+        {[WIRE_BF16] = bf16_decode_add, [WIRE_INT8] = int8_decode_add, [WIRE_FP8] = fp8_decode_add},
+    .decode_sum =
+        {[WIRE_BF16] = bf16_decode_sum, [WIRE_INT8] = int8_decode_sum, [WIRE_FP8] = fp8_decode_sum},
 };
 
 #if defined(__clang__)

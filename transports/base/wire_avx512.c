@@ -147,8 +147,7 @@ static inline __m512i fp8_codes(__m512 x, __m512 scale)
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(r, 20), set1(1u));
     r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(r, set1(0x7ffffu)), lsb), 20);
     __m512 sub = _mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.0f));
-    __m512i subc =
-        _mm512_cvt_roundps_epi32(sub, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512i subc = _mm512_cvt_roundps_epi32(sub, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm512_mask_mov_epi32(r, _mm512_cmplt_epi32_mask(a, set1(0x3c800000u)), subc);
     r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(a, set1(0x43dfffffu)), set1(0x7eu));
     r = _mm512_or_si512(r, sign);
@@ -214,8 +213,8 @@ static inline __m512 fp8_values(const uint8_t *q, __m512 scale)
     __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q));
     __m512i m = _mm512_and_si512(c, set1(0x7fu));
     __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, set1(0x80u)), 24);
-    __m512 e = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(m, 20)),
-                             _mm512_set1_ps(0x1p120f));
+    __m512 e =
+        _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(m, 20)), _mm512_set1_ps(0x1p120f));
     __m512i bits = _mm512_or_si512(_mm512_castps_si512(e), sign);
     __mmask16 nan = _mm512_cmpeq_epi32_mask(m, set1(WIRE_FP8_NAN));
     bits = _mm512_mask_mov_epi32(bits, nan, _mm512_or_si512(sign, set1(0x7fc00000u)));
@@ -266,8 +265,9 @@ static inline void block_decode(int fp8, int mode, const void *a, const void *b,
     }
     for (size_t i = first; i < n; i++) {
         float va = block_at(fp8, a, i);
-        dst[i] = mode == 0 ? va : mode == 1 ? wire_sum(dst[i], va)
-                                            : wire_sum(va, block_at(fp8, b, i));
+        dst[i] = mode == 0   ? va
+                 : mode == 1 ? wire_sum(dst[i], va)
+                             : wire_sum(va, block_at(fp8, b, i));
     }
 }
 
@@ -305,12 +305,10 @@ const struct wire_kernels wire_kernels_avx512 = {
     .name = "avx512",
     .encode = {[WIRE_BF16] = bf16_encode, [WIRE_INT8] = int8_encode, [WIRE_FP8] = fp8_encode},
     .decode = {[WIRE_BF16] = bf16_decode, [WIRE_INT8] = int8_decode, [WIRE_FP8] = fp8_decode},
-    .decode_add = {[WIRE_BF16] = bf16_decode_add,
-                   [WIRE_INT8] = int8_decode_add,
-                   [WIRE_FP8] = fp8_decode_add},
-    .decode_sum = {[WIRE_BF16] = bf16_decode_sum,
-                   [WIRE_INT8] = int8_decode_sum,
-                   [WIRE_FP8] = fp8_decode_sum},
+    .decode_add =
+        {[WIRE_BF16] = bf16_decode_add, [WIRE_INT8] = int8_decode_add, [WIRE_FP8] = fp8_decode_add},
+    .decode_sum =
+        {[WIRE_BF16] = bf16_decode_sum, [WIRE_INT8] = int8_decode_sum, [WIRE_FP8] = fp8_decode_sum},
 };
 
 #if defined(__clang__)

@@ -353,6 +353,21 @@ static comm_status_t halving_allreduce(struct comm *c, const struct hier_inter *
 }
 
 /*
+ * The elements of a segment of a step of n f32 elements that travels in the codec wire:
+ * HIER_SEG_BYTES of encoded bytes, whole blocks (a multiple of WIRE_BLOCK_ELEMS for every
+ * codec), or the whole message.  As many bytes travel at once as at full width: with
+ * segments of HIER_SEG_BYTES of f32, int8's four in flight would be 272 KiB, which a
+ * 10 Gbit/s link drains in 0.2 ms, less than a time slice of a rank that shares its core.
+ */
+static size_t wire_seg_elems(const struct wire_row *wire, size_t n)
+{
+    size_t seg = wire->block_bytes != 0 ? HIER_SEG_BYTES / wire->block_bytes * wire->block_elems
+                                        : HIER_SEG_BYTES / wire->elem_bytes;
+    seg -= seg % WIRE_BLOCK_ELEMS;
+    return seg < n ? seg : n;
+}
+
+/*
  * The hosts' partial results combined in arcomm's order, never the MPI library's (whose
  * allreduce picks its own algorithm: another one, or another collective component,
  * would change the bits): the exchange of tree_round_plan, point to point, in the work
@@ -368,17 +383,13 @@ static comm_status_t tree_allreduce(struct comm *c, const struct hier_inter *s, 
     int me = 0, h = 1;
     MPI_Comm_rank(s->mc, &me);
     MPI_Comm_size(s->mc, &h);
-    size_t seg = hier_inter_seg_elems(s->n, s->esize);
-    if (s->wire != NULL && seg < s->n)
-        seg -= seg % WIRE_BLOCK_ELEMS;                   /* segments of whole blocks */
+    size_t seg =
+        s->wire != NULL ? wire_seg_elems(s->wire, s->n) : hier_inter_seg_elems(s->n, s->esize);
     comm_op_t op = s->op == COMM_AVG ? COMM_SUM : s->op; /* AVG divides after the step */
     size_t nslots =
         (s->n + seg - 1) / seg < HIER_SEGS_IN_FLIGHT ? (s->n + seg - 1) / seg : HIER_SEGS_IN_FLIGHT;
-    /* A slot holds a segment as it travels: encoded, a short one may take more bytes
-     * than at full width (a block's scale). */
-    size_t slot_bytes = seg * s->esize;
-    if (s->wire != NULL && wire_bytes(s->wire, COMM_F32, seg) > slot_bytes)
-        slot_bytes = wire_bytes(s->wire, COMM_F32, seg);
+    /* A slot holds a segment as it travels (encoded, with a codec). */
+    size_t slot_bytes = s->wire != NULL ? wire_bytes(s->wire, COMM_F32, seg) : seg * s->esize;
     struct mpi_status_word *w = mpi_ctl_new(2 * sizeof(*w));
     char *tmp = h > 1 ? mpi_ctl_new((nslots ? nslots : 1) * slot_bytes) : NULL;
     struct wire_bufs wb = {0};

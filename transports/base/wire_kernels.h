@@ -25,8 +25,9 @@
 
 /*
  * One instruction set's kernels, indexed by enum wire_codec (WIRE_NONE's entries are
- * NULL: full width needs no codec).  Pointers may have any alignment.  src: n f32
- * elements; the encoded bytes: wire_bytes(row, COMM_F32, n).
+ * NULL: full width needs no codec).  Pointers need only their elements' alignment (f32:
+ * 4, bf16 codes: 2, block bytes: 1), no vector's.  src: n f32 elements; the encoded
+ * bytes: wire_bytes(row, COMM_F32, n).
  */
 struct wire_kernels {
     const char *name;

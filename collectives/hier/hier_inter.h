@@ -22,9 +22,10 @@ struct hier_inter {
     int root;           /* BCAST: rank in mc */
     const char *what;   /* for messages */
     /* ALLREDUCE of f32 partial sums: NULL (full width), or the wire codec each round's
-     * partials travel in (docs/wire.md): every rank of a round encodes its partial once,
-     * takes the decoded value of its own bytes as its operand, and decodes its
-     * partner's, so both combine the same operands; never with recursive halving. */
+     * partials travel in (docs/wire.md): every rank of a round encodes its partial once
+     * (segment by segment, each just before it is sent), takes the decoded value of its
+     * own bytes as its operand, and decodes its partner's, so both combine the same
+     * operands; never with recursive halving. */
     const struct wire_row *wire;
 };
 

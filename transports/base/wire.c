@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The wire codecs' table and their host encode and decode, in plain C loops the compiler
- * can vectorise.  docs/wire.md states the formats, the error bounds and what becomes of
- * NaN and infinity; tests/wire checks them.
+ * The wire codecs' table and their host encode and decode: the scalar kernels (the
+ * definition, wire_scalar.h's arithmetic element by element) and the choice of the
+ * machine's vector kernels (wire_avx2.c, wire_avx512.c; wire_kernels.h).  docs/wire.md
+ * states the formats, the error bounds and what becomes of NaN and infinity; tests/wire
+ * checks them.
  */
 #include "wire.h"
 #include "tables.h"
+#include "wire_kernels.h"
 
 #include <ctype.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* ---- Scalar conversions (wire_scalar.h's, under the names the table exports) ---- */
@@ -67,47 +71,41 @@ static void none_decode(comm_dtype_t dtype, const void *src, size_t n, float *ds
 static void none_decode_add(comm_dtype_t dtype, const void *src, size_t n, float *acc)
 {
     for (size_t i = 0; i < n; i++)
-        acc[i] += load_f32(dtype, src, i);
+        acc[i] = wire_sum(acc[i], load_f32(dtype, src, i));
 }
 
-/* ---- bf16: f32 rounded to nearest even ---- */
+/* ---- The scalar kernels of f32 (wire_scalar.h's arithmetic, element by element) ---- */
 
-static void bf16_encode(comm_dtype_t dtype, const void *src, size_t n, void *dst)
+static void bf16_encode_scalar(const float *src, size_t n, void *dst)
 {
-    const float *s = src;
     uint16_t *d = dst;
-    (void)dtype; /* f32 only (wire_applies) */
     for (size_t i = 0; i < n; i++)
-        d[i] = wire_f32_to_bf16(s[i]);
+        d[i] = wire_bf16_of(src[i]);
 }
 
-static void bf16_decode(comm_dtype_t dtype, const void *src, size_t n, float *dst)
+static inline float bf16_at(const void *src, size_t i)
 {
-    const uint16_t *s = src;
-    (void)dtype;
-    for (size_t i = 0; i < n; i++)
-        dst[i] = wire_bf16_value(s[i]);
+    uint16_t b;
+    memcpy(&b, (const char *)src + 2 * i, 2);
+    return wire_bf16_value(b);
 }
 
-static void bf16_decode_add(comm_dtype_t dtype, const void *src, size_t n, float *acc)
+static void bf16_decode_scalar(const void *src, size_t n, float *dst)
 {
-    const uint16_t *s = src;
-    (void)dtype;
     for (size_t i = 0; i < n; i++)
-        acc[i] += wire_bf16_value(s[i]);
+        dst[i] = bf16_at(src, i);
 }
 
-/* ---- Block codecs ---- */
-
-/* The finite absmax of a block (NaN and inf do not set the scale). */
-static inline float block_absmax(comm_dtype_t dtype, const void *src, size_t first, size_t m)
+static void bf16_decode_add_scalar(const void *src, size_t n, float *acc)
 {
-    float amax = 0.0f;
-    for (size_t i = 0; i < m; i++) {
-        float a = wire_abs(load_f32(dtype, src, first + i));
-        amax = wire_finite(a) && a > amax ? a : amax;
-    }
-    return amax;
+    for (size_t i = 0; i < n; i++)
+        acc[i] = wire_sum(acc[i], bf16_at(src, i));
+}
+
+static void bf16_decode_sum_scalar(const void *a, const void *b, size_t n, float *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = wire_sum(bf16_at(a, i), bf16_at(b, i));
 }
 
 /* Elements of the block at first, of n. */
@@ -116,85 +114,220 @@ static inline size_t block_len(size_t n, size_t first)
     return n - first < WIRE_BLOCK_ELEMS ? n - first : WIRE_BLOCK_ELEMS;
 }
 
-/* A block codec's per-element arithmetic (wire_scalar.h): int8 or fp8. */
-static inline float block_scale(bool fp8, float amax)
+/* Block by block, fp8 and mode constant once inlined: mode 0: dst = a's values; 1: dst =
+ * wire_sum(dst, a's); 2: dst = wire_sum(a's, b's). */
+static inline void block_decode_f32(int fp8, int mode, const void *a, const void *b, size_t n,
+                                    float *dst)
 {
-    return fp8 ? wire_fp8_scale(amax) : wire_int8_scale(amax);
+    const uint8_t *pa = a, *pb = b;
+    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS) {
+        size_t m = block_len(n, first);
+        float sa, sb = 0.0f;
+        memcpy(&sa, pa, 4);
+        if (mode == 2)
+            memcpy(&sb, pb, 4);
+        float *d = dst + first;
+        for (size_t i = 0; i < m; i++) {
+            float va = wire_block_value(fp8, pa[4 + i], sa);
+            d[i] = mode == 0   ? va
+                   : mode == 1 ? wire_sum(d[i], va)
+                               : wire_sum(va, wire_block_value(fp8, pb[4 + i], sb));
+        }
+        pa += WIRE_BLOCK_BYTES;
+        if (mode == 2)
+            pb += WIRE_BLOCK_BYTES;
+    }
 }
 
-static inline uint8_t block_code(bool fp8, float x, float scale)
-{
-    return fp8 ? wire_fp8_code(x, scale) : (uint8_t)wire_int8_code(x, scale);
-}
-
-static inline float block_value(bool fp8, uint8_t q, float scale)
-{
-    return fp8 ? wire_fp8_value(q, scale) : wire_int8_value((int8_t)q, scale);
-}
-
-/* Each block: its f32 scale, then WIRE_BLOCK_ELEMS codes (a short last block's unused
- * codes zero).  Inlined with fp8 constant, so each codec gets a loop of its own. */
-static inline void block_encode(bool fp8, comm_dtype_t dtype, const void *src, size_t n, void *dst)
+/* Inlined with fp8 constant, so each codec gets loops of its own. */
+static inline void block_encode_f32(int fp8, const float *src, size_t n, void *dst)
 {
     uint8_t *out = dst;
     for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, out += WIRE_BLOCK_BYTES) {
         size_t m = block_len(n, first);
-        float scale = block_scale(fp8, block_absmax(dtype, src, first, m));
-        uint8_t q[WIRE_BLOCK_ELEMS] = {0};
-        for (size_t i = 0; i < m; i++)
-            q[i] = block_code(fp8, load_f32(dtype, src, first + i), scale);
-        memcpy(out, &scale, 4);
-        memcpy(out + 4, q, WIRE_BLOCK_ELEMS);
+        wire_block_encode_scalar(fp8, src + first, m, wire_block_scale(fp8, src + first, m), out);
     }
 }
 
-/* dst = decoded, or (add) dst += decoded. */
-static inline void block_decode(bool fp8, bool add, const void *src, size_t n, float *dst)
+static void int8_encode_scalar(const float *src, size_t n, void *dst)
 {
-    const uint8_t *in = src;
-    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, in += WIRE_BLOCK_BYTES) {
+    block_encode_f32(0, src, n, dst);
+}
+
+static void fp8_encode_scalar(const float *src, size_t n, void *dst)
+{
+    block_encode_f32(1, src, n, dst);
+}
+
+static void int8_decode_scalar(const void *src, size_t n, float *dst)
+{
+    block_decode_f32(0, 0, src, NULL, n, dst);
+}
+
+static void fp8_decode_scalar(const void *src, size_t n, float *dst)
+{
+    block_decode_f32(1, 0, src, NULL, n, dst);
+}
+
+static void int8_decode_add_scalar(const void *src, size_t n, float *acc)
+{
+    block_decode_f32(0, 1, src, NULL, n, acc);
+}
+
+static void fp8_decode_add_scalar(const void *src, size_t n, float *acc)
+{
+    block_decode_f32(1, 1, src, NULL, n, acc);
+}
+
+static void int8_decode_sum_scalar(const void *a, const void *b, size_t n, float *dst)
+{
+    block_decode_f32(0, 2, a, b, n, dst);
+}
+
+static void fp8_decode_sum_scalar(const void *a, const void *b, size_t n, float *dst)
+{
+    block_decode_f32(1, 2, a, b, n, dst);
+}
+
+const struct wire_kernels wire_kernels_scalar = {
+    .name = "scalar",
+    .encode = {[WIRE_BF16] = bf16_encode_scalar,
+               [WIRE_INT8] = int8_encode_scalar,
+               [WIRE_FP8] = fp8_encode_scalar},
+    .decode = {[WIRE_BF16] = bf16_decode_scalar,
+               [WIRE_INT8] = int8_decode_scalar,
+               [WIRE_FP8] = fp8_decode_scalar},
+    .decode_add = {[WIRE_BF16] = bf16_decode_add_scalar,
+                   [WIRE_INT8] = int8_decode_add_scalar,
+                   [WIRE_FP8] = fp8_decode_add_scalar},
+    .decode_sum = {[WIRE_BF16] = bf16_decode_sum_scalar,
+                   [WIRE_INT8] = int8_decode_sum_scalar,
+                   [WIRE_FP8] = fp8_decode_sum_scalar},
+};
+
+/* ---- Picking the kernels of this machine ---- */
+
+#if defined(__x86_64__)
+static bool cpu_has_avx512(void)
+{
+    /* __builtin_cpu_supports also checks that the OS saves the zmm/ymm state (XCR0). */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx2");
+}
+
+static bool cpu_has_avx2(void)
+{
+    return __builtin_cpu_supports("avx2");
+}
+#endif
+
+const struct wire_kernels *wire_kernels_find(const char *isa)
+{
+    if (isa == NULL)
+        return NULL;
+    if (strcmp(isa, "scalar") == 0)
+        return &wire_kernels_scalar;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (strcmp(isa, "avx2") == 0 && cpu_has_avx2())
+        return &wire_kernels_avx2;
+    if (strcmp(isa, "avx512") == 0 && cpu_has_avx512())
+        return &wire_kernels_avx512;
+#endif
+    return NULL;
+}
+
+/* The machine's best, found on first use; every thread finds the same, so a race only
+ * stores the same pointer twice. */
+static _Atomic(const struct wire_kernels *) kernels_best;
+
+const struct wire_kernels *wire_kernels_current(void)
+{
+    const struct wire_kernels *k = atomic_load_explicit(&kernels_best, memory_order_relaxed);
+    if (k != NULL)
+        return k;
+    k = wire_kernels_find("avx512");
+    if (k == NULL)
+        k = wire_kernels_find("avx2");
+    if (k == NULL)
+        k = &wire_kernels_scalar;
+    atomic_store_explicit(&kernels_best, k, memory_order_relaxed);
+    return k;
+}
+
+/* ---- The rows' host functions: f32 through the kernels, f16 and bf16 inputs (block
+ * codecs only) element by element ---- */
+
+static void bf16_encode(comm_dtype_t dtype, const void *src, size_t n, void *dst)
+{
+    (void)dtype; /* f32 only (wire_applies) */
+    wire_kernels_current()->encode[WIRE_BF16](src, n, dst);
+}
+
+static void bf16_decode(comm_dtype_t dtype, const void *src, size_t n, float *dst)
+{
+    (void)dtype;
+    wire_kernels_current()->decode[WIRE_BF16](src, n, dst);
+}
+
+static void bf16_decode_add(comm_dtype_t dtype, const void *src, size_t n, float *acc)
+{
+    (void)dtype;
+    wire_kernels_current()->decode_add[WIRE_BF16](src, n, acc);
+}
+
+/* A block codec's encode of f16 or bf16 input: each element widened exactly, then as f32. */
+static void block_encode_narrow(int fp8, comm_dtype_t dtype, const void *src, size_t n, void *dst)
+{
+    uint8_t *out = dst;
+    float x[WIRE_BLOCK_ELEMS];
+    for (size_t first = 0; first < n; first += WIRE_BLOCK_ELEMS, out += WIRE_BLOCK_BYTES) {
         size_t m = block_len(n, first);
-        float scale;
-        memcpy(&scale, in, 4);
-        for (size_t i = 0; i < m; i++) {
-            float v = block_value(fp8, in[4 + i], scale);
-            dst[first + i] = add ? dst[first + i] + v : v;
-        }
+        for (size_t i = 0; i < m; i++)
+            x[i] = load_f32(dtype, src, first + i);
+        wire_block_encode_scalar(fp8, x, m, wire_block_scale(fp8, x, m), out);
     }
 }
 
 static void int8_encode(comm_dtype_t dtype, const void *src, size_t n, void *dst)
 {
-    block_encode(false, dtype, src, n, dst);
+    if (dtype == COMM_F32)
+        wire_kernels_current()->encode[WIRE_INT8](src, n, dst);
+    else
+        block_encode_narrow(0, dtype, src, n, dst);
 }
 
+static void fp8_encode(comm_dtype_t dtype, const void *src, size_t n, void *dst)
+{
+    if (dtype == COMM_F32)
+        wire_kernels_current()->encode[WIRE_FP8](src, n, dst);
+    else
+        block_encode_narrow(1, dtype, src, n, dst);
+}
+
+/* A block codec's bytes are the same whatever the input dtype was: decodes ignore it. */
 static void int8_decode(comm_dtype_t dtype, const void *src, size_t n, float *dst)
 {
     (void)dtype;
-    block_decode(false, false, src, n, dst);
+    wire_kernels_current()->decode[WIRE_INT8](src, n, dst);
 }
 
 static void int8_decode_add(comm_dtype_t dtype, const void *src, size_t n, float *acc)
 {
     (void)dtype;
-    block_decode(false, true, src, n, acc);
-}
-
-static void fp8_encode(comm_dtype_t dtype, const void *src, size_t n, void *dst)
-{
-    block_encode(true, dtype, src, n, dst);
+    wire_kernels_current()->decode_add[WIRE_INT8](src, n, acc);
 }
 
 static void fp8_decode(comm_dtype_t dtype, const void *src, size_t n, float *dst)
 {
     (void)dtype;
-    block_decode(true, false, src, n, dst);
+    wire_kernels_current()->decode[WIRE_FP8](src, n, dst);
 }
 
 static void fp8_decode_add(comm_dtype_t dtype, const void *src, size_t n, float *acc)
 {
     (void)dtype;
-    block_decode(true, true, src, n, acc);
+    wire_kernels_current()->decode_add[WIRE_FP8](src, n, acc);
 }
 
 /* ---- The table ---- */
@@ -307,4 +440,16 @@ void wire_decode_add(const struct wire_row *row, comm_dtype_t dtype, const void 
                      float *acc)
 {
     row->decode_add(dtype, src, n, acc);
+}
+
+void wire_decode_sum(const struct wire_row *row, comm_dtype_t dtype, const void *a, const void *b,
+                     size_t n, float *dst)
+{
+    int codec = (int)(row - wire_table);
+    if (codec != WIRE_NONE) {
+        wire_kernels_current()->decode_sum[codec](a, b, n, dst);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = wire_sum(load_f32(dtype, a, i), load_f32(dtype, b, i));
 }

@@ -58,7 +58,8 @@ typedef void (*wire_encode_fn)(comm_dtype_t dtype, const void *src, size_t n, vo
 /*
  * Decodes n elements from src (bytes an encode of the same row and dtype wrote) into f32:
  * dst[i] = value (wire_decode), or acc[i] = acc[i] + value (wire_decode_add: the next
- * rank's term of a rank-order sum).
+ * rank's term of a rank-order sum, with the host reductions' NaN rule: a NaN acc[i]
+ * stays, made quiet, else a NaN value is taken, made quiet).
  */
 typedef void (*wire_decode_fn)(comm_dtype_t dtype, const void *src, size_t n, float *dst);
 
@@ -68,7 +69,7 @@ struct wire_row {
     uint32_t block_elems;      /* elements a block (1: an element codec) */
     uint32_t block_bytes;      /* bytes a block, scale included (0: element codec) */
     uint32_t dtypes;           /* bit (1 << dtype) for each input dtype it applies to */
-    wire_encode_fn encode;     /* host, plain C */
+    wire_encode_fn encode;     /* host (the machine's vector kernels for f32) */
     wire_decode_fn decode;     /* host: dst = decoded */
     wire_decode_fn decode_add; /* host: acc += decoded */
 };
@@ -123,6 +124,14 @@ void wire_decode(const struct wire_row *row, comm_dtype_t dtype, const void *src
                  float *dst);
 void wire_decode_add(const struct wire_row *row, comm_dtype_t dtype, const void *src, size_t n,
                      float *acc);
+/*
+ * Two encodings of n elements (a and b, bytes the row's encode wrote) decoded and summed
+ * in one pass: dst[i] = a's value + b's value, a the left operand, with the host
+ * reductions' NaN rule (a NaN left operand stays, made quiet; else a NaN right one is
+ * taken, made quiet): the same bits as wire_decode of a then a sum combine of b's values.
+ */
+void wire_decode_sum(const struct wire_row *row, comm_dtype_t dtype, const void *a, const void *b,
+                     size_t n, float *dst);
 
 /* The scalar conversions the codecs are made of (also for tests and other backends'
  * scalar forms). */

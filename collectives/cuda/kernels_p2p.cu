@@ -26,7 +26,8 @@
  * Two-shot with a block codec (int8, fp8: p2p_ts_codec_kernel) encodes each rank's input
  * once, a warp a block, straight into the slice owners' RS areas; the owner decodes every
  * rank's blocks, its own included, sums them in rank order and sends the result on at full
- * width (docs/wire.md).
+ * width (docs/wire.md).  Written without a GPU on 2026-12-07; tests contract-cuda-p2p-int8
+ * and -fp8 check it bit for bit.
  *
  * Two-shot (large allreduce) and the direct copies (broadcast, allgather, alltoall) move
  * plain data, so each block raises a flag per peer after its pushes: every thread's

@@ -42,7 +42,7 @@ static const struct ccase cases[] = {
     {COMM_F32, COMM_SUM, true},   {COMM_F32, COMM_AVG, false}, {COMM_F32, COMM_MAX, false},
     {COMM_F32, COMM_PROD, false}, {COMM_F16, COMM_SUM, false}, {COMM_BF16, COMM_SUM, true},
     {COMM_BF16, COMM_AVG, false}, {COMM_F64, COMM_SUM, false}, {COMM_I32, COMM_SUM, false},
-    {COMM_U8, COMM_SUM, false},
+    {COMM_U8, COMM_SUM, false},   {COMM_F16, COMM_AVG, false},
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 

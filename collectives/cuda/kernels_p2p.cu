@@ -485,6 +485,9 @@ __global__ void __launch_bounds__(TS_THREADS) p2p_ts_codec_kernel(const cuda_p2p
     const T *addend = static_cast<const T *>(c.addend);
     const uint64_t slice = cuda_p2p_slice_at(a.rn, n, WIRE_BLOCK_ELEMS);
     const uint64_t portion = cuda_p2p_portion_at(slice, gridDim.x, WIRE_BLOCK_ELEMS);
+    /* A warp a block of 64: part [lo, hi) of a slice starts on a block (lo is a multiple of
+     * WIRE_BLOCK_ELEMS unless the part is empty, lo == hi), and only a slice's last part
+     * at the message's end holds a short block. */
     const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
     const uint32_t warps = blockDim.x / 32u;
     if (threadIdx.x == 0 && blockIdx.x == 0)
@@ -499,8 +502,9 @@ __global__ void __launch_bounds__(TS_THREADS) p2p_ts_codec_kernel(const cuda_p2p
         cuda_p2p_part(shi - slo, portion, blockIdx.x, &lo, &hi);
         uint8_t *dst = a.peer[q] + cuda_p2p_ts_off(&a.g, n, 0, round, me);
         const T *src = send + a.rlo + slo;
-        for (uint64_t b = lo / WIRE_BLOCK_ELEMS + warp; b * WIRE_BLOCK_ELEMS < hi; b += warps) {
-            const uint64_t i = b * WIRE_BLOCK_ELEMS;
+        for (uint64_t i = lo + (uint64_t)warp * WIRE_BLOCK_ELEMS; i < hi;
+             i += (uint64_t)warps * WIRE_BLOCK_ELEMS) {
+            const uint64_t b = i / WIRE_BLOCK_ELEMS;
             const uint32_t m = hi - i < WIRE_BLOCK_ELEMS ? (uint32_t)(hi - i) : WIRE_BLOCK_ELEMS;
             encode_block_warp<T, CODEC>(src + i, m, dst + b * WIRE_BLOCK_BYTES, lane);
         }
@@ -518,7 +522,9 @@ __global__ void __launch_bounds__(TS_THREADS) p2p_ts_codec_kernel(const cuda_p2p
         cuda_p2p_part(a.rn, slice, (uint64_t)me, &slo, &shi);
         cuda_p2p_part(shi - slo, portion, blockIdx.x, &lo, &hi);
         const uint64_t origin = a.rlo + slo;
-        for (uint64_t b = lo / WIRE_BLOCK_ELEMS + warp; b * WIRE_BLOCK_ELEMS < hi; b += warps) {
+        for (uint64_t i0 = lo + (uint64_t)warp * WIRE_BLOCK_ELEMS; i0 < hi;
+             i0 += (uint64_t)warps * WIRE_BLOCK_ELEMS) {
+            const uint64_t b = i0 / WIRE_BLOCK_ELEMS;
             float acc[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int p = 0; p < R; p++) {
@@ -534,7 +540,7 @@ __global__ void __launch_bounds__(TS_THREADS) p2p_ts_codec_kernel(const cuda_p2p
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const uint64_t i = b * WIRE_BLOCK_ELEMS + lane + 32u * (uint32_t)h;
+                const uint64_t i = i0 + lane + 32u * (uint32_t)h;
                 if (i >= hi)
                     continue;
                 float v = acc[h];

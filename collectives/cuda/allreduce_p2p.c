@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The cuda-p2p allreduce, host side: one-shot LL rounds in push mode through the peers'
- * device regions for small messages, two-shot for large (kernels_p2p.cu), every dtype and op, bf16
- * on the wire for f32 sums from ARCOMM_BF16_THRESHOLD, the fused addend of comm_allreduce_add.  The
+ * device regions for small messages, two-shot for large (kernels_p2p.cu), every dtype and op, the
+ * fused addend of comm_allreduce_add.  The wire codec (ARCOMM_WIRE from ARCOMM_WIRE_THRESHOLD):
+ * bf16 for f32 sums on both paths, int8 and fp8 for f32, f16 and bf16 sums and averages on
+ * two-shot (each rank encodes its input once; a slice's owner decodes every rank's blocks, its own
+ * included, and sums them in rank order).  The
  * call plumbing is the host-staged path's (cuda_check_device, cuda_call_begin / cuda_call_end, the
  * device call counters), so CUDA graph capture and the failure records work as there.
  *
@@ -42,18 +45,26 @@ static comm_status_t one_shot(struct comm *c, const struct coll_call *call, enum
 }
 
 /* Two-shot: rounds of nranks slices (p2p_layout.h), ARCOMM_CUDA_BLOCKS blocks each (the
- * same on every rank: the geometry agreement compared it). */
+ * same on every rank: the geometry agreement compared it).  A block codec (int8, fp8) cuts
+ * slices and parts on its blocks, and its encoded blocks fill the RS areas; the all-gather
+ * leg carries the owners' results at full width. */
 static comm_status_t two_shot(struct comm *c, const struct coll_call *call, enum wire_codec codec)
 {
-    bool narrow = codec == WIRE_BF16;
+    const struct wire_row *row = wire_row(codec);
+    bool blocks_codec = row->block_bytes != 0;
     struct cuda_comm *x = cuda_of(c);
     struct cuda_p2p *p = x->p2p;
     struct cuda_p2p_tplan plan =
-        cuda_p2p_tplan_compute(&p->g, call->count, (uint32_t)rt_dtype_size(call->dtype), c->nranks);
+        cuda_p2p_tplan_cut(&p->g, call->count, (uint32_t)rt_dtype_size(call->dtype), c->nranks,
+                           blocks_codec ? row->block_elems : CUDA_VEC_ELEMS, row->block_bytes);
     struct cuda_p2p_ts_args a = {.g = p->g};
     for (int r = 0; r < CUDA_MAX_RANKS; r++)
         a.peer[r] = r < c->nranks ? p->peer[r] : NULL;
-    cuda_fill_common(c, call, narrow, CUDA_PATH_COPY, &a.c);
+    /* As the copy path: the call's descriptor says that it travels narrowed (bf16 or a
+     * block codec: ARCOMM_WIRE, agreed at join, says which), and c.codec names a block
+     * codec to the kernels. */
+    cuda_fill_common(c, call, codec != WIRE_NONE, CUDA_PATH_COPY, &a.c);
+    a.c.codec = blocks_codec ? (int32_t)codec : 0;
     unsigned blocks = x->k.blocks < 1                 ? 1
                       : x->k.blocks > CUDA_MAX_BLOCKS ? CUDA_MAX_BLOCKS
                                                       : x->k.blocks;
@@ -68,11 +79,18 @@ static comm_status_t two_shot(struct comm *c, const struct coll_call *call, enum
     return COMM_OK;
 }
 
+/* The one-shot LL rounds carry bf16 only (below ARCOMM_COPY_THRESHOLD a call is bound by
+ * latency, not bytes); two-shot carries bf16 for f32 sums and the block codecs for sums and
+ * averages, as the host-staged copy-engine path does. */
+static const struct wire_carry two_shot_carry = {
+    .ops = {
+        [WIRE_BF16] = WIRE_OPS_SUM, [WIRE_INT8] = WIRE_OPS_SUM_AVG, [WIRE_FP8] = WIRE_OPS_SUM_AVG}};
+
 comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call)
 {
     /* ARCOMM_COPY_THRESHOLD: where the host-staged transport takes the copy engines, this
      * one takes two-shot. */
     static const struct cuda_allreduce_path small = {one_shot, &cuda_carry_bf16_sums};
-    static const struct cuda_allreduce_path large = {two_shot, &cuda_carry_bf16_sums};
+    static const struct cuda_allreduce_path large = {two_shot, &two_shot_carry};
     return cuda_allreduce_by_size(c, call, &small, &large);
 }

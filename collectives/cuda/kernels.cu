@@ -257,67 +257,19 @@ __global__ void narrow_kernel(const float *src, __nv_bfloat16 *dst, uint64_t n, 
 
 /* ---- the block codecs (int8, fp8): encode once, decode every rank's bytes in the add ---- */
 
-/* An element of a block codec: its code, and the value a code decodes to. */
-template <int CODEC> struct block_codec;
-template <> struct block_codec<WIRE_INT8> {
-    static __device__ __forceinline__ float scale(float amax)
-    {
-        return wire_int8_scale(amax);
-    }
-    static __device__ __forceinline__ uint8_t code(float x, float s)
-    {
-        return (uint8_t)wire_int8_code(x, s);
-    }
-    static __device__ __forceinline__ float value(uint8_t c, float s)
-    {
-        return wire_int8_value((int8_t)c, s);
-    }
-};
-template <> struct block_codec<WIRE_FP8> {
-    static __device__ __forceinline__ float scale(float amax)
-    {
-        return wire_fp8_scale(amax);
-    }
-    static __device__ __forceinline__ uint8_t code(float x, float s)
-    {
-        return wire_fp8_code(x, s);
-    }
-    static __device__ __forceinline__ float value(uint8_t c, float s)
-    {
-        return wire_fp8_value(c, s);
-    }
-};
-
-/* One warp a block of WIRE_BLOCK_ELEMS (64): lane l holds elements l and l + 32; the
- * finite absmax by a shuffle reduction (max is exact in any order), then the f32 scale
- * (lane 0) and one code byte an element.  The bytes are wire.c's, bit for bit (the same
- * arithmetic, wire_scalar.h); the last block's unused codes are 0. */
+/* Warps of 256-thread blocks, one a block of 64 elements (encode_block_warp,
+ * kernels_dev.cuh: the bytes transports/base/wire.c's encode writes). */
 template <typename T, int CODEC>
 __global__ void __launch_bounds__(256) encode_kernel(const T *src, uint8_t *dst, uint64_t n)
 {
-    typedef block_codec<CODEC> K;
     const uint32_t lane = threadIdx.x & 31u;
     const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / 32u);
     const uint64_t nblocks = (n + WIRE_BLOCK_ELEMS - 1) / WIRE_BLOCK_ELEMS;
     for (uint64_t b = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32u; b < nblocks;
          b += warps) {
-        const uint64_t i0 = b * WIRE_BLOCK_ELEMS + lane, i1 = i0 + 32u;
-        const float x0 = i0 < n ? to_acc(src[i0]) : 0.0f;
-        const float x1 = i1 < n ? to_acc(src[i1]) : 0.0f;
-        const float a0 = wire_abs(x0), a1 = wire_abs(x1);
-        float amax = wire_finite(a0) ? a0 : 0.0f;
-        amax = wire_finite(a1) && a1 > amax ? a1 : amax;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            const float o = __shfl_xor_sync(0xffffffffu, amax, off);
-            amax = o > amax ? o : amax;
-        }
-        const float s = K::scale(amax);
-        uint8_t *out = dst + b * WIRE_BLOCK_BYTES;
-        if (lane == 0)
-            *reinterpret_cast<float *>(out) = s;
-        out[4 + lane] = i0 < n ? K::code(x0, s) : (uint8_t)0;
-        out[4 + 32 + lane] = i1 < n ? K::code(x1, s) : (uint8_t)0;
+        const uint64_t i = b * WIRE_BLOCK_ELEMS;
+        const uint32_t m = n - i < WIRE_BLOCK_ELEMS ? (uint32_t)(n - i) : WIRE_BLOCK_ELEMS;
+        encode_block_warp<T, CODEC>(src + i, m, dst + b * WIRE_BLOCK_BYTES, lane);
     }
 }
 

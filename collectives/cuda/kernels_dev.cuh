@@ -3,9 +3,9 @@
  * Device helpers that the CUDA kernels share (kernels.cu, the host-staged paths;
  * kernels_p2p.cu, the peer-to-peer paths): the clock, element types and ops with their
  * fixed rounding, wire types, vector words, fail lines and bounded spins, call lines,
- * the reduction of a group, the dispatch by dtype and op (the LL rounds' pieces:
- * kernels_ll.cuh).  Everything is in an anonymous namespace, so each translation unit
- * has its own copy.
+ * the reduction of a group, the block codecs' encoding of a block, the dispatch by dtype
+ * and op (the LL rounds' pieces: kernels_ll.cuh).  Everything is in an anonymous
+ * namespace, so each translation unit has its own copy.
  */
 #ifndef ARCOMM_COLL_CUDA_KERNELS_DEV_CUH
 #define ARCOMM_COLL_CUDA_KERNELS_DEV_CUH
@@ -13,6 +13,8 @@
 #include "kernels.h"
 #include "cuda/layout.h"
 #include "arcomm.h"
+#include "wire.h"
+#include "wire_scalar.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -523,6 +525,69 @@ __device__ __forceinline__ void reduce_group(const cuda_kcommon &c, uint64_t i, 
             a = add_(a, to_acc(addend[(i + k) % c.addend_count]));
         recv[i + k] = from_acc<T>(F::fin(a, c.nranks));
     }
+}
+
+/* ---- the block codecs (int8, fp8): a warp encodes a block ---- */
+
+/* An element of a block codec: its code, and the value a code decodes to. */
+template <int CODEC> struct block_codec;
+template <> struct block_codec<WIRE_INT8> {
+    static __device__ __forceinline__ float scale(float amax)
+    {
+        return wire_int8_scale(amax);
+    }
+    static __device__ __forceinline__ uint8_t code(float x, float s)
+    {
+        return (uint8_t)wire_int8_code(x, s);
+    }
+    static __device__ __forceinline__ float value(uint8_t c, float s)
+    {
+        return wire_int8_value((int8_t)c, s);
+    }
+};
+template <> struct block_codec<WIRE_FP8> {
+    static __device__ __forceinline__ float scale(float amax)
+    {
+        return wire_fp8_scale(amax);
+    }
+    static __device__ __forceinline__ uint8_t code(float x, float s)
+    {
+        return wire_fp8_code(x, s);
+    }
+    static __device__ __forceinline__ float value(uint8_t c, float s)
+    {
+        return wire_fp8_value(c, s);
+    }
+};
+
+/*
+ * One warp encodes one block of WIRE_BLOCK_ELEMS (64): src[0, n), n <= 64, into out
+ * (WIRE_BLOCK_BYTES, 4-byte aligned).  Lane l holds elements l and l + 32; the finite
+ * absmax by a shuffle reduction (max is exact in any order), then the f32 scale (lane 0)
+ * and one code byte an element.  The bytes are wire.c's, bit for bit (the same
+ * arithmetic, wire_scalar.h); a short block's unused codes are 0.  Every lane of the warp
+ * calls it (the shuffle takes the whole warp).
+ */
+template <typename T, int CODEC>
+__device__ __forceinline__ void encode_block_warp(const T *src, uint32_t n, uint8_t *out,
+                                                  uint32_t lane)
+{
+    typedef block_codec<CODEC> K;
+    const float x0 = lane < n ? to_acc(src[lane]) : 0.0f;
+    const float x1 = lane + 32u < n ? to_acc(src[lane + 32u]) : 0.0f;
+    const float a0 = wire_abs(x0), a1 = wire_abs(x1);
+    float amax = wire_finite(a0) ? a0 : 0.0f;
+    amax = wire_finite(a1) && a1 > amax ? a1 : amax;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float o = __shfl_xor_sync(0xffffffffu, amax, off);
+        amax = o > amax ? o : amax;
+    }
+    const float s = K::scale(amax);
+    if (lane == 0)
+        *reinterpret_cast<float *>(out) = s;
+    out[4 + lane] = lane < n ? K::code(x0, s) : (uint8_t)0;
+    out[4 + 32 + lane] = lane + 32u < n ? K::code(x1, s) : (uint8_t)0;
 }
 
 /* Every op of an integer type (AVG is refused before a launch: not instantiated). */

@@ -30,7 +30,10 @@ struct cuda_p2p_ll_args {
 };
 
 /* Two-shot: one round (reduce-scatter then all-gather through the peers' regions), a
- * launch per round of blocks blocks (the same count on every rank). */
+ * launch per round of blocks blocks (the same count on every rank).  c.codec a block codec
+ * (int8, fp8): the reduce-scatter leg carries encoded blocks, the slices and parts cut as
+ * cuda_p2p_tplan_cut's align says (WIRE_BLOCK_ELEMS); else c.narrow picks bf16 or full
+ * width (CUDA_VEC_ELEMS). */
 struct cuda_p2p_ts_args {
     struct cuda_kcommon c;
     uint8_t *peer[CUDA_MAX_RANKS]; /* every rank's device region, as this GPU addresses it */

@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The reproducibility contract on CUDA (docs/api.md, "Reproducible results"): ranks on
- * GPU 0 (process ranks sharing it, and thread ranks of one process), each path forced by
+ * GPU 0 (process ranks sharing it, and thread ranks of one process; cuda-p2p's thread ranks
+ * on GPUs of their own, skipped with fewer GPUs than ranks), each path forced by
  * knobs (the kernel path at every size, the copy-engine path at every size and in small
- * chunks, the bf16 wire, the peer-to-peer transport), allreduce, allreduce_add, reduce at
- * every root and reduce_scatter of device buffers, every element compared bit for bit
- * with the host's rank-order reference of contract_ref.c, and every rank's allreduce
- * outputs with every other's.  Config nccl makes the same calls through arcomm's NCCL
- * face (ncclAllReduce, ncclReduce, ncclReduceScatter on a communicator of
- * ncclCommInitRank).  Skipped (77) without a GPU.
+ * chunks, the bf16 wire, the peer-to-peer transport, the int8 and fp8 wire on the
+ * copy-engine path and on cuda-p2p's two-shot), allreduce, allreduce_add, reduce at every
+ * root and reduce_scatter of device buffers, every element compared bit for bit with the
+ * host's rank-order reference of contract_ref.c (with int8 or fp8, for the calls the codec
+ * applies to: the rank-order f32 sum of every rank's host-encoded, host-decoded input,
+ * contract_ref_cuda.c), and every rank's allreduce outputs with every other's.  Config
+ * nccl makes the same calls through arcomm's NCCL face (ncclAllReduce, ncclReduce,
+ * ncclReduceScatter on a communicator of ncclCommInitRank).  Skipped (77) without a GPU.
  */
 #include "contract_ref.h"
+#include "contract_ref_cuda.h"
 #include "harness.h"
 
 #include <cuda_runtime_api.h>
@@ -38,7 +42,7 @@ static const struct ccase cases[] = {
     {COMM_F32, COMM_SUM, true},   {COMM_F32, COMM_AVG, false}, {COMM_F32, COMM_MAX, false},
     {COMM_F32, COMM_PROD, false}, {COMM_F16, COMM_SUM, false}, {COMM_BF16, COMM_SUM, true},
     {COMM_BF16, COMM_AVG, false}, {COMM_F64, COMM_SUM, false}, {COMM_I32, COMM_SUM, false},
-    {COMM_U8, COMM_SUM, false},
+    {COMM_U8, COMM_SUM, false},   {COMM_F16, COMM_AVG, false},
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -53,6 +57,7 @@ struct config {
     const char *knobs[4][2]; /* name, value; NULL ends */
     bool narrow;             /* f32 sums travel as bf16 from the first byte */
     bool nccl;               /* through the NCCL face */
+    const char *codec;       /* "int8", "fp8": allreduces it applies to travel in it */
 };
 
 static const struct config configs[] = {
@@ -70,17 +75,42 @@ static const struct config configs[] = {
      .knobs = {{"ARCOMM_BF16_THRESHOLD", "0"}, {"ARCOMM_TRANSPORT", "cuda-p2p"}},
      .narrow = true},
     {.name = "nccl", .knobs = {{"ARCOMM_BF16_THRESHOLD", "off"}}, .nccl = true},
+    /* A block codec from the first byte on the large path from the first byte: the copy
+     * engines, or cuda-p2p's two-shot. */
+    {.name = "copy-int8",
+     .knobs = {{"ARCOMM_WIRE", "int8"},
+               {"ARCOMM_WIRE_THRESHOLD", "0"},
+               {"ARCOMM_COPY_THRESHOLD", "0"}},
+     .codec = "int8"},
+    {.name = "copy-fp8",
+     .knobs = {{"ARCOMM_WIRE", "fp8"},
+               {"ARCOMM_WIRE_THRESHOLD", "0"},
+               {"ARCOMM_COPY_THRESHOLD", "0"}},
+     .codec = "fp8"},
+    {.name = "p2p-int8",
+     .knobs = {{"ARCOMM_WIRE", "int8"},
+               {"ARCOMM_WIRE_THRESHOLD", "0"},
+               {"ARCOMM_COPY_THRESHOLD", "0"},
+               {"ARCOMM_TRANSPORT", "cuda-p2p"}},
+     .codec = "int8"},
+    {.name = "p2p-fp8",
+     .knobs = {{"ARCOMM_WIRE", "fp8"},
+               {"ARCOMM_WIRE_THRESHOLD", "0"},
+               {"ARCOMM_COPY_THRESHOLD", "0"},
+               {"ARCOMM_TRANSPORT", "cuda-p2p"}},
+     .codec = "fp8"},
 };
 #define NCONFIGS (sizeof(configs) / sizeof(configs[0]))
 
 struct run {
     const struct config *cfg;
     uint64_t seed;
+    bool spread; /* thread ranks of cuda-p2p: rank r on GPU r (one GPU serves processes only) */
 #ifdef ARCOMM_TEST_NCCL
     ncclUniqueId uid; /* made by the parent (no CUDA there), for config nccl */
 #endif
     void *refs[NCASES][NCOUNTS];
-    void *narrow_refs[NCASES][NCOUNTS]; /* f32 sums with the bf16 wire */
+    void *narrow_refs[NCASES][NCOUNTS]; /* f32 sums with the bf16 wire; the codec's calls */
 };
 
 static bool count_used(const struct ccase *cs, size_t k)
@@ -93,9 +123,26 @@ static uint64_t case_seed(const struct run *run, size_t c, size_t k)
     return run->seed + c * 131 + k * 7;
 }
 
+/* Does the allreduce of this case travel narrowed (bf16, or the config's codec)? */
 static bool narrowed(const struct config *cfg, const struct ccase *cs)
 {
+    if (cfg->codec != NULL)
+        return cref_wire_applies(cfg->codec, cs->dtype, cs->op);
     return cfg->narrow && cs->dtype == COMM_F32 && cs->op == COMM_SUM;
+}
+
+/* The reference of an allreduce (addend: NULL, or allreduce_add's) of this case into out:
+ * through the config's codec where it applies, else the full-width contract's. */
+static bool allreduce_ref(const struct config *cfg, const struct ccase *cs, int nranks,
+                          uint64_t seed, size_t count, const void *addend, void *out)
+{
+    struct cref_layout lay = {.nranks = nranks, .per_host = 0};
+    if (cfg->codec != NULL && narrowed(cfg, cs))
+        return cref_wire_reduce(cfg->codec, nranks, cs->dtype, cs->op, seed, count, addend,
+                                addend ? count : 0, out);
+    cref_reduce(&lay, cs->dtype, cs->op, seed, count, 0, count, narrowed(cfg, cs), addend,
+                addend ? count : 0, out);
+    return true;
 }
 
 #define CU(r, call)                                                                                \
@@ -111,11 +158,13 @@ static bool narrowed(const struct config *cfg, const struct ccase *cs)
 static void compare(struct h_rank *r, const char *what, const struct ccase *cs, size_t count,
                     const void *got, const void *want, size_t n)
 {
-    char why[160];
+    char why[160], bits[80];
     size_t j = cref_first_diff(got, want, n, cs->dtype, why, sizeof(why));
-    if (j < n)
-        h_fail(r, "rank %d of %d: %s %s %s count %zu: %s", r->rank, r->nranks, what,
-               cref_dtype_name(cs->dtype), cref_op_name(cs->op), count, why);
+    if (j < n) {
+        cref_bits(got, want, j, cs->dtype, bits, sizeof(bits));
+        h_fail(r, "rank %d of %d: %s %s %s count %zu: %s (%s)", r->rank, r->nranks, what,
+               cref_dtype_name(cs->dtype), cref_op_name(cs->op), count, why, bits);
+    }
 }
 
 /* The calls, on arcomm's API or through the NCCL face (nc non-NULL). */
@@ -219,18 +268,18 @@ static void body(struct h_rank *r)
          *hadd = NULL;
     cudaStream_t s = NULL;
     struct calls k0 = {0}, *kk = &k0;
-    struct cref_layout lay = {.nranks = n, .per_host = 0};
     for (size_t k = 0; k < NCOUNTS; k++)
         maxb = counts[k] * 8 > maxb ? counts[k] * 8 : maxb;
 
-    CU(r, cudaSetDevice(0));
+    int dev = run->spread ? r->rank : 0;
+    CU(r, cudaSetDevice(dev));
     comm_config_t cc;
     comm_config_init(&cc);
     cc.nranks = n;
     cc.rank = r->rank;
     cc.id = r->id;
     cc.device = COMM_DEVICE_CUDA;
-    cc.device_index = 0;
+    cc.device_index = dev;
     cc.timeout_ms = 120000;
     comm_status_t st = COMM_OK;
 #ifdef ARCOMM_TEST_NCCL
@@ -246,7 +295,7 @@ static void body(struct h_rank *r)
     }
 #endif
     if (kk->nc == NULL && (st = comm_init(&r->comm, &cc)) != COMM_OK) {
-        h_fail(r, "rank %d: comm_init on GPU 0: %s: %s", r->rank, comm_status_string(st),
+        h_fail(r, "rank %d: comm_init on GPU %d: %s: %s", r->rank, dev, comm_status_string(st),
                comm_last_error(NULL));
         return;
     }
@@ -333,8 +382,10 @@ static void body(struct h_rank *r)
                 cs->dtype != COMM_I32 && kk->nc == NULL) {
                 cref_fill(hadd, count, cs->dtype, COMM_SUM, seed + 99, 100 + r->rank);
                 CU(r, cudaMemcpy(dadd, hadd, bytes, cudaMemcpyHostToDevice));
-                cref_reduce(&lay, cs->dtype, cs->op, seed, count, 0, count, narrowed(cfg, cs), hadd,
-                            count, want);
+                if (!allreduce_ref(cfg, cs, n, seed, count, hadd, want)) {
+                    h_fail(r, "rank %d: the allreduce_add reference: out of memory", r->rank);
+                    goto out;
+                }
                 CU(r, cudaMemset(drecv, 0xff, bytes));
                 if (ok(r, kk,
                        comm_allreduce_add(r->comm, dsend, drecv, dadd, count, count, cs->dtype, s),
@@ -372,12 +423,33 @@ out:
         h_fail(r, "rank %d: comm_destroy: %s", r->rank, comm_last_error(NULL));
 }
 
+static int g_ngpus; /* as a child process counted them */
+
+/* Does the config force the peer-to-peer transport? */
+static bool uses_p2p(const struct config *cfg)
+{
+    for (size_t i = 0; i < 4 && cfg->knobs[i][0] != NULL; i++)
+        if (strcmp(cfg->knobs[i][0], "ARCOMM_TRANSPORT") == 0 &&
+            strcmp(cfg->knobs[i][1], "cuda-p2p") == 0)
+            return true;
+    return false;
+}
+
 static void run_config(const struct config *cfg, int nranks, bool procs)
 {
     struct run *run = calloc(1, sizeof(*run));
     assert_non_null(run);
     run->cfg = cfg;
     run->seed = 0xc0da + (uint64_t)nranks * 1000 + (uint64_t)(cfg - configs) * 100000;
+    run->spread = !procs && uses_p2p(cfg);
+    if (run->spread && g_ngpus < nranks) {
+        /* cuda-p2p refuses two thread ranks on one GPU (their waiting kernels could block
+         * each other): nothing to run here. */
+        printf("%s: %d thread ranks need %d GPUs, %d present: skipped\n", cfg->name, nranks, nranks,
+               g_ngpus);
+        free(run);
+        skip();
+    }
     struct cref_layout lay = {.nranks = nranks, .per_host = 0};
     for (size_t c = 0; c < NCASES; c++) {
         for (size_t k = 0; k < NCOUNTS; k++) {
@@ -390,10 +462,10 @@ static void run_config(const struct config *cfg, int nranks, bool procs)
             cref_reduce(&lay, cases[c].dtype, cases[c].op, seed, count, 0, count, false, NULL, 0,
                         run->refs[c][k]);
             if (narrowed(cfg, &cases[c])) {
-                run->narrow_refs[c][k] = malloc(count * 4);
+                run->narrow_refs[c][k] = malloc(count * es);
                 assert_non_null(run->narrow_refs[c][k]);
-                cref_reduce(&lay, COMM_F32, cases[c].op, seed, count, 0, count, true, NULL, 0,
-                            run->narrow_refs[c][k]);
+                assert_true(allreduce_ref(cfg, &cases[c], nranks, seed, count, NULL,
+                                          run->narrow_refs[c][k]));
             }
         }
     }
@@ -413,8 +485,9 @@ static void run_config(const struct config *cfg, int nranks, bool procs)
     h_env_pop();
     for (int r = 0; r < nranks; r++)
         if (res[r].errors)
-            fail_msg("%s, %d %s ranks on GPU 0: %ld errors; first: %s", cfg->name, nranks,
-                     procs ? "process" : "thread", res[r].errors, res[r].first_error);
+            fail_msg("%s, %d %s ranks on GPU %s: %ld errors; first: %s", cfg->name, nranks,
+                     procs ? "process" : "thread", run->spread ? "0..n-1" : "0", res[r].errors,
+                     res[r].first_error);
     assert_true(res[0].out_len > 0);
     for (int r = 1; r < nranks; r++) {
         assert_int_equal(res[r].out_len, res[0].out_len);
@@ -443,17 +516,19 @@ RANKS_TEST(procs_3, 3, true)
 RANKS_TEST(procs_4, 4, true)
 RANKS_TEST(threads_2, 2, false)
 
-/* Does a child process see a GPU?  (The parent itself never touches CUDA: its ranks are
- * forked.) */
-static bool gpu_present(void)
+/* How many GPUs a child process sees (0 without CUDA; at most 100).  The parent itself
+ * never touches CUDA: its ranks are forked. */
+static int gpu_count(void)
 {
     pid_t pid = fork();
     if (pid == 0) {
         int n = 0;
-        _exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 1);
+        _exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? (n < 100 ? n : 100) : 0);
     }
     int ws = 0;
-    return pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    if (pid <= 0 || waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws))
+        return 0;
+    return WEXITSTATUS(ws);
 }
 
 /* test_contract_cuda CONFIG: one of configs[] by name (a meson test each). */
@@ -475,7 +550,8 @@ int main(int argc, char **argv)
         return 77;
     }
 #endif
-    if (!gpu_present()) {
+    g_ngpus = gpu_count();
+    if (g_ngpus == 0) {
         printf("no GPU: skipped\n");
         return 77;
     }

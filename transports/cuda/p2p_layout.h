@@ -72,7 +72,10 @@ CUDA_LAYOUT_FN uint64_t cuda_p2p_ll_off(uint64_t area_bytes, int nranks, uint32_
 /*
  * Two-shot (large messages), after the LL areas of the region:
  *   RS areas [sub-slot][sender]: slice_bytes each, the sender's wire elements of this
- *            rank's slice of the round (reduce-scatter pushes)
+ *            rank's slice of the round (reduce-scatter pushes): full width, bf16, or
+ *            the int8 / fp8 blocks of the slice (the plan below keeps them in the area);
+ *            with a block codec, area [sub-slot][me] of the own region holds this rank's
+ *            own encoded slice, which it decodes as it decodes its peers'.
  *   AG areas [sub-slot][sender]: slice_bytes each, the sender's reduced slice (all-gather)
  *   flags    [sub-slot][kind: 0 RS, 1 AG][sender][block]: one LL unit {desc, flag, seq,
  *            flag} on a 128-byte line of its own, written by the sender after its block's
@@ -126,11 +129,18 @@ CUDA_LAYOUT_FN uint64_t cuda_p2p_flag_off(const struct cuda_p2p_geom *g, int nra
 
 /*
  * The two-shot plan of count elements of esize bytes: rounds of at most round_elems
- * elements (nranks slices of at most slice_cap, a multiple of 8 elements, sized by the AG
- * areas, which hold the element type itself).  Round j covers [j * round_elems, ...);
- * within a round of rn elements slice q is part q of size cuda_p2p_slice(rn, nranks), and
- * block b of nblocks takes part b of size cuda_p2p_portion(slice, nblocks) of a slice
- * (cuda_p2p_part): every rank cuts alike, at multiples of 8 elements.
+ * elements (nranks slices of at most slice_cap, a multiple of align elements, sized by the
+ * AG areas, which hold the element type itself, and by the RS areas, which hold what
+ * travels).  Round j covers [j * round_elems, ...); within a round of rn elements slice q
+ * is part q of size cuda_p2p_slice_at(rn, nranks, align), and block b of nblocks takes
+ * part b of size cuda_p2p_portion_at(slice, nblocks, align) of a slice (cuda_p2p_part):
+ * every rank cuts alike, at multiples of align elements.  align is CUDA_VEC_ELEMS (8)
+ * where elements travel one by one (full width, bf16), a block codec's block
+ * (WIRE_BLOCK_ELEMS, 64) where they travel in blocks of block_bytes (int8, fp8: 68): so
+ * every slice and part starts on a block boundary of the message, and its encoded blocks
+ * lie at (element / align) x block_bytes in an RS area.  Nothing here is agreed at join
+ * beyond what the plan is made of: the regions' geometry (the same function of nranks,
+ * the region's bytes compared by every rank) and the codec (ARCOMM_WIRE, agreed at join).
  */
 struct cuda_p2p_tplan {
     uint64_t slice_cap;   /* elements of a slice, at most */
@@ -138,26 +148,47 @@ struct cuda_p2p_tplan {
     uint32_t rounds;
 };
 
-CUDA_LAYOUT_FN struct cuda_p2p_tplan
-cuda_p2p_tplan_compute(const struct cuda_p2p_geom *g, uint64_t count, uint32_t esize, int nranks)
+/* block_bytes 0: elements travel one by one (esize bytes or fewer each). */
+CUDA_LAYOUT_FN struct cuda_p2p_tplan cuda_p2p_tplan_cut(const struct cuda_p2p_geom *g,
+                                                        uint64_t count, uint32_t esize, int nranks,
+                                                        uint32_t align, uint32_t block_bytes)
 {
     struct cuda_p2p_tplan p;
-    p.slice_cap = g->slice_bytes / esize / CUDA_VEC_ELEMS * CUDA_VEC_ELEMS;
+    uint64_t cap = g->slice_bytes / esize;
+    if (block_bytes != 0)
+        cap = cuda_min_u64(cap, g->slice_bytes / block_bytes * align);
+    p.slice_cap = cap / align * align;
     p.round_elems = p.slice_cap * (uint64_t)nranks;
     p.rounds = count ? cuda_div_up32(count, p.round_elems) : 0;
     return p;
 }
 
-CUDA_LAYOUT_FN uint64_t cuda_p2p_slice(uint64_t rn, int nranks)
+CUDA_LAYOUT_FN struct cuda_p2p_tplan
+cuda_p2p_tplan_compute(const struct cuda_p2p_geom *g, uint64_t count, uint32_t esize, int nranks)
+{
+    return cuda_p2p_tplan_cut(g, count, esize, nranks, CUDA_VEC_ELEMS, 0);
+}
+
+CUDA_LAYOUT_FN uint64_t cuda_p2p_slice_at(uint64_t rn, int nranks, uint32_t align)
 {
     uint64_t s = (rn + (uint64_t)nranks - 1) / (uint64_t)nranks;
-    return cuda_align_up(s ? s : 1, CUDA_VEC_ELEMS);
+    return cuda_align_up(s ? s : 1, align);
+}
+
+CUDA_LAYOUT_FN uint64_t cuda_p2p_slice(uint64_t rn, int nranks)
+{
+    return cuda_p2p_slice_at(rn, nranks, CUDA_VEC_ELEMS);
+}
+
+CUDA_LAYOUT_FN uint64_t cuda_p2p_portion_at(uint64_t slice, uint32_t nblocks, uint32_t align)
+{
+    uint64_t p = (slice + nblocks - 1) / nblocks;
+    return cuda_align_up(p ? p : 1, align);
 }
 
 CUDA_LAYOUT_FN uint64_t cuda_p2p_portion(uint64_t slice, uint32_t nblocks)
 {
-    uint64_t p = (slice + nblocks - 1) / nblocks;
-    return cuda_align_up(p ? p : 1, CUDA_VEC_ELEMS);
+    return cuda_p2p_portion_at(slice, nblocks, CUDA_VEC_ELEMS);
 }
 
 /* [*lo, *hi) of part i of len elements cut in parts of part elements (empty past the end). */

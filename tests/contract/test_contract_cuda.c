@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The reproducibility contract on CUDA (docs/api.md, "Reproducible results"): ranks on
- * GPU 0 (process ranks sharing it, and thread ranks of one process; cuda-p2p's thread ranks
- * on GPUs of their own, skipped with fewer GPUs than ranks), each path forced by
+ * The reproducibility contract on CUDA (docs/api.md, "Reproducible results"): process
+ * ranks sharing GPU 0, and thread ranks on GPUs of their own (a CUDA communicator refuses
+ * two thread ranks on one GPU; skipped with fewer GPUs than ranks), each path forced by
  * knobs (the kernel path at every size, the copy-engine path at every size and in small
  * chunks, the bf16 wire, the peer-to-peer transport, the int8 and fp8 wire on the
  * copy-engine path and on cuda-p2p's two-shot), allreduce, allreduce_add, reduce at every
@@ -105,7 +105,7 @@ static const struct config configs[] = {
 struct run {
     const struct config *cfg;
     uint64_t seed;
-    bool spread; /* thread ranks of cuda-p2p: rank r on GPU r (one GPU serves processes only) */
+    bool spread; /* thread ranks: rank r on GPU r (one GPU serves processes only) */
 #ifdef ARCOMM_TEST_NCCL
     ncclUniqueId uid; /* made by the parent (no CUDA there), for config nccl */
 #endif
@@ -323,10 +323,10 @@ static void body(struct h_rank *r)
             uint64_t seed = case_seed(run, c, k);
             const void *ref = run->refs[c][k];
             cref_fill(hin, count, cs->dtype, cs->op, seed, r->rank);
-            CU(r, cudaMemcpy(dsend, hin, bytes, cudaMemcpyHostToDevice));
+            CU(r, cudaMemcpyAsync(dsend, hin, bytes, cudaMemcpyHostToDevice, s));
 
             /* allreduce */
-            CU(r, cudaMemset(drecv, 0xff, bytes));
+            CU(r, cudaMemsetAsync(drecv, 0xff, bytes, s));
             if (ok(r, kk, do_allreduce(kk, dsend, drecv, count, cs->dtype, cs->op, s), "allreduce",
                    cs, count)) {
                 CU(r, cudaStreamSynchronize(s));
@@ -338,7 +338,7 @@ static void body(struct h_rank *r)
 
             /* allreduce in place */
             if (count <= 65537) {
-                CU(r, cudaMemcpy(drecv, hin, bytes, cudaMemcpyHostToDevice));
+                CU(r, cudaMemcpyAsync(drecv, hin, bytes, cudaMemcpyHostToDevice, s));
                 if (ok(r, kk, do_allreduce(kk, drecv, drecv, count, cs->dtype, cs->op, s),
                        "allreduce in place", cs, count)) {
                     CU(r, cudaStreamSynchronize(s));
@@ -352,7 +352,7 @@ static void body(struct h_rank *r)
             for (int root = 0; root < n; root++) {
                 if (count > 4099 && root != (int)((c + k) % (size_t)n))
                     continue;
-                CU(r, cudaMemset(drecv, 0xff, bytes));
+                CU(r, cudaMemsetAsync(drecv, 0xff, bytes, s));
                 if (ok(r, kk,
                        do_reduce(kk, dsend, r->rank == root ? drecv : NULL, count, cs->dtype,
                                  cs->op, root, s),
@@ -367,7 +367,7 @@ static void body(struct h_rank *r)
             /* reduce_scatter: block r of the first n * (count / n) elements */
             size_t rc = count / (size_t)n;
             if (rc > 0) {
-                CU(r, cudaMemset(drecv, 0xff, rc * es));
+                CU(r, cudaMemsetAsync(drecv, 0xff, rc * es, s));
                 if (ok(r, kk, do_reduce_scatter(kk, dsend, drecv, rc, cs->dtype, cs->op, s),
                        "reduce_scatter", cs, count)) {
                     CU(r, cudaStreamSynchronize(s));
@@ -381,12 +381,12 @@ static void body(struct h_rank *r)
             if (cs->op == COMM_SUM && count <= 65537 && cs->dtype != COMM_U8 &&
                 cs->dtype != COMM_I32 && kk->nc == NULL) {
                 cref_fill(hadd, count, cs->dtype, COMM_SUM, seed + 99, 100 + r->rank);
-                CU(r, cudaMemcpy(dadd, hadd, bytes, cudaMemcpyHostToDevice));
+                CU(r, cudaMemcpyAsync(dadd, hadd, bytes, cudaMemcpyHostToDevice, s));
                 if (!allreduce_ref(cfg, cs, n, seed, count, hadd, want)) {
                     h_fail(r, "rank %d: the allreduce_add reference: out of memory", r->rank);
                     goto out;
                 }
-                CU(r, cudaMemset(drecv, 0xff, bytes));
+                CU(r, cudaMemsetAsync(drecv, 0xff, bytes, s));
                 if (ok(r, kk,
                        comm_allreduce_add(r->comm, dsend, drecv, dadd, count, count, cs->dtype, s),
                        "allreduce_add", cs, count)) {
@@ -425,26 +425,16 @@ out:
 
 static int g_ngpus; /* as a child process counted them */
 
-/* Does the config force the peer-to-peer transport? */
-static bool uses_p2p(const struct config *cfg)
-{
-    for (size_t i = 0; i < 4 && cfg->knobs[i][0] != NULL; i++)
-        if (strcmp(cfg->knobs[i][0], "ARCOMM_TRANSPORT") == 0 &&
-            strcmp(cfg->knobs[i][1], "cuda-p2p") == 0)
-            return true;
-    return false;
-}
-
 static void run_config(const struct config *cfg, int nranks, bool procs)
 {
     struct run *run = calloc(1, sizeof(*run));
     assert_non_null(run);
     run->cfg = cfg;
     run->seed = 0xc0da + (uint64_t)nranks * 1000 + (uint64_t)(cfg - configs) * 100000;
-    run->spread = !procs && uses_p2p(cfg);
+    run->spread = !procs;
     if (run->spread && g_ngpus < nranks) {
-        /* cuda-p2p refuses two thread ranks on one GPU (their waiting kernels could block
-         * each other): nothing to run here. */
+        /* A CUDA communicator refuses two thread ranks on one GPU (their waiting kernels
+         * could block each other): nothing to run here. */
         printf("%s: %d thread ranks need %d GPUs, %d present: skipped\n", cfg->name, nranks, nranks,
                g_ngpus);
         free(run);

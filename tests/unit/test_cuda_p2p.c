@@ -117,12 +117,14 @@ static void test_ts_areas(void **state)
     }
 }
 
-/* Two-shot: rounds, slices and block portions cover every element exactly once, at
- * multiples of 8 elements, and a slice fits its areas. */
-static void test_ts_plan(void **state)
+/* Two-shot's cuts at multiples of align elements (8: elements travel one by one; 64: a
+ * block codec's blocks of block_bytes): rounds, slices and block portions cover every
+ * element exactly once, every non-empty part starts at a multiple of align of the whole
+ * message, and a slice fits its areas (encoded, for a block codec). */
+static void check_ts_plan(uint32_t align, uint32_t block_bytes)
 {
-    (void)state;
-    static const uint64_t counts[] = {1, 7, 8, 9, 1000, 65536 + 3, 3u << 20, (9u << 20) + 5};
+    static const uint64_t counts[] = {
+        1, 7, 8, 9, 63, 64, 65, 1000, 65536 + 3, 3u << 20, (9u << 20) + 5};
     static const uint32_t esizes[] = {1, 2, 4, 8};
     static const uint32_t blocks[] = {1, 7, CUDA_MAX_BLOCKS};
     uint8_t *seen = malloc((9u << 20) + 8);
@@ -133,24 +135,28 @@ static void test_ts_plan(void **state)
             for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
                 for (size_t bi = 0; bi < 3; bi++) {
                     uint64_t count = counts[ci];
-                    struct cuda_p2p_tplan p = cuda_p2p_tplan_compute(&g, count, esizes[e], n);
-                    assert_int_equal(p.slice_cap % CUDA_VEC_ELEMS, 0);
+                    struct cuda_p2p_tplan p =
+                        cuda_p2p_tplan_cut(&g, count, esizes[e], n, align, block_bytes);
+                    assert_true(p.slice_cap > 0);
+                    assert_int_equal(p.slice_cap % align, 0);
                     assert_true(p.slice_cap * esizes[e] <= g.slice_bytes);
+                    if (block_bytes != 0)
+                        assert_true(p.slice_cap / align * block_bytes <= g.slice_bytes);
                     memset(seen, 0, count);
                     for (uint32_t j = 0; j < p.rounds; j++) {
                         uint64_t rlo = (uint64_t)j * p.round_elems;
                         uint64_t rn = count - rlo < p.round_elems ? count - rlo : p.round_elems;
-                        uint64_t slice = cuda_p2p_slice(rn, n);
+                        uint64_t slice = cuda_p2p_slice_at(rn, n, align);
                         assert_true(slice <= p.slice_cap);
-                        assert_int_equal(slice % CUDA_VEC_ELEMS, 0);
+                        assert_int_equal(slice % align, 0);
                         for (int q = 0; q < n; q++) {
                             uint64_t slo, shi;
                             cuda_p2p_part(rn, slice, (uint64_t)q, &slo, &shi);
-                            uint64_t portion = cuda_p2p_portion(slice, blocks[bi]);
+                            uint64_t portion = cuda_p2p_portion_at(slice, blocks[bi], align);
                             for (uint32_t b = 0; b < blocks[bi]; b++) {
                                 uint64_t lo, hi;
                                 cuda_p2p_part(shi - slo, portion, b, &lo, &hi);
-                                assert_true(lo == hi || lo % CUDA_VEC_ELEMS == 0);
+                                assert_true(lo == hi || (rlo + slo + lo) % align == 0);
                                 for (uint64_t i = slo + lo; i < slo + hi; i++)
                                     seen[rlo + i]++;
                             }
@@ -158,8 +164,9 @@ static void test_ts_plan(void **state)
                     }
                     for (uint64_t i = 0; i < count; i++)
                         if (seen[i] != 1)
-                            fail_msg("n %d esize %u count %llu blocks %u: element %llu seen %u", n,
-                                     esizes[e], (unsigned long long)count, blocks[bi],
+                            fail_msg("align %u n %d esize %u count %llu blocks %u: element %llu "
+                                     "seen %u",
+                                     align, n, esizes[e], (unsigned long long)count, blocks[bi],
                                      (unsigned long long)i, seen[i]);
                 }
             }
@@ -168,7 +175,20 @@ static void test_ts_plan(void **state)
     free(seen);
 }
 
-/* Everyone reaches everyone: q's bit set in every rank's mask. */
+static void test_ts_plan(void **state)
+{
+    (void)state;
+    check_ts_plan(CUDA_VEC_ELEMS, 0);
+}
+
+/* The int8 / fp8 two-shot: cuts on 64-element blocks, slices whose 68-byte encoded
+ * blocks fit an RS area. */
+static void test_ts_plan_blocks(void **state)
+{
+    (void)state;
+    check_ts_plan(64, 68);
+}
+
 static void all_reach(int n, uint32_t *reach)
 {
     for (int r = 0; r < n; r++)
@@ -302,10 +322,11 @@ static void test_backend_order(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_line),     cmocka_unit_test(test_areas),
-        cmocka_unit_test(test_ts_areas), cmocka_unit_test(test_ts_plan),
-        cmocka_unit_test(test_decide),   cmocka_unit_test(test_host_reach),
-        cmocka_unit_test(test_auto),     cmocka_unit_test(test_backend_order),
+        cmocka_unit_test(test_line),           cmocka_unit_test(test_areas),
+        cmocka_unit_test(test_ts_areas),       cmocka_unit_test(test_ts_plan),
+        cmocka_unit_test(test_ts_plan_blocks), cmocka_unit_test(test_decide),
+        cmocka_unit_test(test_host_reach),     cmocka_unit_test(test_auto),
+        cmocka_unit_test(test_backend_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

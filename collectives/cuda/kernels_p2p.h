@@ -77,6 +77,9 @@ struct cuda_p2p_mv_args {
 /* Each returns a cudaError_t (0 = launched). */
 int cuda_launch_p2p_ll(const struct cuda_p2p_ll_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_ts(const struct cuda_p2p_ts_args *a, unsigned blocks, void *stream);
+/* The two-shot with a block codec in a->c.codec (kernels_p2p_codec.cu); cuda_launch_p2p_ts
+ * comes here for one. */
+int cuda_launch_p2p_ts_codec(const struct cuda_p2p_ts_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_mv(const struct cuda_p2p_mv_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_rs(const struct cuda_p2p_rs_args *a, unsigned blocks, void *stream);
 int cuda_launch_p2p_reduce(const struct cuda_p2p_rs_args *a, unsigned blocks, void *stream);

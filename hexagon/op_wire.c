@@ -75,18 +75,6 @@ static inline float decode_at(uint32_t codec, const uint8_t *w, uint32_t i, floa
     return codec == HEX_WIRE_FP8 ? wire_fp8_value(c, scale) : wire_int8_value((int8_t)c, scale);
 }
 
-static inline float load_f(uint32_t dtype, const uint8_t *p, uint32_t i)
-{
-    if (dtype == HEX_F16) {
-        uint16_t h;
-        hex_memcpy(&h, p + 2u * i, 2);
-        return hex_f16_to_f32(h);
-    }
-    float f;
-    hex_memcpy(&f, p + 4u * i, 4);
-    return f;
-}
-
 static inline void store_f(uint32_t dtype, uint8_t *p, uint32_t i, float v)
 {
     if (dtype == HEX_F16) {
@@ -124,7 +112,7 @@ void hex_wire_reduce(const struct hex_op_args *a, uint32_t lo, uint32_t hi)
             /* Rank j's output gets rank j's addend, last, rounded once. */
             uint32_t ai = p->add_mode == HEX_ADD_BCAST ? i % p->ne0 : i;
             for (uint32_t j = 0; j < n; j++)
-                store_f(dtype, a->dst[j], i, acc + load_f(dtype, a->addend[j], ai));
+                store_f(dtype, a->dst[j], i, acc + load_in(dtype, a->addend[j], ai));
         }
         s = e;
     }

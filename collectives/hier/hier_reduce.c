@@ -17,25 +17,6 @@
 
 #include <string.h>
 
-/*
- * The wire codec the hosts' partial results travel in (docs/wire.md), or NULL for full
- * width: ARCOMM_WIRE's codec (not none) for a sum or average of f32, f16 or bf16 that it
- * applies to, from ARCOMM_WIRE_THRESHOLD's bytes of the call's message (agreed by every
- * rank, so every rank decides alike).  Host buffers only: the CUDA scheme's inter-host
- * step stays at full width.
- */
-static const struct wire_row *inter_wire(const struct comm *c, comm_dtype_t dtype, comm_op_t op,
-                                         size_t n)
-{
-    /* The f32 partial sums (and averages' sums) of f32, f16 and bf16 inputs, in any codec. */
-    static const struct wire_carry inter = {.ops = {[WIRE_BF16] = WIRE_OPS_SUM_AVG,
-                                                    [WIRE_INT8] = WIRE_OPS_SUM_AVG,
-                                                    [WIRE_FP8] = WIRE_OPS_SUM_AVG}};
-    enum wire_codec w = wire_pick(c->knobs.wire, coll_wire_threshold(&c->knobs), &inter, dtype, op,
-                                  n * rt_dtype_size(dtype));
-    return w == WIRE_NONE || hier_work_dtype(dtype) != COMM_F32 ? NULL : wire_row(w);
-}
-
 /* Leader scheme: the result in work (n elements of wd) on every rank. */
 static comm_status_t reduce_leaders(struct comm *c, void *work, size_t n, comm_dtype_t wd,
                                     comm_op_t op, const struct wire_row *wire, uint64_t deadline)
@@ -117,7 +98,7 @@ static comm_status_t reduce_all(struct comm *c, const void *send, size_t n, comm
     comm_op_t wop = op == COMM_AVG ? COMM_SUM : op;
     size_t es = rt_dtype_size(wd), L = (size_t)h->nlocal;
     bool large = h->equal && h->nlocal > 1 && h->nhosts > 1 && n * es >= HIER_LARGE_BYTES;
-    const struct wire_row *wire = h->nhosts > 1 ? inter_wire(c, dtype, op, n) : NULL;
+    const struct wire_row *wire = h->nhosts > 1 ? hier_inter_wire(c, dtype, op, n) : NULL;
     size_t elems = large ? L * slice_elems(n, L, wire) : n;
     void *work = hier_scratch(c, 0, elems * es);
     if (work == NULL)

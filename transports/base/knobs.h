@@ -121,8 +121,8 @@ enum rt_knob_source {
       "host: largest allreduce message (bytes per rank) the gather path takes (off: none)")       \
     X(STAGED_CHUNK_BYTES, RT_KNOB_SIZE, "auto", staged_chunk_bytes, 64, RT_KNOB_NOMAX,             \
       RT_KNOB_AGREE | RT_KNOB_NO_OFF,                                                              \
-      "host: elements per round of the staged allreduce, in bytes per rank (auto: from the L2 "   \
-      "and L3 sizes and the rank count)")
+      "host: bytes per rank of each round of the staged allreduce (auto: from the L2 and L3 "    \
+      "sizes and the rank count)")
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \

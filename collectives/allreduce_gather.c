@@ -86,7 +86,7 @@ bool coll_small_gather(const struct rt_knobs *k, int nranks, size_t slot_bytes, 
      * the flat path at 0.73-1.43x of arbench's floor).  To be set by measurement on a
      * host with the cores (docs/host-algorithms.md says how).
      */
-    const char *a = k->small_algo;
+    const char *a = k->small_alg;
     bool gather = a[0] == 'g' || (a[0] == 'a' && nranks >= 8);
     if (!gather || nranks < 2 || staged == 0 || k->small_gather_max == RT_SIZE_OFF ||
         staged > k->small_gather_max)
@@ -98,11 +98,11 @@ struct gather_wait {
     const struct shm_arrival *mine;
     uint32_t seq;
     int partner;
-    uint32_t rounds;    /* the partner's rounds done that this rank waits for */
-    const char *slot;   /* the partner's slot */
-    size_t base;        /* offset of its round word */
-    bool fallback;      /* the partner found a mismatch: check every arrival */
-    bool foreign;       /* the partner took the flat path */
+    uint32_t rounds;  /* the partner's rounds done that this rank waits for */
+    const char *slot; /* the partner's slot */
+    size_t base;      /* offset of its round word */
+    bool fallback;    /* the partner found a mismatch: check every arrival */
+    bool foreign;     /* the partner took the flat path */
 };
 
 static bool arrival_agrees(const struct shm_arrival *a, const struct shm_arrival *mine)
@@ -263,7 +263,10 @@ static comm_status_t allreduce_gather(struct comm *c, const struct coll_call *ca
             const void *from = a->flags & SHM_BUF_INLINE ? (const void *)a->data : w.slot;
             memcpy(area + l.data + (size_t)q * l.stride, from, staged);
             struct gather_head h = {
-                .count = a->count, .dtype = a->dtype, .op = a->op, .coll = a->coll,
+                .count = a->count,
+                .dtype = a->dtype,
+                .op = a->op,
+                .coll = a->coll,
                 .flags = a->flags & (SHM_BUF_ADD | SHM_BUF_NARROW | SHM_BUF_INLINE),
             };
             memcpy(area + l.heads + (size_t)q * sizeof(h), &h, sizeof(h));

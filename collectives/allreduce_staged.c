@@ -34,12 +34,12 @@ struct staged {
     struct comm *c;
     const struct coll_call *call;
     bool narrow;
-    bool aligned;        /* slices start at 64-byte multiples of the buffers */
-    size_t esize;        /* of the user's dtype */
-    size_t res_esize;    /* of a result region: f32 accumulators for f16/bf16 */
-    size_t region_bytes; /* a region's room (a multiple of 64) */
-    size_t max_slice;    /* elements a region holds */
-    size_t chunk;        /* elements of the message per round */
+    bool aligned;               /* slices start at 64-byte multiples of the buffers */
+    size_t esize;               /* of the user's dtype */
+    size_t res_esize;           /* of a result region: f32 accumulators for f16/bf16 */
+    size_t region_bytes;        /* a region's room (a multiple of 64) */
+    size_t max_slice;           /* elements a region holds */
+    size_t chunk;               /* elements of the message per round */
     size_t shift[RT_MAX_RANKS]; /* bytes: where the regions for rank p start in a region */
 };
 

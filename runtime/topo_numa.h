@@ -37,16 +37,16 @@ int rt_topo_rank_nodes(hwloc_topology_t t, int nranks, int *node);
  */
 struct rt_numa_plan {
     int nranks;
-    int nodes;                       /* distinct nodes the ranks fall in */
-    int node_of[RT_MAX_RANKS];       /* rank -> plan node 0..nodes-1 (order of first rank) */
-    int node_id[RT_NUMA_MAX_NODES];  /* plan node -> the topology's node index */
-    int first[RT_NUMA_MAX_NODES];    /* plan node -> its first entry in members */
-    int size[RT_NUMA_MAX_NODES];     /* plan node -> its ranks */
-    int members[RT_MAX_RANKS];       /* ranks grouped by plan node, each group in rank order */
-    bool contiguous;                 /* every node's ranks are consecutive rank numbers */
-    bool staged;                     /* node staging pays: >= 2 nodes, one with >= 2 ranks */
-    uint64_t flat_crossings;         /* slice results read across nodes, per slice set */
-    uint64_t staged_crossings;       /* the same with one crossing per node */
+    int nodes;                      /* distinct nodes the ranks fall in */
+    int node_of[RT_MAX_RANKS];      /* rank -> plan node 0..nodes-1 (order of first rank) */
+    int node_id[RT_NUMA_MAX_NODES]; /* plan node -> the topology's node index */
+    int first[RT_NUMA_MAX_NODES];   /* plan node -> its first entry in members */
+    int size[RT_NUMA_MAX_NODES];    /* plan node -> its ranks */
+    int members[RT_MAX_RANKS];      /* ranks grouped by plan node, each group in rank order */
+    bool contiguous;                /* every node's ranks are consecutive rank numbers */
+    bool staged;                    /* node staging pays: >= 2 nodes, one with >= 2 ranks */
+    uint64_t flat_crossings;        /* slice results read across nodes, per slice set */
+    uint64_t staged_crossings;      /* the same with one crossing per node */
 };
 
 /* The plan for ranks on nodes node[0..nranks) (any integers; -1: unknown, one node). */

@@ -68,10 +68,11 @@ static void compare(struct h_rank *r, const char *what, const struct scase *cs, 
     char why[160];
     size_t i = cref_first_diff(got, want, n, cs->dtype, why, sizeof(why));
     if (i < n)
-        h_fail(r, "rank %d of %d: %s %s %s count %zu: element %zu differs from the rank-order "
-                  "reference: %s",
-               r->rank, r->nranks, what, cref_dtype_name(cs->dtype), cref_op_name(cs->op), count,
-               i, why);
+        h_fail(r,
+               "rank %d of %d: %s %s %s count %zu: element %zu differs from the rank-order "
+               "reference: %s",
+               r->rank, r->nranks, what, cref_dtype_name(cs->dtype), cref_op_name(cs->op), count, i,
+               why);
 }
 
 static bool ok(struct h_rank *r, comm_status_t st, const char *what, size_t count)
@@ -160,8 +161,8 @@ static void body(struct h_rank *r)
                     for (int p = 0; p < n; p++)
                         if (!holds(recv + (size_t)p * count * es, (size_t)me * count, count, all,
                                    cs, seed, p))
-                            h_fail(r, "rank %d of %d: alltoall count %zu: block %d is wrong", me,
-                                   n, count, p);
+                            h_fail(r, "rank %d of %d: alltoall count %zu: block %d is wrong", me, n,
+                                   count, p);
             }
             free(send);
             free(recv);
@@ -226,8 +227,7 @@ static uint64_t *run_one(struct run *run, const char *algo, size_t *len)
     for (int r = 1; r < run->nranks; r++) {
         assert_int_equal(res[r].out_len, res[0].out_len);
         if (memcmp(res[r].out, res[0].out, res[0].out_len) != 0)
-            fail_msg("%s, %d ranks: rank %d's outputs differ from rank 0's", algo, run->nranks,
-                     r);
+            fail_msg("%s, %d ranks: rank %d's outputs differ from rank 0's", algo, run->nranks, r);
     }
     assert_true(res[0].out_len > 0);
     uint64_t *h = malloc(res[0].out_len);
@@ -286,8 +286,9 @@ static void mismatch_body(struct h_rank *r)
     size_t count = r->rank == 3 ? 2 : 1;
     comm_status_t st = comm_allreduce(r->comm, in, out, count, COMM_F32, COMM_SUM, NULL);
     if (st != COMM_ERR_MISMATCH)
-        h_fail(r, "rank %d: a count mismatch on the gather path returned %s, not "
-                  "COMM_ERR_MISMATCH: %s",
+        h_fail(r,
+               "rank %d: a count mismatch on the gather path returned %s, not "
+               "COMM_ERR_MISMATCH: %s",
                r->rank, comm_status_string(st), comm_last_error(r->comm));
 }
 
@@ -306,8 +307,7 @@ static void disagree_body(struct h_rank *r)
     for (int p = 0; p < r->nranks; p++)
         want += 1.0f + (float)p;
     if (st == COMM_OK && out[0] != want)
-        h_fail(r, "rank %d: %g, not %g, with ARCOMM_SMALL_ALGO differing", r->rank, out[0],
-               want);
+        h_fail(r, "rank %d: %g, not %g, with ARCOMM_SMALL_ALGO differing", r->rank, out[0], want);
     if (r->rank == 3 &&
         (st != COMM_ERR_MISMATCH || strstr(comm_last_error(r->comm), "ARCOMM_SMALL_ALGO") == NULL))
         h_fail(r, "rank 3 (after the flat rank 2): %s: %s", comm_status_string(st),
@@ -353,8 +353,8 @@ int main(int argc, char **argv)
 {
     procs_mode = argc > 1 && strcmp(argv[1], "procs") == 0;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(ranks_3),    cmocka_unit_test(ranks_4),   cmocka_unit_test(ranks_5),
-        cmocka_unit_test(ranks_8),    cmocka_unit_test(ranks_16),  cmocka_unit_test(mismatch_5),
+        cmocka_unit_test(ranks_3),    cmocka_unit_test(ranks_4),  cmocka_unit_test(ranks_5),
+        cmocka_unit_test(ranks_8),    cmocka_unit_test(ranks_16), cmocka_unit_test(mismatch_5),
         cmocka_unit_test(disagree_5),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

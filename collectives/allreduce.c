@@ -68,7 +68,7 @@ static comm_status_t host_allreduce_path(struct comm *c, const struct coll_call 
     struct coll_choice ch = {0};
     if (coll_host_kind_flag(COLL_ALLREDUCE, &c->knobs, bytes, c->nranks) &&
         (narrow || call->addend != NULL || !coll_choice_take(c, COLL_ALLREDUCE, bytes, &ch))) {
-        comm_status_t st = coll_allreduce_flag(c, call, narrow);
+        comm_status_t st = coll_allreduce_small(c, call, narrow);
         if (st == COMM_OK)
             coll_choice_done(c, &ch, bytes);
         return st;

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The staged bulk path, for process ranks whose buffers peers cannot reach: a
- * reduce-scatter and an all-gather through the staging slots, in rounds.  In round k
- * every rank owns chunk k of its slice.  Each rank's slot holds one region per rank:
+ * reduce-scatter and an all-gather through the staging slots, in rounds.  Round k takes
+ * chunk k of the message (ARCOMM_STAGED_CHUNK_BYTES per rank, sized from the caches:
+ * coll_staged_chunk_bytes) and every rank owns its slice of that chunk, so that a
+ * round reads and writes one contiguous stretch of each buffer and the slots of all
+ * ranks in a round stay in the caches.  Each rank's slot holds one region per rank:
  *
  *   1. stage: copy my input's chunk of every peer's slice into my region for that peer
  *   2. sync
@@ -31,11 +34,12 @@ struct staged {
     struct comm *c;
     const struct coll_call *call;
     bool narrow;
-    size_t esize;        /* of the user's dtype */
-    size_t res_esize;    /* of a result region: f32 accumulators for f16/bf16 */
-    size_t region_bytes; /* a region's room (a multiple of 64) */
-    size_t chunk;        /* elements of one region */
-    size_t lo[RT_MAX_RANKS], hi[RT_MAX_RANKS];
+    bool aligned;               /* slices start at 64-byte multiples of the buffers */
+    size_t esize;               /* of the user's dtype */
+    size_t res_esize;           /* of a result region: f32 accumulators for f16/bf16 */
+    size_t region_bytes;        /* a region's room (a multiple of 64) */
+    size_t max_slice;           /* elements a region holds */
+    size_t chunk;               /* elements of the message per round */
     size_t shift[RT_MAX_RANKS]; /* bytes: where the regions for rank p start in a region */
 };
 
@@ -53,12 +57,23 @@ static bool acc_results(const struct staged *st)
     return st->call->dtype == COMM_F16 || st->call->dtype == COMM_BF16;
 }
 
-/* Element range of rank p's chunk in round k ([lo, lo) when p's slice is done). */
+/* Element range of rank p's slice of round k's chunk ([lo, lo) when it is empty): the
+ * chunk cut in n slices of ceil(len / n) elements, rounded up to whole lines where the
+ * regions allow. */
 static void chunk_range(const struct staged *st, int p, size_t k, size_t *lo, size_t *hi)
 {
-    size_t l = st->lo[p] + k * st->chunk;
-    *lo = l < st->hi[p] ? l : st->hi[p];
-    *hi = st->hi[p] - *lo < st->chunk ? st->hi[p] : *lo + st->chunk;
+    size_t count = st->call->count, base = k * st->chunk;
+    size_t len = count - base < st->chunk ? count - base : st->chunk;
+    size_t n = (size_t)st->c->nranks;
+    size_t s = (len + n - 1) / n;
+    size_t align = 64 / st->esize;
+    if (st->aligned)
+        s = (s + align - 1) / align * align;
+    if (s > st->max_slice)
+        s = st->max_slice;
+    size_t l = (size_t)p * s, h = l + s;
+    *lo = base + (l < len ? l : len);
+    *hi = base + (h < len ? h : len);
 }
 
 static void stage_out(const struct staged *st, uint32_t slot, size_t k)
@@ -150,6 +165,36 @@ static void gather(const struct staged *st, uint32_t slot, size_t k)
     }
 }
 
+size_t coll_staged_chunk_bytes(const struct rt_knobs *k, const struct rt_topo_summary *topo,
+                               int nranks, size_t slot_bytes)
+{
+    size_t n = nranks > 0 ? (size_t)nranks : 1;
+    /* What the slots hold: a region of slot / n per rank. */
+    size_t most = slot_bytes / n / 64 * 64 * n;
+    if (k->staged_chunk_bytes != RT_SIZE_AUTO && k->staged_chunk_bytes != RT_SIZE_OFF)
+        return k->staged_chunk_bytes < most ? k->staged_chunk_bytes : most;
+    if (topo == NULL || topo->l2_bytes == 0 || topo->l3_bytes == 0)
+        return most; /* the slots' whole room, as before the caches were known */
+    /*
+     * A round's chunk C (bytes per rank): every rank stages C (n - 1) / n bytes into its
+     * slot and gathers as much out of the peers', and the round before still sits in the
+     * other slot: about 2 n C bytes of slots in flight across the ranks, which should
+     * keep to a quarter of the last-level cache shared with the inputs and outputs
+     * streaming past (C <= L3 / 4n); and each rank's own stretch of input, output and
+     * slot should fit its L2 (C <= L2).  At 2 ranks on the development VM (L2 1-2 MiB,
+     * L3 32 MiB or more) this is the slots' room, today's measured geometry; at 16
+     * ranks of a 16-core Xeon (L3 32-60 MiB) 512 KiB-1 MiB, where the slots' room,
+     * 1 MiB per round, put 32 MiB of slots in flight.  Not below 64 KiB: the two
+     * synchronisations of a round cost a few microseconds at 16 ranks.
+     */
+    size_t c = topo->l3_bytes / (4 * n);
+    if (c > topo->l2_bytes)
+        c = topo->l2_bytes;
+    if (c < (64u << 10))
+        c = 64u << 10;
+    return c < most ? c : most;
+}
+
 comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call, bool narrow)
 {
     struct staged st = {
@@ -164,21 +209,31 @@ comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call
     size_t wide = st.esize > st.res_esize ? st.esize : st.res_esize;
     /* Regions at their reader's alignment where they hold the user's elements (not the
      * bf16 wire or f32 accumulators), 64 bytes of a region's room kept for the shift.
-     * Slices and chunks start at 64-byte multiples of the buffers (coll_slice, chunk),
-     * so one shift per rank serves every round; a peer's word is masked to 0..63. */
+     * Chunks and slices start at 64-byte multiples of the buffers (chunk_range), so one
+     * shift per rank serves every round; a peer's word is masked to 0..63. */
     bool co = !narrow && st.esize == st.res_esize && st.region_bytes >= 128;
-    st.chunk = (st.region_bytes - (co ? 64 : 0)) / wide;
+    size_t align = 64 / st.esize;
+    st.max_slice = (st.region_bytes - (co ? 64 : 0)) / wide;
+    st.aligned = st.max_slice >= align;
+    if (st.aligned)
+        st.max_slice = st.max_slice / align * align;
+    co = co && st.aligned;
     for (int p = 0; p < c->nranks && co; p++) {
         size_t a = shm_arrival_at(c->shm, c->seq, p)->align & 63;
         st.shift[p] = a % st.esize == 0 ? a : 0;
     }
-    size_t longest = 0;
-    for (int p = 0; p < c->nranks; p++) {
-        coll_slice(call->count, st.esize, c->nranks, p, &st.lo[p], &st.hi[p]);
-        if (st.hi[p] - st.lo[p] > longest)
-            longest = st.hi[p] - st.lo[p];
-    }
-    size_t rounds = (longest + st.chunk - 1) / st.chunk;
+    /* A round's chunk: ARCOMM_STAGED_CHUNK_BYTES (resolved for this host and rank count),
+     * at most what the regions hold, whole lines. */
+    size_t n = (size_t)c->nranks;
+    size_t want = coll_staged_chunk_bytes(&c->knobs, c->topo, c->nranks, c->shm->slot_bytes);
+    st.chunk = want / st.esize;
+    if (st.chunk > n * st.max_slice)
+        st.chunk = n * st.max_slice;
+    if (st.aligned)
+        st.chunk = st.chunk < align ? align : st.chunk / align * align;
+    if (st.chunk == 0)
+        st.chunk = 1;
+    size_t rounds = (call->count + st.chunk - 1) / st.chunk;
     if (narrow && c->shm->scratch == NULL) {
         c->shm->scratch = malloc(c->shm->slot_bytes);
         if (c->shm->scratch == NULL) {

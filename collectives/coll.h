@@ -512,8 +512,16 @@ static inline comm_status_t coll_settle(struct comm *c)
 
 /* The host paths. */
 comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, bool narrow);
+/* A flag-sized allreduce: the flat flag path, or the gather path (allreduce_gather.c)
+ * where coll_small_gather says so for a message staging staged bytes per rank. */
+comm_status_t coll_allreduce_small(struct comm *c, const struct coll_call *call, bool narrow);
+bool coll_small_gather(const struct rt_knobs *k, int nranks, size_t slot_bytes, size_t staged);
 comm_status_t coll_allreduce_direct(struct comm *c, const struct coll_call *call, bool narrow);
 comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call, bool narrow);
+/* Bytes per rank of a staged allreduce round (ARCOMM_STAGED_CHUNK_BYTES, "auto" from the
+ * L2 and L3 sizes and the rank count), at most what slots of slot_bytes hold. */
+size_t coll_staged_chunk_bytes(const struct rt_knobs *k, const struct rt_topo_summary *topo,
+                               int nranks, size_t slot_bytes);
 comm_status_t coll_allreduce_cma(struct comm *c, const struct coll_call *call);
 
 #endif /* ARCOMM_COLL_H */

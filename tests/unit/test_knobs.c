@@ -153,11 +153,13 @@ static void slot_range(void **s)
 static void agree_flags(void **s)
 {
     (void)s;
-    static const enum rt_knob_id agree[] = {
-        RT_KNOB_FLAG_THRESHOLD, RT_KNOB_BF16_THRESHOLD,   RT_KNOB_SHM_SLOT_BYTES,
-        RT_KNOB_COPY_THRESHOLD, RT_KNOB_COPY_CHUNK_BYTES, RT_KNOB_CUDA_STAGING_BYTES,
-        RT_KNOB_CUDA_BLOCKS,    RT_KNOB_CMA_THRESHOLD,    RT_KNOB_BCAST_EAGER,
-        RT_KNOB_WIRE,           RT_KNOB_WIRE_THRESHOLD};
+    static const enum rt_knob_id agree[] = {RT_KNOB_FLAG_THRESHOLD,    RT_KNOB_BF16_THRESHOLD,
+                                            RT_KNOB_SHM_SLOT_BYTES,    RT_KNOB_COPY_THRESHOLD,
+                                            RT_KNOB_COPY_CHUNK_BYTES,  RT_KNOB_CUDA_STAGING_BYTES,
+                                            RT_KNOB_CUDA_BLOCKS,       RT_KNOB_CMA_THRESHOLD,
+                                            RT_KNOB_BCAST_EAGER,       RT_KNOB_WIRE,
+                                            RT_KNOB_WIRE_THRESHOLD,    RT_KNOB_SMALL_GATHER_MAX,
+                                            RT_KNOB_STAGED_CHUNK_BYTES};
     size_t n = 0;
     for (size_t i = 0; i < rt_knob_count; i++) {
         if (!(rt_knob_table[i].flags & RT_KNOB_AGREE))

@@ -5,6 +5,7 @@
  * communicator never needs it and discovering it is slow).
  */
 #include "arinfo.h"
+#include "topo_numa.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -255,6 +256,35 @@ static void tree_json(struct arinfo *ai, const char *key, hwloc_obj_t o)
     json_object_end(js);
 }
 
+/* Which NUMA node each of the -n ranks falls in, placed one per core (arrun --bind core),
+ * and whether the host paths' node plan (runtime/topo_numa.h) stages per node. */
+static void numa_ranks_text(struct arinfo *ai)
+{
+    static int node[RT_MAX_RANKS];
+    int n = ai->nranks;
+    if (rt_topo_rank_nodes(ai->topo, n, node) < 2)
+        return;
+    static struct rt_numa_plan p;
+    rt_numa_plan_make(node, n, &p);
+    fprintf(ai->out, "  NUMA of %d ranks, one per core:", n);
+    for (int m = 0; m < p.nodes; m++) {
+        fprintf(ai->out, "%s node %d ranks ", m ? ";" : "", p.node_id[m]);
+        for (int i = 0; i < p.size[m]; i++) {
+            int r = p.members[p.first[m] + i], j = i;
+            while (j + 1 < p.size[m] && p.members[p.first[m] + j + 1] == r + (j + 1 - i))
+                j++;
+            int last = p.members[p.first[m] + j];
+            fprintf(ai->out, "%s%d", i ? "," : "", r);
+            if (last != r)
+                fprintf(ai->out, "-%d", last);
+            i = j;
+        }
+    }
+    fprintf(ai->out, "\n  node staging %s (all-gather crossings %llu, one per node %llu)\n",
+            p.staged ? "pays" : "does not pay", (unsigned long long)p.flat_crossings,
+            (unsigned long long)p.staged_crossings);
+}
+
 void print_topology(struct arinfo *ai)
 {
     hwloc_obj_t root = hwloc_get_root_obj(ai->topo);
@@ -293,5 +323,6 @@ void print_topology(struct arinfo *ai)
     fprintf(ai->out, "  %d package%s, %d NUMA node%s, %d core%s, %d PU%s, %s of memory\n", pkgs,
             pkgs == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cores, cores == 1 ? "" : "s", pus,
             pus == 1 ? "" : "s", mem);
+    numa_ranks_text(ai);
     tree_text(ai, root, 0);
 }

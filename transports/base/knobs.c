@@ -362,6 +362,14 @@ comm_status_t rt_knobs_check(const struct rt_knobs *k, int nranks, char *err, si
                  text, nranks, min);
         return COMM_ERR_INVALID;
     }
+    const char *a = k->small_alg;
+    if (strcmp(a, "flat") != 0 && strcmp(a, "gather") != 0 && strcmp(a, "auto") != 0) {
+        snprintf(err, errlen,
+                 "ARCOMM_SMALL_ALGO=%s is not valid: use flat, gather or auto (the same on "
+                 "every rank)",
+                 a);
+        return COMM_ERR_INVALID;
+    }
     return COMM_OK;
 }
 

@@ -113,7 +113,16 @@ enum rt_knob_source {
       "measured at first use, 1 = yes, 0 = no (each process its own)")                             \
     X(BCAST_EAGER, RT_KNOB_SIZE, "off", bcast_eager, 0, 512, RT_KNOB_AGREE | RT_KNOB_NO_AUTO,      \
       "host: broadcasts up to this many bytes are eager, as in MPI: the root returns once its "    \
-      "message is staged, a mismatch fails the others, the root at a later call (off: never)")
+      "message is staged, a mismatch fails the others, the root at a later call (off: never)")     \
+    X(SMALL_ALGO, RT_KNOB_STRING, "flat", small_alg, 0, 0, 0,                                      \
+      "host: flag-sized allreduce: flat (every rank reads every peer), gather (a dissemination "   \
+      "allgather, log2 n rounds), auto (gather from 8 ranks); the same on every rank")             \
+    X(SMALL_GATHER_MAX, RT_KNOB_SIZE, "256", small_gather_max, 0, 65536, RT_KNOB_AGREE,            \
+      "host: largest allreduce message (bytes per rank) the gather path takes (off: none)")        \
+    X(STAGED_CHUNK_BYTES, RT_KNOB_SIZE, "auto", staged_chunk_bytes, 64, RT_KNOB_NOMAX,             \
+      RT_KNOB_AGREE | RT_KNOB_NO_OFF,                                                              \
+      "host: bytes per rank of each round of the staged allreduce (auto: from the L2 and L3 "      \
+      "sizes and the rank count)")
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \
@@ -179,6 +188,9 @@ struct rt_knobs {
     size_t cma_threshold;            /* host: CMA bulk path at or above (process ranks) */
     long cma_fast;                   /* host: -1 = measure whether CMA is fast, 0 no, 1 yes */
     size_t bcast_eager;              /* host: eager broadcasts up to this many bytes */
+    char small_alg[RT_KNOB_STR_MAX]; /* host: flat, gather or auto (flag-sized allreduce) */
+    size_t small_gather_max;         /* host: largest message of the gather path */
+    size_t staged_chunk_bytes;       /* host: staged allreduce round, bytes per rank */
     long spin_ns;                    /* busy-poll this long before yielding */
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */

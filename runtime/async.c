@@ -317,8 +317,8 @@ static void wait_hook_turn(struct comm *c, uint64_t *next)
     int r = o->wait_hook((comm_t *)o, o->wait_hook_arg);
     *next = rt_now_ns() + o->wait_hook_period_ns;
     if (r != 0) {
-        rt_log(c, RT_LOG_INFO, "rank %d: the wait hook returned %d in comm_wait: aborting",
-               c->rank, r);
+        rt_log(c, RT_LOG_INFO, "rank %d: the wait hook returned %d in comm_wait: aborting", c->rank,
+               r);
         comm_abort(c);
     }
 }
@@ -337,9 +337,8 @@ static uint64_t hook_slice_ns(const struct comm *c)
  * progress this thread runs the queue's head itself.  Bounded: every queued call is
  * bounded by the communicator's timeout, and once one fails the rest answer at once.
  */
-static void wait_until(struct comm *c, struct rt_async *a, bool (*until)(struct rt_async *a,
-                                                                          void *arg),
-                       void *arg)
+static void wait_until(struct comm *c, struct rt_async *a,
+                       bool (*until)(struct rt_async *a, void *arg), void *arg)
 {
     uint64_t next_hook = 0;
     while (!until(a, arg)) {
@@ -551,8 +550,7 @@ ARCOMM_API comm_status_t comm_ireduce(comm_t *comm, const void *sendbuf, void *r
 }
 
 ARCOMM_API comm_status_t comm_iallgather(comm_t *comm, const void *sendbuf, void *recvbuf,
-                                         size_t sendcount, comm_dtype_t dtype,
-                                         comm_request_t **req)
+                                         size_t sendcount, comm_dtype_t dtype, comm_request_t **req)
 {
     struct coll_call call = {
         .kind = COLL_ALLGATHER,

@@ -162,8 +162,7 @@ comm_status_t rt_coll_check(const struct comm *c, const struct coll_call *call, 
         return COMM_ERR_INVALID;
     }
     if ((unsigned)call->op >= RT_OP_COUNT) {
-        snprintf(msg, len, "rank %d: %s: op %d is not a comm_op_t", c->rank, fn,
-                 (int)call->op);
+        snprintf(msg, len, "rank %d: %s: op %d is not a comm_op_t", c->rank, fn, (int)call->op);
         return COMM_ERR_INVALID;
     }
     if (call->op == COMM_AVG && !rt_dtype_is_float(call->dtype)) {
@@ -175,8 +174,7 @@ comm_status_t rt_coll_check(const struct comm *c, const struct coll_call *call, 
         return COMM_ERR_UNSUPPORTED;
     }
     if (call->count > SIZE_MAX / 2 / esize) {
-        snprintf(msg, len, "rank %d: %s: count %zu is too large", c->rank, fn,
-                 call->count);
+        snprintf(msg, len, "rank %d: %s: count %zu is too large", c->rank, fn, call->count);
         return COMM_ERR_INVALID;
     }
     if (add) {

@@ -71,12 +71,12 @@ enum { CALLS = 9 };
  * reductions' reference, f32 and i32 for the rest). */
 struct mixed {
     size_t count;
-    double *ar_s, *ar_r;         /* iallreduce f64 sum */
+    double *ar_s, *ar_r;          /* iallreduce f64 sum */
     float *add_s, *add_r, *add_a; /* iallreduce_add f32, a bias row of 7 */
     int32_t *bc;                  /* ibroadcast from the last rank, in place */
-    double *rd_s, *rd_r;         /* ireduce max to rank 0 */
+    double *rd_s, *rd_r;          /* ireduce max to rank 0 */
     float *ag_s, *ag_r;           /* iallgather */
-    double *rs_s, *rs_r;         /* ireduce_scatter min */
+    double *rs_s, *rs_r;          /* ireduce_scatter min */
     int32_t *a2a_s, *a2a_r;       /* ialltoall */
     float *ar2;                   /* iallreduce f32 sum in place */
 };
@@ -103,8 +103,8 @@ static void mixed_alloc(struct mixed *m, size_t count, int n)
 
 static void mixed_free(struct mixed *m)
 {
-    void *all[] = {m->ar_s, m->ar_r, m->add_s, m->add_r, m->add_a, m->bc, m->rd_s, m->rd_r,
-                   m->ag_s, m->ag_r, m->rs_s, m->rs_r, m->a2a_s, m->a2a_r, m->ar2};
+    void *all[] = {m->ar_s, m->ar_r, m->add_s, m->add_r, m->add_a, m->bc,    m->rd_s, m->rd_r,
+                   m->ag_s, m->ag_r, m->rs_s,  m->rs_r,  m->a2a_s, m->a2a_r, m->ar2};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         free(all[i]);
 }
@@ -138,8 +138,8 @@ static comm_status_t mixed_calls(comm_t *comm, struct mixed *m, int n, comm_requ
     comm_status_t st[CALLS];
     if (req != NULL) {
         st[0] = comm_iallreduce(comm, m->ar_s, m->ar_r, c, COMM_F64, COMM_SUM, &req[0]);
-        st[1] = comm_iallreduce_add(comm, m->add_s, m->add_r, m->add_a, 7, c * 7, COMM_F32,
-                                    &req[1]);
+        st[1] =
+            comm_iallreduce_add(comm, m->add_s, m->add_r, m->add_a, 7, c * 7, COMM_F32, &req[1]);
         st[2] = comm_ibroadcast(comm, m->bc, m->bc, c, COMM_I32, last, &req[2]);
         st[3] = comm_ireduce(comm, m->rd_s, m->rd_r, c, COMM_F64, COMM_MAX, 0, &req[3]);
         st[4] = comm_iallgather(comm, m->ag_s, m->ag_r, c, COMM_F32, &req[4]);
@@ -230,8 +230,9 @@ static void mixed_body(struct h_rank *r)
             if (st != COMM_OK)
                 h_fail(r, "count %zu: blocking calls: %s", counts[ci], comm_status_string(st));
             else if (!mixed_same(&as[k], &bl, r->rank, n))
-                h_fail(r, "count %zu round %d: the asynchronous results differ from the "
-                          "blocking calls'",
+                h_fail(r,
+                       "count %zu round %d: the asynchronous results differ from the "
+                       "blocking calls'",
                        counts[ci], k);
             hash = h_hash_more(hash ? hash : 1, &(uint64_t){mixed_hash(&as[k], r->rank, n)}, 8);
             mixed_free(&bl);
@@ -473,8 +474,7 @@ static void destroy_and_threads(void **state)
     (void)state;
     for (int procs = 0; procs < 2; procs++)
         for (int n = 2; n <= 4; n++) {
-            struct h_job job = {
-                .nranks = n, .procs = procs, .body = destroy_body, .kill_rank = -1};
+            struct h_job job = {.nranks = n, .procs = procs, .body = destroy_body, .kill_rank = -1};
             expect_clean(h_run(&job), n);
         }
     /* Thread ranks: every progress thread is joined once the job is over. */
@@ -539,9 +539,9 @@ static void refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(mixed_threads),      cmocka_unit_test(mixed_procs),
-        cmocka_unit_test(mixed_caller),       cmocka_unit_test(test_and_order),
-        cmocka_unit_test(abort_pending),      cmocka_unit_test(peer_never_issues),
+        cmocka_unit_test(mixed_threads),       cmocka_unit_test(mixed_procs),
+        cmocka_unit_test(mixed_caller),        cmocka_unit_test(test_and_order),
+        cmocka_unit_test(abort_pending),       cmocka_unit_test(peer_never_issues),
         cmocka_unit_test(destroy_and_threads), cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

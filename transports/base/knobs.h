@@ -84,7 +84,7 @@ enum rt_knob_source {
     X(MPI_RANKS_PER_HOST, RT_KNOB_INT, "0", mpi_ranks_per_host, 0, RT_KNOB_NOMAX, 0,               \
       "comm_init_mpi: every N consecutive ranks form one host (0 = MPI's shared-memory split)")    \
     X(PROGRESS, RT_KNOB_STRING, "thread", progress, 0, 0, 0,                                       \
-      "who runs asynchronous calls (comm_iallreduce ...): thread (a progress thread per "         \
+      "who runs asynchronous calls (comm_iallreduce ...): thread (a progress thread per "          \
       "communicator) or caller (comm_test and comm_wait)")
 
 /* The shm segment's and the host paths' knobs (the host backend's; the Hexagon backend's

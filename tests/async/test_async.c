@@ -484,6 +484,58 @@ static void destroy_and_threads(void **state)
     assert_int_equal(threads_now(), base);
 }
 
+/* ---- the wait hook runs in the waiting thread, never in the progress thread ---- */
+
+struct hook_seen {
+    pthread_t owner; /* the rank's own thread */
+    int calls;       /* from the owner */
+    int elsewhere;   /* from any other thread */
+};
+
+static int hook(comm_t *comm, void *arg)
+{
+    (void)comm;
+    struct hook_seen *h = arg;
+    if (!pthread_equal(pthread_self(), h->owner))
+        __atomic_fetch_add(&h->elsewhere, 1, __ATOMIC_RELAXED);
+    else
+        h->calls++;
+    return h->calls >= 3 ? 9 : 0; /* the third run stops the call */
+}
+
+static void hook_body(struct h_rank *r)
+{
+    struct hook_seen h = {.owner = pthread_self()};
+    int32_t v = 1;
+    comm_request_t *req = NULL;
+    if (r->rank == 0) {
+        if (comm_set_wait_hook(r->comm, hook, &h, 2000) != COMM_OK)
+            h_fail(r, "comm_set_wait_hook: %s", comm_last_error(r->comm));
+        comm_status_t st = comm_iallreduce(r->comm, &v, &v, 1, COMM_I32, COMM_SUM, &req);
+        if (st == COMM_OK)
+            st = comm_wait(&req);
+        if (st != COMM_ERR_ABORTED || h.calls != 3 || h.elsewhere != 0)
+            h_fail(r, "a hook that stops: %s, %d runs in comm_wait's thread, %d elsewhere",
+                   comm_status_string(st), h.calls, h.elsewhere);
+    } else {
+        sleep_ms(2000); /* late: rank 0 waits, its hook stops it */
+        comm_status_t st = comm_iallreduce(r->comm, &v, &v, 1, COMM_I32, COMM_SUM, &req);
+        if (st == COMM_OK)
+            st = comm_wait(&req);
+        if (st != COMM_ERR_PEER)
+            h_fail(r, "the peers of a hook that stopped: %s", comm_status_string(st));
+    }
+}
+
+static void wait_hook(void **state)
+{
+    (void)state;
+    for (int procs = 0; procs < 2; procs++) {
+        struct h_job job = {.nranks = 2, .procs = procs, .body = hook_body, .kill_rank = -1};
+        expect_clean(h_run(&job), 2);
+    }
+}
+
 /* ---- refusals at issue ---- */
 
 static void refusals_body(struct h_rank *r)
@@ -543,6 +595,7 @@ int main(void)
         cmocka_unit_test(mixed_caller),        cmocka_unit_test(test_and_order),
         cmocka_unit_test(abort_pending),       cmocka_unit_test(peer_never_issues),
         cmocka_unit_test(destroy_and_threads), cmocka_unit_test(refusals),
+        cmocka_unit_test(wait_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

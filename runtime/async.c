@@ -70,7 +70,7 @@ struct rt_async {
     pthread_cond_t done;              /* the waiters: an entry completed */
     struct comm_request *head, *tail; /* queued, not started */
     bool running;                     /* an entry is being run */
-    unsigned outstanding;             /* requests not yet freed, internal ones included */
+    unsigned outstanding;             /* the caller's requests not yet freed */
     enum rt_progress mode;
     bool thread_started;
     bool stop; /* rt_async_close: the progress thread ends */
@@ -107,10 +107,8 @@ static void complete(struct rt_async *a, struct comm_request *r, comm_status_t s
 {
     r->status = st;
     r->done = true;
-    if (r->internal) {
-        a->outstanding--;
+    if (r->internal)
         free(r);
-    }
     pthread_cond_broadcast(&a->done);
 }
 
@@ -226,7 +224,7 @@ static void enqueue(struct rt_async *a, struct comm_request *r)
     else
         a->head = r;
     a->tail = r;
-    a->outstanding++;
+    a->outstanding += !r->internal;
     if (a->mode == RT_PROGRESS_THREAD)
         pthread_cond_signal(&a->work);
     pthread_mutex_unlock(&a->lock);

@@ -506,7 +506,8 @@ ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
         return COMM_OK;
     /* Requests still outstanding own their buffers and this handle: refused, nothing
      * freed (async.c).  Only this thread issues requests, so none can appear after. */
-    if (rt_live_run(comm, count_outstanding) && destroy_outstanding != 0) {
+    bool alive = rt_live_run(comm, count_outstanding);
+    if (alive && destroy_outstanding != 0) {
         rt_init_error(NULL, COMM_ERR_INVALID,
                       "comm_destroy: rank %d: %u asynchronous request%s of this communicator "
                       "%s not completed; nothing was freed: comm_wait (or comm_wait_all) for "
@@ -515,6 +516,9 @@ ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
                       destroy_outstanding == 1 ? "is" : "are");
         return COMM_ERR_INVALID;
     }
+    /* What is still queued is a refused call's failure (async.c): it reaches the peers. */
+    if (alive && comm->async != NULL)
+        rt_async_drain(comm);
     /* Out of the registry first: a comm_abort in another thread either finished before
      * this or finds nothing. */
     enum rt_live_status live = rt_live_remove(comm);

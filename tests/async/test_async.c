@@ -572,6 +572,23 @@ static void refusals_body(struct h_rank *r)
         h_fail(r, "comm_wait_all of nothing failed");
 }
 
+static void refused_then_destroy_body(struct h_rank *r)
+{
+    comm_t *dup = NULL;
+    int32_t v = 1;
+    comm_request_t *req = NULL;
+    if (comm_dup(r->comm, &dup) != COMM_OK) {
+        h_fail(r, "comm_dup: %s", comm_last_error(r->comm));
+        return;
+    }
+    if (comm_iallreduce(dup, &v, NULL, 1, COMM_I32, COMM_SUM, &req) != COMM_ERR_INVALID)
+        h_fail(r, "a NULL recvbuf accepted at issue");
+    comm_status_t st = comm_destroy(dup);
+    if (st != COMM_OK)
+        h_fail(r, "comm_destroy after a refused call: %s: %s", comm_status_string(st),
+               comm_last_error(NULL));
+}
+
 static void refusals(void **state)
 {
     (void)state;
@@ -581,6 +598,14 @@ static void refusals(void **state)
         struct h_job job = {.nranks = 2, .procs = procs, .body = refusals_body, .kill_rank = -1};
         expect_clean(h_run(&job), 2);
     }
+    /* Caller progress: a refused call's queued failure does not hold comm_destroy up. */
+    h_env_push("ARCOMM_PROGRESS", "caller");
+    for (int procs = 0; procs < 2; procs++) {
+        struct h_job job = {
+            .nranks = 2, .procs = procs, .body = refused_then_destroy_body, .kill_rank = -1};
+        expect_clean(h_run(&job), 2);
+    }
+    h_env_pop();
     h_env_push("ARCOMM_PROGRESS", "sometimes");
     struct h_job job = {.nranks = 1, .body = refusals_body, .kill_rank = -1};
     struct h_rank *res = h_run(&job);

@@ -15,6 +15,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -61,6 +63,24 @@ static int threads_now(void)
         n += e->d_name[0] != '.';
     closedir(d);
     return n;
+}
+
+/* A word the forked ranks share with each other (MAP_SHARED before the fork). */
+static _Atomic int *shared_word(void)
+{
+    _Atomic int *w =
+        mmap(NULL, sizeof(*w), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(w != MAP_FAILED);
+    atomic_store(w, 0);
+    return w;
+}
+
+/* Waits (bounded) until *w reaches at least v. */
+static void await_word(_Atomic int *w, int v)
+{
+    double t0 = h_now_ms();
+    while (atomic_load(w) < v && h_now_ms() - t0 < 30000)
+        sleep_ms(2);
 }
 
 /* ---- many outstanding requests of every collective, against the blocking calls ---- */
@@ -330,10 +350,17 @@ static void test_and_order(void **state)
 
 /* ---- comm_abort while requests pend ---- */
 
+struct abort_later_arg {
+    comm_t *comm;
+    _Atomic int *aborted; /* the peers issue once it is set */
+};
+
 static void *abort_later(void *arg)
 {
+    struct abort_later_arg *a = arg;
     sleep_ms(50);
-    comm_abort(arg);
+    comm_abort(a->comm);
+    atomic_store(a->aborted, 1);
     return NULL;
 }
 
@@ -349,7 +376,8 @@ static void abort_body(struct h_rank *r)
     if (r->rank == 0) {
         /* The peers never issue: the calls wait until comm_abort ends them all. */
         pthread_t t;
-        pthread_create(&t, NULL, abort_later, r->comm);
+        struct abort_later_arg a = {.comm = r->comm, .aborted = r->arg};
+        pthread_create(&t, NULL, abort_later, &a);
         for (int i = 0; i < ABORT_REQS; i++)
             if (comm_iallreduce(r->comm, buf + i * count, buf + i * count, count, COMM_F64,
                                 COMM_SUM, &req[i]) != COMM_OK)
@@ -361,7 +389,7 @@ static void abort_body(struct h_rank *r)
         }
         pthread_join(t, NULL);
     } else {
-        sleep_ms(150);
+        await_word(r->arg, 1); /* issued after rank 0's abort: they cannot complete */
         for (int i = 0; i < ABORT_REQS; i++)
             if (comm_iallreduce(r->comm, buf + i * count, buf + i * count, count, COMM_F64,
                                 COMM_SUM, &req[i]) != COMM_OK)
@@ -383,18 +411,28 @@ static void abort_pending(void **state)
     (void)state;
     for (int procs = 0; procs < 2; procs++)
         for (int n = 2; n <= 4; n++) {
-            struct h_job job = {.nranks = n, .procs = procs, .body = abort_body, .kill_rank = -1};
+            struct h_job job = {.nranks = n,
+                                .procs = procs,
+                                .body = abort_body,
+                                .arg = (void *)shared_word(),
+                                .kill_rank = -1};
             expect_clean(h_run(&job), n);
+            munmap(job.arg, sizeof(_Atomic int));
         }
 }
 
 /* ---- a peer that never issues: TIMEOUT, bounded ---- */
 
+enum { TIMEOUT_MS = 1000 };
+
 static void timeout_body(struct h_rank *r)
 {
+    _Atomic int *finished = r->arg; /* shared with the forked ranks (MAP_SHARED) */
     int32_t v = r->rank + 1;
     if (r->rank == r->nranks - 1) {
-        sleep_ms(4000); /* never issues; leaves after the others timed out */
+        /* Never issues; leaves (which the peers would see as COMM_ERR_PEER) only once
+         * the others have their answer. */
+        await_word(finished, r->nranks - 1);
         return;
     }
     comm_request_t *req = NULL;
@@ -403,23 +441,29 @@ static void timeout_body(struct h_rank *r)
     if (st == COMM_OK)
         st = comm_wait(&req);
     double ms = h_now_ms() - t0;
+    atomic_fetch_add(finished, 1);
     /* The first rank to time out tells the others (COMM_ERR_PEER). */
     if (st != COMM_ERR_TIMEOUT && st != COMM_ERR_PEER)
         h_fail(r, "comm_wait: %s, want COMM_ERR_TIMEOUT", comm_status_string(st));
     r->status = st;
-    if (ms > 3000)
-        h_fail(r, "the timeout of 200 ms took %.0f ms", ms);
+    if (ms > 5 * TIMEOUT_MS)
+        h_fail(r, "the timeout of %d ms took %.0f ms", TIMEOUT_MS, ms);
 }
 
 static void peer_never_issues(void **state)
 {
     (void)state;
+    _Atomic int *finished =
+        mmap(NULL, sizeof(*finished), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(finished != MAP_FAILED);
     for (int procs = 0; procs < 2; procs++)
         for (int n = 2; n <= 4; n++) {
+            atomic_store(finished, 0);
             struct h_job job = {.nranks = n,
                                 .procs = procs,
-                                .timeout_ms = 200,
+                                .timeout_ms = TIMEOUT_MS,
                                 .body = timeout_body,
+                                .arg = (void *)finished,
                                 .kill_rank = -1};
             struct h_rank *res = h_run(&job);
             expect_clean(res, n);
@@ -428,6 +472,7 @@ static void peer_never_issues(void **state)
                 timed_out += res[r].status == COMM_ERR_TIMEOUT;
             assert_true(timed_out >= 1);
         }
+    munmap((void *)finished, sizeof(*finished));
 }
 
 /* ---- comm_destroy with requests outstanding; the progress thread's life ---- */
@@ -514,11 +559,12 @@ static void hook_body(struct h_rank *r)
         comm_status_t st = comm_iallreduce(r->comm, &v, &v, 1, COMM_I32, COMM_SUM, &req);
         if (st == COMM_OK)
             st = comm_wait(&req);
+        atomic_store((_Atomic int *)r->arg, 1);
         if (st != COMM_ERR_ABORTED || h.calls != 3 || h.elsewhere != 0)
             h_fail(r, "a hook that stops: %s, %d runs in comm_wait's thread, %d elsewhere",
                    comm_status_string(st), h.calls, h.elsewhere);
     } else {
-        sleep_ms(2000); /* late: rank 0 waits, its hook stops it */
+        await_word(r->arg, 1); /* late: rank 0 waits until its hook stops it */
         comm_status_t st = comm_iallreduce(r->comm, &v, &v, 1, COMM_I32, COMM_SUM, &req);
         if (st == COMM_OK)
             st = comm_wait(&req);
@@ -531,8 +577,13 @@ static void wait_hook(void **state)
 {
     (void)state;
     for (int procs = 0; procs < 2; procs++) {
-        struct h_job job = {.nranks = 2, .procs = procs, .body = hook_body, .kill_rank = -1};
+        struct h_job job = {.nranks = 2,
+                            .procs = procs,
+                            .body = hook_body,
+                            .arg = (void *)shared_word(),
+                            .kill_rank = -1};
         expect_clean(h_run(&job), 2);
+        munmap(job.arg, sizeof(_Atomic int));
     }
 }
 

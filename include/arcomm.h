@@ -258,6 +258,64 @@ size_t comm_dtype_size(comm_dtype_t dtype);
  */
 void comm_get_version(int *major, int *minor, int *patch);
 
+/*
+ * Asynchronous calls (0.4).  Each comm_i* call is its blocking call's arguments minus the
+ * stream, plus req: it checks what this rank can check alone, queues the call and returns
+ * a request in *req; comm_test, comm_wait or comm_wait_all complete it and free it.  Host
+ * communicators only (COMM_DEVICE_HOST; others: COMM_ERR_UNSUPPORTED).  docs/async.md
+ * teaches them.
+ *
+ * - The calls of one communicator run one at a time in issue order, by a progress thread
+ *   of the communicator (ARCOMM_PROGRESS=thread, the default; started at the first
+ *   comm_i* call, joined by comm_destroy) or inside the caller's comm_test and comm_wait
+ *   (ARCOMM_PROGRESS=caller).  Every rank issues the same calls in the same order, as
+ *   with the blocking calls; a blocking call (comm_split and comm_dup too) made while
+ *   requests are pending runs after them.
+ * - The buffers belong to the library from the call until the request completes: do not
+ *   write sendbuf, nor read or write recvbuf (or addend), before then.
+ * - A refusal at issue (a NULL or dead handle, NULL req, bad dtype, op, root, count or
+ *   buffers) returns its status with the reason in comm_last_error(NULL), writes no
+ *   *req, and (but for COMM_ERR_UNSUPPORTED, which leaves the communicator usable, as the
+ *   blocking calls do) breaks the communicator in that call's turn on every rank.  What
+ *   the ranks disagree on (COMM_ERR_MISMATCH), a timeout, a peer's failure and comm_abort
+ *   (COMM_ERR_ABORTED; the peers COMM_ERR_PEER) come from the wait, the message in
+ *   comm_last_error(comm) once the wait has returned.
+ * - The waits run the communicator's wait hook from the waiting thread; the progress
+ *   thread never runs it.  A wait is bounded: each queued call by the timeout, and once
+ *   one fails the rest return at once with the status that broke the communicator.
+ * - comm_destroy with requests not yet completed by comm_test, comm_wait or
+ *   comm_wait_all frees nothing and returns COMM_ERR_INVALID naming how many.
+ */
+typedef struct comm_request comm_request_t; /* opaque */
+
+comm_status_t comm_iallreduce(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                              comm_dtype_t dtype, comm_op_t op, comm_request_t **req);
+comm_status_t comm_iallreduce_add(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                  const void *addend, size_t addend_count, size_t count,
+                                  comm_dtype_t dtype, comm_request_t **req);
+comm_status_t comm_ibroadcast(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                              comm_dtype_t dtype, int root, comm_request_t **req);
+comm_status_t comm_ireduce(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           comm_dtype_t dtype, comm_op_t op, int root, comm_request_t **req);
+comm_status_t comm_iallgather(comm_t *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                              comm_dtype_t dtype, comm_request_t **req);
+comm_status_t comm_ireduce_scatter(comm_t *comm, const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, comm_dtype_t dtype, comm_op_t op,
+                                   comm_request_t **req);
+comm_status_t comm_ialltoall(comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                             comm_dtype_t dtype, comm_request_t **req);
+comm_status_t comm_ibarrier(comm_t *comm, comm_request_t **req);
+
+/* Done: *done = 1, returns the call's status, frees *req and sets it NULL.  Not done:
+ * *done = 0, returns COMM_OK.  With ARCOMM_PROGRESS=caller it first runs the queued
+ * calls up to this one (each waiting for its peers). */
+comm_status_t comm_test(comm_request_t **req, int *done);
+/* Waits for the request: returns the call's status, frees *req and sets it NULL. */
+comm_status_t comm_wait(comm_request_t **req);
+/* Waits for every request of reqs (NULL entries are skipped), frees each and sets it
+ * NULL; returns the first failure in array order, else COMM_OK. */
+comm_status_t comm_wait_all(int n, comm_request_t **reqs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,6 +29,9 @@ bool rt_call_enter(struct comm *c, const char *fn)
 {
     if (!rt_handle_ok(c, fn))
         return false;
+    /* Asynchronous calls still pending run first, in issue order (async.c). */
+    if (c->async != NULL)
+        rt_async_drain(c);
     if (atomic_load_explicit(&c->entered, memory_order_relaxed) != 0) {
         atomic_store_explicit(&c->misused, 1, memory_order_relaxed);
         rt_init_error(&c->knobs, COMM_ERR_INVALID,
@@ -113,15 +116,15 @@ static bool in_place(const struct comm *c, const struct coll_call *call, size_t 
 
 /* The buffers of a call with count > 0, as far as this rank uses them (coll_call_shape):
  * none NULL, and no overlap but the collective's in-place form. */
-static comm_status_t validate_buffers(struct comm *c, const struct coll_call *call, bool add,
-                                      const char *fn, size_t esize)
+static comm_status_t validate_buffers(const struct comm *c, const struct coll_call *call, bool add,
+                                      const char *fn, size_t esize, char *msg, size_t len)
 {
     size_t send_elems, recv_elems;
     coll_call_shape(call, c->rank, c->nranks, &send_elems, &recv_elems);
     size_t send_bytes = send_elems * esize, recv_bytes = recv_elems * esize;
     if ((send_elems && call->send == NULL) || (recv_elems && call->recv == NULL) ||
         (add && call->addend == NULL)) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: %s is NULL with count %zu", c->rank, fn,
+        snprintf(msg, len, "rank %d: %s: %s is NULL with count %zu", c->rank, fn,
                  send_elems && call->send == NULL   ? "sendbuf"
                  : recv_elems && call->recv == NULL ? "recvbuf"
                                                     : "addend",
@@ -129,7 +132,7 @@ static comm_status_t validate_buffers(struct comm *c, const struct coll_call *ca
         return COMM_ERR_INVALID;
     }
     if (overlaps(call->send, send_bytes, call->recv, recv_bytes) && !in_place(c, call, esize)) {
-        rt_error(c, COMM_ERR_INVALID,
+        snprintf(msg, len,
                  "rank %d: %s: sendbuf %p (%zu bytes) and recvbuf %p (%zu bytes) overlap other "
                  "than in place (%s)",
                  c->rank, fn, call->send, send_bytes, call->recv, recv_bytes,
@@ -137,7 +140,7 @@ static comm_status_t validate_buffers(struct comm *c, const struct coll_call *ca
         return COMM_ERR_INVALID;
     }
     if (add && overlaps(call->addend, call->addend_count * esize, call->recv, recv_bytes)) {
-        rt_error(c, COMM_ERR_INVALID,
+        snprintf(msg, len,
                  "rank %d: %s: addend %p overlaps recvbuf %p: peers write recvbuf while the "
                  "addend is read; pass a separate addend",
                  c->rank, fn, call->addend, call->recv);
@@ -146,31 +149,32 @@ static comm_status_t validate_buffers(struct comm *c, const struct coll_call *ca
     return COMM_OK;
 }
 
-static comm_status_t validate_common(struct comm *c, const struct coll_call *call, bool add,
-                                     const char *fn)
+/* What every backend refuses of a call.  Reads c's rank and size only and writes its
+ * reason into msg, not into c: the asynchronous calls check their arguments at issue,
+ * while a progress thread may be running an earlier call on c (async.c). */
+comm_status_t rt_coll_check(const struct comm *c, const struct coll_call *call, bool add,
+                            const char *fn, char *msg, size_t len)
 {
     size_t esize = rt_dtype_size(call->dtype);
     if (esize == 0) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank, fn,
+        snprintf(msg, len, "rank %d: %s: dtype %d is not a comm_dtype_t", c->rank, fn,
                  (int)call->dtype);
         return COMM_ERR_INVALID;
     }
     if ((unsigned)call->op >= RT_OP_COUNT) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: op %d is not a comm_op_t", c->rank, fn,
-                 (int)call->op);
+        snprintf(msg, len, "rank %d: %s: op %d is not a comm_op_t", c->rank, fn, (int)call->op);
         return COMM_ERR_INVALID;
     }
     if (call->op == COMM_AVG && !rt_dtype_is_float(call->dtype)) {
         /* Every rank making this call refuses it alike, before anything is exchanged. */
-        rt_error(c, COMM_ERR_UNSUPPORTED,
+        snprintf(msg, len,
                  "rank %d: %s: COMM_AVG is defined for float dtypes only, not %s (an integer "
                  "average would have to round); use COMM_SUM and divide by the number of ranks",
                  c->rank, fn, rt_dtype_name(call->dtype));
         return COMM_ERR_UNSUPPORTED;
     }
     if (call->count > SIZE_MAX / 2 / esize) {
-        rt_error(c, COMM_ERR_INVALID, "rank %d: %s: count %zu is too large", c->rank, fn,
-                 call->count);
+        snprintf(msg, len, "rank %d: %s: count %zu is too large", c->rank, fn, call->count);
         return COMM_ERR_INVALID;
     }
     if (add) {
@@ -178,7 +182,7 @@ static comm_status_t validate_common(struct comm *c, const struct coll_call *cal
             call->count > 0 && (call->addend_count == 0 || call->addend_count > call->count ||
                                 call->count % call->addend_count != 0);
         if (bad_count) {
-            rt_error(c, COMM_ERR_INVALID,
+            snprintf(msg, len,
                      "rank %d: %s: addend_count %zu must equal count %zu (residual) or divide it "
                      "(a bias row)",
                      c->rank, fn, call->addend_count, call->count);
@@ -186,14 +190,14 @@ static comm_status_t validate_common(struct comm *c, const struct coll_call *cal
         }
     }
     if (coll_kind_rooted(call->kind) && (call->root < 0 || call->root >= c->nranks)) {
-        rt_error(c, COMM_ERR_INVALID,
+        snprintf(msg, len,
                  "rank %d: %s: root %d is not a rank of this communicator: pass a root from 0 to "
                  "%d, the same on every rank",
                  c->rank, fn, call->root, c->nranks - 1);
         return COMM_ERR_INVALID;
     }
     if (coll_kind_blocks(call->kind) && call->count > SIZE_MAX / 2 / esize / (size_t)c->nranks) {
-        rt_error(c, COMM_ERR_INVALID,
+        snprintf(msg, len,
                  "rank %d: %s: count %zu is too large: %d blocks of %zu-byte elements do not fit "
                  "in memory",
                  c->rank, fn, call->count, c->nranks, esize);
@@ -201,7 +205,7 @@ static comm_status_t validate_common(struct comm *c, const struct coll_call *cal
     }
     if (call->count == 0)
         return COMM_OK;
-    return validate_buffers(c, call, add, fn, esize);
+    return validate_buffers(c, call, add, fn, esize, msg, len);
 }
 
 /* One public collective entry point. */
@@ -214,8 +218,13 @@ struct coll_entry {
 static comm_status_t validate(struct comm *c, const struct coll_call *call,
                               const struct coll_entry *e)
 {
-    comm_status_t st = validate_common(c, call, e->add, e->fn);
-    return st != COMM_OK ? st : c->ops->validate(c, call, e->fn);
+    char msg[RT_ERRMSG_BYTES];
+    comm_status_t st = rt_coll_check(c, call, e->add, e->fn, msg, sizeof(msg));
+    if (st != COMM_OK) {
+        rt_error(c, st, "%s", msg);
+        return st;
+    }
+    return c->ops->validate(c, call, e->fn);
 }
 
 typedef comm_status_t (*coll_fn)(struct comm *c, const struct coll_call *call);
@@ -278,6 +287,12 @@ static comm_status_t run(struct comm *c, const struct coll_call *call, const str
     if (!rt_call_enter(c, e->fn))
         return COMM_ERR_INVALID;
     return rt_call_leave(c, run_entered(c, call, e));
+}
+
+comm_status_t rt_coll_run(struct comm *c, const struct coll_call *call, bool add, const char *fn)
+{
+    const struct coll_entry e = {.fn = fn, .add = add};
+    return run(c, call, &e);
 }
 
 static const struct coll_entry e_allreduce = {.fn = "comm_allreduce"};
@@ -410,6 +425,13 @@ static comm_status_t barrier_entered(struct comm *c)
         return rt_break(c, st);
     c->seq++;
     return COMM_OK;
+}
+
+comm_status_t rt_barrier_run(struct comm *c, const char *fn)
+{
+    if (!rt_call_enter(c, fn))
+        return COMM_ERR_INVALID;
+    return rt_call_leave(c, barrier_entered(c));
 }
 
 ARCOMM_API comm_status_t comm_barrier(comm_t *comm)

@@ -492,10 +492,33 @@ err_invalid:
     return COMM_ERR_INVALID;
 }
 
+/* comm_destroy's look at the asynchronous requests, under the registry lock (the
+ * handle is alive there). */
+static _Thread_local unsigned destroy_outstanding;
+static void count_outstanding(struct comm *c)
+{
+    destroy_outstanding = rt_async_outstanding(c);
+}
+
 ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
 {
     if (comm == NULL)
         return COMM_OK;
+    /* Requests still outstanding own their buffers and this handle: refused, nothing
+     * freed (async.c).  Only this thread issues requests, so none can appear after. */
+    bool alive = rt_live_run(comm, count_outstanding);
+    if (alive && destroy_outstanding != 0) {
+        rt_init_error(NULL, COMM_ERR_INVALID,
+                      "comm_destroy: rank %d: %u asynchronous request%s of this communicator "
+                      "%s not completed; nothing was freed: comm_wait (or comm_wait_all) for "
+                      "them first (after comm_abort when they must end at once)",
+                      comm->rank, destroy_outstanding, destroy_outstanding == 1 ? "" : "s",
+                      destroy_outstanding == 1 ? "is" : "are");
+        return COMM_ERR_INVALID;
+    }
+    /* What is still queued is a refused call's failure (async.c): it reaches the peers. */
+    if (alive && comm->async != NULL)
+        rt_async_drain(comm);
     /* Out of the registry first: a comm_abort in another thread either finished before
      * this or finds nothing. */
     enum rt_live_status live = rt_live_remove(comm);
@@ -521,6 +544,8 @@ ARCOMM_API comm_status_t comm_destroy(comm_t *comm)
                  comm->rank, comm->seq);
         comm->ops->publish_failure(comm, COMM_ERR_PEER, msg, true);
     }
+    if (comm->async != NULL)
+        rt_async_close(comm);
     if (comm->ops != NULL)
         comm->ops->teardown(comm);
     if (comm->log_owned)

@@ -36,6 +36,31 @@ comm_status_t rt_call_leave(struct comm *c, comm_status_t st);
 comm_status_t rt_call_usable(struct comm *c, const char *fn);
 comm_status_t rt_break(struct comm *c, comm_status_t status);
 
+/*
+ * collective.c, for the asynchronous calls: rt_coll_check is what every backend refuses
+ * of a call (reason into msg; reads c's rank and size only, so it may run beside a
+ * progress thread); rt_coll_run and rt_barrier_run are the blocking calls' one path
+ * (guard, numbering, failure publication), fn naming the entry point in messages.
+ */
+comm_status_t rt_coll_check(const struct comm *c, const struct coll_call *call, bool add,
+                            const char *fn, char *msg, size_t len);
+comm_status_t rt_coll_run(struct comm *c, const struct coll_call *call, bool add, const char *fn);
+comm_status_t rt_barrier_run(struct comm *c, const char *fn);
+
+/*
+ * async.c: the hooks of the asynchronous calls in the rest of the runtime.
+ * rt_async_drain: called by rt_call_enter when c has made asynchronous calls: waits for
+ * (or, with caller progress, runs) every request still queued, so that a blocking call
+ * runs after them; returns at once in the thread running them.  rt_async_outstanding:
+ * the requests of c not yet completed by comm_wait or comm_test (0 without any).
+ * rt_async_close: stops and joins the progress thread and frees the queue; comm_destroy
+ * calls it once nothing is outstanding and c is out of the registry.
+ */
+struct rt_async;
+void rt_async_drain(struct comm *c);
+unsigned rt_async_outstanding(struct comm *c);
+void rt_async_close(struct comm *c);
+
 /* comm.c: comm_init of a split's new communicator, which watches parent while it joins:
  * parent's comm_abort, and a peer of parent that failed or died, stop the join at once
  * (struct comm.parent) instead of at the timeout. */

@@ -47,7 +47,7 @@ fi
 ninja -C build-asan >/dev/null || status=1
 phase_end "ASan+UBSan build"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-ARCOMM_TEST_QUICK=1 run_suite build-asan "ASan+UBSan build" --suite unit --suite multi --suite reduce \
+ARCOMM_TEST_QUICK=1 run_suite build-asan "ASan+UBSan build" --suite unit --suite multi --suite async --suite reduce \
     --suite tools --suite arinfo --suite hexagon --no-suite source
 
 if [ ! -f build-tsan/build.ninja ]; then
@@ -57,7 +57,8 @@ fi
 ninja -C build-tsan >/dev/null || status=1
 phase_end "TSan build"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ARCOMM_TEST_QUICK=1 \
-run_suite build-tsan "TSan build" --suite unit --suite multi --suite hexagon --no-suite source
+run_suite build-tsan "TSan build" --suite unit --suite multi --suite async --suite hexagon \
+    --no-suite source
 
 if [ ! -f build-nohex/build.ninja ]; then
     meson setup build-nohex -Dhexagon=disabled -Dcuda=disabled --werror >/dev/null || status=1

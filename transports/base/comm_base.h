@@ -78,6 +78,8 @@ struct comm {
     FILE *log; /* NULL = stderr */
     bool log_owned;
     struct comm *live_next; /* runtime/: the registry of live communicators (live.c) */
+    struct rt_async *async; /* runtime/async.c: the asynchronous calls' queue and progress
+                             * thread, made by the first comm_i* call; NULL before */
 };
 
 /*
@@ -161,9 +163,15 @@ static inline uint64_t rt_left_ns(uint64_t deadline, uint64_t now)
  * rt_abort_cause names the hook; the wait reports it as it reports comm_abort.
  */
 bool rt_wait_hook_run(struct comm *c, uint64_t now, uint64_t *next);
+/* Set in a thread that must never run a wait hook: an asynchronous call's progress thread
+ * (runtime/async.c), since the hook belongs to the caller's thread (an interpreter's
+ * signal handlers, an MPI library's progress); that thread's comm_wait runs it instead. */
+extern _Thread_local bool rt_wait_hook_off;
 /* When a wait that starts at now first runs the hook: RT_NEVER without one. */
 static inline uint64_t rt_wait_hook_first(const struct comm *c, uint64_t now)
 {
+    if (rt_wait_hook_off)
+        return RT_NEVER;
     const struct comm *o = c->hook_owner != NULL ? c->hook_owner : c;
     return o->wait_hook == NULL ? RT_NEVER : now + o->wait_hook_period_ns;
 }

@@ -82,7 +82,10 @@ enum rt_knob_source {
     X(NUMA, RT_KNOB_BOOL, "1", numa, 0, 0, 0,                                                      \
       "bind each rank's staging memory to the NUMA node of the rank that writes it")               \
     X(MPI_RANKS_PER_HOST, RT_KNOB_INT, "0", mpi_ranks_per_host, 0, RT_KNOB_NOMAX, 0,               \
-      "comm_init_mpi: every N consecutive ranks form one host (0 = MPI's shared-memory split)")
+      "comm_init_mpi: every N consecutive ranks form one host (0 = MPI's shared-memory split)")    \
+    X(PROGRESS, RT_KNOB_STRING, "thread", progress, 0, 0, 0,                                       \
+      "who runs asynchronous calls (comm_iallreduce ...): thread (a progress thread per "          \
+      "communicator) or caller (comm_test and comm_wait)")
 
 /* The shm segment's and the host paths' knobs (the host backend's; the Hexagon backend's
  * segment reads the slot and the arena too).  The slot's lower bound depends on nranks:
@@ -195,6 +198,7 @@ struct rt_knobs {
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */
     long mpi_ranks_per_host;         /* comm_init_mpi: ranks per host, 0 = MPI's split */
+    char progress[RT_KNOB_STR_MAX];  /* asynchronous calls: "thread" or "caller" */
     /* RT_KNOBS_CUDA, as set (collectives/cuda/backend.c resolves them into its own
      * struct cuda_knobs). */
     struct rt_knobs_cuda {

@@ -123,8 +123,12 @@ void rt_init_error_quiet(const char *fmt, ...)
     va_end(ap);
 }
 
+_Thread_local bool rt_wait_hook_off;
+
 bool rt_wait_hook_run(struct comm *c, uint64_t now, uint64_t *next)
 {
+    if (rt_wait_hook_off)
+        return false;
     struct comm *o = c->hook_owner != NULL ? c->hook_owner : c;
     if (o->wait_hook == NULL || now < *next)
         return false;

@@ -42,6 +42,11 @@ EPS = {torch.float32: 2.0**-23, torch.float64: 2.0**-52, torch.bfloat16: 2.0**-7
        torch.float16: 2.0**-10}
 
 
+def say(rank: int, text: str) -> None:
+    """One line "rank R: text" in one write (the ranks may share one stdout)."""
+    os.write(1, f"rank {rank}: {text}\n".encode())
+
+
 class Check:
     def __init__(self, rank: int) -> None:
         self.rank = rank
@@ -216,7 +221,7 @@ def mode_colls(rank: int, n: int) -> None:
                       f"all_gather in group {members}", exact=True)
             dist.barrier(group=g)
     dist.barrier()
-    print(f"rank {rank}: ok {chk.n} {chk.digest.hexdigest()[:16]}", flush=True)
+    say(rank, f"ok {chk.n} {chk.digest.hexdigest()[:16]}")
 
 
 def expect(exc: type, fn, *words: str) -> None:
@@ -261,7 +266,7 @@ def mode_errors(rank: int, n: int) -> None:
     t = torch.full((3,), float(rank))
     dist.all_reduce(t)
     assert t.tolist() == [n * (n - 1) / 2] * 3, t
-    print(f"rank {rank}: errors ok", flush=True)
+    say(rank, "errors ok")
 
 
 def mlp(seed: int, d: int, h: int, dtype=torch.float32) -> torch.nn.Module:
@@ -291,7 +296,7 @@ def mode_ddp(rank: int, n: int, steps: int) -> None:
         losses.append(",".join(float(v).hex() for v in all_l))
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     digest = hashlib.sha256(params.numpy().tobytes()).hexdigest()[:16]
-    print(f"rank {rank}: ddp {digest} " + " ".join(losses), flush=True)
+    say(rank, f"ddp {digest} " + " ".join(losses))
 
 
 def mode_tp(rank: int, n: int) -> None:
@@ -322,7 +327,7 @@ def mode_tp(rank: int, n: int) -> None:
         worst = max(worst, err)
         if err > 64 * 2.0**-52:
             raise AssertionError(f"rank {rank}: tp batch {b}: relative error {err}")
-    print(f"rank {rank}: tp ok {worst:.3g}", flush=True)
+    say(rank, f"tp ok {worst:.3g}")
 
 
 def mode_pipe(rank: int, n: int) -> None:
@@ -330,7 +335,7 @@ def mode_pipe(rank: int, n: int) -> None:
     activations, receives their gradient, backpropagates; the odd rank runs stage 1
     (Linear + loss); micro-batches with isend/irecv; against the unsplit model."""
     if not arcomm._lib.has("comm_send"):
-        print(f"rank {rank}: pipe skip: the library has no comm_send", flush=True)
+        say(rank, "pipe skip: the library has no comm_send")
         return
     if n % 2:
         raise SystemExit("pipe needs an even number of ranks")
@@ -379,7 +384,7 @@ def mode_pipe(rank: int, n: int) -> None:
         if not torch.allclose(g, r, rtol=1e-12, atol=1e-14):
             raise AssertionError(f"rank {rank}: pipe gradient differs by "
                                  f"{(g - r).abs().max().item()}")
-    print(f"rank {rank}: pipe ok {len(micro)}", flush=True)
+    say(rank, f"pipe ok {len(micro)}")
 
 
 def main() -> int:

@@ -153,6 +153,18 @@ def test_pipeline():
     assert all(got[r] == "pipe ok 3" for r in range(4)), out
 
 
+def test_cuda_tensors():
+    """CUDA tensors, one GPU a rank, calls on a side stream (async_op's wait orders the
+    caller's stream): all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor
+    against float64 references."""
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    got, out = _job(2, "cuda")
+    fields = [got[r].split() for r in range(2)]
+    assert all(f[0] == "cuda" and f[1] == "ok" for f in fields), out
+    assert fields[0][3] == fields[1][3], out
+
+
 def test_arrun_init():
     """Under arrun with init_method='arcomm://' (no MASTER_ADDR): the collectives and
     errors; the FileStore the rendezvous made is gone once the job ended."""

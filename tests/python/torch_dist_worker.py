@@ -17,6 +17,7 @@ exits 1 (with the failure on stderr) when a check fails.  Modes:
 * tp: a tensor-parallel MLP (column- then row-parallel), all_reduce after the second
   matmul with async_op=True while the next batch's first matmul runs; against the
   unsplit MLP in float64.
+* cuda: CUDA tensors on a side stream (rank r on cuda:r), against float64 references.
 * pipe: a 2-stage pipeline (even ranks stage 0, odd ranks stage 1) with send/recv and
   isend/irecv, forward and backward; against the unsplit model in float64.
 """
@@ -387,6 +388,42 @@ def mode_pipe(rank: int, n: int) -> None:
     say(rank, f"pipe ok {len(micro)}")
 
 
+def mode_cuda(rank: int, n: int) -> None:
+    """CUDA tensors (rank r on cuda:r), the calls issued on a side stream: all_reduce
+    (sync and async_op, whose wait() orders the current stream after it), broadcast,
+    all_gather_into_tensor, reduce_scatter_tensor; against float64 references."""
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    chk = Check(rank)
+    side = torch.cuda.Stream(dev)
+    for salt, count in ((1, 1), (2, 4099), (3, 1 << 20)):
+        xs = [data(r, count, torch.float32, salt) for r in range(n)]
+        ref, scale = reduce_ref(xs, "SUM")
+        with torch.cuda.stream(side):
+            t = xs[rank].to(dev)
+            dist.all_reduce(t)
+            u = xs[rank].to(dev)
+            w = dist.all_reduce(u, async_op=True)
+        w.wait()  # the default stream now waits for the side stream's call
+        torch.cuda.synchronize(dev)
+        chk.close(t.cpu(), ref, scale, f"cuda all_reduce {count}", same=True)
+        chk.close(u.cpu(), ref, scale, f"cuda all_reduce async {count}", same=True)
+        b = xs[rank].to(dev)
+        dist.broadcast(b, src=n - 1)
+        chk.close(b.cpu(), xs[n - 1].to(torch.float64), None, "cuda broadcast", exact=True)
+        out = torch.empty(n * count, device=dev)
+        dist.all_gather_into_tensor(out, xs[rank].to(dev))
+        chk.close(out.cpu(), torch.cat([x.to(torch.float64) for x in xs]), None,
+                  "cuda all_gather_into_tensor", exact=True)
+        ys = [data(r, n * count, torch.float32, salt + 10) for r in range(n)]
+        ref, scale = reduce_ref(ys, "SUM")
+        out = torch.empty(count, device=dev)
+        dist.reduce_scatter_tensor(out, ys[rank].to(dev))
+        mine = slice(rank * count, (rank + 1) * count)
+        chk.close(out.cpu(), ref[mine], scale[mine], "cuda reduce_scatter_tensor")
+    say(rank, f"cuda ok {chk.n} {chk.digest.hexdigest()[:16]}")
+
+
 def main() -> int:
     mode, backend = sys.argv[1], sys.argv[2]
     rank = int(os.environ["RANK"])
@@ -408,6 +445,8 @@ def main() -> int:
             mode_tp(rank, n)
         elif mode == "pipe":
             mode_pipe(rank, n)
+        elif mode == "cuda":
+            mode_cuda(rank, n)
         else:
             raise SystemExit(f"unknown mode {mode}")
     except BaseException:

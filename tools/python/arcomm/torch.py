@@ -141,11 +141,17 @@ class _Work(dist._Work):
     def wait(self, timeout: timedelta | None = None) -> bool:
         self._complete()
         if self._event is not None:
-            torch.cuda.current_stream(self._event.device if hasattr(self._event, "device")
-                                      else None).wait_event(self._event)
-            if self._finish is not None:
-                self._done()
+            torch.cuda.current_stream().wait_event(self._event)
         return True
+
+    def __del__(self) -> None:
+        # A pending host request nobody waited for: completed here, so that its
+        # buffers are not freed while the library still uses them.
+        if getattr(self, "_req", None) is not None:
+            try:
+                self._complete()
+            except Exception:  # noqa: BLE001 - nowhere to raise it
+                pass
 
     def get_future(self) -> Future:
         # torch's Futures complete on their own; this Work completes when waited for,
@@ -241,9 +247,11 @@ class ArcommProcessGroup(dist.ProcessGroup):
         c = self._comm(t)
         if t.device.type == "cuda":
             blocking(c)
+            if finish is not None:
+                finish()  # copies out, ordered after the call on the same stream
             ev = torch.cuda.Event()
             ev.record(torch.cuda.current_stream(t.device))
-            return _Work(result, event=ev, finish=finish, keep=keep)
+            return _Work(result, event=ev, keep=keep)
         if nonblocking is not None and _lib.has(nonblocking[0]):
             name, build = nonblocking
             args, held = build(c)
@@ -528,9 +536,11 @@ class ArcommProcessGroup(dist.ProcessGroup):
         stream = b[5] if t.device.type == "cuda" else None
         c._run(call, getattr(self._lib, fn_name), b[0], b[1], b[2], peer, stream)
         if t.device.type == "cuda":
+            if fin is not None:
+                fin()  # ordered after the receive on the same stream
             ev = torch.cuda.Event()
             ev.record(torch.cuda.current_stream(t.device))
-            return _Work(tensors, event=ev, finish=fin, keep=(buf, b))
+            return _Work(tensors, event=ev, keep=(buf, b))
         return _Work(tensors, finish=fin)
 
     def send(self, tensors: list, dst: int, tag: int = 0) -> _Work:

@@ -43,7 +43,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 from torch.futures import Future
 
-from . import _lib
+from . import _buffers, _lib
 from ._comm import Comm
 from ._errors import Error, last_error
 
@@ -60,6 +60,7 @@ _OPS = (
     (ReduceOp.MAX, "max", 1),
 )
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_DTYPES = _buffers._torch_codes(torch)
 
 
 def _op(op: Any, t: torch.Tensor | None, call: str) -> tuple[str, int]:
@@ -100,11 +101,12 @@ class _Work(dist._Work):
         self._result = result
         self._req = req
         self._comm = comm
-        self._finish = finish
         self._event = event
         self._keep = keep  # tensors and resolved buffers the pending call uses
-        if req is None and event is None:
-            self._done()
+        if req is None and event is None and finish is not None:
+            finish()
+            finish = None
+        self._finish = finish
 
     def _done(self) -> None:
         f, self._finish = self._finish, None
@@ -183,6 +185,7 @@ class ArcommProcessGroup(dist.ProcessGroup):
         self._host = self._join("host", -1)
         self._cuda: Comm | None = None
         self._lib = _lib.lib()
+        self._nonblocking = _lib.has("comm_iallreduce")
 
     # ---- communicators ----
 
@@ -295,6 +298,19 @@ class ArcommProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors: list, opts: Any = None) -> _Work:
         call = "all_reduce"
+        if len(tensors) == 1 and not self._nonblocking and opts is not None:
+            # Fast path: one contiguous CPU tensor of an arcomm dtype, SUM, no
+            # non-blocking calls in the library: straight to comm_allreduce.
+            t = tensors[0]
+            code = _DTYPES.get(t.dtype)
+            if (code is not None and opts.reduceOp == ReduceOp.SUM
+                    and t.device.type == "cpu" and t.is_contiguous() and not t.is_neg()):
+                n = t.numel()
+                if n:
+                    p = t.data_ptr()
+                    c = self._host
+                    c._run(call, c._allreduce, p, p, n, code, 0, None)
+                return _Work(tensors)
         t = self._one(tensors, call)
         name, code = _op(opts.reduceOp if opts is not None else ReduceOp.SUM, t, call)
         buf, fin = self._out(t)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -177,12 +178,34 @@ def test_arrun_init():
         env.pop(k, None)
     for mode in ("colls", "errors"):
         p = subprocess.run([str(arrun), "-n", "3", "--bind", "none", "--grace", "20", "--",
-                            PYTHON, WORKER, mode, "arcomm-arrun"],
+                            PYTHON, WORKER, mode, "arcomm-url"],
                            capture_output=True, text=True, timeout=300, env=env)
         out = p.stdout + p.stderr
         assert p.returncode == 0, out
         got = _lines(p.stdout)
         assert sorted(got) == [0, 1, 2], out
+    after = set(glob.glob(os.path.join(tempfile.gettempdir(), "arcomm-torch-store-*")))
+    assert after <= before, sorted(after - before)
+
+
+def test_mpirun_init():
+    """Under Open MPI's mpirun with init_method='arcomm://' (one host, no MASTER_ADDR):
+    the collectives; the store's file is gone after the job."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("no mpirun")
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "arcomm-torch-store-*")))
+    env = _env(OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    for k in ("MASTER_ADDR", "MASTER_PORT", "ARCOMM_RANK", "ARCOMM_SIZE", "ARCOMM_ID"):
+        env.pop(k, None)
+    p = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                        "-np", "3", "-x", "ARCOMM_LIBRARY", "-x", "PYTHONPATH", PYTHON, WORKER,
+                        "colls", "arcomm-url"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    got = _lines(p.stdout)
+    assert sorted(got) == [0, 1, 2] and all(got[r].startswith("ok ") for r in range(3)), out
     after = set(glob.glob(os.path.join(tempfile.gettempdir(), "arcomm-torch-store-*")))
     assert after <= before, sorted(after - before)
 
@@ -206,7 +229,7 @@ def test_init_refuses_outside_arrun():
     code = ("import torch.distributed as d, arcomm.torch\n"
             "d.init_process_group('arcomm', init_method='arcomm://')\n")
     env = _env()
-    for k in ("ARCOMM_RANK", "ARCOMM_SIZE", "ARCOMM_ID"):
+    for k in ("ARCOMM_RANK", "ARCOMM_SIZE", "ARCOMM_ID", "OMPI_COMM_WORLD_RANK"):
         env.pop(k, None)
     p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
                        env=env)

@@ -4,7 +4,7 @@
     torch_dist_worker.py MODE BACKEND [ARGS...]
 
 Started with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or by
-arrun with init_method "arcomm://" (BACKEND arcomm-arrun).  Prints "rank R: ..." lines;
+arrun or mpirun with init_method "arcomm://" (BACKEND arcomm-url).  Prints "rank R: ..." lines;
 exits 1 (with the failure on stderr) when a check fails.  Modes:
 
 * colls: every collective, every ReduceOp, async_op, non-contiguous tensors and
@@ -426,13 +426,12 @@ def mode_cuda(rank: int, n: int) -> None:
 
 def main() -> int:
     mode, backend = sys.argv[1], sys.argv[2]
-    rank = int(os.environ["RANK"])
-    n = int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
-    if backend == "arcomm-arrun":
+    if backend == "arcomm-url":
         dist.init_process_group("arcomm", init_method="arcomm://")
     else:
         dist.init_process_group(backend)
+    rank, n = dist.get_rank(), dist.get_world_size()
     try:
         assert dist.get_backend() == backend.split("-")[0], dist.get_backend()
         if mode == "colls":

@@ -597,23 +597,37 @@ def _create(opts: Any, backend_options: Any = None) -> ArcommProcessGroup:
     return ArcommProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
-# ---- init_method="arcomm://": a store for jobs that arrun started ----
+# ---- init_method="arcomm://": a store for jobs that arrun or mpirun started ----
+
+def _job_env() -> tuple[int, int, str]:
+    """(rank, size, a name of this job the same on every rank) from arrun's variables,
+    else Open MPI's (one host: the store is a file)."""
+    env = os.environ
+    if all(k in env for k in ("ARCOMM_RANK", "ARCOMM_SIZE", "ARCOMM_ID")):
+        return int(env["ARCOMM_RANK"]), int(env["ARCOMM_SIZE"]), env["ARCOMM_ID"]
+    if all(k in env for k in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                              "PMIX_NAMESPACE")):
+        size = int(env["OMPI_COMM_WORLD_SIZE"])
+        if int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", size)) != size:
+            raise ValueError(
+                "arcomm.torch: init_method='arcomm://' under mpirun serves one host (its "
+                "store is a file); on several hosts set MASTER_ADDR and MASTER_PORT and "
+                "leave init_method out"
+            )
+        return int(env["OMPI_COMM_WORLD_RANK"]), size, "ompi-" + env["PMIX_NAMESPACE"]
+    raise ValueError(
+        "arcomm.torch: init_method='arcomm://' is for jobs started by arrun (ARCOMM_RANK, "
+        "ARCOMM_SIZE, ARCOMM_ID) or by Open MPI's mpirun on one host; under torchrun "
+        "leave init_method out"
+    )
+
 
 def _arcomm_rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kw: Any):
-    """The store of a job started by arrun (ARCOMM_RANK, ARCOMM_SIZE, ARCOMM_ID): a
-    torch FileStore in the temporary directory, named after the job's ARCOMM_ID (the
-    same on every rank, fresh per job); torch removes it once every rank is done."""
-    try:
-        rank = int(os.environ["ARCOMM_RANK"])
-        size = int(os.environ["ARCOMM_SIZE"])
-        cid = os.environ["ARCOMM_ID"]
-    except (KeyError, ValueError):
-        raise ValueError(
-            "arcomm.torch: init_method='arcomm://' is for jobs started by arrun "
-            "(ARCOMM_RANK, ARCOMM_SIZE and ARCOMM_ID are not all set); under torchrun "
-            "leave init_method out"
-        ) from None
-    name = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in cid)
+    """The store of a job started by arrun or mpirun: a torch FileStore in the
+    temporary directory, named after the job (ARCOMM_ID, or Open MPI's PMIX_NAMESPACE:
+    the same on every rank, fresh per job); torch removes it once every rank is done."""
+    rank, size, job = _job_env()
+    name = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in job)
     path = os.path.join(tempfile.gettempdir(), f"arcomm-torch-store-{name}")
     store = dist.FileStore(path, size)
     store.set_timeout(timeout)

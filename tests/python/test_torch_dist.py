@@ -95,6 +95,16 @@ def test_collectives(n):
     assert len({f[2] for f in fields}) == 1, out
 
 
+@pytest.mark.parametrize("mode", ["colls", "tp"])
+def test_nonblocking_path(mode):
+    """The Work objects' pending path (host calls issued through comm_i*, completed by
+    wait), with the library's non-blocking calls stood in for by ones that run only
+    when waited for: the same results as the blocking path."""
+    got, out = _job(3, mode + "-fakeasync")
+    want, _ = _job(3, mode)
+    assert got == want, out
+
+
 def test_errors():
     """What is not served raises NotImplementedError / ValueError naming the way out
     (BAND/BOR/BXOR, AVG on integers, uneven all_to_all splits, gather, all_to_all of

@@ -11,6 +11,8 @@ exits 1 (with the failure on stderr) when a check fails.  Modes:
   sub-groups on random data, each rank's result checked against a float64 reference
   computed from every rank's inputs (each rank can make them: seeded by rank);
   prints a digest of every result (the same on every rank where it should be).
+* MODE-fakeasync: MODE with the library's non-blocking calls stood in for (see
+  fake_nonblocking): the Work objects' pending path.
 * errors: what the backend does not serve raises, saying what to do instead.
 * ddp STEPS: DistributedDataParallel training of a small MLP on CPU; prints every
   step's loss as a hex float (bit-exact comparison between runs and backends).
@@ -424,9 +426,63 @@ def mode_cuda(rank: int, n: int) -> None:
     say(rank, f"cuda ok {chk.n} {chk.digest.hexdigest()[:16]}")
 
 
+def fake_nonblocking() -> None:
+    """Stands in for a library with the non-blocking calls (comm_iallreduce ...,
+    comm_wait, comm_test): each comm_i* records its blocking call and sets the request;
+    comm_wait runs every recorded call up to its own, in issue order (comm_test: not
+    done until waited for).  So results appear only once Work.wait() ran: a result read
+    before, or a temporary copied out before, is caught by the checks."""
+    lib = arcomm._lib.lib()
+    pending: list = []  # (request id, thunk)
+    ids = iter(range(1, 1 << 30))
+    real = {"comm_iallreduce": lib.comm_allreduce, "comm_ibroadcast": lib.comm_broadcast,
+            "comm_ireduce": lib.comm_reduce, "comm_iallgather": lib.comm_allgather,
+            "comm_ireduce_scatter": lib.comm_reduce_scatter, "comm_ialltoall": lib.comm_alltoall}
+
+    def issue(fn):
+        def call(h, *args):
+            *rest, preq = args
+            rid = next(ids)
+            pending.append((rid, lambda: fn(h, *rest, None)))
+            preq._obj.value = rid
+            return 0
+        return call
+
+    def ibarrier(h, preq):
+        rid = next(ids)
+        pending.append((rid, lambda: lib.comm_barrier(h)))
+        preq._obj.value = rid
+        return 0
+
+    def wait(preq):
+        rid = preq._obj.value
+        while pending and pending[0][0] <= rid:
+            st = pending.pop(0)[1]()
+            if st:
+                return st
+        preq._obj.value = None
+        return 0
+
+    def test(preq, pdone):
+        pdone._obj.value = 0
+        return 0
+
+    for name, fn in real.items():
+        setattr(lib, name, issue(fn))
+    lib.comm_ibarrier = ibarrier
+    lib.comm_wait = wait
+    lib.comm_test = test
+    has = arcomm._lib.has
+    arcomm._lib.has = lambda name: name in real or name in (
+        "comm_ibarrier", "comm_wait", "comm_test") or has(name)
+
+
 def main() -> int:
     mode, backend = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
+    if mode.endswith("-fakeasync"):
+        mode = mode[: -len("-fakeasync")]
+        fake_nonblocking()
     if backend == "arcomm-url":
         dist.init_process_group("arcomm", init_method="arcomm://")
     else:

@@ -3,9 +3,10 @@
 
     import torch.distributed as dist
     import arcomm.torch  # noqa: F401  (registers the backend)
-    dist.init_process_group("arcomm")          # under torchrun, or mpirun/arrun with
-                                               # MASTER_ADDR/MASTER_PORT set
-    dist.init_process_group("arcomm", init_method="arcomm://")   # under arrun alone
+    dist.init_process_group("arcomm")          # under torchrun (or with RANK,
+                                               # WORLD_SIZE, MASTER_ADDR/PORT set)
+    dist.init_process_group("arcomm", init_method="arcomm://")   # under arrun, or
+                                               # Open MPI's mpirun on one host
 
 Each process group is an :class:`ArcommProcessGroup` (a Python ``ProcessGroup``) over
 one host communicator (:class:`arcomm.Comm`) and, from its first call on CUDA tensors,
@@ -31,7 +32,6 @@ copied back.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import tempfile
 from ctypes import byref, c_int, c_void_p
@@ -650,4 +650,3 @@ def _register() -> None:
 
 
 _register()
-del ctypes

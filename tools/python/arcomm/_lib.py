@@ -206,6 +206,45 @@ def _prototype(lib: ctypes.CDLL) -> None:
         f = getattr(lib, name)
         f.restype = res
         f.argtypes = args
+    for name, (res, args) in _optional_signatures().items():
+        if hasattr(lib, name):
+            f = getattr(lib, name)
+            f.restype = res
+            f.argtypes = args
+
+
+def _optional_signatures() -> dict:
+    """Functions newer libraries add (point-to-point, group calls, non-blocking
+    collectives): prototyped where the loaded library has them; ``has(name)`` says
+    which.  The package works without them (arcomm.torch says what needs them)."""
+    p_comm = c_void_p
+    st = c_int
+    p_req = POINTER(c_void_p)  # comm_request_t **
+    return {
+        "comm_send": (st, [p_comm, c_void_p, c_size_t, c_int, c_int, c_void_p]),
+        "comm_recv": (st, [p_comm, c_void_p, c_size_t, c_int, c_int, c_void_p]),
+        "comm_group_start": (st, []),
+        "comm_group_end": (st, []),
+        "comm_iallreduce": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, p_req]),
+        "comm_ibroadcast": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, p_req]),
+        "comm_ireduce": (
+            st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, p_req]
+        ),
+        "comm_iallgather": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, p_req]),
+        "comm_ireduce_scatter": (
+            st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, p_req]
+        ),
+        "comm_ialltoall": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, p_req]),
+        "comm_ibarrier": (st, [p_comm, p_req]),
+        "comm_test": (st, [p_req, POINTER(c_int)]),
+        "comm_wait": (st, [p_req]),
+        "comm_wait_all": (st, [c_int, p_req]),
+    }
+
+
+def has(name: str) -> bool:
+    """Whether the loaded library has the optional function ``name``."""
+    return hasattr(lib(), name) and name in _optional_signatures()
 
 
 def _signatures() -> dict:

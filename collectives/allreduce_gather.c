@@ -79,15 +79,14 @@ static struct gather_layout gather_layout(size_t staged, int nranks)
 bool coll_small_gather(const struct rt_knobs *k, int nranks, size_t slot_bytes, size_t staged)
 {
     /*
-     * auto: from 8 ranks.  At 2-4 ranks the log2 n rounds (1-2) are dependent misses
-     * where the flat path's 1-3 reads of peer lines overlap in the core's queue; from 8
-     * ranks the flat path's n - 1 readers of each line serialize on its owner while the
-     * gather path's 3 rounds read one line each (issue 40's first look at 16 ranks put
-     * the flat path at 0.73-1.43x of arbench's floor).  To be set by measurement on a
-     * host with the cores (docs/host-algorithms.md says how).
+     * auto: the flat path.  Measured on 16 cores (docs/PERFORMANCE.md, "16 ranks on 16
+     * cores", small allreduce against the rank count): the gather path's log2 n dependent
+     * rounds lost to the flat path's overlapping reads at 4, 8 and 16 ranks, thread and
+     * process ranks, 4 B-1 KiB (2.59 against 0.82 us at 4 B, 16 ranks).  More ranks than
+     * that were not measured; ARCOMM_SMALL_ALGO=gather stays for such hosts.
      */
     const char *a = k->small_alg;
-    bool gather = a[0] == 'g' || (a[0] == 'a' && nranks >= 8);
+    bool gather = a[0] == 'g';
     if (!gather || nranks < 2 || staged == 0 || k->small_gather_max == RT_SIZE_OFF ||
         staged > k->small_gather_max)
         return false;

@@ -119,7 +119,7 @@ enum rt_knob_source {
       "message is staged, a mismatch fails the others, the root at a later call (off: never)")     \
     X(SMALL_ALGO, RT_KNOB_STRING, "flat", small_alg, 0, 0, 0,                                      \
       "host: flag-sized allreduce: flat (every rank reads every peer), gather (a dissemination "   \
-      "allgather, log2 n rounds), auto (gather from 8 ranks); the same on every rank")             \
+      "allgather, log2 n rounds), auto (flat: gather lost at 4-16 ranks); the same on every rank") \
     X(SMALL_GATHER_MAX, RT_KNOB_SIZE, "256", small_gather_max, 0, 65536, RT_KNOB_AGREE,            \
       "host: largest allreduce message (bytes per rank) the gather path takes (off: none)")        \
     X(STAGED_CHUNK_BYTES, RT_KNOB_SIZE, "auto", staged_chunk_bytes, 64, RT_KNOB_NOMAX,             \

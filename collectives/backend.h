@@ -99,6 +99,9 @@ struct backend_ops {
     comm_status_t (*p2p)(struct comm *c, struct coll_p2p *ops, size_t n);
     int (*p2p_poll)(struct comm *c, struct coll_p2p *ops, size_t n);
     void (*p2p_end)(struct comm *c, struct coll_p2p *ops, size_t n);
+    /* A send to oneself into its matching receive (same count and dtype, checked by the
+     * runtime); NULL: a host copy. */
+    comm_status_t (*p2p_self)(struct comm *c, const struct coll_p2p *send, struct coll_p2p *recv);
     /* Makes this rank's failure visible to its peers, with msg as the reason they
      * report; the first caller's message wins.  in_call: called by the thread making
      * the collective (which may also mark its arrival word); false from comm_abort,

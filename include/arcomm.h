@@ -271,8 +271,9 @@ void comm_get_version(int *major, int *minor, int *patch);
  * with count > 0 is COMM_ERR_INVALID.  Waits are bounded by the communicator's timeout,
  * run the wait hook, end on comm_abort (COMM_ERR_ABORTED) and on a peer that failed or
  * died (COMM_ERR_PEER); those failures break the communicator on every rank, as a
- * collective's do.  Host: stream NULL.  A backend without them returns
- * COMM_ERR_UNSUPPORTED and stays usable.
+ * collective's do.  Host: stream NULL.  CUDA: device buffers, staged through host memory
+ * after the work on stream, blocking as on host.  Hexagon returns COMM_ERR_UNSUPPORTED
+ * and stays usable.
  */
 comm_status_t comm_send(comm_t *comm, const void *buf, size_t count, comm_dtype_t dtype, int peer,
                         void *stream);

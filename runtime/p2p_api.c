@@ -121,6 +121,10 @@ static comm_status_t match_self(struct comm *c, struct coll_p2p *ops, size_t n)
             s->status = r->status = COMM_ERR_MISMATCH;
             if (first == COMM_OK)
                 first = COMM_ERR_MISMATCH;
+        } else if (s->count > 0 && c->ops->p2p_self != NULL) {
+            comm_status_t st = c->ops->p2p_self(c, s, r);
+            if (st != COMM_OK)
+                return st;
         } else if (s->count > 0) {
             memmove(r->buf, s->buf, s->count * rt_dtype_size(s->dtype));
         }

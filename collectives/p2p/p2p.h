@@ -15,4 +15,11 @@
 comm_status_t coll_host_p2p(struct comm *c, struct coll_p2p *ops, size_t n);
 int coll_host_p2p_poll(struct comm *c, struct coll_p2p *ops, size_t n);
 
+/* p2p_cuda.c (CUDA builds): device buffers, staged through host copies. */
+comm_status_t coll_cuda_p2p(struct comm *c, struct coll_p2p *ops, size_t n);
+int coll_cuda_p2p_poll(struct comm *c, struct coll_p2p *ops, size_t n);
+void coll_cuda_p2p_end(struct comm *c, struct coll_p2p *ops, size_t n);
+comm_status_t coll_cuda_p2p_self(struct comm *c, const struct coll_p2p *send,
+                                 struct coll_p2p *recv);
+
 #endif /* ARCOMM_COLL_P2P_H */

@@ -35,6 +35,27 @@ extern const struct backend_knobs coll_hexagon_knobs; /* hexagon/knobs_hex.c */
 /* Every backend's, built or not, in rt_backends' order. */
 extern const struct backend_knobs *const coll_knob_views[3];
 
+/*
+ * One send or receive of a group (comm_send, comm_recv, collectives/p2p/): what the
+ * runtime validated, then the backend's progress through it.  A group's calls on one
+ * communicator are run together, in the order the program made them.
+ */
+#define COLL_P2P_DONE 3 /* struct coll_p2p.state of a finished call, whoever finished it */
+struct coll_p2p {
+    bool send;          /* comm_send (else comm_recv) */
+    void *buf;          /* the caller's buffer (const for a send) */
+    size_t count;       /* elements */
+    comm_dtype_t dtype; /* validated */
+    int peer;           /* 0 .. nranks-1 (own rank: a self-send, matched by the runtime) */
+    void *stream;       /* the caller's stream (device backends), NULL on host */
+    /* The backend's progress (zero when posted): */
+    int state;            /* the backend's step */
+    comm_status_t status; /* the outcome, once state says done */
+    uint64_t msg;         /* the pair's message number this call is */
+    uint64_t chunk;       /* staged: chunks of this message moved so far */
+    void *bounce;         /* device backends: the host copy of buf, freed by them */
+};
+
 struct backend_ops {
     const char *name; /* ARCOMM_TRANSPORT's spelling */
     comm_device_t device;
@@ -65,6 +86,22 @@ struct backend_ops {
     comm_status_t (*allgather)(struct comm *c, const struct coll_call *call);
     comm_status_t (*reduce_scatter)(struct comm *c, const struct coll_call *call);
     comm_status_t (*alltoall)(struct comm *c, const struct coll_call *call);
+    /*
+     * Point-to-point (comm_send, comm_recv, comm_group_end), on validated calls; NULL:
+     * the backend has none (COMM_ERR_UNSUPPORTED, the communicator stays usable).
+     * p2p runs ops[0..n) to completion together (bounded, aborted, peers watched like
+     * every wait), the sends and receives between one pair in order; returns the first
+     * failure, each call's in ops[i].status.  p2p_poll makes one pass without waiting,
+     * for a group whose thread drives several communicators: 1 when every call is done
+     * (the first failure in the return value's place: < 0), 0 when some still waits.
+     * p2p_end lets go of what the calls hold (after p2p or polls, failed or not).
+     */
+    comm_status_t (*p2p)(struct comm *c, struct coll_p2p *ops, size_t n);
+    int (*p2p_poll)(struct comm *c, struct coll_p2p *ops, size_t n);
+    void (*p2p_end)(struct comm *c, struct coll_p2p *ops, size_t n);
+    /* A send to oneself into its matching receive (same count and dtype, checked by the
+     * runtime); NULL: a host copy. */
+    comm_status_t (*p2p_self)(struct comm *c, const struct coll_p2p *send, struct coll_p2p *recv);
     /* Makes this rank's failure visible to its peers, with msg as the reason they
      * report; the first caller's message wins.  in_call: called by the thread making
      * the collective (which may also mark its arrival word); false from comm_abort,

@@ -4,6 +4,7 @@
  * the host paths of allreduce.c.
  */
 #include "backend.h"
+#include "p2p/p2p.h"
 
 #include <stdio.h>
 
@@ -74,6 +75,8 @@ const struct backend_ops coll_host_backend = {
     .allgather = coll_host_allgather,
     .reduce_scatter = coll_host_reduce_scatter,
     .alltoall = coll_host_alltoall,
+    .p2p = coll_host_p2p,
+    .p2p_poll = coll_host_p2p_poll,
     .publish_failure = shm_publish_failure,
     .wake = shm_wake,
     .mem_alloc = shm_pool_alloc,

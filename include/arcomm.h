@@ -315,6 +315,38 @@ comm_status_t comm_wait(comm_request_t **req);
 /* Waits for every request of reqs (NULL entries are skipped), frees each and sets it
  * NULL; returns the first failure in array order, else COMM_OK. */
 comm_status_t comm_wait_all(int n, comm_request_t **reqs);
+ * Point-to-point (0.4).  comm_send sends count elements of buf to rank peer; comm_recv
+ * receives them from rank peer into buf.  Sends and receives between one ordered pair
+ * of ranks are matched in the order they were made; a send and its receive must agree
+ * on count and dtype, else both return COMM_ERR_MISMATCH before a byte of the receive
+ * buffer is written (the message is consumed; the communicator stays usable).  Outside a
+ * group both block: comm_send until its receiver has matched the message and the data
+ * has left buf (small messages are copied through the shared segment, large ones copied
+ * once by the receiver straight from buf where it can reach it), comm_recv until the
+ * data is in buf.  A peer out of range, peer == own rank outside a group, or a NULL buf
+ * with count > 0 is COMM_ERR_INVALID.  Waits are bounded by the communicator's timeout,
+ * run the wait hook, end on comm_abort (COMM_ERR_ABORTED) and on a peer that failed or
+ * died (COMM_ERR_PEER); those failures break the communicator on every rank, as a
+ * collective's do.  Host: stream NULL.  CUDA: device buffers, staged through host memory
+ * after the work on stream, blocking as on host.  Hexagon returns COMM_ERR_UNSUPPORTED
+ * and stays usable.
+ */
+comm_status_t comm_send(comm_t *comm, const void *buf, size_t count, comm_dtype_t dtype, int peer,
+                        void *stream);
+comm_status_t comm_recv(comm_t *comm, void *buf, size_t count, comm_dtype_t dtype, int peer,
+                        void *stream);
+
+/*
+ * Groups, as NCCL's: per calling thread, nesting.  Between comm_group_start and the
+ * outermost comm_group_end, comm_send and comm_recv only check their arguments and post
+ * the call; comm_group_end runs every posted call together (so two ranks that each send
+ * to and receive from the other, or a ring of sends and receives, cannot deadlock) and
+ * returns the first failure.  Within a group a rank may send to itself: each such send
+ * is matched, in order, with a receive from itself of the same group.  One thread may
+ * post calls on several communicators in one group.
+ */
+comm_status_t comm_group_start(void);
+comm_status_t comm_group_end(void);
 
 #ifdef __cplusplus
 }

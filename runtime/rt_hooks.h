@@ -64,6 +64,11 @@ ARCOMM_HOOK comm_status_t rt_hook_split(comm_t *comm, int color, int key,
  * through the staging slots and through CMA (out[0..2]).  COMM_ERR_INVALID for a dead
  * handle or a communicator without the segment. */
 ARCOMM_HOOK comm_status_t rt_hook_bulk_calls(const comm_t *comm, uint64_t out[3]);
+/* Point-to-point on a host communicator: a channel's eager room, a stage chunk's bytes,
+ * and the messages this rank received by how they came (recvs[1..5]: eager, pointer,
+ * offset, CMA, staged).  Any output may be NULL. */
+ARCOMM_HOOK comm_status_t rt_hook_p2p_info(const comm_t *comm, uint64_t *eager_bytes,
+                                           uint64_t *chunk_bytes, uint64_t recvs[6]);
 
 /* For the hierarchical backend's inter-host exchange (collectives/hier/hier_inter.c):
  * out[i] = a[i] op b[i] for count elements of dtype (out may be a or b), with the host

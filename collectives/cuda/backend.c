@@ -6,6 +6,7 @@
  */
 #include "backend.h"
 #include "coll_cuda.h"
+#include "p2p/p2p.h"
 #include "cuda/cuda_comm.h"
 
 static uint64_t size_number(size_t v)
@@ -146,6 +147,10 @@ const struct backend_ops coll_cuda_backend = {
     .allgather = cuda_staged,
     .reduce_scatter = cuda_staged,
     .alltoall = cuda_staged,
+    .p2p = coll_cuda_p2p,
+    .p2p_poll = coll_cuda_p2p_poll,
+    .p2p_end = coll_cuda_p2p_end,
+    .p2p_self = coll_cuda_p2p_self,
     .publish_failure = cuda_publish_failure,
     .wake = shm_wake,
     .mem_alloc = cuda_mem_alloc,

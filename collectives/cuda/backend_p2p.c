@@ -16,6 +16,7 @@
  */
 #include "backend.h"
 #include "coll_cuda.h"
+#include "p2p/p2p.h"
 #include "cuda/p2p.h"
 #include "shm/shm.h"
 
@@ -110,6 +111,10 @@ const struct backend_ops coll_cuda_p2p_backend = {
     .allgather = p2p_move,
     .reduce_scatter = p2p_reduce_scatter,
     .alltoall = p2p_move,
+    .p2p = coll_cuda_p2p,
+    .p2p_poll = coll_cuda_p2p_poll,
+    .p2p_end = coll_cuda_p2p_end,
+    .p2p_self = coll_cuda_p2p_self,
     .publish_failure = cuda_publish_failure,
     .wake = shm_wake,
     .mem_alloc = cuda_mem_alloc,

@@ -126,7 +126,6 @@ struct ncclComm *nccl_comm_new(int nranks, int rank, int device, bool blocking)
 
 void nccl_comm_free(struct ncclComm *comm)
 {
-    nccl_p2p_free(comm);
     if (comm->scratch != NULL || comm->scratch_done != NULL) {
         int prev = 0;
         (void)nccl_current_device(&prev);
@@ -528,7 +527,6 @@ static ncclResult_t destroy(ncclComm_t comm, bool abort, const char *fn)
                          (void *)comm);
     if (abort) {
         job_abort(comm);
-        nccl_p2p_abort(comm);
         if (comm->c != NULL)
             (void)comm_abort(comm->c); /* a nonblocking split of it still running ends too */
     }
@@ -568,8 +566,6 @@ NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async
     }
     if (r == ncclSuccess && comm->c != NULL) {
         comm_status_t st = rt_hook_comm_state(comm->c);
-        if (st == COMM_OK)
-            st = nccl_p2p_state(comm);
         r = st != COMM_OK ? (int)nccl_result(st) : atomic_load(&comm->call_result);
     }
     *asyncError = (ncclResult_t)r;

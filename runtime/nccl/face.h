@@ -47,13 +47,6 @@ struct nccl_job {
     char errmsg[NCCL_FACE_ERRMSG];
 };
 
-/* The 2-rank communicator this rank shares with one peer for ncclSend/ncclRecv (p2p.c). */
-struct nccl_pair {
-    comm_t *c;  /* NULL until the first send or receive between the two */
-    void *side; /* cudaStream_t its calls run on, beside the other pairs' */
-    void *done; /* cudaEvent_t: its calls of a group are done (the callers' streams wait) */
-};
-
 /* A premultiplied sum (ncclRedOpCreatePreMulSum): op ncclNumOps + index. */
 struct nccl_premul {
     bool used;
@@ -79,7 +72,6 @@ struct ncclComm {
     /* A nonblocking split of this communicator without a color, outside a group: its
      * hidden child, freed once this communicator joins the split (its next call). */
     struct ncclComm *orphan;
-    struct nccl_pair *pairs; /* point-to-point (p2p.c): nranks entries, made on first use */
     struct nccl_premul premul[NCCL_PREMUL_MAX];
     void *scratch; /* premultiplied inputs, on device; grown on demand */
     size_t scratch_bytes;
@@ -142,14 +134,9 @@ ncclResult_t nccl_map_dtype(ncclDataType_t t, bool reduces, comm_dtype_t *out, c
 void nccl_id_derive(const char *key, comm_id_t *id);
 
 /* Point-to-point (p2p.c).  ncclSend/ncclRecv are kept until the outermost ncclGroupEnd
- * (at once outside a group), which runs them: nccl_p2p_flush.  Each pair of ranks
- * shares a 2-rank communicator of its own, made on their first exchange. */
+ * (at once outside a group), which runs them as one arcomm group (comm_send, comm_recv):
+ * nccl_p2p_flush. */
 ncclResult_t nccl_p2p_flush(void);
-/* comm_abort of the communicator's pairs; the first failure among them (COMM_OK: none). */
-void nccl_p2p_abort(struct ncclComm *comm);
-comm_status_t nccl_p2p_state(const struct ncclComm *comm);
-/* Destroys the pairs (their streams and events too). */
-void nccl_p2p_free(struct ncclComm *comm);
 
 /* The NCCL functions of later versions that this library defines only to refuse. */
 ncclResult_t nccl_refuse(const char *fn, ncclResult_t r, const char *why);

@@ -1,27 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ncclSend and ncclRecv on arcomm's collectives.  Each pair of ranks of a communicator
- * that exchanges data gets a 2-rank arcomm communicator of its own, made on its first
- * exchange (as NCCL connects a pair lazily): its id derives from the parent's id and
- * the two ranks, so both make it without an exchange.  A send is a broadcast on it
- * rooted at the sender, the receive the same broadcast at the peer; the count and
- * dtype are then agreed as every collective's are (a send and receive that disagree
- * fail with COMM_ERR_MISMATCH on both), and waits, aborts and dead peers behave as
- * arcomm's always do.
- *
- * Calls are kept until the outermost ncclGroupEnd (at once outside a group), then run
- * in a fixed order on each pair, the lower rank's sends first: both ranks enqueue the
- * same broadcasts in the same order whatever order the program called them in.  Each
- * pair's calls go to a stream of its own, forked from and joined back to the callers'
- * streams, so that the pairs of a group progress together (a ring of sends and
- * receives would deadlock on one stream).  A send to oneself within a group is a copy
- * to the matching receive.  ncclGather and ncclScatter are groups of these.
+ * ncclSend and ncclRecv on arcomm's comm_send and comm_recv.  Calls are kept until the
+ * outermost ncclGroupEnd (at once outside a group), then posted in one arcomm group
+ * (comm_group_start ... comm_group_end), which runs them all together: matched in call
+ * order per pair, a send and receive that disagree failing with COMM_ERR_MISMATCH on
+ * both, waits, aborts and dead peers as arcomm's always are, and no deadlock for a pair
+ * or ring of sends and receives.  arcomm's own group matches sends to oneself with
+ * receives from oneself.  The CUDA backends stage device buffers through host memory
+ * and block until the data moved (collectives/p2p/p2p_cuda.c), so a call cannot be
+ * captured into a CUDA graph.  ncclGather and ncclScatter are groups of these.
  */
 #include "face.h"
-#include "rt_hooks.h"
 
 #include <cuda_runtime.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,68 +26,10 @@ struct p2p_op {
     int peer;
     cudaStream_t stream;
     const char *fn;
-    bool done;
 };
 
 static _Thread_local struct p2p_op *ops;
 static _Thread_local int nops, cap_ops;
-
-/* The pair (comm, peer) being made in a thread of its own. */
-struct pair_job {
-    struct ncclComm *comm;
-    int peer;
-    pthread_t thread;
-    comm_t *made;
-    comm_status_t st;
-    char why[NCCL_FACE_ERRMSG];
-};
-
-static void *pair_run(void *arg)
-{
-    struct pair_job *j = arg;
-    struct ncclComm *comm = j->comm;
-    comm_id_t parent;
-    j->st = rt_hook_comm_id(comm->c, &parent);
-    if (j->st != COMM_OK) {
-        snprintf(j->why, sizeof(j->why), "the communicator is not alive");
-        return NULL;
-    }
-    int lo = comm->rank < j->peer ? comm->rank : j->peer;
-    int hi = comm->rank < j->peer ? j->peer : comm->rank;
-    char key[160];
-    snprintf(key, sizeof(key), "%s/p2p/%d/%d", parent.str, lo, hi);
-    comm_config_t cfg;
-    comm_config_init(&cfg);
-    nccl_id_derive(key, &cfg.id);
-    cfg.nranks = 2;
-    cfg.rank = comm->rank == lo ? 0 : 1;
-    cfg.device = COMM_DEVICE_CUDA;
-    cfg.device_index = comm->device;
-    cfg.knob_defaults = NCCL_FACE_KNOB_DEFAULTS;
-    (void)cudaSetDevice(comm->device);
-    j->st = comm_init(&j->made, &cfg);
-    if (j->st != COMM_OK)
-        snprintf(j->why, sizeof(j->why), "%s", comm_last_error(NULL));
-    return NULL;
-}
-
-/* The pair's stream and event, on its communicator's GPU (current). */
-static cudaError_t pair_streams(struct nccl_pair *p)
-{
-    cudaStream_t s;
-    cudaEvent_t ev;
-    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e != cudaSuccess)
-        return e;
-    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-        (void)cudaStreamDestroy(s);
-        return e;
-    }
-    p->side = s;
-    p->done = ev;
-    return cudaSuccess;
-}
 
 static bool stream_capturing(cudaStream_t s)
 {
@@ -108,246 +41,37 @@ static bool stream_capturing(cudaStream_t s)
     return cap != cudaStreamCaptureStatusNone;
 }
 
-/* Makes every pair the kept calls need and lacks, all at once (one thread may drive both
- * ranks of a pair), each in a thread of its own. */
-static ncclResult_t make_pairs(void)
-{
-    struct pair_job *jobs = calloc((size_t)nops, sizeof(*jobs));
-    if (jobs == NULL)
-        return nccl_fail(ncclSystemError, "ncclGroupEnd: out of memory");
-    int n = 0;
-    ncclResult_t r = ncclSuccess;
-    for (int i = 0; i < nops && r == ncclSuccess; i++) {
-        struct p2p_op *o = &ops[i];
-        if (o->peer == o->comm->rank || o->comm->pairs[o->peer].c != NULL)
-            continue;
-        bool dup = false;
-        for (int k = 0; k < n && !dup; k++)
-            dup = jobs[k].comm == o->comm && jobs[k].peer == o->peer;
-        if (dup)
-            continue;
-        if (stream_capturing(o->stream)) {
-            r = nccl_fail(ncclInvalidUsage,
-                          "%s: rank %d: the first send or receive between ranks %d and %d is "
-                          "being captured into a CUDA graph; make it once before the capture "
-                          "(it sets up the pair's communicator, which a capture cannot)",
-                          o->fn, o->comm->rank, o->comm->rank, o->peer);
-            break;
-        }
-        jobs[n].comm = o->comm;
-        jobs[n].peer = o->peer;
-        if (pthread_create(&jobs[n].thread, NULL, pair_run, &jobs[n]) != 0) {
-            r = nccl_fail(ncclSystemError, "%s: cannot start a thread", o->fn);
-            break;
-        }
-        n++;
-    }
-    for (int k = 0; k < n; k++)
-        pthread_join(jobs[k].thread, NULL);
-    for (int k = 0; k < n; k++) {
-        struct pair_job *j = &jobs[k];
-        if (j->st != COMM_OK) {
-            if (r == ncclSuccess)
-                r = nccl_fail(nccl_result(j->st),
-                              "rank %d: the communicator of ranks %d and %d for ncclSend/ncclRecv "
-                              "could not be made: %s",
-                              j->comm->rank, j->comm->rank, j->peer, j->why);
-            continue;
-        }
-        struct nccl_pair *p = &j->comm->pairs[j->peer];
-        int prev = 0;
-        (void)nccl_current_device(&prev);
-        (void)cudaSetDevice(j->comm->device);
-        cudaError_t e = pair_streams(p);
-        (void)cudaSetDevice(prev);
-        if (e != cudaSuccess) {
-            (void)comm_destroy(j->made);
-            if (r == ncclSuccess)
-                r = nccl_fail(ncclUnhandledCudaError, "rank %d: a stream for the pair with %d: %s",
-                              j->comm->rank, j->peer, cudaGetErrorString(e));
-            continue;
-        }
-        p->c = j->made;
-    }
-    free(jobs);
-    return r;
-}
-
-/* The callers' streams of the kept calls, each with the event the pairs fork from. */
-struct fork {
-    cudaStream_t stream;
-    int device;
-    cudaEvent_t ev;
-};
-
-static struct fork *fork_of(struct fork *f, int nf, cudaStream_t s, int device)
-{
-    for (int i = 0; i < nf; i++)
-        if (f[i].stream == s && f[i].device == device)
-            return &f[i];
-    return NULL;
-}
-
-/* Sends to oneself within the group: each a copy into the matching receive (in order),
- * on the receive's stream after the send's, which then waits for the copy. */
-static ncclResult_t run_self(struct fork *forks, int nf)
-{
-    for (int i = 0; i < nops; i++) {
-        struct p2p_op *s = &ops[i];
-        if (!s->send || s->done || s->peer != s->comm->rank)
-            continue;
-        struct p2p_op *v = NULL;
-        for (int k = 0; k < nops && v == NULL; k++)
-            if (!ops[k].send && !ops[k].done && ops[k].comm == s->comm &&
-                ops[k].peer == s->comm->rank)
-                v = &ops[k];
-        if (v == NULL || v->count != s->count || v->dt != s->dt)
-            return nccl_fail(ncclInvalidUsage,
-                             "%s: rank %d sends %zu elements to itself; the group needs one "
-                             "ncclRecv from itself of the same count and datatype%s",
-                             s->fn, s->comm->rank, s->count, v == NULL ? " (there is none)" : "");
-        s->done = v->done = true;
-        size_t bytes = s->count * comm_dtype_size(s->dt);
-        (void)cudaSetDevice(s->comm->device);
-        cudaError_t e =
-            cudaStreamWaitEvent(v->stream, fork_of(forks, nf, s->stream, s->comm->device)->ev, 0);
-        if (e == cudaSuccess && bytes > 0 && v->buf != s->buf)
-            e = cudaMemcpyAsync(v->buf, s->buf, bytes, cudaMemcpyDeviceToDevice, v->stream);
-        cudaEvent_t copied;
-        if (e == cudaSuccess && v->stream != s->stream &&
-            (e = cudaEventCreateWithFlags(&copied, cudaEventDisableTiming)) == cudaSuccess) {
-            e = cudaEventRecord(copied, v->stream);
-            if (e == cudaSuccess)
-                e = cudaStreamWaitEvent(s->stream, copied, 0);
-            (void)cudaEventDestroy(copied);
-        }
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return nccl_fail(ncclUnhandledCudaError, "%s: rank %d: a copy to itself: %s", s->fn,
-                             s->comm->rank, cudaGetErrorString(e));
-        }
-    }
-    for (int i = 0; i < nops; i++)
-        if (!ops[i].done && ops[i].peer == ops[i].comm->rank)
-            return nccl_fail(ncclInvalidUsage,
-                             "%s: rank %d receives from itself with no ncclSend to itself in "
-                             "the group",
-                             ops[i].fn, ops[i].comm->rank);
-    return ncclSuccess;
-}
-
-/* One kept call as the broadcast of its pair, on the pair's stream. */
-static ncclResult_t run_op(struct p2p_op *o, struct nccl_pair *p, struct fork *f)
-{
-    cudaError_t e = cudaStreamWaitEvent((cudaStream_t)p->side, f->ev, 0);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return nccl_fail(ncclUnhandledCudaError, "%s: rank %d: %s", o->fn, o->comm->rank,
-                         cudaGetErrorString(e));
-    }
-    int me = comm_rank(p->c), root = o->send ? me : 1 - me;
-    comm_status_t st =
-        comm_broadcast(p->c, o->send ? o->buf : NULL, o->buf, o->count, o->dt, root, p->side);
-    if (st != COMM_OK)
-        return nccl_fail(nccl_result(st), "%s: rank %d, peer %d: %s", o->fn, o->comm->rank, o->peer,
-                         comm_last_error(p->c));
-    return ncclSuccess;
-}
-
-/* Every kept call of pair (comm, peer) in the order both ranks agree on: the lower
- * rank's sends, then the higher rank's, each direction in the order of the calls. */
-static ncclResult_t run_pair(struct ncclComm *comm, int peer, struct fork *forks, int nf)
-{
-    struct nccl_pair *p = &comm->pairs[peer];
-    bool low = comm->rank < peer;
-    bool ran = false; /* anything enqueued on the pair's stream */
-    ncclResult_t r = ncclSuccess;
-    for (int pass = 0; pass < 2 && r == ncclSuccess; pass++) {
-        /* pass 0: the lower rank's sends (ours when low), pass 1: the higher rank's. */
-        bool sends = (pass == 0) == low;
-        for (int i = 0; i < nops && r == ncclSuccess; i++) {
-            struct p2p_op *o = &ops[i];
-            if (o->done || o->comm != comm || o->peer != peer || o->send != sends)
-                continue;
-            o->done = true;
-            if (o->count > 0) {
-                r = run_op(o, p, fork_of(forks, nf, o->stream, comm->device));
-                ran = true;
-            }
-        }
-    }
-    /* Sends and receives of nothing enqueue nothing, and the callers' streams wait for
-     * nothing: an event recorded on the pair's stream then would be work outside a graph
-     * capture under way on theirs (nccl-tests' -G starts at 0 bytes). */
-    if (!ran)
-        return r;
-    /* The callers' streams of this pair's calls wait for the pair's stream. */
-    cudaError_t e = cudaEventRecord((cudaEvent_t)p->done, (cudaStream_t)p->side);
-    for (int i = 0; i < nops && e == cudaSuccess; i++) {
-        struct p2p_op *o = &ops[i];
-        if (o->comm != comm || o->peer != peer)
-            continue;
-        bool first = true;
-        for (int k = 0; k < i && first; k++)
-            first = !(ops[k].comm == comm && ops[k].peer == peer && ops[k].stream == o->stream);
-        if (first)
-            e = cudaStreamWaitEvent(o->stream, (cudaEvent_t)p->done, 0);
-    }
-    if (e != cudaSuccess && r == ncclSuccess) {
-        (void)cudaGetLastError();
-        r = nccl_fail(ncclUnhandledCudaError, "rank %d: joining the pair with %d: %s", comm->rank,
-                      peer, cudaGetErrorString(e));
-    }
-    return r;
-}
-
+/* The kept calls as one arcomm group; the first failure, named by its call. */
 static ncclResult_t run_all(void)
 {
-    ncclResult_t r = make_pairs();
-    if (r != ncclSuccess)
-        return r;
-    struct fork *forks = calloc((size_t)nops, sizeof(*forks));
-    if (forks == NULL)
-        return nccl_fail(ncclSystemError, "ncclGroupEnd: out of memory");
-    int nf = 0, prev = 0;
-    (void)nccl_current_device(&prev);
-    /* Every caller's stream is forked from before any pair's stream joins one of them:
-     * no pair waits for another's calls. */
-    for (int i = 0; i < nops && r == ncclSuccess; i++) {
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; i < nops; i++)
+        if (ops[i].count > 0 && stream_capturing(ops[i].stream))
+            return nccl_fail(ncclInvalidUsage,
+                             "%s: rank %d: a send or receive is being captured into a CUDA "
+                             "graph, which arcomm's sends and receives (staged through the "
+                             "host, blocking) cannot be; make it outside the capture",
+                             ops[i].fn, ops[i].comm->rank);
+    (void)comm_group_start();
+    for (int i = 0; i < nops; i++) {
         struct p2p_op *o = &ops[i];
-        if (fork_of(forks, nf, o->stream, o->comm->device) != NULL)
-            continue;
-        struct fork *f = &forks[nf];
-        f->stream = o->stream;
-        f->device = o->comm->device;
-        cudaError_t e = cudaSetDevice(f->device);
-        if (e == cudaSuccess)
-            e = cudaEventCreateWithFlags(&f->ev, cudaEventDisableTiming);
-        if (e == cudaSuccess) {
-            nf++;
-            e = cudaEventRecord(f->ev, f->stream);
-        }
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            r = nccl_fail(ncclUnhandledCudaError, "%s: rank %d: on its stream: %s", o->fn,
-                          o->comm->rank, cudaGetErrorString(e));
-        }
+        comm_status_t st = o->send
+                               ? comm_send(o->comm->c, o->buf, o->count, o->dt, o->peer, o->stream)
+                               : comm_recv(o->comm->c, o->buf, o->count, o->dt, o->peer, o->stream);
+        if (st != COMM_OK && r == ncclSuccess)
+            r = nccl_fail_comm(o->comm, o->fn, st);
     }
-    if (r == ncclSuccess)
-        r = run_self(forks, nf);
-    for (int i = 0; i < nops && r == ncclSuccess; i++) {
-        struct p2p_op *o = &ops[i];
-        if (o->done)
-            continue;
-        (void)cudaSetDevice(o->comm->device);
-        r = run_pair(o->comm, o->peer, forks, nf);
+    comm_status_t st = comm_group_end();
+    if (st != COMM_OK && r == ncclSuccess) {
+        /* The communicator whose message says why: the first that failed. */
+        struct ncclComm *why = ops[0].comm;
+        for (int i = 0; i < nops; i++)
+            if (ops[i].comm->c != NULL && comm_last_error(ops[i].comm->c)[0] != '\0') {
+                why = ops[i].comm;
+                break;
+            }
+        r = nccl_fail_comm(why, "ncclGroupEnd (its ncclSend/ncclRecv)", st);
     }
-    for (int i = 0; i < nf; i++) {
-        (void)cudaSetDevice(forks[i].device);
-        (void)cudaEventDestroy(forks[i].ev);
-    }
-    (void)cudaSetDevice(prev);
-    free(forks);
     return r;
 }
 
@@ -376,11 +100,6 @@ static ncclResult_t keep(struct ncclComm *comm, bool send, const void *buf, size
     if (r == ncclSuccess && buf == NULL && count > 0)
         r = nccl_fail(ncclInvalidArgument, "%s: rank %d: the buffer is NULL for %zu elements", fn,
                       comm->rank, count);
-    if (r == ncclSuccess && comm->pairs == NULL) {
-        comm->pairs = calloc((size_t)comm->nranks, sizeof(*comm->pairs));
-        if (comm->pairs == NULL)
-            r = nccl_fail(ncclSystemError, "%s: out of memory", fn);
-    }
     if (r == ncclSuccess && nops == cap_ops) {
         int ncap = cap_ops ? 2 * cap_ops : 16;
         struct p2p_op *n = realloc(ops, (size_t)ncap * sizeof(*n));
@@ -489,42 +208,3 @@ NCCL_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t c
     return rooted(comm, false, sendbuff, recvbuff, count, datatype, root, stream, "ncclScatter");
 }
 NCCL_ALIAS(ncclScatter);
-
-void nccl_p2p_abort(struct ncclComm *comm)
-{
-    for (int q = 0; comm->pairs != NULL && q < comm->nranks; q++)
-        if (comm->pairs[q].c != NULL)
-            (void)comm_abort(comm->pairs[q].c);
-}
-
-comm_status_t nccl_p2p_state(const struct ncclComm *comm)
-{
-    for (int q = 0; comm->pairs != NULL && q < comm->nranks; q++) {
-        if (comm->pairs[q].c == NULL)
-            continue;
-        comm_status_t st = rt_hook_comm_state(comm->pairs[q].c);
-        if (st != COMM_OK)
-            return st;
-    }
-    return COMM_OK;
-}
-
-void nccl_p2p_free(struct ncclComm *comm)
-{
-    if (comm->pairs == NULL)
-        return;
-    int prev = 0;
-    (void)nccl_current_device(&prev);
-    (void)cudaSetDevice(comm->device);
-    for (int q = 0; q < comm->nranks; q++) {
-        struct nccl_pair *p = &comm->pairs[q];
-        if (p->c == NULL)
-            continue;
-        (void)comm_destroy(p->c);
-        (void)cudaStreamDestroy((cudaStream_t)p->side);
-        (void)cudaEventDestroy((cudaEvent_t)p->done);
-    }
-    (void)cudaSetDevice(prev);
-    free(comm->pairs);
-    comm->pairs = NULL;
-}

@@ -81,7 +81,12 @@ static void geometry(void **s)
         assert_int_equal(g.off_staging % 4096, 0);
         assert_true(g.off_staging >=
                     g.off_eager + n * SHM_EAGER_ENTRIES * sizeof(struct shm_eager));
-        assert_int_equal(g.off_pool, g.off_staging + (uint64_t)n * 2 * slot);
+        assert_int_equal(g.off_p2p, g.off_staging + (uint64_t)n * 2 * slot);
+        /* The point-to-point region: n^2 channels and n stages, small at 256 ranks. */
+        assert_int_equal(g.off_pool, shm_align_up(g.off_p2p + shm_p2p_region_bytes(n), 4096));
+        assert_true(shm_p2p_region_bytes(n) >=
+                    (uint64_t)n * n * shm_p2p_chan_stride(n) + 2ull * n * shm_p2p_chunk_bytes(n));
+        assert_true(shm_p2p_region_bytes(n) <= (48ull << 20));
         assert_int_equal(g.off_pool % 4096, 0);
         assert_int_equal(g.total_bytes, g.off_pool + (uint64_t)n * pool);
     }

@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      10u
+#define SHM_VERSION      11u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -54,7 +54,8 @@ struct shm_header {
     uint64_t off_pool;                            /* offset of the pools */
     char transport[16];                           /* transport that created it, NUL-terminated */
     uint64_t off_eager;                           /* offset of struct shm_eager[n][ENTRIES] */
-    uint8_t pad1[16];
+    uint64_t off_p2p; /* offset of the point-to-point region (struct shm_p2p_chan) */
+    uint8_t pad1[8];
     /* --- line 2: rendezvous, written by every rank during comm_init --- */
     alignas(SHM_CACHE_LINE) _Atomic uint32_t attached; /* ranks that have joined */
     _Atomic int32_t init_status; /* COMM_OK, or why some rank gave up joining */
@@ -232,13 +233,6 @@ struct shm_eager {
 _Static_assert(offsetof(struct shm_eager, data) == 32, "the message starts on the first line");
 _Static_assert(offsetof(struct shm_header, off_eager) < 2 * SHM_CACHE_LINE, "off_eager on line 1");
 
-/* Geometry of a segment for nranks ranks; every offset page aligned.  ok is false when
- * a size does not fit 64 bits (then the offsets mean nothing). */
-struct shm_geometry {
-    uint64_t off_ranks, off_arrival, off_eager, off_staging, off_pool, total_bytes;
-    bool ok;
-};
-
 /* v rounded up to a multiple of a; UINT64_MAX when that does not fit. */
 static inline uint64_t shm_align_up(uint64_t v, uint64_t a)
 {
@@ -252,6 +246,103 @@ static inline bool shm_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out
     return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);
 }
 
+/*
+ * Point-to-point (comm_send / comm_recv, collectives/p2p/): one channel per ordered pair
+ * of ranks, channel (dst, src) at index dst * nranks + src, so that a receiver's
+ * channels are contiguous.  One message is in flight per channel: the sender writes the
+ * descriptor (and an eager message's bytes) and then posted; the receiver matches it
+ * against its receive, copies, writes its verdict and then taken.  Both counters count
+ * the pair's messages from 1 and never go back.  Large messages that the receiver
+ * cannot read in place travel in chunks through the sender's stage (two chunks of
+ * shm_p2p_chunk_bytes per rank, after the channels): filled and drained count the pair's
+ * chunks.  The eager room and the chunk size shrink with the rank count so that the
+ * region stays small at COMM_MAX_RANKS (n^2 channels).
+ */
+#define SHM_P2P_EAGER_MAX 8192u      /* eager room of a channel at few ranks */
+#define SHM_P2P_EAGER_MIN 64u        /* ... and at many */
+#define SHM_P2P_EAGER_ALL (4u << 20) /* what all channels' eager room may take */
+#define SHM_P2P_CHUNK_MAX (512u << 10)
+#define SHM_P2P_CHUNK_MIN (64u << 10)
+#define SHM_P2P_STAGE_ALL (32u << 20) /* what all ranks' stages may take */
+#define SHM_P2P_RANKS_MAX 65536u      /* a header claiming more is corrupt (n^2 fits) */
+
+/* How the sender's bytes reach the receiver (shm_p2p_chan.kind). */
+enum shm_p2p_kind {
+    SHM_P2P_EAGER = 1,  /* in the channel's eager room */
+    SHM_P2P_RAW = 2,    /* addr: a pointer of the sender's process, which is the receiver's */
+    SHM_P2P_OFFSET = 3, /* addr: an offset into the pools, or (SHM_HEAP_TAG) the sender's heap */
+    SHM_P2P_CMA = 4,    /* addr: a pointer of the sender's process, read with process_vm_readv */
+    SHM_P2P_STAGED = 5, /* in chunks through the sender's stage */
+};
+
+struct shm_p2p_chan {
+    /* --- line 0: written by the sender alone --- */
+    _Atomic uint64_t posted; /* messages posted; the fields below describe the last (release) */
+    _Atomic uint64_t filled; /* chunks of the pair's staged messages in the sender's stage */
+    uint64_t count;          /* the message's elements */
+    uint64_t addr;           /* RAW, OFFSET, CMA: where the bytes are (kind says how) */
+    uint64_t first;          /* STAGED: the pair's chunk number of the message's first chunk */
+    uint64_t chunk;          /* STAGED: bytes per chunk (the last may be shorter) */
+    uint8_t dtype;           /* the message's comm_dtype_t */
+    uint8_t kind;            /* enum shm_p2p_kind */
+    uint8_t pad0[14];
+    /* --- line 1: written by the receiver alone --- */
+    alignas(SHM_CACHE_LINE) _Atomic uint64_t taken; /* messages matched and finished (release) */
+    _Atomic uint64_t drained; /* chunks of the pair's staged messages copied out */
+    int32_t verdict;          /* message taken's outcome: COMM_OK or COMM_ERR_MISMATCH */
+    uint8_t want_dtype;       /* with MISMATCH: the receive's dtype ... */
+    uint8_t pad1[3];
+    uint64_t want_count; /* ... and count, for the sender's message */
+    uint8_t pad2[SHM_CACHE_LINE - 32];
+    /* the eager room follows: shm_p2p_eager_bytes(nranks) bytes */
+};
+
+_Static_assert(sizeof(struct shm_p2p_chan) == 2 * SHM_CACHE_LINE, "a channel is two lines");
+_Static_assert(offsetof(struct shm_p2p_chan, taken) == SHM_CACHE_LINE, "receiver on line 1");
+
+/* The eager room of each channel for nranks ranks: a power of two, 64 B to 8 KiB. */
+static inline uint64_t shm_p2p_eager_bytes(uint32_t nranks)
+{
+    uint64_t e = SHM_P2P_EAGER_MAX, n = nranks;
+    while (e > SHM_P2P_EAGER_MIN && n * n * e > SHM_P2P_EAGER_ALL)
+        e /= 2;
+    return e;
+}
+
+/* Bytes from one channel to the next. */
+static inline uint64_t shm_p2p_chan_stride(uint32_t nranks)
+{
+    return sizeof(struct shm_p2p_chan) + shm_p2p_eager_bytes(nranks);
+}
+
+/* Each of a rank's two stage chunks for nranks ranks: 64 KiB to 512 KiB. */
+static inline uint64_t shm_p2p_chunk_bytes(uint32_t nranks)
+{
+    uint64_t c = SHM_P2P_CHUNK_MAX, n = nranks;
+    while (c > SHM_P2P_CHUNK_MIN && n * 2 * c > SHM_P2P_STAGE_ALL)
+        c /= 2;
+    return c;
+}
+
+/* Offset of the stages from the region's start (the channels come first). */
+static inline uint64_t shm_p2p_stage_offset(uint32_t nranks)
+{
+    uint64_t n = nranks;
+    return shm_align_up(n * n * shm_p2p_chan_stride(nranks), SHM_PAGE);
+}
+
+static inline uint64_t shm_p2p_region_bytes(uint32_t nranks)
+{
+    return shm_p2p_stage_offset(nranks) + (uint64_t)nranks * 2 * shm_p2p_chunk_bytes(nranks);
+}
+
+/* Geometry of a segment for nranks ranks; every offset page aligned.  ok is false when
+ * a size does not fit 64 bits (then the offsets mean nothing). */
+struct shm_geometry {
+    uint64_t off_ranks, off_arrival, off_eager, off_staging, off_p2p, off_pool, total_bytes;
+    bool ok;
+};
+
 static inline struct shm_geometry shm_geometry_compute(uint32_t nranks, uint64_t slot_bytes,
                                                        uint64_t pool_bytes)
 {
@@ -264,8 +355,12 @@ static inline struct shm_geometry shm_geometry_compute(uint32_t nranks, uint64_t
         shm_align_up(g.off_arrival + SHM_SLOTS * n * sizeof(struct shm_arrival), SHM_CACHE_LINE);
     g.off_staging =
         shm_align_up(g.off_eager + n * SHM_EAGER_ENTRIES * sizeof(struct shm_eager), SHM_PAGE);
-    /* The sizes come from knobs (or a peer's header): every step is checked. */
-    g.ok = shm_mul_add(n * SHM_SLOTS, slot_bytes, g.off_staging, &g.off_pool) &&
+    /* The sizes come from knobs (or a peer's header): every step is checked.  The
+     * point-to-point region depends on nranks alone (at most 44 MiB at 256 ranks). */
+    g.ok = nranks <= SHM_P2P_RANKS_MAX &&
+           shm_mul_add(n * SHM_SLOTS, slot_bytes, g.off_staging, &g.off_p2p) &&
+           (g.off_pool = shm_align_up(g.off_p2p + shm_p2p_region_bytes(nranks), SHM_PAGE)) !=
+               UINT64_MAX &&
            shm_mul_add(n, pool_bytes, g.off_pool, &end) && end != UINT64_MAX;
     g.total_bytes = g.ok ? end : 0;
     return g;

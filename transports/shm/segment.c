@@ -226,6 +226,7 @@ static comm_status_t create_segment(struct comm *c, struct shm_comm *s, uint64_t
     h->off_ranks = g.off_ranks;
     h->off_arrival = g.off_arrival;
     h->off_eager = g.off_eager;
+    h->off_p2p = g.off_p2p;
     h->off_staging = g.off_staging;
     h->off_pool = g.off_pool;
     snprintf(h->transport, sizeof(h->transport), "%s", c->backend_name);
@@ -357,7 +358,7 @@ static comm_status_t open_segment(struct comm *c, struct shm_comm *s, uint64_t d
     struct shm_geometry g = shm_geometry_compute(h->nranks, h->slot_bytes, h->pool_bytes);
     if (!g.ok || h->owner_uid != (uint32_t)geteuid() || g.total_bytes != h->total_bytes ||
         g.off_ranks != h->off_ranks || g.off_arrival != h->off_arrival ||
-        g.off_eager != h->off_eager || g.off_staging != h->off_staging ||
+        g.off_eager != h->off_eager || g.off_staging != h->off_staging || g.off_p2p != h->off_p2p ||
         g.off_pool != h->off_pool || h->slot_bytes % SHM_PAGE != 0 ||
         (uint64_t)st.st_size < h->total_bytes) {
         rt_error(c, COMM_ERR_INVALID,
@@ -542,6 +543,11 @@ comm_status_t shm_segment_join(struct comm *c, const struct shm_sizes *sizes)
     s->slot_bytes = h->slot_bytes;
     s->pool = s->base + h->off_pool;
     s->pool_bytes = h->pool_bytes;
+    s->p2p_chan = s->base + h->off_p2p;
+    s->p2p_stage = s->p2p_chan + shm_p2p_stage_offset(s->nranks);
+    s->p2p_stride = shm_p2p_chan_stride(s->nranks);
+    s->p2p_eager = shm_p2p_eager_bytes(s->nranks);
+    s->p2p_chunk = shm_p2p_chunk_bytes(s->nranks);
     c->shm = s;
     bool reporter = false;
     uint64_t linger = shm_init_linger(deadline);

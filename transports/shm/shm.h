@@ -91,6 +91,14 @@ struct shm_comm {
 
     uint64_t bulk_calls[SHM_BULK_KINDS]; /* host bulk calls by path (enum shm_bulk) */
 
+    /* Point-to-point (layout.h, collectives/p2p/): the channels and the stages. */
+    uint8_t *p2p_chan;     /* channel (dst, src) at (dst * nranks + src) * p2p_stride */
+    uint8_t *p2p_stage;    /* rank r's two chunks at (2 * r + i) * p2p_chunk */
+    uint64_t p2p_stride;   /* bytes per channel, its eager room included */
+    uint64_t p2p_eager;    /* eager room of a channel */
+    uint64_t p2p_chunk;    /* bytes of one stage chunk */
+    uint64_t p2p_recvs[6]; /* messages this rank received, by enum shm_p2p_kind */
+
     /* The root cause of this rank's COMM_ERR_PEER, when it saw a peer fail: what it
      * publishes instead of its own message, so every rank names the rank that really
      * failed (root_rank1: that rank plus one; 0 = none seen). */
@@ -196,6 +204,24 @@ static inline struct shm_arrival *shm_arrival_at(const struct shm_comm *s, uint3
     return &s->arrival[(seq % SHM_SLOTS) * s->nranks + (uint32_t)rank];
 }
 
+/* The point-to-point channel from src to dst, and its eager room. */
+static inline struct shm_p2p_chan *shm_p2p_chan_at(const struct shm_comm *s, int dst, int src)
+{
+    return (struct shm_p2p_chan *)(s->p2p_chan +
+                                   ((uint64_t)dst * s->nranks + (uint64_t)src) * s->p2p_stride);
+}
+
+static inline uint8_t *shm_p2p_eager_room(struct shm_p2p_chan *ch)
+{
+    return (uint8_t *)(ch + 1);
+}
+
+/* Chunk i (0 or 1) of rank's stage. */
+static inline uint8_t *shm_p2p_stage_chunk(const struct shm_comm *s, int rank, uint64_t i)
+{
+    return s->p2p_stage + ((uint64_t)rank * 2 + i % 2) * s->p2p_chunk;
+}
+
 /* The entry of rank's eager ring that the communicator's eager broadcast n takes. */
 static inline struct shm_eager *shm_eager_at(const struct shm_comm *s, int rank, uint64_t n)
 {
@@ -250,6 +276,12 @@ comm_status_t shm_wait(struct comm *c, shm_ready_fn ready, void *arg, const char
  * did not <missing> (ranks 1, 3 did)". */
 comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind, void *arg,
                            const char *what, const char *missing);
+
+/* shm_wait_for of a wait that is no collective's (point-to-point): only the failure or
+ * death of a peer that watch names ends it early, whatever calls it completed; a timeout
+ * says "a rank did not <missing>". */
+comm_status_t shm_wait_watch(struct comm *c, shm_ready_fn ready, shm_behind_fn watch, void *arg,
+                             const char *what, const char *missing);
 
 /* After publishing a word peers may sleep on: wake them if any sleeps. */
 void shm_ring(struct shm_comm *s);

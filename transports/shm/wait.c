@@ -148,15 +148,44 @@ int shm_dead_peer(const struct comm *c, enum shm_peers which)
     return -1;
 }
 
-static comm_status_t check_liveness(struct comm *c, const char *what)
+/* shm_check_peers for the peers watch names alone, whatever call they completed (a
+ * wait that is no collective's: point-to-point). */
+static comm_status_t check_watched(struct comm *c, shm_behind_fn watch, void *arg)
+{
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == c->rank || !watch(c, arg, p))
+            continue;
+        int32_t st = atomic_load_explicit(&c->shm->ranks[p].status, memory_order_acquire);
+        if (st != COMM_OK)
+            return shm_peer_failed(c, p, st);
+    }
+    return COMM_OK;
+}
+
+/* shm_dead_peer for the peers watch names alone. */
+static int dead_watched(const struct comm *c, shm_behind_fn watch, void *arg)
+{
+    const struct shm_comm *s = c->shm;
+    pid_t self = getpid();
+    for (int p = 0; p < c->nranks; p++) {
+        const struct shm_rank *r = &s->ranks[p];
+        if (p != c->rank && r->pid != self && watch((struct comm *)c, arg, p) &&
+            !rt_proc_alive(r->pid, r->start_time))
+            return p;
+    }
+    return -1;
+}
+
+static comm_status_t check_liveness_of(struct comm *c, const char *what, shm_behind_fn watch,
+                                       void *arg)
 {
     struct shm_comm *s = c->shm;
-    int p = shm_dead_peer(c, SHM_PEERS_IN_CALL);
+    int p = watch ? dead_watched(c, watch, arg) : shm_dead_peer(c, SHM_PEERS_IN_CALL);
     if (p < 0)
         return COMM_OK;
     /* A peer that failed, published why and then exited (its failure ends its job) is
      * not the root cause: what it published is.  Read again now that it is gone. */
-    comm_status_t published = shm_check_peers(c);
+    comm_status_t published = watch ? check_watched(c, watch, arg) : shm_check_peers(c);
     if (published != COMM_OK)
         return published;
     char msg[SHM_ERRMSG_BYTES];
@@ -168,6 +197,11 @@ static comm_status_t check_liveness(struct comm *c, const char *what)
     rt_error(c, COMM_ERR_PEER, "rank %d: %s", c->rank, msg);
     set_root(s, p, COMM_ERR_PEER, SHM_ROOT_DIED, msg);
     return COMM_ERR_PEER;
+}
+
+static comm_status_t check_liveness(struct comm *c, const char *what)
+{
+    return check_liveness_of(c, what, NULL, NULL);
 }
 
 comm_status_t shm_parent_check(struct comm *c)
@@ -264,9 +298,11 @@ static comm_status_t aborted(struct comm *c, const char *what)
     return COMM_ERR_ABORTED;
 }
 
+/* watch, when not NULL: the peers whose failure or death ends the wait (all others are
+ * ignored, whatever call they are in); NULL: every peer still in call c->seq. */
 static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind,
-                              shm_behind_fn waited, void *arg, const char *what,
-                              const char *missing)
+                              shm_behind_fn waited, shm_behind_fn watch, void *arg,
+                              const char *what, const char *missing)
 {
     int r = ready(c, arg);
     if (r != 0)
@@ -305,7 +341,7 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
         }
         if (rt_abort_requested(c))
             return aborted(c, what);
-        comm_status_t st = shm_check_peers(c);
+        comm_status_t st = watch ? check_watched(c, watch, arg) : shm_check_peers(c);
         if (st != COMM_OK)
             return st;
         uint64_t now = rt_now_ns();
@@ -327,7 +363,7 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
         }
         if (now >= next_liveness) {
             next_liveness = now + RT_LIVENESS_PERIOD_NS;
-            st = c->shm->same_process ? COMM_OK : check_liveness(c, what);
+            st = c->shm->same_process ? COMM_OK : check_liveness_of(c, what, watch, arg);
             if (st == COMM_OK)
                 st = shm_parent_check(c);
             if (st != COMM_OK)
@@ -369,7 +405,13 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
 comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind, void *arg,
                            const char *what, const char *missing)
 {
-    return wait_for(c, ready, behind, NULL, arg, what, missing);
+    return wait_for(c, ready, behind, NULL, NULL, arg, what, missing);
+}
+
+comm_status_t shm_wait_watch(struct comm *c, shm_ready_fn ready, shm_behind_fn watch, void *arg,
+                             const char *what, const char *missing)
+{
+    return wait_for(c, ready, NULL, NULL, watch, arg, what, missing);
 }
 
 struct progress_arg {
@@ -426,6 +468,6 @@ comm_status_t shm_progress_wait_side(struct comm *c, int root, bool only_root, u
                                      const char *what)
 {
     struct progress_arg a = {.target = target, .root = root, .only_root = only_root, .side = true};
-    return wait_for(c, progress_ready, progress_behind, progress_waited, &a, what,
+    return wait_for(c, progress_ready, progress_behind, progress_waited, NULL, &a, what,
                     "reach this step");
 }

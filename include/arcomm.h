@@ -315,6 +315,8 @@ comm_status_t comm_wait(comm_request_t **req);
 /* Waits for every request of reqs (NULL entries are skipped), frees each and sets it
  * NULL; returns the first failure in array order, else COMM_OK. */
 comm_status_t comm_wait_all(int n, comm_request_t **reqs);
+
+/*
  * Point-to-point (0.4).  comm_send sends count elements of buf to rank peer; comm_recv
  * receives them from rank peer into buf.  Sends and receives between one ordered pair
  * of ranks are matched in the order they were made; a send and its receive must agree
@@ -347,6 +349,19 @@ comm_status_t comm_recv(comm_t *comm, void *buf, size_t count, comm_dtype_t dtyp
  */
 comm_status_t comm_group_start(void);
 comm_status_t comm_group_end(void);
+
+/*
+ * comm_send and comm_recv as asynchronous calls (host communicators, as the comm_i*
+ * collectives above: queued in issue order with them, completed by comm_test, comm_wait
+ * or comm_wait_all).  A stretch of consecutive comm_isend/comm_irecv calls runs as one
+ * group (comm_group_start/end), so an isend and an irecv to and from the same peer,
+ * issued so on both ranks, cannot deadlock.  A peer out of range, a bad dtype or a NULL
+ * buf with count > 0 is refused at issue (COMM_ERR_INVALID, nothing queued).
+ */
+comm_status_t comm_isend(comm_t *comm, const void *buf, size_t count, comm_dtype_t dtype, int peer,
+                         comm_request_t **req);
+comm_status_t comm_irecv(comm_t *comm, void *buf, size_t count, comm_dtype_t dtype, int peer,
+                         comm_request_t **req);
 
 #ifdef __cplusplus
 }

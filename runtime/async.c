@@ -20,19 +20,22 @@
 #include <time.h>
 
 /*
- * What a queued entry does.  Point-to-point goes here: RT_ASYNC_SEND and RT_ASYNC_RECV
- * entries over comm_send and comm_recv, whose arguments join union rt_async_args.  The
- * runner must then run each unbroken stretch of consecutive send/recv entries inside one
- * comm_group_start/comm_group_end (run_next below), as NCCL posts a group: a queued
- * isend followed by an irecv to the same peer, issued so on both ranks, must not
- * deadlock, and run one by one it would (both ranks in the send).
+ * What a queued entry does.  Point-to-point (comm_isend, comm_irecv: RT_ASYNC_P2P over
+ * comm_send and comm_recv): the runner runs each unbroken stretch of consecutive p2p
+ * entries inside one comm_group_start/comm_group_end (run_next below), as NCCL posts a
+ * group: a queued isend followed by an irecv to the same peer, issued so on both ranks,
+ * must not deadlock, and run one by one it would (both ranks in the send).
  */
 enum rt_async_kind {
     RT_ASYNC_COLL,    /* a collective of collective.c (struct coll_call) */
     RT_ASYNC_BARRIER, /* comm_ibarrier */
     RT_ASYNC_FAIL,    /* a call refused at issue: breaks c in its turn, as the blocking
                        * call would have (the peers learn at once) */
+    RT_ASYNC_P2P,     /* comm_isend, comm_irecv */
 };
+
+/* The most p2p entries one group of the runner takes (a longer stretch runs as several). */
+#define RT_ASYNC_P2P_GROUP 64
 
 /* The arguments a queued call keeps: copied at issue, the buffers only pointed to. */
 union rt_async_args {
@@ -44,6 +47,13 @@ union rt_async_args {
         comm_status_t status;
         char msg[RT_ERRMSG_BYTES];
     } fail;
+    struct {
+        bool send;
+        void *buf;
+        size_t count;
+        comm_dtype_t dtype;
+        int peer;
+    } p2p;
 };
 
 struct comm_request;
@@ -60,6 +70,7 @@ struct comm_request {
     comm_status_t status;      /* once done */
     bool done;                 /* under the queue's lock */
     bool internal;             /* no caller holds it: freed by whoever runs it */
+    uint64_t seq;              /* its place in issue order (1, 2, ...) */
 };
 
 enum rt_progress { RT_PROGRESS_THREAD, RT_PROGRESS_CALLER };
@@ -74,6 +85,12 @@ struct rt_async {
     enum rt_progress mode;
     bool thread_started;
     bool stop; /* rt_async_close: the progress thread ends */
+    /* The last entry issued, and the last one of a closed p2p stretch: a stretch of
+     * comm_isend/comm_irecv entries runs as one group, so it may start only once this
+     * rank's program has ended it (by issuing something else or waiting), never at a
+     * moment the timing picks (two ranks cutting the same stretch differently could
+     * each sit in a send). */
+    uint64_t enq_seq, closed_seq;
     pthread_t thread;
 };
 
@@ -112,9 +129,63 @@ static void complete(struct rt_async *a, struct comm_request *r, comm_status_t s
     pthread_cond_broadcast(&a->done);
 }
 
+/* May the head of the queue run now?  A p2p entry only once its stretch is closed. */
+static bool runnable(const struct rt_async *a)
+{
+    return a->head != NULL && (a->head->kind != RT_ASYNC_P2P || a->head->seq <= a->closed_seq);
+}
+
+/* The caller waits or tests: the p2p stretch issued so far is complete (under a->lock). */
+static void close_stretch(struct rt_async *a)
+{
+    if (a->closed_seq == a->enq_seq)
+        return;
+    a->closed_seq = a->enq_seq;
+    if (a->mode == RT_PROGRESS_THREAD)
+        pthread_cond_signal(&a->work);
+}
+
+/* Runs the stretch of p2p entries at the head of the queue as one group (called and
+ * returns under a->lock): each entry's status is its post's failure, else the group's. */
+static void run_p2p_group(struct comm *c, struct rt_async *a)
+{
+    struct comm_request *g[RT_ASYNC_P2P_GROUP];
+    comm_status_t posted[RT_ASYNC_P2P_GROUP];
+    size_t n = 0;
+    while (n < RT_ASYNC_P2P_GROUP && a->head != NULL && a->head->kind == RT_ASYNC_P2P &&
+           a->head->seq <= a->closed_seq) {
+        g[n++] = a->head;
+        a->head = a->head->next;
+    }
+    if (a->head == NULL)
+        a->tail = NULL;
+    a->running = true;
+    pthread_mutex_unlock(&a->lock);
+    struct comm *outer = running_for;
+    running_for = c;
+    comm_group_start();
+    for (size_t i = 0; i < n; i++) {
+        const struct comm_request *r = g[i];
+        posted[i] = r->args.p2p.send ? comm_send(c, r->args.p2p.buf, r->args.p2p.count,
+                                                 r->args.p2p.dtype, r->args.p2p.peer, NULL)
+                                     : comm_recv(c, r->args.p2p.buf, r->args.p2p.count,
+                                                 r->args.p2p.dtype, r->args.p2p.peer, NULL);
+    }
+    comm_status_t st = comm_group_end();
+    running_for = outer;
+    pthread_mutex_lock(&a->lock);
+    a->running = false;
+    for (size_t i = 0; i < n; i++)
+        complete(a, g[i], posted[i] != COMM_OK ? posted[i] : st);
+}
+
 /* Runs the head of the queue in this thread (called and returns under a->lock). */
 static void run_next(struct comm *c, struct rt_async *a)
 {
+    if (a->head->kind == RT_ASYNC_P2P) {
+        run_p2p_group(c, a);
+        return;
+    }
     struct comm_request *r = a->head;
     a->head = r->next;
     if (a->head == NULL)
@@ -137,9 +208,9 @@ static void *progress_main(void *arg)
     rt_wait_hook_off = true;
     pthread_mutex_lock(&a->lock);
     for (;;) {
-        while (a->head == NULL && !a->stop)
+        while (!runnable(a) && !a->stop)
             pthread_cond_wait(&a->work, &a->lock);
-        if (a->head == NULL)
+        if (!runnable(a))
             break;
         run_next(c, a);
     }
@@ -224,6 +295,9 @@ static void enqueue(struct rt_async *a, struct comm_request *r)
     else
         a->head = r;
     a->tail = r;
+    r->seq = ++a->enq_seq;
+    if (r->kind != RT_ASYNC_P2P)
+        a->closed_seq = r->seq;
     a->outstanding += !r->internal;
     if (a->mode == RT_PROGRESS_THREAD)
         pthread_cond_signal(&a->work);
@@ -339,6 +413,7 @@ static void wait_until(struct comm *c, struct rt_async *a,
                        bool (*until)(struct rt_async *a, void *arg), void *arg)
 {
     uint64_t next_hook = 0;
+    close_stretch(a);
     while (!until(a, arg)) {
         if (a->mode == RT_PROGRESS_CALLER && a->head != NULL) {
             run_next(c, a);
@@ -441,6 +516,7 @@ ARCOMM_API comm_status_t comm_test(comm_request_t **req, int *done)
     }
     struct rt_async *a = r->comm->async;
     pthread_mutex_lock(&a->lock);
+    close_stretch(a);
     /* Caller progress: the calls up to this one run now (each waits for its peers). */
     if (a->mode == RT_PROGRESS_CALLER)
         wait_until(r->comm, a, req_done, r);
@@ -608,4 +684,52 @@ ARCOMM_API comm_status_t comm_ibarrier(comm_t *comm, comm_request_t **req)
     enqueue(comm->async, r);
     *req = r;
     return COMM_OK;
+}
+
+/* comm_isend and comm_irecv: the local checks at issue (comm_send's others in its turn). */
+static comm_status_t issue_p2p(struct comm *c, bool send, void *buf, size_t count,
+                               comm_dtype_t dtype, int peer, comm_request_t **req, const char *fn)
+{
+    comm_status_t st = issue_begin(c, req, fn);
+    if (st != COMM_OK)
+        return st;
+    const char *bad = peer < 0 || peer >= c->nranks ? "peer is out of range"
+                      : comm_dtype_size(dtype) == 0 ? "dtype is not a comm_dtype_t"
+                      : buf == NULL && count > 0    ? "buf is NULL with count > 0"
+                                                    : NULL;
+    if (bad != NULL) {
+        rt_init_error(&c->knobs, COMM_ERR_INVALID,
+                      "rank %d: %s: %s (peer %d of %d ranks, count %zu); the call was not "
+                      "queued",
+                      c->rank, fn, bad, peer, c->nranks, count);
+        return COMM_ERR_INVALID;
+    }
+    struct comm_request *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        rt_init_error(&c->knobs, COMM_ERR_NOMEM, "rank %d: %s: out of memory", c->rank, fn);
+        return COMM_ERR_NOMEM;
+    }
+    r->kind = RT_ASYNC_P2P;
+    r->fn = fn;
+    r->comm = c;
+    r->args.p2p.send = send;
+    r->args.p2p.buf = buf;
+    r->args.p2p.count = count;
+    r->args.p2p.dtype = dtype;
+    r->args.p2p.peer = peer;
+    enqueue(c->async, r);
+    *req = r;
+    return COMM_OK;
+}
+
+ARCOMM_API comm_status_t comm_isend(comm_t *comm, const void *buf, size_t count, comm_dtype_t dtype,
+                                    int peer, comm_request_t **req)
+{
+    return issue_p2p(comm, true, (void *)(uintptr_t)buf, count, dtype, peer, req, "comm_isend");
+}
+
+ARCOMM_API comm_status_t comm_irecv(comm_t *comm, void *buf, size_t count, comm_dtype_t dtype,
+                                    int peer, comm_request_t **req)
+{
+    return issue_p2p(comm, false, buf, count, dtype, peer, req, "comm_irecv");
 }

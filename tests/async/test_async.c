@@ -14,6 +14,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <setjmp.h>
@@ -292,6 +293,119 @@ static void mixed_caller(void **state)
     (void)state;
     run_mixed(false, "caller");
     run_mixed(true, "caller");
+}
+
+/* ---- comm_isend / comm_irecv: queued with the collectives, stretches run as groups ---- */
+
+/*
+ * Every rank isends to both ring neighbours and irecvs from both (each pair both ways at
+ * once: run one by one these would deadlock), then an iallreduce, then the exchange again
+ * with other data; every received element checked against the sender's random data, the
+ * allreduce against a float64 reference.  Then a count mismatch: MISMATCH on both ranks
+ * of the pair, the receive buffer untouched, the communicator still usable.
+ */
+static void p2p_body(struct h_rank *r)
+{
+    const int n = r->nranks, me = r->rank;
+    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    const size_t counts[] = {1, 1000, 300000};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        size_t count = counts[k];
+        float *to_r = xmalloc(count * 4), *to_l = xmalloc(count * 4);
+        float *from_l = xmalloc(count * 4), *from_r = xmalloc(count * 4);
+        float *want = xmalloc(count * 4), *ar = xmalloc(count * 4), *ar_out = xmalloc(count * 4);
+        for (int round = 0; round < 2; round++) {
+            uint64_t seed = 1000 * k + 10 * (uint64_t)round;
+            h_fill(to_r, count, COMM_F32, seed + 1, me);
+            h_fill(to_l, count, COMM_F32, seed + 2, me);
+            h_fill(ar, count, COMM_F32, seed + 3, me);
+            h_poison(from_l, count, COMM_F32);
+            h_poison(from_r, count, COMM_F32);
+            comm_request_t *q[5] = {0};
+            int nq = 0;
+            comm_status_t st = COMM_OK;
+            if (n > 1) {
+                st |= comm_isend(r->comm, to_r, count, COMM_F32, right, &q[nq++]);
+                st |= comm_irecv(r->comm, from_l, count, COMM_F32, left, &q[nq++]);
+                if (n > 2 || round == 1) {
+                    st |= comm_isend(r->comm, to_l, count, COMM_F32, left, &q[nq++]);
+                    st |= comm_irecv(r->comm, from_r, count, COMM_F32, right, &q[nq++]);
+                }
+            }
+            st |= comm_iallreduce(r->comm, ar, ar_out, count, COMM_F32, COMM_SUM, &q[nq++]);
+            if (st != COMM_OK) {
+                h_fail(r, "issue: %s", comm_last_error(NULL));
+                break;
+            }
+            if ((st = comm_wait_all(nq, q)) != COMM_OK) {
+                h_fail(r, "comm_wait_all: %s: %s", comm_status_string(st),
+                       comm_last_error(r->comm));
+                break;
+            }
+            h_fill(want, count, COMM_F32, seed + 1, left);
+            if (n > 1 && memcmp(from_l, want, count * 4) != 0)
+                h_fail(r, "count %zu round %d: from rank %d wrong", count, round, left);
+            if (n > 2 || (n > 1 && round == 1)) {
+                h_fill(want, count, COMM_F32, seed + 2, right);
+                if (memcmp(from_r, want, count * 4) != 0)
+                    h_fail(r, "count %zu round %d: from rank %d wrong", count, round, right);
+            }
+            double *ref = xmalloc(count * sizeof(double));
+            memset(ref, 0, count * sizeof(double));
+            for (int p = 0; p < n; p++) {
+                h_fill(want, count, COMM_F32, seed + 3, p);
+                for (size_t i = 0; i < count; i++)
+                    ref[i] += want[i];
+            }
+            for (size_t i = 0; i < count; i++)
+                if (fabs(ar_out[i] - ref[i]) > 1e-5 * n * (fabs(ref[i]) + 1)) {
+                    h_fail(r, "count %zu: allreduce element %zu: %g, want %g", count, i, ar_out[i],
+                           ref[i]);
+                    break;
+                }
+            free(ref);
+        }
+        free(to_r), free(to_l), free(from_l), free(from_r), free(want), free(ar), free(ar_out);
+    }
+    /* A count mismatch between ranks 0 and 1: both MISMATCH, rank 1's buffer untouched. */
+    if (n >= 2 && me <= 1) {
+        float buf[8];
+        h_poison(buf, 8, COMM_F32);
+        uint32_t before[8];
+        memcpy(before, buf, sizeof(buf));
+        comm_request_t *q = NULL;
+        comm_status_t st = me == 0 ? comm_isend(r->comm, buf, 8, COMM_F32, 1, &q)
+                                   : comm_irecv(r->comm, buf, 7, COMM_F32, 0, &q);
+        if (st == COMM_OK)
+            st = comm_wait(&q);
+        if (st != COMM_ERR_MISMATCH)
+            h_fail(r, "mismatched count: %s, want COMM_ERR_MISMATCH", comm_status_string(st));
+        if (me == 1 && memcmp(before, buf, sizeof(buf)) != 0)
+            h_fail(r, "mismatched count: the receive buffer was written");
+    }
+    /* Refused at issue: a peer out of range. */
+    comm_request_t *q = NULL;
+    if (comm_isend(r->comm, &q, 1, COMM_U8, n, &q) != COMM_ERR_INVALID || q != NULL)
+        h_fail(r, "comm_isend to rank %d of %d: not refused at issue", n, n);
+    if (comm_barrier(r->comm) != COMM_OK)
+        h_fail(r, "the barrier after the mismatch: %s", comm_last_error(r->comm));
+}
+
+static void p2p_requests(void **state)
+{
+    (void)state;
+    const char *modes[] = {"thread", "caller"};
+    for (int m = 0; m < 2; m++) {
+        h_env_push("ARCOMM_PROGRESS", modes[m]);
+        for (int n = 2; n <= 4; n++) {
+            for (int procs = 0; procs <= 1; procs++) {
+                struct h_job job = {.nranks = n, .procs = procs, .body = p2p_body, .kill_rank = -1};
+                struct h_rank *res = h_run(&job);
+                expect_clean(res, n);
+            }
+        }
+        h_env_pop();
+    }
 }
 
 /* ---- comm_test polled to completion; issue order seen by a blocking call ---- */
@@ -671,7 +785,7 @@ int main(void)
         cmocka_unit_test(mixed_caller),        cmocka_unit_test(test_and_order),
         cmocka_unit_test(abort_pending),       cmocka_unit_test(peer_never_issues),
         cmocka_unit_test(destroy_and_threads), cmocka_unit_test(refusals),
-        cmocka_unit_test(wait_hook),
+        cmocka_unit_test(wait_hook),           cmocka_unit_test(p2p_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,7 +113,10 @@ enum rt_knob_source {
       "measured at first use, 1 = yes, 0 = no (each process its own)")                             \
     X(BCAST_EAGER, RT_KNOB_SIZE, "off", bcast_eager, 0, 512, RT_KNOB_AGREE | RT_KNOB_NO_AUTO,      \
       "host: broadcasts up to this many bytes are eager, as in MPI: the root returns once its "    \
-      "message is staged, a mismatch fails the others, the root at a later call (off: never)")
+      "message is staged, a mismatch fails the others, the root at a later call (off: never)")     \
+    X(PATHS, RT_KNOB_STRING, "", paths, 0, 0, RT_KNOB_AGREE,                                       \
+      "host: rows tried before the path table's, e.g. allreduce:0-64K:flag;broadcast:1M-:cma "     \
+      "(docs/paths.md)")
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \
@@ -179,6 +182,7 @@ struct rt_knobs {
     size_t cma_threshold;            /* host: CMA bulk path at or above (process ranks) */
     long cma_fast;                   /* host: -1 = measure whether CMA is fast, 0 no, 1 yes */
     size_t bcast_eager;              /* host: eager broadcasts up to this many bytes */
+    char paths[RT_KNOB_STR_MAX];     /* host: ARCOMM_PATHS, rows before the path table's */
     long spin_ns;                    /* busy-poll this long before yielding */
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */

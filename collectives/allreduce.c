@@ -81,8 +81,7 @@ static comm_status_t allreduce_bulk(struct comm *c, const struct coll_call *call
     mine.addend = call->addend ? out[2] : 0;
     mine.align = (uint32_t)((uintptr_t)call->recv & 63);
     mine.flags |= (narrow ? SHM_BUF_NARROW : 0u) | (call->addend ? SHM_BUF_ADD : 0u);
-    coll_arrive(c, &mine);
-    comm_status_t st = coll_wait_arrivals(c, "allreduce (bulk path handshake)");
+    comm_status_t st = coll_meet(c, &mine, "allreduce (bulk path handshake)");
     /* count 0 (flag path "off") touches nothing: matched and numbered, done. */
     if (st != COMM_OK || call->count == 0)
         return st;

@@ -205,14 +205,19 @@ static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, co
 
 /* host_common.c: the arrival handshake every host call starts with. */
 
-/* Fills and publishes this rank's arrival word for call c->seq (status OK, seq last). */
+/* Fills and publishes this rank's arrival word for call c->seq (status OK, seq last):
+ * alone only where a rank leaves without waiting (the eager broadcast). */
 void coll_arrive(struct comm *c, const struct shm_arrival *mine);
 
 /*
- * Waits for every peer's arrival at call c->seq, then checks they agree with this
- * rank's (count, dtype, op, path): COMM_ERR_MISMATCH on every rank otherwise.
+ * The one coarse segment call every host collective, the split's handshakes and the
+ * Hexagon backend start with: publishes this rank's arrival word for call c->seq with
+ * the call's words (mine), waits for every peer's, and checks they agree with this
+ * rank's (collective, count, dtype, op, root, path: flag or bulk, inline, addend):
+ * COMM_ERR_MISMATCH on every rank otherwise, before any rank writes a byte of the call.
+ * what names the call in messages.
  */
-comm_status_t coll_wait_arrivals(struct comm *c, const char *what);
+comm_status_t coll_meet(struct comm *c, const struct shm_arrival *mine, const char *what);
 
 /* This rank's arrival word for call on path (what the peers compare). */
 static inline struct shm_arrival coll_arrival_of(const struct coll_call *call, unsigned path)

@@ -190,8 +190,7 @@ static comm_status_t run_flag(struct comm *c, const struct coll_call *call,
     /* An inline message is staged here and written to the line with the word. */
     if (call->count)
         algo->flag_stage(c, call, inline_msg ? mine.data : coll_flag_data(c, c->rank, slot));
-    coll_arrive(c, &mine);
-    comm_status_t st = coll_wait_arrivals(c, algo->flag_what);
+    comm_status_t st = coll_meet(c, &mine, algo->flag_what);
     if (st != COMM_OK || call->count == 0)
         return st;
     algo->flag_finish(c, call, slot);
@@ -214,8 +213,7 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
      * the peers' other buffer too (allgather pulls each peer's sendbuf). */
     mine.send = out[0];
     mine.recv = out[1];
-    coll_arrive(c, &mine);
-    comm_status_t st = coll_wait_arrivals(c, algo->bulk_what);
+    comm_status_t st = coll_meet(c, &mine, algo->bulk_what);
     if (st != COMM_OK || call->count == 0)
         return st;
     enum shm_bulk path = coll_bulk_path(c, plan, mine.flags);

@@ -4,7 +4,8 @@
  * naming the knob, otherwise), a bad one fails comm_init with COMM_ERR_INVALID on every
  * rank, and a call forced onto each path by it gives the rank-order result
  * (((x0 + x1) + x2) + ..., bit for bit, on every rank) and takes the path it was forced
- * onto (libarcomm's count of the bulk paths taken).
+ * onto (libarcomm's count of the bulk paths taken); so do broadcast, reduce, allgather,
+ * reduce_scatter and alltoall (exact copies, and reductions in rank order).
  */
 #include "arcomm.h"
 #include "arcomm_paths.h"
@@ -26,6 +27,7 @@ static const size_t counts[] = {1000, 70001};
 struct forced {
     const char *paths;
     const char *path; /* what comm_paths_query must say the call takes */
+    bool every;       /* the row is for every collective, not allreduce alone */
 };
 static const struct forced *g_forced;
 
@@ -40,6 +42,73 @@ static void reference(float *ref, size_t count, int nranks, uint64_t seed)
             ref[i] = r == 0 ? x[i] : ref[i] + x[i];
     }
     free(x);
+}
+
+/* Every rank's f32 input of n * count elements (the blocks of reduce_scatter and
+ * alltoall; the others use the first count). */
+static float *input_of(int rank, size_t elems, uint64_t seed)
+{
+    float *x = malloc(elems * sizeof(float));
+    if (x != NULL)
+        h_fill(x, elems, COMM_F32, seed, rank);
+    return x;
+}
+
+#define OTHER_COUNT 5000
+#define OTHER_CALLS 5
+
+/* Broadcast (root 1), reduce (root 0), allgather, reduce_scatter and alltoall on the
+ * forced path: exact copies, and reductions in rank order. */
+static void others(struct h_rank *r)
+{
+    size_t count = OTHER_COUNT, n = (size_t)r->nranks, all = n * count;
+    uint64_t seed = 0x07e5;
+    float *send = input_of(r->rank, all, seed), *recv = malloc(all * sizeof(float));
+    float *ref = malloc(all * sizeof(float)), *x = NULL;
+    if (!send || !recv || !ref) {
+        h_fail(r, "out of memory");
+        goto out;
+    }
+    reference(ref, all, r->nranks, seed); /* rank-order sum of every rank's n blocks */
+    int root = 1 % r->nranks;
+    x = input_of(root, all, seed);
+    h_poison(recv, count, COMM_F32);
+    if (comm_broadcast(r->comm, send, recv, count, COMM_F32, root, NULL) != COMM_OK ||
+        memcmp(recv, x, count * sizeof(float)) != 0)
+        h_fail(r, "%s: broadcast: %s", g_forced->paths, comm_last_error(r->comm));
+    h_poison(recv, count, COMM_F32);
+    if (comm_reduce(r->comm, send, recv, count, COMM_F32, COMM_SUM, 0, NULL) != COMM_OK ||
+        (r->rank == 0 && memcmp(recv, ref, count * sizeof(float)) != 0))
+        h_fail(r, "%s: reduce: %s", g_forced->paths, comm_last_error(r->comm));
+    h_poison(recv, all, COMM_F32);
+    if (comm_allgather(r->comm, send, recv, count, COMM_F32, NULL) != COMM_OK)
+        h_fail(r, "%s: allgather: %s", g_forced->paths, comm_last_error(r->comm));
+    for (int p = 0; p < r->nranks; p++) {
+        free(x);
+        x = input_of(p, all, seed);
+        if (x == NULL || memcmp(recv + (size_t)p * count, x, count * sizeof(float)) != 0)
+            h_fail(r, "%s: allgather: block %d is not rank %d's input", g_forced->paths, p, p);
+    }
+    h_poison(recv, count, COMM_F32);
+    if (comm_reduce_scatter(r->comm, send, recv, count, COMM_F32, COMM_SUM, NULL) != COMM_OK ||
+        memcmp(recv, ref + (size_t)r->rank * count, count * sizeof(float)) != 0)
+        h_fail(r, "%s: reduce_scatter: %s", g_forced->paths, comm_last_error(r->comm));
+    h_poison(recv, all, COMM_F32);
+    if (comm_alltoall(r->comm, send, recv, count, COMM_F32, NULL) != COMM_OK)
+        h_fail(r, "%s: alltoall: %s", g_forced->paths, comm_last_error(r->comm));
+    for (int p = 0; p < r->nranks; p++) {
+        free(x);
+        x = input_of(p, all, seed);
+        if (x == NULL || memcmp(recv + (size_t)p * count, x + (size_t)r->rank * count,
+                                count * sizeof(float)) != 0)
+            h_fail(r, "%s: alltoall: block %d is not rank %d's block %d", g_forced->paths, p, p,
+                   r->rank);
+    }
+out:
+    free(x);
+    free(send);
+    free(recv);
+    free(ref);
 }
 
 static void forced_body(struct h_rank *r)
@@ -74,16 +143,19 @@ static void forced_body(struct h_rank *r)
         free(recv);
         free(ref);
     }
+    if (g_forced->every)
+        others(r);
     uint64_t calls[3];
     if (rt_hook_bulk_calls(r->comm, calls) != COMM_OK) {
         h_fail(r, "rt_hook_bulk_calls failed");
         return;
     }
     const char *p = g_forced->path;
+    uint64_t want = 2 + (g_forced->every ? OTHER_CALLS : 0);
     bool ok = strcmp(p, "flag") == 0       ? calls[0] + calls[1] + calls[2] == 0
-              : strcmp(p, "one-pass") == 0 ? calls[0] == 2 && calls[1] + calls[2] == 0
-              : strcmp(p, "staged") == 0   ? calls[1] == 2 && calls[0] + calls[2] == 0
-                                           : calls[2] == 2 && calls[0] + calls[1] == 0;
+              : strcmp(p, "one-pass") == 0 ? calls[0] == want && calls[1] + calls[2] == 0
+              : strcmp(p, "staged") == 0   ? calls[1] == want && calls[0] + calls[2] == 0
+                                           : calls[2] == want && calls[0] + calls[1] == 0;
     if (!ok)
         h_fail(r, "%s: bulk calls %llu one-pass, %llu staged, %llu CMA: not %s", g_forced->paths,
                (unsigned long long)calls[0], (unsigned long long)calls[1],
@@ -107,9 +179,10 @@ static void forced_threads(void **st)
 {
     (void)st;
     static const struct forced f[] = {
-        {"allreduce:0-:flag", "flag"},
-        {"allreduce:0-:one-pass", "one-pass"},
-        {"allreduce:0-:staged", "staged"},
+        {"allreduce:0-:flag", "flag", false},
+        {"*:0-:flag", "flag", true},
+        {"*:0-:one-pass", "one-pass", true},
+        {"*:0-:staged", "staged", true},
     };
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         for (int n = 2; n <= 3; n++)
@@ -120,9 +193,10 @@ static void forced_procs(void **st)
 {
     (void)st;
     static const struct forced f[] = {
-        {"allreduce:0-:flag", "flag"},
-        {"allreduce:0-:staged", "staged"},
-        {"*:0-:processes:cma", "cma"},
+        {"*:0-:flag", "flag", true},
+        {"allreduce:0-:staged", "staged", false},
+        {"*:0-:staged", "staged", true},
+        {"*:0-:processes:cma", "cma", true},
     };
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         run_forced(&f[i], 3, true);

@@ -4,7 +4,7 @@
  * the host paths (host_paths.c, allreduce.c) and its path table (paths.c).
  */
 #include "backend.h"
-#include "paths.h"
+#include "host.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +40,13 @@ static comm_status_t host_setup(struct comm *c)
 static void host_teardown(struct comm *c)
 {
     shm_segment_detach(c);
-    free(c->xport);
+    struct coll_host *h = coll_host_of(c);
+    if (h != NULL) {
+        free(h->scratch);
+        free(h->cma_scratch);
+        free(h->cma_tune);
+        free(h);
+    }
     c->xport = NULL;
 }
 

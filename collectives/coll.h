@@ -480,10 +480,7 @@ static inline void *coll_region(const struct comm *c, int owner, uint32_t slot, 
 void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_t *hi);
 
 /* Alternating staging slot for the next phase that writes staging (all ranks alike). */
-static inline uint32_t coll_next_stage_slot(struct comm *c)
-{
-    return c->shm->stage_slot++;
-}
+uint32_t coll_next_stage_slot(struct comm *c);
 
 /*
  * The flag path's messages of at most SHM_INLINE_BYTES per rank (what a rank stages:

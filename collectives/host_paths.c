@@ -5,7 +5,7 @@
  * call (flag for small messages, then one-pass where every rank reaches every buffer
  * the peers touch, staged otherwise) exactly as allreduce does.
  */
-#include "paths.h"
+#include "host.h"
 #include "reduce.h"
 
 #include <stdlib.h>
@@ -237,11 +237,17 @@ struct cma_tune {
 _Static_assert((COLL_ALLTOALL - COLL_ALLREDUCE + 1) * COLL_CHOICE_CLASSES <= SHM_CHOICES,
                "a choice word per kind and class");
 
-static struct cma_tune *tune_of(struct shm_comm *s)
+static struct cma_tune *tune_of(struct comm *c)
 {
-    if (s->cma_tune == NULL)
-        s->cma_tune = calloc(1, sizeof(struct cma_tune));
-    return s->cma_tune;
+    struct coll_host *h = coll_host_of(c);
+    if (h->cma_tune == NULL)
+        h->cma_tune = calloc(1, sizeof(struct cma_tune));
+    return h->cma_tune;
+}
+
+uint32_t coll_next_stage_slot(struct comm *c)
+{
+    return coll_host_of(c)->stage_slot++;
 }
 
 _Static_assert(COLL_TUNE_SAMPLES == 3, "coll_tune_record takes the median of 3");
@@ -315,7 +321,7 @@ bool coll_choice_take(struct comm *c, enum coll_kind kind, size_t bytes_per_rank
     if (!s->cma_fast || c->knobs.cma_threshold != RT_SIZE_AUTO || kind < COLL_ALLREDUCE ||
         kind > COLL_ALLTOALL || bytes_per_rank < COLL_CHOICE_MIN)
         return false;
-    if (c->rank == 0 && tune_of(s) == NULL)
+    if (c->rank == 0 && tune_of(c) == NULL)
         return false; /* rank 0 cannot keep times: no word ever changes, so every rank
                        * reads the flag path too */
     int k = 0;
@@ -336,7 +342,7 @@ void coll_choice_done(struct comm *c, const struct coll_choice *ch, size_t bytes
     if (!ch->active || c->rank != 0 || bytes_per_rank == 0)
         return;
     struct shm_comm *s = c->shm;
-    struct cma_tune *tu = tune_of(s);
+    struct cma_tune *tu = tune_of(c);
     struct coll_tune_cell *t = &tu->choice[ch->index];
     coll_tune_record(t, ch->cma ? 1 : 0, rt_now_ns() - ch->t0, bytes_per_rank);
     /* The bulk tuner's schedule, two calls late: the choice for the class's call n + 2
@@ -381,11 +387,10 @@ bool coll_cma_tune_offer(uint64_t n, double staged_ns, double cma_ns)
 struct coll_cma_pick coll_cma_tune_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
 {
     struct coll_cma_pick p = {.offer = true};
-    struct shm_comm *s = c->shm;
-    if (tune_of(s) == NULL)
+    struct cma_tune *tu = tune_of(c);
+    if (tu == NULL)
         return p; /* no memory for the tuner: the rows as they are */
-    struct coll_tune_cell *t =
-        &((struct cma_tune *)s->cma_tune)->cell[kind][tune_class(bytes_per_rank)];
+    struct coll_tune_cell *t = &tu->cell[kind][tune_class(bytes_per_rank)];
     /* Every rank sees the same calls, so the same numbering: the exploring calls are
      * the same calls on every rank (coll_cma_tune_offer). */
     uint64_t n = t->calls++;
@@ -441,10 +446,10 @@ comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, cons
     int n = c->nranks;
     size_t esize = rt_dtype_size(call->dtype);
     size_t chunk = CMA_CHUNK_BYTES / esize;
-    struct shm_comm *s = c->shm;
-    if (s->cma_scratch == NULL) {
-        s->cma_scratch = malloc((size_t)n * CMA_CHUNK_BYTES);
-        if (s->cma_scratch == NULL) {
+    struct coll_host *h = coll_host_of(c);
+    if (h->cma_scratch == NULL) {
+        h->cma_scratch = malloc((size_t)n * CMA_CHUNK_BYTES);
+        if (h->cma_scratch == NULL) {
             rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for a %zu-byte scratch buffer",
                      c->rank, (size_t)n * CMA_CHUNK_BYTES);
             return COMM_ERR_NOMEM;
@@ -452,7 +457,7 @@ comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, cons
     }
     /* Peer p's chunk lands at p's place in the scratch; the last place (this rank's
      * own is read in place) takes the result when dst is NULL. */
-    char *scratch = s->cma_scratch;
+    char *scratch = h->cma_scratch;
     char *result = scratch + (size_t)c->rank * CMA_CHUNK_BYTES;
     for (size_t lo = 0; lo < count; lo += chunk) {
         size_t len = count - lo < chunk ? count - lo : chunk;

@@ -145,17 +145,6 @@ void coll_paths_plan(struct comm *c, const struct coll_paths *t, const struct co
 const char *coll_path_name(enum coll_path p);
 const char *coll_ranks_name(enum coll_ranks r);
 
-/* The host backend's own state (backend_host.c): its resolved table. */
-struct coll_host {
-    struct coll_paths_overrides overrides; /* ARCOMM_PATHS, parsed at setup */
-    struct coll_paths table;               /* resolved once the ranks met */
-};
-
-static inline struct coll_host *coll_host_of(const struct comm *c)
-{
-    return (struct coll_host *)c->xport;
-}
-
 /* The bulk tuner's offer for a call of a tuned row (paths.c). */
 struct coll_cma_pick coll_cma_tune_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank);
 

@@ -6,7 +6,7 @@
  */
 #include "arcomm_paths.h"
 #include "backend.h"
-#include "paths.h"
+#include "host.h"
 #include "shm/cma_calibrate.h"
 
 #include <limits.h>

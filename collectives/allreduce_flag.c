@@ -29,8 +29,7 @@ comm_status_t coll_allreduce_flag(struct comm *c, const struct coll_call *call, 
         else
             memcpy(mine, call->send, call->count * esize);
     }
-    coll_arrive(c, &arrival);
-    comm_status_t st = coll_wait_arrivals(c, "allreduce (flag path)");
+    comm_status_t st = coll_meet(c, &arrival, "allreduce (flag path)");
     if (st != COMM_OK || call->count == 0)
         return st;
 

@@ -24,7 +24,7 @@
  * numpy buffers start 16 bytes past a line, and vector loads and stores on regions
  * aligned otherwise split cache lines (5-9% of the time at 4-64 MiB).
  */
-#include "coll.h"
+#include "host.h"
 #include "reduce.h"
 
 #include <stdlib.h>
@@ -105,8 +105,8 @@ static void reduce_own(const struct staged *st, uint32_t slot, size_t k)
         src[p] = region(st, p, slot, c->rank);
     if (st->narrow) {
         /* Own contribution rounded through bf16 like everyone else's wire values. */
-        coll_f32_to_bf16(c->shm->scratch, (const float *)call->send + lo, hi - lo);
-        src[c->rank] = c->shm->scratch;
+        coll_f32_to_bf16(coll_host_of(c)->scratch, (const float *)call->send + lo, hi - lo);
+        src[c->rank] = coll_host_of(c)->scratch;
     } else {
         src[c->rank] = (const char *)call->send + lo * st->esize;
     }
@@ -234,9 +234,9 @@ comm_status_t coll_allreduce_staged(struct comm *c, const struct coll_call *call
     if (st.chunk == 0)
         st.chunk = 1;
     size_t rounds = (call->count + st.chunk - 1) / st.chunk;
-    if (narrow && c->shm->scratch == NULL) {
-        c->shm->scratch = malloc(c->shm->slot_bytes);
-        if (c->shm->scratch == NULL) {
+    if (narrow && coll_host_of(c)->scratch == NULL) {
+        coll_host_of(c)->scratch = malloc(c->shm->slot_bytes);
+        if (coll_host_of(c)->scratch == NULL) {
             rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for a %llu-byte scratch buffer",
                      c->rank, (unsigned long long)c->shm->slot_bytes);
             return COMM_ERR_NOMEM;

@@ -1,12 +1,55 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The host backend: ranks of one host (threads or processes) on the shm segment, with
- * the host paths of allreduce.c.
+ * the host paths (host_paths.c, allreduce.c) and its path table (paths.c).
  */
 #include "backend.h"
 #include "p2p/p2p.h"
+#include "host.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+
+/* The host backend's own state, then the segment.  A malformed ARCOMM_PATHS fails here,
+ * before the segment: comm_init tells the peers (their join fails alike). */
+static comm_status_t host_setup(struct comm *c)
+{
+    struct coll_host *h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        rt_error(c, COMM_ERR_NOMEM,
+                 "rank %d: out of memory for the host backend's state (%zu "
+                 "bytes)",
+                 c->rank, sizeof(*h));
+        return COMM_ERR_NOMEM;
+    }
+    char why[320];
+    comm_status_t st = coll_paths_parse(c->knobs.paths, &h->overrides, why, sizeof(why));
+    if (st != COMM_OK) {
+        rt_error(c, st, "rank %d: %s", c->rank, why);
+        free(h);
+        return st;
+    }
+    c->xport = h;
+    st = shm_segment_create_or_attach(c);
+    if (st != COMM_OK) {
+        c->xport = NULL;
+        free(h);
+    }
+    return st;
+}
+
+static void host_teardown(struct comm *c)
+{
+    shm_segment_detach(c);
+    struct coll_host *h = coll_host_of(c);
+    if (h != NULL) {
+        free(h->scratch);
+        free(h->cma_scratch);
+        free(h->cma_tune);
+        free(h);
+    }
+    c->xport = NULL;
+}
 
 static void host_resolve_knobs(struct comm *c)
 {
@@ -30,6 +73,28 @@ static void host_resolve_knobs(struct comm *c)
      * answer on every rank): no call takes that path, nor leaves the flag path for it. */
     if (!c->shm->cma)
         c->knobs.cma_threshold = RT_SIZE_OFF;
+    /* The path table of these ranks, from the knobs just resolved. */
+    struct coll_host *h = coll_host_of(c);
+    struct coll_paths_config cfg = {
+        .nranks = c->nranks,
+        .threads = c->shm->same_process,
+        .cma = c->shm->cma,
+        .cma_fast = c->shm->cma_fast,
+        .k = &c->knobs,
+    };
+    coll_paths_resolve(&cfg, &h->overrides, &h->table);
+    for (int i = 0; i < h->overrides.n; i++) {
+        bool kept = false;
+        for (int j = 0; j < h->table.nrows; j++)
+            kept = kept || h->table.row[j].item == h->overrides.row[i].item;
+        if (!kept)
+            rt_log(c, RT_LOG_WARN,
+                   "rank %d: ARCOMM_PATHS item %d cannot apply to this communicator (%d %s "
+                   "ranks%s): its calls take the next row that matches",
+                   c->rank, h->overrides.row[i].item, c->nranks,
+                   c->shm->same_process ? "thread" : "process",
+                   c->shm->cma ? "" : ", no single copy between them");
+    }
     /* The eager broadcast publishes without fences (broadcast_eager.c). */
     if (c->knobs.bcast_eager != RT_SIZE_OFF)
         c->shm->lax_wake_ns = COLL_EAGER_WAKE_NS;
@@ -63,8 +128,8 @@ const struct backend_ops coll_host_backend = {
     .device = COMM_DEVICE_HOST,
     .knobs = &coll_host_knobs,
     .probe = shm_probe,
-    .setup = shm_segment_create_or_attach,
-    .teardown = shm_segment_detach,
+    .setup = host_setup,
+    .teardown = host_teardown,
     .resolve_knobs = host_resolve_knobs,
     .validate = host_validate,
     .allreduce = coll_host_allreduce,

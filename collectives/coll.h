@@ -205,13 +205,22 @@ static inline bool coll_narrows(const struct rt_knobs *k, comm_dtype_t dtype, co
 
 /* host_common.c: the arrival handshake every host call starts with. */
 
-/* Fills and publishes this rank's arrival word for call c->seq (status OK, seq last). */
+/* Fills and publishes this rank's arrival word for call c->seq (status OK, seq last):
+ * alone only where a rank leaves without waiting (the eager broadcast). */
 void coll_arrive(struct comm *c, const struct shm_arrival *mine);
 
 /*
- * Waits for every peer's arrival at call c->seq, then checks they agree with this
- * rank's (count, dtype, op, path): COMM_ERR_MISMATCH on every rank otherwise.
+ * The one coarse segment call every host collective, the split's handshakes and the
+ * Hexagon backend start with: publishes this rank's arrival word for call c->seq with
+ * the call's words (mine), waits for every peer's, and checks they agree with this
+ * rank's (collective, count, dtype, op, root, path: flag or bulk, inline, addend):
+ * COMM_ERR_MISMATCH on every rank otherwise, before any rank writes a byte of the call.
+ * what names the call in messages.
  */
+comm_status_t coll_meet(struct comm *c, const struct shm_arrival *mine, const char *what);
+
+/* coll_meet's second half, for the one path that arrives before its own exchange and
+ * waits for every arrival only to name a disagreement it found (the gather path). */
 comm_status_t coll_wait_arrivals(struct comm *c, const char *what);
 
 /* This rank's arrival word for call on path (what the peers compare). */
@@ -243,9 +252,11 @@ uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const 
  * After a bulk call's handshake: the path every rank takes, from the buffer kinds every
  * rank published (mine_flags: this rank's own, the only kinds that can be common to
  * all): one-pass where all reach every buffer (raw pointers between thread ranks, or
- * offsets), CMA where all offered it, else staged; counted in c->shm->bulk_calls.
+ * offsets), CMA where all offered it, else staged; staged whatever the buffers where the
+ * plan's row says so; counted in c->shm->bulk_calls.
  */
-enum shm_bulk coll_bulk_path(struct comm *c, uint32_t mine_flags);
+struct coll_plan;
+enum shm_bulk coll_bulk_path(struct comm *c, const struct coll_plan *plan, uint32_t mine_flags);
 
 /* Does a call of kind moving bytes_per_rank between nranks ranks take the CMA path
  * where the buffers allow it, on resolved knobs (cma_threshold is off for thread ranks
@@ -346,7 +357,6 @@ struct coll_cma_pick {
     struct coll_tune_cell *cell; /* the tuned size class, or NULL: not tuned */
     uint64_t t0;                 /* when the call started (tuned calls) */
 };
-struct coll_cma_pick coll_host_cma_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank);
 /* After a tuned call that ran on the staged (cma false) or the CMA path. */
 void coll_host_cma_done(struct comm *c, const struct coll_cma_pick *p, bool cma,
                         size_t bytes_per_rank);
@@ -392,8 +402,16 @@ struct coll_host_algo {
     comm_status_t (*cma)(struct comm *c, const struct coll_call *call);
 };
 
-/* Runs a validated call through algo's path for it (a call of count 0 only arrives and
- * agrees); publishes the call's completion when it succeeds. */
+/* The plan of a validated call on this communicator (paths.c: the first row of its path
+ * table the call matches; narrow: allreduce's f32 travels as bf16), and after a call
+ * that succeeded, the tuner layer's part (rank 0 times a call its choice covered). */
+void coll_host_plan(struct comm *c, const struct coll_call *call, bool narrow,
+                    struct coll_plan *plan);
+void coll_host_plan_done(struct comm *c, const struct coll_plan *plan,
+                         const struct coll_call *call);
+
+/* Runs a validated call through algo's path for it, as its plan says (a call of count 0
+ * only arrives and agrees); publishes the call's completion when it succeeds. */
 comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
                             const struct coll_host_algo *algo);
 
@@ -466,10 +484,7 @@ static inline void *coll_region(const struct comm *c, int owner, uint32_t slot, 
 void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_t *hi);
 
 /* Alternating staging slot for the next phase that writes staging (all ranks alike). */
-static inline uint32_t coll_next_stage_slot(struct comm *c)
-{
-    return c->shm->stage_slot++;
-}
+uint32_t coll_next_stage_slot(struct comm *c);
 
 /*
  * The flag path's messages of at most SHM_INLINE_BYTES per rank (what a rank stages:

@@ -179,7 +179,8 @@ static bool arrival_corrupt(const struct comm *c, const struct shm_arrival *a)
            a->root < 0 || a->root >= c->nranks;
 }
 
-comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
+/* Waits for every peer's arrival at call c->seq and checks they agree with this rank's. */
+static comm_status_t wait_arrivals(struct comm *c, const char *what)
 {
     struct arrivals_arg w = {.next = 0};
     comm_status_t st = shm_wait_for(c, arrivals_ready, arrival_behind, &w, what, "arrive");
@@ -221,6 +222,17 @@ comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
     return COMM_OK;
 }
 
+comm_status_t coll_wait_arrivals(struct comm *c, const char *what)
+{
+    return wait_arrivals(c, what);
+}
+
+comm_status_t coll_meet(struct comm *c, const struct shm_arrival *mine, const char *what)
+{
+    coll_arrive(c, mine);
+    return wait_arrivals(c, what);
+}
+
 void coll_slice(size_t count, size_t esize, int nranks, int r, size_t *lo, size_t *hi)
 {
     /* Cut at 64-byte multiples so ranks writing neighbouring slices of one output do
@@ -239,8 +251,7 @@ comm_status_t coll_host_barrier(struct comm *c)
     if (st != COMM_OK)
         return st;
     struct shm_arrival mine = {.path = SHM_PATH_BARRIER, .coll = COLL_BARRIER};
-    coll_arrive(c, &mine);
-    st = coll_wait_arrivals(c, "comm_barrier");
+    st = coll_meet(c, &mine, "comm_barrier");
     if (st == COMM_OK)
         shm_complete(c);
     return st;

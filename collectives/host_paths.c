@@ -5,7 +5,7 @@
  * call (flag for small messages, then one-pass where every rank reaches every buffer
  * the peers touch, staged otherwise) exactly as allreduce does.
  */
-#include "coll.h"
+#include "host.h"
 #include "reduce.h"
 
 #include <stdlib.h>
@@ -70,14 +70,16 @@ uint32_t coll_reach(const struct comm *c, int n, const void *const *bufs, const 
     return SHM_BUF_IN_SEG | (cma && !touched ? SHM_BUF_CMA : 0u);
 }
 
-enum shm_bulk coll_bulk_path(struct comm *c, uint32_t mine_flags)
+enum shm_bulk coll_bulk_path(struct comm *c, const struct coll_plan *plan, uint32_t mine_flags)
 {
     uint32_t all = mine_flags & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG | SHM_BUF_CMA);
     for (int p = 0; p < c->nranks; p++)
         all &= shm_arrival_at(c->shm, c->seq, p)->flags;
-    enum shm_bulk path = (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG)) ? SHM_BULK_DIRECT
-                         : (all & SHM_BUF_CMA)                        ? SHM_BULK_CMA
-                                                                      : SHM_BULK_STAGED;
+    /* A row that says staged takes it whatever the buffers allow. */
+    enum shm_bulk path = plan->path == COLL_PATH_STAGED                 ? SHM_BULK_STAGED
+                         : (all & (SHM_BUF_SAME_PROC | SHM_BUF_IN_SEG)) ? SHM_BULK_DIRECT
+                         : (all & SHM_BUF_CMA)                          ? SHM_BULK_CMA
+                                                                        : SHM_BULK_STAGED;
     c->shm->bulk_calls[path]++;
     return path;
 }
@@ -188,8 +190,7 @@ static comm_status_t run_flag(struct comm *c, const struct coll_call *call,
     /* An inline message is staged here and written to the line with the word. */
     if (call->count)
         algo->flag_stage(c, call, inline_msg ? mine.data : coll_flag_data(c, c->rank, slot));
-    coll_arrive(c, &mine);
-    comm_status_t st = coll_wait_arrivals(c, algo->flag_what);
+    comm_status_t st = coll_meet(c, &mine, algo->flag_what);
     if (st != COMM_OK || call->count == 0)
         return st;
     algo->flag_finish(c, call, slot);
@@ -197,7 +198,7 @@ static comm_status_t run_flag(struct comm *c, const struct coll_call *call,
 }
 
 static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
-                              const struct coll_host_algo *algo, bool force_cma)
+                              const struct coll_host_algo *algo, const struct coll_plan *plan)
 {
     size_t esize = rt_dtype_size(call->dtype), send_elems, recv_elems;
     coll_call_shape(call, c->rank, c->nranks, &send_elems, &recv_elems);
@@ -207,27 +208,21 @@ static comm_status_t run_bulk(struct comm *c, const struct coll_call *call,
     uint64_t out[2] = {0};
     struct shm_arrival mine = coll_arrival_of(call, SHM_PATH_BULK);
     size_t bytes = call->count * esize;
-    struct coll_cma_pick pick = {0};
-    if (algo->cma != NULL && force_cma)
-        pick.offer = true; /* rank 0's choice for every rank (coll_choice_take) */
-    else if (algo->cma != NULL)
-        pick = coll_host_cma_pick(c, call->kind, bytes);
-    mine.flags = coll_reach(c, 2, bufs, lens, pick.offer, out);
+    mine.flags = coll_reach(c, 2, bufs, lens, plan->offer_cma, out);
     /* With SHM_BUF_CMA alone both are raw pointers, exposed or not: the CMA paths read
      * the peers' other buffer too (allgather pulls each peer's sendbuf). */
     mine.send = out[0];
     mine.recv = out[1];
-    coll_arrive(c, &mine);
-    comm_status_t st = coll_wait_arrivals(c, algo->bulk_what);
+    comm_status_t st = coll_meet(c, &mine, algo->bulk_what);
     if (st != COMM_OK || call->count == 0)
         return st;
-    enum shm_bulk path = coll_bulk_path(c, mine.flags);
+    enum shm_bulk path = coll_bulk_path(c, plan, mine.flags);
     if (path == SHM_BULK_DIRECT)
         return algo->direct(c, call);
     bool cma = path == SHM_BULK_CMA;
     st = cma ? algo->cma(c, call) : algo->staged(c, call);
     if (st == COMM_OK)
-        coll_host_cma_done(c, &pick, cma, bytes);
+        coll_host_cma_done(c, &plan->pick, cma, bytes);
     return st;
 }
 
@@ -242,11 +237,17 @@ struct cma_tune {
 _Static_assert((COLL_ALLTOALL - COLL_ALLREDUCE + 1) * COLL_CHOICE_CLASSES <= SHM_CHOICES,
                "a choice word per kind and class");
 
-static struct cma_tune *tune_of(struct shm_comm *s)
+static struct cma_tune *tune_of(struct comm *c)
 {
-    if (s->cma_tune == NULL)
-        s->cma_tune = calloc(1, sizeof(struct cma_tune));
-    return s->cma_tune;
+    struct coll_host *h = coll_host_of(c);
+    if (h->cma_tune == NULL)
+        h->cma_tune = calloc(1, sizeof(struct cma_tune));
+    return h->cma_tune;
+}
+
+uint32_t coll_next_stage_slot(struct comm *c)
+{
+    return coll_host_of(c)->stage_slot++;
 }
 
 _Static_assert(COLL_TUNE_SAMPLES == 3, "coll_tune_record takes the median of 3");
@@ -269,20 +270,34 @@ void coll_tune_record(struct coll_tune_cell *t, int path, uint64_t ns, size_t by
     t->last = (int8_t)(path + 1);
 }
 
+void coll_host_plan(struct comm *c, const struct coll_call *call, bool narrow,
+                    struct coll_plan *plan)
+{
+    struct coll_plan_ask ask = {
+        .kind = call->kind,
+        .bytes = call->count * rt_dtype_size(call->dtype),
+        .plain = !narrow && call->addend == NULL,
+    };
+    coll_paths_plan(c, &coll_host_of(c)->table, &ask, plan);
+}
+
+void coll_host_plan_done(struct comm *c, const struct coll_plan *plan, const struct coll_call *call)
+{
+    coll_choice_done(c, &plan->ch, call->count * rt_dtype_size(call->dtype));
+}
+
 comm_status_t coll_host_run(struct comm *c, const struct coll_call *call,
                             const struct coll_host_algo *algo)
 {
     comm_status_t st = coll_settle(c);
     if (st != COMM_OK)
         return st;
-    size_t bytes = call->count * rt_dtype_size(call->dtype);
-    struct coll_choice ch = {0};
-    bool flag = coll_host_kind_flag(call->kind, &c->knobs, bytes, c->nranks) &&
-                !coll_choice_take(c, call->kind, bytes, &ch);
-    st = flag ? run_flag(c, call, algo) : run_bulk(c, call, algo, ch.cma);
+    struct coll_plan plan;
+    coll_host_plan(c, call, false, &plan);
+    st = plan.path == COLL_PATH_FLAG ? run_flag(c, call, algo) : run_bulk(c, call, algo, &plan);
     /* A rank that completed this call never fails a peer's. */
     if (st == COMM_OK) {
-        coll_choice_done(c, &ch, bytes);
+        coll_host_plan_done(c, &plan, call);
         shm_complete(c);
     }
     return st;
@@ -306,7 +321,7 @@ bool coll_choice_take(struct comm *c, enum coll_kind kind, size_t bytes_per_rank
     if (!s->cma_fast || c->knobs.cma_threshold != RT_SIZE_AUTO || kind < COLL_ALLREDUCE ||
         kind > COLL_ALLTOALL || bytes_per_rank < COLL_CHOICE_MIN)
         return false;
-    if (c->rank == 0 && tune_of(s) == NULL)
+    if (c->rank == 0 && tune_of(c) == NULL)
         return false; /* rank 0 cannot keep times: no word ever changes, so every rank
                        * reads the flag path too */
     int k = 0;
@@ -327,7 +342,7 @@ void coll_choice_done(struct comm *c, const struct coll_choice *ch, size_t bytes
     if (!ch->active || c->rank != 0 || bytes_per_rank == 0)
         return;
     struct shm_comm *s = c->shm;
-    struct cma_tune *tu = tune_of(s);
+    struct cma_tune *tu = tune_of(c);
     struct coll_tune_cell *t = &tu->choice[ch->index];
     coll_tune_record(t, ch->cma ? 1 : 0, rt_now_ns() - ch->t0, bytes_per_rank);
     /* The bulk tuner's schedule, two calls late: the choice for the class's call n + 2
@@ -369,20 +384,13 @@ bool coll_cma_tune_offer(uint64_t n, double staged_ns, double cma_ns)
     return coll_cma_tune_exploring(n) ? !best : best;
 }
 
-struct coll_cma_pick coll_host_cma_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
+struct coll_cma_pick coll_cma_tune_pick(struct comm *c, enum coll_kind kind, size_t bytes_per_rank)
 {
-    struct coll_cma_pick p = {0};
-    struct shm_comm *s = c->shm;
-    const struct rt_knobs *k = &c->knobs;
-    if (!s->cma || !coll_host_cma_size(kind, k, bytes_per_rank, c->nranks, s->cma_fast))
-        return p;
-    p.offer = true;
-    if (k->cma_threshold != RT_SIZE_AUTO)
-        return p; /* a size set: every call from it, untuned */
-    if (tune_of(s) == NULL)
-        return p; /* no memory for the tuner: the windows as they are */
-    struct coll_tune_cell *t =
-        &((struct cma_tune *)s->cma_tune)->cell[kind][tune_class(bytes_per_rank)];
+    struct coll_cma_pick p = {.offer = true};
+    struct cma_tune *tu = tune_of(c);
+    if (tu == NULL)
+        return p; /* no memory for the tuner: the rows as they are */
+    struct coll_tune_cell *t = &tu->cell[kind][tune_class(bytes_per_rank)];
     /* Every rank sees the same calls, so the same numbering: the exploring calls are
      * the same calls on every rank (coll_cma_tune_offer). */
     uint64_t n = t->calls++;
@@ -405,57 +413,30 @@ void coll_host_cma_done(struct comm *c, const struct coll_cma_pick *p, bool cma,
  * the result) stay in L2 while they are reduced and written out. */
 #define CMA_CHUNK_BYTES (128u << 10)
 
+/* Does a default CMA row of exactly these needs take a call of kind moving bytes_per_rank
+ * between nranks process ranks (the windows as coll.h's callers ask for them)? */
+static bool cma_row(uint32_t needs, enum coll_kind kind, int nranks, size_t bytes_per_rank)
+{
+    for (size_t i = 0; i < coll_host_path_nrows; i++) {
+        const struct coll_path_row *r = &coll_host_path_rows[i];
+        if (r->path != COLL_PATH_CMA || r->needs != needs || r->tune != COLL_TUNE_BULK ||
+            !(r->colls & COLL_KIND_BIT(kind)) || nranks < r->nmin || nranks > r->nmax)
+            continue;
+        if (bytes_per_rank >= r->lo && bytes_per_rank <= r->hi)
+            return true;
+    }
+    return false;
+}
+
 bool coll_host_cma_auto(enum coll_kind kind, int nranks, size_t bytes_per_rank)
 {
-    /*
-     * Measured with 2 process ranks on the 2-core development VM (docs/PERFORMANCE.md,
-     * "Cross Memory Attach"), alternating launches over an hour.  process_vm_readv
-     * moves about 7.7 GB/s there (it pins every 4 KiB page) where a cached memcpy moves
-     * 27-37 GB/s, so the single copy never beats the flag and staged paths while they
-     * stay in cache; in the periods where the host makes them fall out of it (2-3x
-     * slower), CMA, unaffected, wins.  Kept where it wins on the mean of both: allgather
-     * 1 to 4 MiB per rank.  Broadcast 1 to 8 MiB went through CMA too until the staged
-     * broadcast became a pipeline (5685f61): since, staged is 2-3.5x faster there in
-     * both states, in place and not (docs/PERFORMANCE.md, 2026-12-01 17:03).  Allreduce and reduce
-     * (1-4 MiB: 2-3x slower than the fast flag and staged paths, 1.2-1.6x faster than the slow
-     * ones), alltoall and reduce_scatter (slower at every size), and 4 process ranks
-     * (slower nearly everywhere: two cores) keep today's paths.
-     */
-    if (nranks != 2)
-        return false;
-    switch (kind) {
-    case COLL_ALLGATHER:
-        return bytes_per_rank >= (1u << 20) && bytes_per_rank <= (4u << 20);
-    default:
-        return false;
-    }
+    return cma_row(COLL_NEED_CMA | COLL_NEED_CMA_AUTO, kind, nranks, bytes_per_rank);
 }
 
 bool coll_host_cma_fast_window(enum coll_kind kind, int nranks, size_t bytes_per_rank)
 {
-    /*
-     * Measured with 2 process ranks on the Intel development VM (Xeon, AVX-512; readv at
-     * 0.55-0.79 of memcpy's rate), CMA against the staging slots, four alternated rounds
-     * of `arbench -n 2 --procs --coll all -b 1M -e 64M -f 2` in two states of the VM
-     * (docs/PERFORMANCE.md, "single copy by measurement"), staged time / CMA time:
-     * broadcast 1.02-1.53 and alltoall 1.01-1.71 at every size; allgather 1.0-1.7;
-     * allreduce 1.08-1.56 up to 16 MiB per rank, 0.88-1.1 beyond; reduce 1.14-1.35 at
-     * 1 MiB, 0.95-1.2 up to 8 MiB, 0.64-1.2 beyond; reduce_scatter 1.2-1.7 at 512 KiB,
-     * 0.93-1.4 up to 8 MiB, 0.87-1.2 beyond.  Below 512 KiB per rank (the smallest bulk
-     * call measured) and with more than 2 process ranks (not measured on a host with
-     * the cores for them): today's paths.
-     */
-    if (nranks != 2 || bytes_per_rank < (512u << 10))
-        return false;
-    switch (kind) {
-    case COLL_ALLREDUCE:
-        return bytes_per_rank <= (16u << 20);
-    case COLL_REDUCE:
-    case COLL_REDUCE_SCATTER:
-        return bytes_per_rank <= (8u << 20);
-    default:
-        return true;
-    }
+    return cma_row(COLL_NEED_CMA | COLL_NEED_CMA_FAST | COLL_NEED_CMA_AUTO, kind, nranks,
+                   bytes_per_rank);
 }
 
 comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, const uint64_t *in,
@@ -465,10 +446,10 @@ comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, cons
     int n = c->nranks;
     size_t esize = rt_dtype_size(call->dtype);
     size_t chunk = CMA_CHUNK_BYTES / esize;
-    struct shm_comm *s = c->shm;
-    if (s->cma_scratch == NULL) {
-        s->cma_scratch = malloc((size_t)n * CMA_CHUNK_BYTES);
-        if (s->cma_scratch == NULL) {
+    struct coll_host *h = coll_host_of(c);
+    if (h->cma_scratch == NULL) {
+        h->cma_scratch = malloc((size_t)n * CMA_CHUNK_BYTES);
+        if (h->cma_scratch == NULL) {
             rt_error(c, COMM_ERR_NOMEM, "rank %d: out of memory for a %zu-byte scratch buffer",
                      c->rank, (size_t)n * CMA_CHUNK_BYTES);
             return COMM_ERR_NOMEM;
@@ -476,7 +457,7 @@ comm_status_t coll_cma_reduce(struct comm *c, const struct coll_call *call, cons
     }
     /* Peer p's chunk lands at p's place in the scratch; the last place (this rank's
      * own is read in place) takes the result when dst is NULL. */
-    char *scratch = s->cma_scratch;
+    char *scratch = h->cma_scratch;
     char *result = scratch + (size_t)c->rank * CMA_CHUNK_BYTES;
     for (size_t lo = 0; lo < count; lo += chunk) {
         size_t len = count - lo < chunk ? count - lo : chunk;

@@ -53,7 +53,7 @@ static void describe(const struct shm_arrival *a, char *buf, size_t len)
 }
 
 /*
- * coll_wait_arrivals found a peer making another call: says so in this rank's message
+ * coll_meet found a peer making another call: says so in this rank's message
  * in the terms of comm_split (the handshake is barrier-shaped, and the shared message
  * would call it a barrier).
  */
@@ -94,8 +94,7 @@ static comm_status_t handshake(struct comm *c, uint64_t count, int64_t a, int64_
         .send = (uint64_t)a,
         .recv = (uint64_t)b,
     };
-    coll_arrive(c, &mine);
-    st = coll_wait_arrivals(c, what);
+    st = coll_meet(c, &mine, what);
     if (st == COMM_ERR_MISMATCH)
         mismatch_message(c, &mine, fn);
     if (st != COMM_OK)

@@ -266,8 +266,7 @@ comm_status_t coll_hexagon_allreduce(struct comm *c, const struct coll_call *cal
     if (st != COMM_OK)
         return st;
 
-    coll_arrive(c, &mine);
-    st = coll_wait_arrivals(c, "hexagon allreduce handshake");
+    st = coll_meet(c, &mine, "hexagon allreduce handshake");
     if (st != COMM_OK)
         return st;
     for (int p = 0; p < c->nranks; p++) {

@@ -17,7 +17,8 @@ import sys
 
 TOP_KEYS = ['schema', 'arcomm_version', 'build', 'nranks', 'host', 'topology',
             'pci_accelerators', 'cuda', 'hexagon', 'transports', 'transport_pick', 'paths',
-            'collective_paths', 'streaming_stores', 'single_copy', 'shared_heap', 'config',
+            'collective_paths', 'path_table', 'streaming_stores', 'single_copy', 'shared_heap',
+            'config',
             'other_variables', 'unknown_environment']
 # The collectives of collective_paths, in their order for each size.
 COLLECTIVES = ['broadcast', 'reduce', 'allgather', 'reduce_scatter', 'alltoall']
@@ -305,10 +306,32 @@ def main():
     assert 'host' not in d and 'config' in d
     d, _ = run(arinfo, ['--topology', xml, '--only', 'pci,paths', '--sizes', '1G', '-n', '4'])
     assert list(d) == ['schema', 'arcomm_version', 'build', 'nranks', 'pci_accelerators',
-                       'paths', 'collective_paths', 'streaming_stores', 'single_copy',
-                       'shared_heap'], list(d)
+                       'paths', 'collective_paths', 'path_table', 'streaming_stores',
+                       'single_copy', 'shared_heap'], list(d)
     assert d['nranks'] == 4 and [p['bytes'] for p in d['paths']] == [1 << 30]
     check_collective_paths(d)
+    # The path table (comm_paths_query): ordered rows, the defaults' last one-pass for all.
+    for kind in ('process_ranks', 'thread_ranks'):
+        t = d['path_table'][kind]
+        assert t and t[-1]['path'] == 'one-pass' and t[-1]['collectives'] == '*', t
+        for r in t:
+            assert set(r) == {'collectives', 'lo', 'hi', 'staged_bytes', 'min_ranks',
+                              'max_ranks', 'ranks', 'path', 'tuned', 'item', 'why'}, r
+            assert r['item'] == 0 and r['why'], r
+    # --plan COLL SIZE: the plan alone, through the same rows; ARCOMM_PATHS's row first.
+    d, _ = run(arinfo, ['--plan', 'allreduce', '1M', '-n', '4', '--only', 'paths'],
+               {b'ARCOMM_PATHS': b'allreduce:1M:staged'})
+    assert d['plan'] == {'collective': 'allreduce', 'bytes': 1 << 20, 'nranks': 4,
+                         'thread_ranks': {'path': 'staged', 'row_path': 'staged', 'row': 0},
+                         'process_ranks_private': {'path': 'staged', 'row_path': 'staged',
+                                                   'row': 0},
+                         'process_ranks_shared': {'path': 'staged', 'row_path': 'staged',
+                                                  'row': 0}}, d['plan']
+    assert d['path_table']['process_ranks'][0]['item'] == 1, d['path_table']
+    d, _ = run(arinfo, ['--plan', 'reduce', '2M', '-n', '4', '--only', 'paths'])
+    assert d['plan']['process_ranks_private'] == {'path': 'staged', 'row_path': 'one-pass',
+                                                  'row': 1}, d['plan']
+    assert d['plan']['process_ranks_shared']['path'] == 'one-pass', d['plan']
 
     # Around a flag threshold of 4K for 4 ranks (thread ranks too: it is set): broadcast,
     # reduce and allgather stage their size, reduce_scatter and alltoall 4 blocks of it.

@@ -34,7 +34,7 @@ for lib in "$@"; do
 done
 
 # The headers' functions (an inline one or a macro would not show in nm).
-for h in "$root/include/arcomm.h" "$root/include/arcomm_mpi.h"; do
+for h in "$root/include/arcomm.h" "$root/include/arcomm_mpi.h" "$root/include/arcomm_paths.h"; do
     for f in $(grep -o -E '^[a-z_ ]+[ *]comm_[a-z_]+\(' "$h" | grep -o -E 'comm_[a-z_]+'); do
         documented "$f" || { echo "FAIL: $(basename "$h") declares $f, which docs/api.md does not document"; bad=1; }
     done

@@ -153,13 +153,13 @@ static void slot_range(void **s)
 static void agree_flags(void **s)
 {
     (void)s;
-    static const enum rt_knob_id agree[] = {RT_KNOB_FLAG_THRESHOLD,    RT_KNOB_BF16_THRESHOLD,
-                                            RT_KNOB_SHM_SLOT_BYTES,    RT_KNOB_COPY_THRESHOLD,
-                                            RT_KNOB_COPY_CHUNK_BYTES,  RT_KNOB_CUDA_STAGING_BYTES,
-                                            RT_KNOB_CUDA_BLOCKS,       RT_KNOB_CMA_THRESHOLD,
-                                            RT_KNOB_BCAST_EAGER,       RT_KNOB_WIRE,
-                                            RT_KNOB_WIRE_THRESHOLD,    RT_KNOB_SMALL_GATHER_MAX,
-                                            RT_KNOB_STAGED_CHUNK_BYTES};
+    static const enum rt_knob_id agree[] = {RT_KNOB_FLAG_THRESHOLD,     RT_KNOB_BF16_THRESHOLD,
+                                            RT_KNOB_SHM_SLOT_BYTES,     RT_KNOB_COPY_THRESHOLD,
+                                            RT_KNOB_COPY_CHUNK_BYTES,   RT_KNOB_CUDA_STAGING_BYTES,
+                                            RT_KNOB_CUDA_BLOCKS,        RT_KNOB_CMA_THRESHOLD,
+                                            RT_KNOB_BCAST_EAGER,        RT_KNOB_WIRE,
+                                            RT_KNOB_WIRE_THRESHOLD,     RT_KNOB_SMALL_GATHER_MAX,
+                                            RT_KNOB_STAGED_CHUNK_BYTES, RT_KNOB_PATHS};
     size_t n = 0;
     for (size_t i = 0; i < rt_knob_count; i++) {
         if (!(rt_knob_table[i].flags & RT_KNOB_AGREE))
@@ -167,7 +167,8 @@ static void agree_flags(void **s)
         n++;
         assert_true(rt_knob_table[i].type == RT_KNOB_SIZE || rt_knob_table[i].type == RT_KNOB_INT ||
                     rt_knob_table[i].type == RT_KNOB_BOOL ||
-                    rt_knob_table[i].type == RT_KNOB_CODEC);
+                    rt_knob_table[i].type == RT_KNOB_CODEC ||
+                    rt_knob_table[i].type == RT_KNOB_STRING);
     }
     assert_int_equal(n, sizeof(agree) / sizeof(agree[0]));
     for (size_t i = 0; i < n; i++) {

@@ -56,6 +56,9 @@ static void usage(FILE *f)
             "  --config           every ARCOMM_* knob: value, source (default, environment), doc\n"
             "  --paths            also the path each collective takes per message size (the\n"
             "                     library's path tables; JSON always has them)\n"
+            "  --plan COLL SIZE   the path a call of COLL (allreduce, broadcast, ...) moving\n"
+            "                     SIZE bytes per rank takes on thread and process ranks, and\n"
+            "                     the row of the path table that chose it\n"
             "  --sizes LIST       message sizes to show the allreduce path of, in bytes with\n"
             "                     K/M/G suffixes (default %s)\n"
             "  -n, --ranks RANKS  local ranks of the communicator asked about (1 to %d,\n"
@@ -168,17 +171,12 @@ static void print_header(struct arinfo *ai)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"config", no_argument, NULL, 'c'},
-        {"sizes", required_argument, NULL, 's'},
-        {"ranks", required_argument, NULL, 'n'},
-        {"topology", required_argument, NULL, 't'},
-        {"only", required_argument, NULL, 'o'},
-        {"no-host", no_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {"paths", no_argument, NULL, 'p'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},           {"config", no_argument, NULL, 'c'},
+        {"sizes", required_argument, NULL, 's'},    {"ranks", required_argument, NULL, 'n'},
+        {"topology", required_argument, NULL, 't'}, {"only", required_argument, NULL, 'o'},
+        {"no-host", no_argument, NULL, 'H'},        {"help", no_argument, NULL, 'h'},
+        {"paths", no_argument, NULL, 'p'},          {"plan", required_argument, NULL, 'P'},
+        {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
     };
     struct arinfo ai = {.nranks = 2, .out = stdout};
     bool config = false, no_host = false, paths = false;
@@ -211,6 +209,9 @@ int main(int argc, char **argv)
         case 'p':
             paths = true;
             break;
+        case 'P':
+            ai.plan_coll = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -224,6 +225,14 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+    }
+    if (ai.plan_coll != NULL) {
+        /* --plan COLL SIZE: the size is the one argument left. */
+        if (optind >= argc)
+            die_usage("--plan %s: give a size too, e.g. --plan allreduce 1M", ai.plan_coll);
+        if (!rt_parse_size(argv[optind], &ai.plan_bytes) || ai.plan_bytes >= RT_SIZE_AUTO)
+            die_usage("--plan: \"%s\" is no size (bytes with K/M/G suffixes)", argv[optind]);
+        optind++;
     }
     if (optind < argc)
         die_usage("unexpected argument \"%s\"", argv[optind]);
@@ -241,6 +250,9 @@ int main(int argc, char **argv)
         ai.sections |= ARINFO_SEC_PATHS;
     if (no_host)
         ai.sections &= ~ARINFO_SEC_HOST;
+    /* --plan alone shows the plan, as --config alone shows the knobs. */
+    if (ai.plan_coll != NULL)
+        ai.sections = (only || paths || config || ai.json ? ai.sections : 0) | ARINFO_SEC_PLAN;
 
     /* The runtime loads its own topology (for the automatic knobs) through hwloc's
      * environment, so a topology given here must reach it too, before it loads. */
@@ -280,7 +292,7 @@ int main(int argc, char **argv)
         json_init(&ai.js, ai.out);
         json_object_begin(&ai.js, NULL);
     }
-    if (!(!ai.json && ai.sections == ARINFO_SEC_CONFIG))
+    if (!(!ai.json && (ai.sections == ARINFO_SEC_CONFIG || ai.sections == ARINFO_SEC_PLAN)))
         print_header(&ai);
     if (ai.sections & ARINFO_SEC_HOST)
         print_host(&ai);
@@ -298,6 +310,8 @@ int main(int argc, char **argv)
         print_paths(&ai);
     if (ai.sections & ARINFO_SEC_CONFIG)
         print_config(&ai);
+    if (ai.sections & ARINFO_SEC_PLAN)
+        print_plan(&ai);
     if (ai.json) {
         json_object_end(&ai.js);
         json_finish(&ai.js);

@@ -29,6 +29,7 @@ enum arinfo_section {
     ARINFO_SEC_TRANSPORTS = 1u << 5,
     ARINFO_SEC_PATHS = 1u << 6,
     ARINFO_SEC_CONFIG = 1u << 7,
+    ARINFO_SEC_PLAN = 1u << 8, /* --plan COLL SIZE only */
 };
 
 struct arinfo {
@@ -39,6 +40,8 @@ struct arinfo {
     size_t sizes[ARINFO_MAX_SIZES];
     size_t nsizes;
     const char *topology_file; /* --topology, else NULL */
+    const char *plan_coll;     /* --plan COLL SIZE, else NULL */
+    size_t plan_bytes;
 
     /* What was loaded. */
     hwloc_topology_t topo;    /* with PCI and OS devices; apart from the runtime's */
@@ -110,6 +113,16 @@ void arinfo_warn_unknown_env(struct arinfo *ai);
 void print_transports(struct arinfo *ai);
 void print_paths(struct arinfo *ai);
 void print_config(struct arinfo *ai);
+
+/* plan_print.c: the path table and plans, through comm_paths_query (arcomm_paths.h). */
+struct comm_paths_plan;
+/* The plan of coll moving bytes per rank between ai->nranks thread or process ranks with
+ * private or shared buffers; true when it is a bulk path (not flag).  Exits 2 with the
+ * library's message when the environment's ARCOMM_PATHS is malformed. */
+bool arinfo_plan(const struct arinfo *ai, const char *coll, size_t bytes, bool threads, bool shared,
+                 struct comm_paths_plan *plan);
+void print_path_table(struct arinfo *ai);
+void print_plan(struct arinfo *ai);
 
 /* cuda_section.c, hexagon_section.c: filled in by the transports' owners. */
 void print_cuda(struct arinfo *ai);

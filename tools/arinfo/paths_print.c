@@ -2,10 +2,12 @@
 /*
  * The paths section: for each message size, the path each collective takes on thread
  * ranks and on process ranks, with the single copy, streaming stores and the shared
- * heap as this host would set them.  Everything goes through the library's own
- * functions (coll_host_resolve_knobs, coll_host_path, the calibrations): arinfo reports
- * what comm_init and the calls would decide, never a copy.
+ * heap as this host would set them.  The paths come from the library's path table
+ * through comm_paths_query (plan_print.c), the thresholds from its own functions
+ * (coll_host_resolve_knobs, the calibrations): arinfo reports what comm_init and the
+ * calls would decide, never a copy.
  */
+#include "arcomm_paths.h"
 #include "arinfo.h"
 #include "coll.h"
 #include "comm_internal.h"
@@ -35,34 +37,34 @@ static const enum coll_kind other_kinds[] = {
 };
 #define N_OTHER_KINDS (sizeof(other_kinds) / sizeof(other_kinds[0]))
 
-/* A table cell: the bulk path named by the variant those ranks take with their own
- * buffers (process ranks: staged; thread ranks: one-pass). */
-static const char *cell(const char *path, const char *bulk)
+/* The plan of a call of kind moving bytes per rank on ai->nranks process or thread ranks
+ * with private buffers (plan_print.c): "flag", "one-pass", "cma" or "staged". */
+static const char *path_of(const struct arinfo *ai, enum coll_kind kind, size_t bytes, bool threads,
+                           comm_paths_plan_t *plan)
 {
-    return strcmp(path, "bulk") == 0 ? bulk : path;
+    arinfo_plan(ai, coll_kind_name(kind), bytes, threads, false, plan);
+    return plan->path;
 }
 
-/* Would a communicator of n process ranks here agree that the single copy is fast (as
- * every rank of it asks at join: ARCOMM_CMA_FAST, else this process's calibration)? */
-static bool cma_fast(const struct rt_knobs *k, int n)
+/* "flag" or "bulk", as the JSON has it. */
+static const char *flag_or_bulk(const char *path)
 {
-    return k->cma_threshold == RT_SIZE_AUTO && n == 2 && shm_cma_fast_here(k);
+    return strcmp(path, "flag") == 0 ? "flag" : "bulk";
 }
 
-/* The bulk path of process ranks with private buffers: single-copy CMA where
- * ARCOMM_CMA_THRESHOLD sends the call there (and comm_init found every peer readable
- * through process_vm_readv), else staged. */
-static const char *procs_bulk(enum coll_kind kind, const struct rt_knobs *k, size_t bytes, int n)
+/* The bulk path of process ranks with private buffers: the plan's, "staged" for a flag
+ * call. */
+static const char *procs_bulk_of(const char *path)
 {
-    return coll_host_cma_size(kind, k, bytes, n, cma_fast(k, n)) ? "cma" : "staged";
+    return strcmp(path, "flag") == 0 ? "staged" : path;
 }
 
 /*
- * The path of every collective beyond allreduce, per size, from coll_host_path (the
- * function coll_host_run picks the path by).  A size is bytes per rank as the API
+ * The path of every collective beyond allreduce, per size, from the path table's plan
+ * (the function every host call is planned by).  A size is bytes per rank as the API
  * counts them: count x element size, where count is broadcast's and reduce's count,
  * allgather's sendcount, reduce_scatter's recvcount and alltoall's count per block:
- * coll_host_path's bytes_per_rank.  threads: the knobs resolved for thread ranks.
+ * comm_paths_query's bytes.
  */
 /* A column of the table: as wide as its title, and at least as a path ("one-pass"), so
  * that the table fits 80 columns. */
@@ -72,9 +74,8 @@ static int column_width(size_t c)
     return w < 8 ? 8 : w;
 }
 
-static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *threads)
+static void print_collective_paths(struct arinfo *ai)
 {
-    const struct rt_knobs *k = &ai->resolved;
     struct json *js = &ai->js;
     int n = ai->nranks;
 
@@ -120,10 +121,13 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
                 json_uint(js, "bytes", bytes);
                 json_string(js, "collective", coll_kind_name(kind));
                 json_string(js, "device", "host");
+                comm_paths_plan_t pp, tp;
+                const char *procs = path_of(ai, kind, bytes, false, &pp);
+                const char *thr = path_of(ai, kind, bytes, true, &tp);
                 json_uint(js, "flag_stage_bytes", coll_host_flag_bytes(kind, bytes, n));
-                json_string(js, "path", coll_host_path(kind, k, bytes, n));
-                json_string(js, "path_thread_ranks", coll_host_path(kind, threads, bytes, n));
-                json_string(js, "process_ranks_bulk", procs_bulk(kind, k, bytes, n));
+                json_string(js, "path", flag_or_bulk(procs));
+                json_string(js, "path_thread_ranks", flag_or_bulk(thr));
+                json_string(js, "process_ranks_bulk", procs_bulk_of(procs));
                 json_object_end(js);
             }
             continue;
@@ -131,10 +135,8 @@ static void print_collective_paths(struct arinfo *ai, const struct rt_knobs *thr
         for (int t = 0; t < 2; t++) {
             fprintf(ai->out, "  %-10s %-8s", t ? "" : size, t ? "thread" : "process");
             for (size_t c = 0; c < N_OTHER_KINDS; c++) {
-                const char *path =
-                    t ? cell(coll_host_path(other_kinds[c], threads, bytes, n), "one-pass")
-                      : cell(coll_host_path(other_kinds[c], k, bytes, n),
-                             procs_bulk(other_kinds[c], k, bytes, n));
+                comm_paths_plan_t plan;
+                const char *path = path_of(ai, other_kinds[c], bytes, t == 1, &plan);
                 fprintf(ai->out, " %-*s", c + 1 < N_OTHER_KINDS ? column_width(c) : 0, path);
             }
             fputc('\n', ai->out);
@@ -389,7 +391,10 @@ void print_paths(struct arinfo *ai)
         size_t bytes = ai->sizes[i];
         char size[32];
         arinfo_fmt_size(bytes, size, sizeof(size));
-        const char *path = coll_host_path_name(k, bytes);
+        comm_paths_plan_t pp, tp;
+        const char *procs = path_of(ai, COLL_ALLREDUCE, bytes, false, &pp);
+        const char *tpath = path_of(ai, COLL_ALLREDUCE, bytes, true, &tp);
+        const char *path = flag_or_bulk(procs);
         bool bulk = strcmp(path, "bulk") == 0;
         bool narrow = coll_narrows(k, COMM_F32, COMM_SUM, bytes);
         if (ai->json) {
@@ -398,11 +403,11 @@ void print_paths(struct arinfo *ai)
             json_uint(js, "bytes", bytes);
             json_string(js, "device", "host");
             json_string(js, "path", path);
-            json_string(js, "path_thread_ranks", coll_host_path_name(&threads, bytes));
+            json_string(js, "path_thread_ranks", flag_or_bulk(tpath));
             if (bulk) {
                 json_object_begin(js, "bulk_variant");
                 json_string(js, "thread_ranks_or_comm_mem", "one-pass");
-                json_string(js, "process_ranks", procs_bulk(COLL_ALLREDUCE, k, bytes, ai->nranks));
+                json_string(js, "process_ranks", procs_bulk_of(procs));
                 json_object_end(js);
             } else {
                 json_null(js, "bulk_variant");
@@ -412,18 +417,17 @@ void print_paths(struct arinfo *ai)
                       bulk && coll_host_streams(k, ai->nranks, bytes));
             json_object_end(js);
         } else {
-            const char *tpath = coll_host_path_name(&threads, bytes);
             fprintf(ai->out, "  %-10s %-12s %-38s %s\n", size, narrow ? "yes" : "no",
-                    !bulk ? path
-                    : strcmp(procs_bulk(COLL_ALLREDUCE, k, bytes, ai->nranks), "cma") == 0
-                        ? bulk_cma_text
-                        : bulk_procs_text,
-                    strcmp(tpath, "bulk") == 0 ? "bulk: one-pass" : tpath);
+                    !bulk                       ? path
+                    : strcmp(procs, "cma") == 0 ? bulk_cma_text
+                                                : bulk_procs_text,
+                    strcmp(tpath, "flag") != 0 ? "bulk: one-pass" : tpath);
         }
     }
     if (ai->json)
         json_array_end(js);
-    print_collective_paths(ai, &threads);
+    print_collective_paths(ai);
+    print_path_table(ai);
     if (ai->json) {
         print_streaming(ai);
         print_single_copy(ai);

@@ -386,6 +386,16 @@ uint64_t rt_knob_value(const struct rt_knobs *k, size_t i)
         return *(const bool *)field;
     case RT_KNOB_CODEC:
         return (uint64_t) * (const int *)field;
+    case RT_KNOB_STRING:
+        /* A string the ranks must agree on (ARCOMM_PATHS) is compared by a digest of its
+         * text (FNV-1a): the segment header carries numbers. */
+        if (d->flags & RT_KNOB_AGREE) {
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (const unsigned char *p = field; *p != '\0'; p++)
+                h = (h ^ *p) * 0x100000001b3ull;
+            return h;
+        }
+        return 0;
     default:
         return 0;
     }
@@ -407,6 +417,11 @@ void rt_knob_set_value(struct rt_knobs *k, size_t i, uint64_t v)
         break;
     case RT_KNOB_CODEC:
         *(int *)field = (int)v;
+        break;
+    case RT_KNOB_STRING:
+        /* Only the digest travels: a peer's value reads as what can be said of it. */
+        if (d->flags & RT_KNOB_AGREE)
+            snprintf(field, RT_KNOB_STR_MAX, "another (digest %016llx)", (unsigned long long)v);
         break;
     default:
         break;

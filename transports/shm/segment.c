@@ -726,9 +726,6 @@ void shm_segment_detach(struct comm *c)
         shm_unlink(s->name);
     shm_heap_unmap_peers(c, s);
     shm_mapping_release(s);
-    free(s->scratch);
-    free(s->cma_scratch);
-    free(s->cma_tune);
     free(s);
     c->shm = NULL;
 }

@@ -54,8 +54,7 @@ struct shm_comm {
 
     /* This rank's side of the protocol, which only the segment and the host
      * collectives built on it read. */
-    uint64_t steps;      /* progress steps this rank has published */
-    uint32_t stage_slot; /* staging slot of the next phase (alternates) */
+    uint64_t steps; /* progress steps this rank has published */
     /* Nonzero: some publisher on this segment looks for sleepers without a fence after
      * its store (shm_ring_lax), so a waiter sleeps at most this long before it looks
      * again (a wake-up missed in that race costs this much at most). */
@@ -66,16 +65,12 @@ struct shm_comm {
                            * call of another kind first waits until they completed it */
     uint32_t eager_done;  /* every peer completed the calls before this one (seen) */
     uint32_t eager_bell;  /* the doorbell's count when the peers' status was last read */
-    void *scratch;        /* private scratch of slot size (staged path), freed at detach */
     bool same_process;    /* every rank lives in this process */
     bool cma;             /* every rank reaches every peer's memory through CMA (agreed at
                            * join: the same on every rank) */
     bool cma_fast;        /* and 2 ranks that all found the single copy fast (agreed at
                            * join; cma_calibrate.h): ARCOMM_CMA_THRESHOLD=auto's wider
                            * windows */
-    void *cma_scratch;    /* private scratch of the CMA reductions, freed at detach */
-    void *cma_tune;       /* the collectives' measured times of the staged and CMA paths
-                           * (host_paths.c), freed at detach */
     bool same_cpu_check;  /* ranks unpinned: waiters check for a peer on their CPU */
     long spin_ns;         /* effective spin phase */
 

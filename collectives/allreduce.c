@@ -28,8 +28,8 @@ void coll_host_resolve_knobs(struct rt_knobs *k, const struct rt_topo_summary *t
                 n < r->nmin || n > r->nmax)
                 continue;
             uint64_t hi = r->hi;
-            if (r->hi_total != 0 && r->hi_total / (uint64_t)n < hi)
-                hi = r->hi_total / (uint64_t)n;
+            if (r->hi_total != 0 && r->hi_total / ((uint64_t)n * (uint64_t)n) < hi)
+                hi = r->hi_total / ((uint64_t)n * (uint64_t)n);
             k->flag_threshold = (size_t)hi;
             break;
         }

@@ -78,10 +78,14 @@ const struct coll_path_row coll_host_path_rows[] = {
      .path = COLL_PATH_FLAG,
      .why = "PERFORMANCE.md: thread ranks, one-pass as fast as flag from ~1K"},
     /* Process ranks: one copy in and n reads beat the staged path's three copies up to the
-     * slot for 2 ranks; the flag path's reads grow with n, so the crossover falls as
-     * 2 MiB / n, and not above 512 KiB (2 process ranks, slow state of the VM, 2026-12-01:
+     * slot for 2 ranks; on the flag path each of the n ranks reads all n slots (n^2 x the
+     * size of traffic, the staged path's grows with n), so the crossover falls as
+     * 2 MiB / n^2: 512 KiB at 2 ranks (2 process ranks, slow state of the VM, 2026-12-01:
      * 1 MiB took 111-151 us on the flag path against 43-124 us; at 512 KiB flag still won,
-     * 21-32 us against 26-61).  The default of ARCOMM_FLAG_THRESHOLD. */
+     * 21-32 us against 26-61), 8 KiB at 16 (16 process ranks on 16 cores, 2026-12-07,
+     * PERFORMANCE.md "16 ranks on 16 cores": at 16 KiB staged 12.8 us against flag 45.1,
+     * at 64 KiB 30.5 against 168.7, at 4 KiB both 12.6-13.4).  Between 2 and 16 ranks the
+     * curve is interpolated, not measured.  The default of ARCOMM_FLAG_THRESHOLD. */
     {.colls = COLL_KINDS_HOST,
      .lo = 0,
      .hi = KB(512),
@@ -91,7 +95,7 @@ const struct coll_path_row coll_host_path_rows[] = {
      .nmax = INT_MAX,
      .ranks = COLL_RANKS_PROCS,
      .path = COLL_PATH_FLAG,
-     .why = "PERFORMANCE.md: process ranks, flag up to min(512K, 2M/n)"},
+     .why = "PERFORMANCE.md: process ranks, flag up to min(512K, 2M/n^2)"},
     /* Bulk calls of 2 process ranks where the single copy is fast: staged time / CMA time
      * broadcast 1.02-1.53, alltoall 1.01-1.71, allgather 1.0-1.7 at every size; allreduce
      * 1.08-1.56 up to 16 MiB; reduce and reduce_scatter above 1 up to 8 MiB (Intel VM,
@@ -409,7 +413,7 @@ static bool resolve_row(const struct coll_paths_config *cfg, struct coll_path_ro
         r->hi_total = 0;
     }
     if (r->hi_total != 0) {
-        uint64_t t = r->hi_total / (uint64_t)n;
+        uint64_t t = r->hi_total / ((uint64_t)n * (uint64_t)n);
         r->hi = t < r->hi ? t : r->hi;
         r->hi_total = 0;
     }

@@ -64,7 +64,7 @@ struct coll_path_row {
     uint64_t lo, hi;   /* size range, inclusive (hi COLL_BOUND_NONE: no limit) */
     bool staged;       /* sizes count what a rank stages (bytes per rank, times nranks for
                         * reduce_scatter and alltoall), not bytes per rank */
-    uint64_t hi_total; /* nonzero: hi is also at most hi_total / nranks */
+    uint64_t hi_total; /* nonzero: hi is also at most hi_total / nranks^2 */
     int nmin, nmax;    /* rank counts, inclusive */
     enum coll_ranks ranks;
     uint32_t needs; /* COLL_NEED_* */

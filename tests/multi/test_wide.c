@@ -326,7 +326,7 @@ static void threads_256(void **s)
     threads_n(256, NULL);
 }
 
-/* n process ranks with ARCOMM_FLAG_THRESHOLD=flag (NULL: the default, 2 MiB / n up to
+/* n process ranks with ARCOMM_FLAG_THRESHOLD=flag (NULL: the default, 2 MiB / n^2 up to
  * the slot); their buffers are private, so the bulk path is the staged one. */
 static void procs_n(int n, const char *flag)
 {

@@ -91,16 +91,17 @@ static void thread_flag_row(void **st)
 static void process_flag_row(void **st)
 {
     (void)st;
-    /* min(512K, 2M / n): 512K up to 4 ranks, then 2M / n. */
-    for (int n = 1; n <= 4; n++) {
+    /* min(512K, 2M / n^2): 512K up to 2 ranks, then 2M / n^2. */
+    for (int n = 1; n <= 2; n++) {
         table_for(&(struct setup){.n = n, .cma_threshold = "off"});
         edge(COLL_ALLREDUCE, 512 * K, "flag", "one-pass");
         edge(COLL_BROADCAST, 512 * K, "flag", "one-pass");
     }
-    for (int n = 5; n <= 8; n++) {
+    for (int n = 3; n <= 16; n++) {
         table_for(&(struct setup){.n = n, .cma_threshold = "off"});
-        edge(COLL_ALLREDUCE, 2 * M / (uint64_t)n, "flag", "one-pass");
-        edge(COLL_ALLTOALL, 2 * M / (uint64_t)n / (uint64_t)n, "flag", "one-pass");
+        uint64_t hi = 2 * M / ((uint64_t)n * (uint64_t)n);
+        edge(COLL_ALLREDUCE, hi, "flag", "one-pass");
+        edge(COLL_ALLTOALL, hi / (uint64_t)n, "flag", "one-pass");
     }
     /* A flag threshold set replaces the row's bound; off drops it. */
     table_for(&(struct setup){.n = 2, .flag_threshold = "4K", .cma_threshold = "off"});
@@ -135,7 +136,7 @@ static void cma_rows(void **st)
     /* A size set: every bulk call from it, any rank count. */
     table_for(&(struct setup){.n = 4, .cma_threshold = "600K"});
     edge(COLL_ALLREDUCE, 600 * K - 1, "one-pass", "cma");
-    edge(COLL_ALLREDUCE, 512 * K, "flag", "one-pass");
+    edge(COLL_ALLREDUCE, 128 * K, "flag", "one-pass"); /* 2M / 4^2 */
     table_for(&(struct setup){.n = 4, .cma_threshold = "off"});
     assert_string_equal(plan_of(COLL_ALLREDUCE, 64 * M), "one-pass");
     /* Narrowed and fused-add calls have no CMA path. */
@@ -250,11 +251,11 @@ static void query(void **st)
     q.buffers = COMM_PATHS_SHARED;
     assert_int_equal(comm_paths_query(NULL, &q, rows, COMM_PATHS_ROWS_MAX, &n, &plan), COMM_OK);
     assert_string_equal(plan.path, "one-pass");
-    q.bytes = 512 * K;
+    q.bytes = 128 * K; /* the flag row of 4 process ranks: up to 2M / 4^2 */
     assert_int_equal(comm_paths_query(NULL, &q, rows, COMM_PATHS_ROWS_MAX, &n, &plan), COMM_OK);
     assert_string_equal(plan.path, "flag");
     assert_string_equal(rows[plan.row].path, "flag");
-    assert_int_equal(rows[plan.row].hi, 512 * K);
+    assert_int_equal(rows[plan.row].hi, 128 * K);
     assert_int_equal(rows[plan.row].item, 0);
     assert_true(strstr(rows[plan.row].why, "PERFORMANCE.md") != NULL);
     /* ARCOMM_PATHS from the environment: its row first, and its errors. */

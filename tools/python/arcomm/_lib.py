@@ -223,6 +223,8 @@ def _optional_signatures() -> dict:
     return {
         "comm_send": (st, [p_comm, c_void_p, c_size_t, c_int, c_int, c_void_p]),
         "comm_recv": (st, [p_comm, c_void_p, c_size_t, c_int, c_int, c_void_p]),
+        "comm_isend": (st, [p_comm, c_void_p, c_size_t, c_int, c_int, p_req]),
+        "comm_irecv": (st, [p_comm, c_void_p, c_size_t, c_int, c_int, p_req]),
         "comm_group_start": (st, []),
         "comm_group_end": (st, []),
         "comm_iallreduce": (st, [p_comm, c_void_p, c_void_p, c_size_t, c_int, c_int, p_req]),

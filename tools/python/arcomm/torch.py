@@ -549,6 +549,16 @@ class ArcommProcessGroup(dist.ProcessGroup):
         else:
             buf, fin = self._out(t)
         b = c._buf(buf, not send, "tensor", None, None, call)
+        nb_name = "comm_isend" if send else "comm_irecv"
+        if t.device.type != "cuda" and _lib.has(nb_name):
+            # Queued with this rank's other asynchronous calls: a send and a receive
+            # issued back to back run as one group (no deadlock), and isend/irecv return
+            # at once; the Work's wait completes the request.
+            req = c_void_p()
+            c._run(call, getattr(self._lib, nb_name), b[0], b[1], b[2], peer, byref(req))
+            if req.value:
+                return _Work(tensors, req=req, comm=c, finish=fin, keep=(buf, b))
+            return _Work(tensors, finish=fin)
         stream = b[5] if t.device.type == "cuda" else None
         c._run(call, getattr(self._lib, fn_name), b[0], b[1], b[2], peer, stream)
         if t.device.type == "cuda":

@@ -267,7 +267,7 @@ static void mixed_body(struct h_rank *r)
 static void run_mixed(bool procs, const char *progress)
 {
     h_env_push("ARCOMM_PROGRESS", progress);
-    for (int n = 2; n <= 4; n++) {
+    for (int n = 2; n <= (h_quick() ? 3 : 4); n++) {
         struct h_job job = {.nranks = n, .procs = procs, .body = mixed_body, .kill_rank = -1};
         struct h_rank *res = h_run(&job);
         expect_clean(res, n);
@@ -309,7 +309,7 @@ static void p2p_body(struct h_rank *r)
     const int n = r->nranks, me = r->rank;
     const int right = (me + 1) % n, left = (me + n - 1) % n;
     const size_t counts[] = {1, 1000, 300000};
-    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+    for (size_t k = 0; k < (h_quick() ? 2u : sizeof(counts) / sizeof(counts[0])); k++) {
         size_t count = counts[k];
         float *to_r = xmalloc(count * 4), *to_l = xmalloc(count * 4);
         float *from_l = xmalloc(count * 4), *from_r = xmalloc(count * 4);
@@ -397,7 +397,7 @@ static void p2p_requests(void **state)
     const char *modes[] = {"thread", "caller"};
     for (int m = 0; m < 2; m++) {
         h_env_push("ARCOMM_PROGRESS", modes[m]);
-        for (int n = 2; n <= 4; n++) {
+        for (int n = 2; n <= (h_quick() ? 3 : 4); n++) {
             for (int procs = 0; procs <= 1; procs++) {
                 struct h_job job = {.nranks = n, .procs = procs, .body = p2p_body, .kill_rank = -1};
                 struct h_rank *res = h_run(&job);

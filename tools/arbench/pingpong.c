@@ -16,6 +16,7 @@
  */
 
 #include "arcomm.h"
+#include "bench_common.h"
 
 #include <getopt.h>
 #include <pthread.h>
@@ -272,29 +273,6 @@ static int run_mpi(const struct pp_opts *o, int *argc, char ***argv)
 }
 #endif
 
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'K':
-    case 'k':
-        v *= 1024;
-        break;
-    case 'M':
-    case 'm':
-        v *= 1024 * 1024;
-        break;
-    case 'G':
-    case 'g':
-        v *= 1024.0 * 1024 * 1024;
-        break;
-    default:
-        break;
-    }
-    return v < 0 ? 0 : (size_t)v;
-}
-
 static const char usage[] = "usage: arbench-pingpong [--procs | --mpi] [-b MIN] [-e MAX] "
                             "[-f FACTOR] [-i ITERS]\n";
 
@@ -314,10 +292,11 @@ int main(int argc, char **argv)
             o.mpi = true;
             break;
         case 'b':
-            o.min_bytes = parse_size(optarg);
-            break;
         case 'e':
-            o.max_bytes = parse_size(optarg);
+            if (bench_parse_size(optarg, ch == 'b' ? &o.min_bytes : &o.max_bytes) != 0) {
+                fprintf(stderr, "arbench-pingpong: bad size %s\n%s", optarg, usage);
+                return 2;
+            }
             break;
         case 'f':
             o.factor = atof(optarg);

@@ -39,8 +39,21 @@ bool h_quick(void)
     return q != NULL && q[0] == '1';
 }
 
+/* The first error is kept for the report; with ARCOMM_TEST_VERBOSE set, every error is
+ * also printed as it happens (to see what followed the first on a device run). */
 void h_fail(struct h_rank *r, const char *fmt, ...)
 {
+    static int verbose = -1;
+    if (verbose < 0)
+        verbose = getenv("ARCOMM_TEST_VERBOSE") != NULL;
+    if (verbose) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "[error %ld, rank %d] ", r->errors + 1, r->rank);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+    }
     if (r->errors++ == 0) {
         va_list ap;
         va_start(ap, fmt);

@@ -114,6 +114,16 @@ set -e
 # What crossed between the hosts (for the cost model in docs/multihost.md).
 tx() { ip -n "$1" -s link show "$2" | awk '/TX:/ { getline; print $1 }'; }
 echo "two_hosts: h1 -> h2 $(tx "${tag}a" "${tag}0") bytes, h2 -> h1 $(tx "${tag}b" "${tag}1") bytes"
+# Whether the shaping engaged: each token bucket's own count (bytes it passed, packets
+# it held back: "overlimits"); a bucket that passed nothing was bypassed.
+if [ -n "${ARCOMM_TEST_LINK_RATE:-}" ] && command -v tc >/dev/null 2>&1; then
+    for end in a0:h1 b1:h2; do
+        e=${end%:*}
+        st=$(ip netns exec "${tag}${e%?}" tc -s qdisc show dev "${tag}${e#?}" |
+            awk '/^qdisc tbf/ { on = 1 } on && /Sent/ { print; exit }')
+        echo "two_hosts: ${end#*:}'s token bucket:${st:- none}"
+    done
+fi
 # Nothing left in either host's /dev/shm.
 for h in "$h1" "$h2"; do
     left=$(nsenter -t "$h" --mount -- sh -c 'ls /dev/shm | grep "^arcomm-" || true')

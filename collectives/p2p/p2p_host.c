@@ -4,7 +4,8 @@
  * point-to-point channels (transports/shm/layout.h says their shape).
  *
  * A send takes the next message number of its pair and says where its bytes are: in
- * the channel's eager room when they fit (copied there), else where the receiver can
+ * the channel's first line beside the message's description up to SHM_P2P_INLINE bytes,
+ * in the channel's eager room when they fit (copied there), else where the receiver can
  * read them in place (a pointer between thread ranks, an offset into the comm_mem_alloc
  * pools or the sender's shared heap, a pointer read with process_vm_readv), else in
  * chunks through the sender's stage, two at a time.  The receiver checks the count and
@@ -139,12 +140,14 @@ static int send_step(struct comm *c, struct p2p_run *r, size_t i)
             ch->chunk = s->p2p_chunk;
             op->chunk = 0;
         } else if (kind == SHM_P2P_EAGER && bytes > 0) {
-            memcpy(shm_p2p_eager_room(ch), op->buf, bytes);
+            memcpy(bytes <= SHM_P2P_INLINE ? ch->inline_bytes : shm_p2p_eager_room(ch), op->buf,
+                   bytes);
         }
         ch->count = op->count;
         ch->dtype = (uint8_t)op->dtype;
         ch->kind = (uint8_t)kind;
-        ch->addr = addr;
+        if (kind != SHM_P2P_EAGER)
+            ch->addr = addr; /* an eager message's bytes may lie where addr does */
         op->msg = posted + 1;
         atomic_store_explicit(&ch->posted, op->msg, memory_order_release);
         shm_ring(s);
@@ -254,7 +257,8 @@ static int recv_step(struct comm *c, struct p2p_run *r, size_t i)
         if (bytes > s->p2p_eager)
             return corrupt(c, op, "eager bytes", bytes);
         if (bytes > 0)
-            memcpy(op->buf, shm_p2p_eager_room(ch), bytes);
+            memcpy(op->buf, bytes <= SHM_P2P_INLINE ? ch->inline_bytes : shm_p2p_eager_room(ch),
+                   bytes);
         break;
     case SHM_P2P_RAW:
     case SHM_P2P_OFFSET: {

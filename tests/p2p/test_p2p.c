@@ -336,9 +336,11 @@ static void both_ways(void **s)
 }
 
 /* Several messages of mixed sizes from rank 0 to rank 1, matched in call order: outside
- * a group (each send waits for its receive), then all in one group on each side. */
-#define ORDER_N 6
-static const size_t order_counts[ORDER_N] = {3, 200000, 0, 1, 5000, 70000};
+ * a group (each send waits for its receive), then all in one group on each side.  8 and 9
+ * elements of 4 bytes: the last message in the channel's first line (SHM_P2P_INLINE, 32
+ * bytes) and the first in its eager room. */
+#define ORDER_N 9
+static const size_t order_counts[ORDER_N] = {3, 200000, 0, 8, 1, 9, 5000, 7, 70000};
 
 static void order_body(struct h_rank *r)
 {
@@ -397,6 +399,7 @@ struct mismatch_case {
 static void mismatch_body(struct h_rank *r)
 {
     const struct mismatch_case cases[] = {
+        {4, 5, COMM_F32, COMM_F32},           /* in the channel's first line, count */
         {10, 11, COMM_F32, COMM_F32},         /* eager, count */
         {10, 10, COMM_F32, COMM_I32},         /* eager, dtype */
         {300000, 300001, COMM_F32, COMM_F32}, /* large, count */

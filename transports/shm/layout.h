@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      11u
+#define SHM_VERSION      12u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80
@@ -275,17 +275,27 @@ enum shm_p2p_kind {
     SHM_P2P_STAGED = 5, /* in chunks through the sender's stage */
 };
 
+/* An eager message of at most this many bytes travels in the channel's line 0 itself, so
+ * that the receiver's one read of the line brings the message with its description (a
+ * small message costs one line transfer each way, not two). */
+#define SHM_P2P_INLINE 32u
+
 struct shm_p2p_chan {
     /* --- line 0: written by the sender alone --- */
     _Atomic uint64_t posted; /* messages posted; the fields below describe the last (release) */
     _Atomic uint64_t filled; /* chunks of the pair's staged messages in the sender's stage */
     uint64_t count;          /* the message's elements */
-    uint64_t addr;           /* RAW, OFFSET, CMA: where the bytes are (kind says how) */
-    uint64_t first;          /* STAGED: the pair's chunk number of the message's first chunk */
-    uint64_t chunk;          /* STAGED: bytes per chunk (the last may be shorter) */
     uint8_t dtype;           /* the message's comm_dtype_t */
     uint8_t kind;            /* enum shm_p2p_kind */
-    uint8_t pad0[14];
+    uint8_t pad0[6];
+    union {
+        struct {
+            uint64_t addr;  /* RAW, OFFSET, CMA: where the bytes are (kind says how) */
+            uint64_t first; /* STAGED: the pair's chunk number of the message's first chunk */
+            uint64_t chunk; /* STAGED: bytes per chunk (the last may be shorter) */
+        };
+        uint8_t inline_bytes[SHM_P2P_INLINE]; /* EAGER of at most SHM_P2P_INLINE bytes */
+    };
     /* --- line 1: written by the receiver alone --- */
     alignas(SHM_CACHE_LINE) _Atomic uint64_t taken; /* messages matched and finished (release) */
     _Atomic uint64_t drained; /* chunks of the pair's staged messages copied out */
@@ -299,6 +309,9 @@ struct shm_p2p_chan {
 
 _Static_assert(sizeof(struct shm_p2p_chan) == 2 * SHM_CACHE_LINE, "a channel is two lines");
 _Static_assert(offsetof(struct shm_p2p_chan, taken) == SHM_CACHE_LINE, "receiver on line 1");
+_Static_assert(offsetof(struct shm_p2p_chan, inline_bytes) + SHM_P2P_INLINE <= SHM_CACHE_LINE,
+               "an inline message in line 0");
+_Static_assert(SHM_P2P_INLINE <= SHM_P2P_EAGER_MIN, "an inline message is an eager one");
 
 /* The eager room of each channel for nranks ranks: a power of two, 64 B to 8 KiB. */
 static inline uint64_t shm_p2p_eager_bytes(uint32_t nranks)

@@ -4,9 +4,9 @@
  * reduces on the host, the mirror of the eager broadcast (broadcast_eager.c, whose ring
  * machinery it shares).  Every rank but the root writes its call and its input into the
  * next entry of its own eager ring (struct shm_eager) and returns without waiting for
- * anyone.  The root posts its own call in its entry (for a rank that waits on it in a
- * call of another kind: it sees the call and fails with MISMATCH instead of waiting out
- * the timeout), waits for every peer's entry, checks every peer's call against its own
+ * anyone.  The root waits for every peer's entry (posting its own call in its entry
+ * first when it has to wait: a rank that waits on it in a call of another kind then sees
+ * the call and fails with MISMATCH instead of waiting out the timeout), checks every peer's call against its own
  * before writing a byte of recvbuf, reduces in rank order 0..nranks-1 (coll_reduce_block,
  * as the flag path: the bits allreduce gives) and completes.
  *
@@ -48,24 +48,48 @@ static comm_status_t contributor(struct comm *c, const struct coll_call *call, s
     return COMM_OK;
 }
 
-static comm_status_t root_side(struct comm *c, const struct coll_call *call)
+/* The root's own call in its entry, for a peer that waits on it in a call of another
+ * kind (an eager broadcast's non-root): posted only once the root has to wait, since
+ * only then can such a peer be waiting on it too. */
+static comm_status_t post_own(struct comm *c, const struct coll_call *call)
 {
     comm_status_t st;
     struct shm_eager *own = coll_eager_claim(c, "reduce (eager path, the ring is full)", &st);
     if (own == NULL)
         return st;
     coll_eager_post(c, own, call, NULL, 0);
+    return COMM_OK;
+}
+
+static comm_status_t root_side(struct comm *c, const struct coll_call *call)
+{
+    struct shm_comm *s = c->shm;
+    uint64_t n = s->eager_calls;
+    /* The peers' entries are misses: start them all before waiting on the first. */
+    for (int p = 0; p < c->nranks; p++)
+        if (p != c->rank)
+            __builtin_prefetch(shm_eager_at(s, p, n));
     const void *src[RT_MAX_RANKS];
+    bool posted = false;
     for (int p = 0; p < c->nranks; p++) {
         if (p == c->rank) {
             src[p] = call->send;
             continue;
         }
-        const struct shm_eager *e;
-        bool other;
-        st = coll_eager_wait(c, p, "reduce (eager path)", "stage its input", &e, &other);
-        if (st != COMM_OK)
-            return st;
+        const struct shm_eager *e = shm_eager_at(s, p, n);
+        bool other = false;
+        comm_status_t st;
+        if (atomic_load_explicit(&e->tag, memory_order_acquire) != n + 1) {
+            if (!posted) {
+                st = post_own(c, call);
+                if (st != COMM_OK)
+                    return st;
+                posted = true;
+            }
+            st = coll_eager_wait(c, p, "reduce (eager path)", "stage its input", &e, &other);
+            if (st != COMM_OK)
+                return st;
+        }
         if (other)
             return coll_eager_mismatch(c, call, p,
                                        "a call of another kind or size (not an eager reduce)");
@@ -80,7 +104,7 @@ static comm_status_t root_side(struct comm *c, const struct coll_call *call)
     /* Release: the peers may reuse their entries once they see this.  Rung: a peer whose
      * ring is full may sleep on it (lax, as the tags). */
     shm_complete(c);
-    shm_ring_lax(c->shm);
+    shm_ring_lax(s);
     return COMM_OK;
 }
 

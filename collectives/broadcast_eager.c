@@ -262,8 +262,7 @@ comm_status_t coll_eager_mismatch(struct comm *c, const struct coll_call *call, 
              "bytes, %s), %srank %d made %s: every rank must make the same calls in the same "
              "order",
              c->rank, c->seq, mine, bcast ? c->knobs.bcast_eager : c->knobs.reduce_eager,
-             bcast ? "ARCOMM_BCAST_EAGER" : "ARCOMM_REDUCE_EAGER", bcast ? "root " : "", p,
-             theirs);
+             bcast ? "ARCOMM_BCAST_EAGER" : "ARCOMM_REDUCE_EAGER", bcast ? "root " : "", p, theirs);
     return COMM_ERR_MISMATCH;
 }
 
@@ -292,8 +291,8 @@ static comm_status_t peer_side(struct comm *c, const struct coll_call *call, siz
 {
     const struct shm_eager *e;
     bool other;
-    comm_status_t st = coll_eager_wait(c, call->root, "broadcast (eager path)", "stage the message",
-                                       &e, &other);
+    comm_status_t st =
+        coll_eager_wait(c, call->root, "broadcast (eager path)", "stage the message", &e, &other);
     if (st != COMM_OK)
         return st;
     if (other)

@@ -6,9 +6,9 @@
  * next entry of its own eager ring (struct shm_eager) and returns without waiting for
  * anyone.  The root waits for every peer's entry (posting its own call in its entry
  * first when it has to wait: a rank that waits on it in a call of another kind then sees
- * the call and fails with MISMATCH instead of waiting out the timeout), checks every peer's call against its own
- * before writing a byte of recvbuf, reduces in rank order 0..nranks-1 (coll_reduce_block,
- * as the flag path: the bits allreduce gives) and completes.
+ * the call and fails with MISMATCH instead of waiting out the timeout), checks every peer's call
+ * against its own before writing a byte of recvbuf, reduces in rank order 0..nranks-1
+ * (coll_reduce_block, as the flag path: the bits allreduce gives) and completes.
  *
  * A rank but the root runs up to SHM_EAGER_ENTRIES calls ahead of the slowest peer: it
  * reuses an entry once every peer completed the call that last wrote it.  Any call that
@@ -110,10 +110,9 @@ static comm_status_t root_side(struct comm *c, const struct coll_call *call)
 
 comm_status_t coll_reduce_eager(struct comm *c, const struct coll_call *call)
 {
-    comm_status_t st =
-        c->rank == call->root
-            ? root_side(c, call)
-            : contributor(c, call, call->count * rt_dtype_size(call->dtype));
+    comm_status_t st = c->rank == call->root
+                           ? root_side(c, call)
+                           : contributor(c, call, call->count * rt_dtype_size(call->dtype));
     if (st == COMM_OK) {
         c->shm->eager_calls++;
         c->shm->eager_prev = true;

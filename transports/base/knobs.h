@@ -119,7 +119,7 @@ enum rt_knob_source {
       "message is staged, a mismatch fails the others, the root at a later call (off: never)")     \
     X(REDUCE_EAGER, RT_KNOB_SIZE, "off", reduce_eager, 0, 512, RT_KNOB_AGREE | RT_KNOB_NO_AUTO,    \
       "host: reduces up to this many bytes are eager, as in MPI: every rank but the root returns " \
-      "once its input is staged, a mismatch fails the root, the others at a later call (off: "    \
+      "once its input is staged, a mismatch fails the root, the others at a later call (off: "     \
       "never)")                                                                                    \
     X(SMALL_ALGO, RT_KNOB_STRING, "flat", small_alg, 0, 0, 0,                                      \
       "host: flag-sized allreduce: flat (every rank reads every peer), gather (a dissemination "   \

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The eager reduce (ARCOMM_REDUCE_EAGER): every rank but the root of a small reduce
- * returns once its input is staged.  At 2, 3, 4, 5 and 8 thread and process ranks: every
+ * returns once its input is staged.  At 2, 3, 4, 5, 8 and 16 thread and process ranks: every
  * dtype and op, sizes up to the knob, roots that change, in place and out of place,
  * batches longer than the ring while a rank lags, then every root's result against the
  * float64 reference and bit for bit against the allreduce of the same inputs (the
@@ -193,7 +193,7 @@ static void run_data(int n, bool procs, bool lag)
 static void data_threads(void **s)
 {
     (void)s;
-    static const int ns[] = {2, 3, 4, 5, 8};
+    static const int ns[] = {2, 3, 4, 5, 8, 16};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
         run_data(ns[i], false, i % 2 == 0);
 }
@@ -201,7 +201,7 @@ static void data_threads(void **s)
 static void data_procs(void **s)
 {
     (void)s;
-    static const int ns[] = {2, 3, 4, 5, 8};
+    static const int ns[] = {2, 3, 4, 5, 8, 16};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
         run_data(ns[i], true, i % 2 == 1);
 }

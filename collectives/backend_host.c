@@ -95,8 +95,8 @@ static void host_resolve_knobs(struct comm *c)
                    c->shm->same_process ? "thread" : "process",
                    c->shm->cma ? "" : ", no single copy between them");
     }
-    /* The eager broadcast publishes without fences (broadcast_eager.c). */
-    if (c->knobs.bcast_eager != RT_SIZE_OFF)
+    /* The eager calls publish without fences (broadcast_eager.c). */
+    if (coll_eager_on(&c->knobs))
         c->shm->lax_wake_ns = COLL_EAGER_WAKE_NS;
 }
 

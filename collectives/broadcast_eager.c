@@ -21,6 +21,10 @@
  * the first that waits for that rank.  A rank that makes a call of another kind where
  * the root made an eager broadcast, or the other way round, sees the other's word and
  * fails with MISMATCH too.
+ *
+ * The ring machinery here (claiming an entry, posting it, waiting for a peer's, the
+ * mismatch) is also the eager reduce's (reduce_eager.c): the rings, the call count and
+ * the settling are the eager calls', whichever collective they are.
  */
 #include "coll.h"
 
@@ -58,12 +62,12 @@ static bool peer_not_completed(struct comm *c, void *arg, int p)
 static comm_status_t wait_completed(struct comm *c, uint32_t upto, const char *what)
 {
     return shm_wait_for(c, peers_completed, peer_not_completed, &upto, what,
-                        "complete the eager broadcast");
+                        "complete the eager call");
 }
 
 comm_status_t coll_settle_wait(struct comm *c)
 {
-    comm_status_t st = wait_completed(c, c->seq - 1, "the eager broadcasts before this call");
+    comm_status_t st = wait_completed(c, c->seq - 1, "the eager calls before this call");
     if (st == COMM_OK)
         c->shm->eager_prev = false;
     return st;
@@ -91,7 +95,7 @@ static bool seen_completed(struct comm *c, uint32_t call)
 }
 
 /* A failure a peer published since the root last looked (publishing rings the bell). */
-static comm_status_t peers_failed(struct comm *c)
+comm_status_t coll_eager_peers_failed(struct comm *c)
 {
     struct shm_comm *s = c->shm;
     uint32_t bell = atomic_load_explicit(&s->hdr->bell, memory_order_acquire);
@@ -99,7 +103,7 @@ static comm_status_t peers_failed(struct comm *c)
         return COMM_OK;
     for (int p = 0; p < c->nranks; p++) {
         int32_t st = p == c->rank ? COMM_OK : shm_peer_status(c, p);
-        /* A MISMATCH too: the peer found it in an eager broadcast this rank returned from. */
+        /* A MISMATCH too: the peer found it in an eager call this rank returned from. */
         if (st != COMM_OK)
             return shm_peer_failed(c, p, st);
     }
@@ -107,12 +111,9 @@ static comm_status_t peers_failed(struct comm *c)
     return COMM_OK;
 }
 
-static comm_status_t root_side(struct comm *c, const struct coll_call *call, size_t bytes)
+struct shm_eager *coll_eager_claim(struct comm *c, const char *what, comm_status_t *status)
 {
     struct shm_comm *s = c->shm;
-    comm_status_t st = peers_failed(c);
-    if (st != COMM_OK)
-        return st;
     uint64_t n = s->eager_calls;
     struct shm_eager *e = shm_eager_at(s, c->rank, n);
     /* This rank alone writes its ring: what it reads of the entry is its own. */
@@ -126,22 +127,44 @@ static comm_status_t root_side(struct comm *c, const struct coll_call *call, siz
         if (atomic_load_explicit(&half->tag, memory_order_relaxed) != 0 &&
             (int32_t)(half->seq - upto) > 0)
             upto = half->seq;
-        st = wait_completed(c, upto, "broadcast (eager path, the ring is full)");
-        if (st != COMM_OK)
-            return st;
+        comm_status_t st = wait_completed(c, upto, what);
+        if (st != COMM_OK) {
+            *status = st;
+            return NULL;
+        }
         s->eager_done = upto + 1;
     }
+    return e;
+}
+
+void coll_eager_post(struct comm *c, struct shm_eager *e, const struct coll_call *call,
+                     const void *data, size_t bytes)
+{
     e->count = call->count;
     e->seq = c->seq;
     e->root = call->root;
     e->dtype = (uint8_t)call->dtype;
-    memcpy(e->data, call->send, bytes);
+    e->coll = (uint8_t)call->kind;
+    e->op = call->kind == COLL_REDUCE ? (uint8_t)call->op : 0;
+    if (bytes)
+        memcpy(e->data, data, bytes);
     /* Release: the entry before the tag.  No fence before looking for sleepers (a fifth
      * of the call's time here): a peer that fell asleep just then sleeps on for at most
      * COLL_EAGER_WAKE_NS. */
-    atomic_store_explicit(&e->tag, n + 1, memory_order_release);
-    shm_ring_lax(s);
+    atomic_store_explicit(&e->tag, c->shm->eager_calls + 1, memory_order_release);
+    shm_ring_lax(c->shm);
     shm_note_cpu(c);
+}
+
+static comm_status_t root_side(struct comm *c, const struct coll_call *call, size_t bytes)
+{
+    comm_status_t st = coll_eager_peers_failed(c);
+    if (st != COMM_OK)
+        return st;
+    struct shm_eager *e = coll_eager_claim(c, "broadcast (eager path, the ring is full)", &st);
+    if (e == NULL)
+        return st;
+    coll_eager_post(c, e, call, call->send, bytes);
     /* After the tag: a peer that sees this rank completed the call sees its entry. */
     shm_complete(c);
     if (call->recv != call->send)
@@ -194,59 +217,98 @@ static bool entry_behind(struct comm *c, void *arg, int p)
     return p == w->root && atomic_load_explicit(&w->e->tag, memory_order_acquire) != w->tag;
 }
 
-void coll_bcast_describe(char *buf, size_t len, uint64_t count, unsigned dtype, int root)
+void coll_eager_describe(char *buf, size_t len, unsigned kind, uint64_t count, unsigned dtype,
+                         unsigned op, int root)
 {
-    snprintf(buf, len, "broadcast count %llu dtype %s root %d", (unsigned long long)count,
-             dtype < RT_DTYPE_COUNT ? rt_dtype_name((comm_dtype_t)dtype) : "?", root);
+    const char *dt = dtype < RT_DTYPE_COUNT ? rt_dtype_name((comm_dtype_t)dtype) : "?";
+    if (kind == COLL_REDUCE)
+        snprintf(buf, len, "reduce count %llu dtype %s op %s root %d", (unsigned long long)count,
+                 dt, op < RT_OP_COUNT ? rt_op_name((comm_op_t)op) : "?", root);
+    else
+        snprintf(buf, len, "%s count %llu dtype %s root %d",
+                 kind == COLL_BROADCAST ? "broadcast" : "call of another kind",
+                 (unsigned long long)count, dt, root);
+}
+
+void coll_eager_describe_entry(char *buf, size_t len, const struct shm_eager *e)
+{
+    coll_eager_describe(buf, len, e->coll, e->count, e->dtype, e->op, (int)e->root);
+}
+
+static void describe_call(char *buf, size_t len, const struct coll_call *call)
+{
+    coll_eager_describe(buf, len, call->kind, call->count, call->dtype, call->op, call->root);
 }
 
 /*
- * This rank found that the root's call differs: it publishes its own call in its arrival
- * word, so that a root in a call that synchronises finds the mismatch too (once every
+ * This rank found that peer p's call differs: it publishes its own call in its arrival
+ * word, so that a peer in a call that synchronises finds the mismatch too (once every
  * peer completed the call that used the slot before, which may still read that word:
  * the rule of shm_publish_failure), and fails.
  */
-static comm_status_t mismatch(struct comm *c, const struct coll_call *call, const char *theirs)
+comm_status_t coll_eager_mismatch(struct comm *c, const struct coll_call *call, int p,
+                                  const char *theirs)
 {
-    char mine[96];
-    coll_bcast_describe(mine, sizeof(mine), call->count, call->dtype, call->root);
-    comm_status_t st = wait_completed(c, c->seq - SHM_SLOTS, "broadcast (eager path, mismatch)");
+    char mine[128];
+    describe_call(mine, sizeof(mine), call);
+    comm_status_t st = wait_completed(c, c->seq - SHM_SLOTS, "an eager call (mismatch)");
     if (st != COMM_OK)
         return st;
     struct shm_arrival me = coll_arrival_of(call, SHM_PATH_FLAG);
     coll_arrive(c, &me);
+    bool bcast = call->kind == COLL_BROADCAST;
     rt_error(c, COMM_ERR_MISMATCH,
              "rank %d: collective call %u mismatch: this rank called %s (eager: up to %zu "
-             "bytes, ARCOMM_BCAST_EAGER), root rank %d made %s: every rank must make the same "
-             "calls in the same order",
-             c->rank, c->seq, mine, c->knobs.bcast_eager, call->root, theirs);
+             "bytes, %s), %srank %d made %s: every rank must make the same calls in the same "
+             "order",
+             c->rank, c->seq, mine, bcast ? c->knobs.bcast_eager : c->knobs.reduce_eager,
+             bcast ? "ARCOMM_BCAST_EAGER" : "ARCOMM_REDUCE_EAGER", bcast ? "root " : "", p, theirs);
     return COMM_ERR_MISMATCH;
+}
+
+bool coll_eager_agrees(const struct shm_eager *e, const struct coll_call *call, uint32_t seq)
+{
+    return e->seq == seq && e->coll == (uint8_t)call->kind && e->count == call->count &&
+           e->dtype == (uint8_t)call->dtype && e->root == call->root &&
+           (call->kind != COLL_REDUCE || e->op == (uint8_t)call->op);
+}
+
+comm_status_t coll_eager_wait(struct comm *c, int p, const char *what, const char *missing,
+                              const struct shm_eager **entry, bool *other)
+{
+    struct shm_comm *s = c->shm;
+    uint64_t n = s->eager_calls;
+    struct entry_wait w = {.e = shm_eager_at(s, p, n), .tag = n + 1, .root = p};
+    comm_status_t st = shm_wait_for(c, entry_ready, entry_behind, &w, what, missing);
+    if (st == COMM_OK) {
+        *entry = w.e;
+        *other = w.other;
+    }
+    return st;
 }
 
 static comm_status_t peer_side(struct comm *c, const struct coll_call *call, size_t bytes)
 {
-    struct shm_comm *s = c->shm;
-    uint64_t n = s->eager_calls;
-    struct entry_wait w = {.e = shm_eager_at(s, call->root, n), .tag = n + 1, .root = call->root};
-    comm_status_t st = shm_wait_for(c, entry_ready, entry_behind, &w, "broadcast (eager path)",
-                                    "stage the message");
+    const struct shm_eager *e;
+    bool other;
+    comm_status_t st =
+        coll_eager_wait(c, call->root, "broadcast (eager path)", "stage the message", &e, &other);
     if (st != COMM_OK)
         return st;
-    if (w.other)
-        return mismatch(c, call, "a call of another kind or size (not an eager broadcast)");
-    const struct shm_eager *e = w.e;
-    if (e->seq != c->seq || e->count != call->count || e->dtype != (uint8_t)call->dtype ||
-        e->root != call->root) {
-        char theirs[96];
-        coll_bcast_describe(theirs, sizeof(theirs), e->count, e->dtype, (int)e->root);
-        return mismatch(c, call, theirs);
+    if (other)
+        return coll_eager_mismatch(c, call, call->root,
+                                   "a call of another kind or size (not an eager broadcast)");
+    if (!coll_eager_agrees(e, call, c->seq)) {
+        char theirs[128];
+        coll_eager_describe_entry(theirs, sizeof(theirs), e);
+        return coll_eager_mismatch(c, call, call->root, theirs);
     }
     /* bytes is this rank's own size, checked against the entry's room (the knob's range). */
     memcpy(call->recv, e->data, bytes);
     /* Release: the root may reuse the entry once it sees this.  Rung: a root whose ring
      * is full may sleep on it (lax, as the root's tag). */
     shm_complete(c);
-    shm_ring_lax(s);
+    shm_ring_lax(c->shm);
     return COMM_OK;
 }
 

@@ -514,10 +514,44 @@ bool coll_bcast_eager_takes(const struct comm *c, const struct coll_call *call);
  * communicator lasts at most this long (shm_ring_lax). */
 #define COLL_EAGER_WAKE_NS 1000000u
 comm_status_t coll_bcast_eager(struct comm *c, const struct coll_call *call);
-/* "broadcast count 10 dtype f32 root 0", for messages (dtype as a peer published it:
- * "?" when it names none). */
-void coll_bcast_describe(char *buf, size_t len, uint64_t count, unsigned dtype, int root);
-/* After an eager broadcast the peers may still be in it: a call of any other kind first
+/* The eager reduce (reduce_eager.c, ARCOMM_REDUCE_EAGER): the same pair. */
+bool coll_reduce_eager_takes(const struct comm *c, const struct coll_call *call);
+comm_status_t coll_reduce_eager(struct comm *c, const struct coll_call *call);
+
+/* Are eager calls on for this communicator (its rings in use, its wake-ups lax)? */
+static inline bool coll_eager_on(const struct rt_knobs *k)
+{
+    return k->bcast_eager != RT_SIZE_OFF || k->reduce_eager != RT_SIZE_OFF;
+}
+
+/*
+ * The eager calls' rings (broadcast_eager.c; layout.h struct shm_eager), for call
+ * c->seq, the communicator's eager call number c->shm->eager_calls.  A writer claims its
+ * entry (waiting while the ring is full: every peer completed the call that last wrote
+ * it; NULL and *status on a failure, what naming the wait) and posts its call and bytes
+ * of data there (tag last, release).  A reader waits for peer p's entry (*other: p made
+ * a call of another kind, which its arrival word or its completion shows) and checks it
+ * with coll_eager_agrees before it writes a byte; a disagreement goes to
+ * coll_eager_mismatch (theirs: the peer's call as text), which publishes this rank's
+ * call in its arrival word and fails with COMM_ERR_MISMATCH.  A rank that returns
+ * without waiting first looks for a failure published since its last look
+ * (coll_eager_peers_failed: how a mismatch that a peer found reaches it).
+ */
+struct shm_eager *coll_eager_claim(struct comm *c, const char *what, comm_status_t *status);
+void coll_eager_post(struct comm *c, struct shm_eager *e, const struct coll_call *call,
+                     const void *data, size_t bytes);
+comm_status_t coll_eager_wait(struct comm *c, int p, const char *what, const char *missing,
+                              const struct shm_eager **entry, bool *other);
+bool coll_eager_agrees(const struct shm_eager *e, const struct coll_call *call, uint32_t seq);
+comm_status_t coll_eager_mismatch(struct comm *c, const struct coll_call *call, int p,
+                                  const char *theirs);
+comm_status_t coll_eager_peers_failed(struct comm *c);
+/* "broadcast count 10 dtype f32 root 0", "reduce count 3 dtype i32 op max root 1", for
+ * messages (values as a peer published them: "?" where they name none). */
+void coll_eager_describe(char *buf, size_t len, unsigned kind, uint64_t count, unsigned dtype,
+                         unsigned op, int root);
+void coll_eager_describe_entry(char *buf, size_t len, const struct shm_eager *e);
+/* After an eager call the peers may still be in it: a call that synchronises first
  * waits until every peer completed every call before it. */
 comm_status_t coll_settle_wait(struct comm *c);
 static inline comm_status_t coll_settle(struct comm *c)

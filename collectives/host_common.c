@@ -80,11 +80,12 @@ struct arrivals_arg {
 
 static comm_status_t eager_mismatch(struct comm *c, int p);
 
-/* Did peer p make an eager broadcast (broadcast_eager.c) where this rank synchronises? */
+/* Did peer p make an eager call (broadcast_eager.c, reduce_eager.c) where this rank
+ * synchronises? */
 static bool peer_went_eager(const struct comm *c, int p)
 {
     const struct shm_comm *s = c->shm;
-    if (c->knobs.bcast_eager == RT_SIZE_OFF)
+    if (!coll_eager_on(&c->knobs))
         return false;
     const struct shm_eager *e = shm_eager_at(s, p, s->eager_calls);
     return atomic_load_explicit(&e->tag, memory_order_acquire) == s->eager_calls + 1 &&
@@ -156,18 +157,19 @@ static void describe(const struct shm_arrival *a, bool with_path, char *buf, siz
         append(buf, len, &n, " (%s path)", path_name(a->path));
 }
 
-/* Peer p made an eager broadcast where this rank made the call its own arrival says. */
+/* Peer p made an eager call where this rank made the call its own arrival says. */
 static comm_status_t eager_mismatch(struct comm *c, int p)
 {
     const struct shm_eager *e = shm_eager_at(c->shm, p, c->shm->eager_calls);
-    char mine[160], theirs[96];
+    char mine[160], theirs[128];
+    bool bcast = e->coll != COLL_REDUCE;
     describe(shm_arrival_at(c->shm, c->seq, c->rank), false, mine, sizeof(mine));
-    coll_bcast_describe(theirs, sizeof(theirs), e->count, e->dtype, (int)e->root);
+    coll_eager_describe_entry(theirs, sizeof(theirs), e);
     rt_error(c, COMM_ERR_MISMATCH,
              "rank %d: collective call %u mismatch: this rank called %s, rank %d made an eager "
-             "%s (ARCOMM_BCAST_EAGER: up to %zu bytes): every rank must make the same calls in "
-             "the same order",
-             c->rank, c->seq, mine, p, theirs, c->knobs.bcast_eager);
+             "%s (%s: up to %zu bytes): every rank must make the same calls in the same order",
+             c->rank, c->seq, mine, p, theirs, bcast ? "ARCOMM_BCAST_EAGER" : "ARCOMM_REDUCE_EAGER",
+             bcast ? c->knobs.bcast_eager : c->knobs.reduce_eager);
     return COMM_ERR_MISMATCH;
 }
 

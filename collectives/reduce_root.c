@@ -4,6 +4,8 @@
  * of every rank's sendbuf into the root's recvbuf, in rank order 0..nranks-1 for every
  * element, so that it has the bits allreduce gives, whatever the root.
  *
+ *   eager    (ARCOMM_REDUCE_EAGER, reduce_eager.c) every rank but the root posts its
+ *            call and input in its eager ring and returns; the root checks and reduces
  *   flag     every rank but the root stages its input, the ranks arrive and agree,
  *            the root reduces every slot (its own input read in place)
  *   one-pass every rank reduces its slice of every rank's input straight into the
@@ -131,5 +133,7 @@ static const struct coll_host_algo reduce_algo = {
 
 comm_status_t coll_host_reduce(struct comm *c, const struct coll_call *call)
 {
+    if (coll_reduce_eager_takes(c, call))
+        return coll_reduce_eager(c, call);
     return coll_host_run(c, call, &reduce_algo);
 }

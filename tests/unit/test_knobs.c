@@ -159,7 +159,8 @@ static void agree_flags(void **s)
                                             RT_KNOB_CUDA_BLOCKS,        RT_KNOB_CMA_THRESHOLD,
                                             RT_KNOB_BCAST_EAGER,        RT_KNOB_WIRE,
                                             RT_KNOB_WIRE_THRESHOLD,     RT_KNOB_SMALL_GATHER_MAX,
-                                            RT_KNOB_STAGED_CHUNK_BYTES, RT_KNOB_PATHS};
+                                            RT_KNOB_STAGED_CHUNK_BYTES, RT_KNOB_PATHS,
+                                            RT_KNOB_REDUCE_EAGER};
     size_t n = 0;
     for (size_t i = 0; i < rt_knob_count; i++) {
         if (!(rt_knob_table[i].flags & RT_KNOB_AGREE))

@@ -117,6 +117,10 @@ enum rt_knob_source {
     X(BCAST_EAGER, RT_KNOB_SIZE, "off", bcast_eager, 0, 512, RT_KNOB_AGREE | RT_KNOB_NO_AUTO,      \
       "host: broadcasts up to this many bytes are eager, as in MPI: the root returns once its "    \
       "message is staged, a mismatch fails the others, the root at a later call (off: never)")     \
+    X(REDUCE_EAGER, RT_KNOB_SIZE, "off", reduce_eager, 0, 512, RT_KNOB_AGREE | RT_KNOB_NO_AUTO,    \
+      "host: reduces up to this many bytes are eager, as in MPI: every rank but the root returns " \
+      "once its input is staged, a mismatch fails the root, the others at a later call (off: "     \
+      "never)")                                                                                    \
     X(SMALL_ALGO, RT_KNOB_STRING, "flat", small_alg, 0, 0, 0,                                      \
       "host: flag-sized allreduce: flat (every rank reads every peer), gather (a dissemination "   \
       "allgather, log2 n rounds), auto (flat: gather lost at 4-16 ranks); the same on every rank") \
@@ -194,6 +198,7 @@ struct rt_knobs {
     size_t cma_threshold;            /* host: CMA bulk path at or above (process ranks) */
     long cma_fast;                   /* host: -1 = measure whether CMA is fast, 0 no, 1 yes */
     size_t bcast_eager;              /* host: eager broadcasts up to this many bytes */
+    size_t reduce_eager;             /* host: eager reduces up to this many bytes */
     char small_alg[RT_KNOB_STR_MAX]; /* host: flat, gather or auto (flag-sized allreduce) */
     size_t small_gather_max;         /* host: largest message of the gather path */
     size_t staged_chunk_bytes;       /* host: staged allreduce round, bytes per rank */

@@ -211,22 +211,27 @@ _Static_assert(offsetof(struct shm_rank, root_kind) < 2 * SHM_CACHE_LINE, "root 
 _Static_assert(offsetof(struct shm_rank, errmsg) == 2 * SHM_CACHE_LINE, "message from line 2");
 
 /*
- * The eager broadcasts' rings (ARCOMM_BCAST_EAGER, collectives/broadcast_eager.c), one
- * per rank, written by that rank alone: the n-th eager broadcast of a communicator takes
- * entry n % SHM_EAGER_ENTRIES of its root's ring: the call in the first 32 bytes, the
- * message after them (on the same line up to 32 bytes), tag last.  A peer waits for
- * tag == n + 1 (acquire), checks the call against its own and copies.  The root reuses
- * the entry once every peer completed call seq (struct shm_rank.completed).
+ * The eager rooted calls' rings (collectives/broadcast_eager.c, ARCOMM_BCAST_EAGER, and
+ * collectives/reduce_eager.c, ARCOMM_REDUCE_EAGER), one per rank, written by that rank
+ * alone: the n-th eager call of a communicator takes entry n % SHM_EAGER_ENTRIES of the
+ * ring of every rank that writes in it (a broadcast's root: its call and its message; a
+ * reduce's every rank: its call, and but the root its contribution), the call in the
+ * first 32 bytes, the message after them (on the same line up to 32 bytes), tag last.
+ * A reader waits for tag == n + 1 (acquire), checks the call against its own and reads.
+ * The writer reuses the entry once every peer completed call seq (struct
+ * shm_rank.completed).
  */
 #define SHM_EAGER_ENTRIES 16u
 #define SHM_EAGER_BYTES   512u
 struct shm_eager {
-    _Atomic uint64_t tag; /* the communicator's eager broadcast number plus one, 0 = unused */
+    _Atomic uint64_t tag; /* the communicator's eager call number plus one, 0 = unused */
     uint64_t count;       /* elements */
-    uint32_t seq;         /* call number of that broadcast */
-    int32_t root;         /* its root (the writer) */
+    uint32_t seq;         /* call number of that call */
+    int32_t root;         /* its root */
     uint8_t dtype;        /* comm_dtype_t */
-    uint8_t pad[7];
+    uint8_t coll;         /* the collective (collectives/coll.h enum coll_kind) */
+    uint8_t op;           /* comm_op_t (a reduce's; 0 for a broadcast) */
+    uint8_t pad[5];
     unsigned char data[SHM_EAGER_BYTES]; /* the message, count x the dtype's size bytes */
 } __attribute__((aligned(SHM_CACHE_LINE)));
 

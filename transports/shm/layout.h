@@ -25,7 +25,7 @@
 #define SHM_CACHE_LINE   64
 #define SHM_PAGE         4096
 #define SHM_MAGIC        0x41524353484d3031ull /* "ARCSHM01" */
-#define SHM_VERSION      12u
+#define SHM_VERSION      13u
 #define SHM_SLOTS        2
 #define SHM_ERRMSG_BYTES 512 /* a whole comm_last_error message (RT_ERRMSG_BYTES) */
 #define SHM_NAME_MAX     80

@@ -231,8 +231,11 @@ static void device_table(struct arinfo *ai)
         char range[48], ranks[24];
         fmt_range(r, range, sizeof(range));
         fmt_ranks(r, ranks, sizeof(ranks));
-        fprintf(ai->out, "  %-3zu %-9s %-5s %-16s %s\n", i, r->path, ranks, range,
-                r->collectives);
+        fprintf(ai->out, "  %-3zu %-9s %-5s %-16s ", i, r->path, ranks, range);
+        /* ", " between the names: a long list wraps under its column. */
+        for (const char *c = r->collectives; *c != '\0'; c++)
+            fputs(*c == ',' ? ", " : (char[2]){*c, '\0'}, ai->out);
+        fputc('\n', ai->out);
         if (r->item)
             fprintf(ai->out, "        ARCOMM_PATHS item %d\n", r->item);
         else

@@ -239,8 +239,8 @@ struct parse_ctx {
     char *err;
     size_t errlen;
     int item;
-    const char *text;         /* the item, for messages */
-    enum coll_paths_set set;  /* the backend whose paths an item may name */
+    const char *text;        /* the item, for messages */
+    enum coll_paths_set set; /* the backend whose paths an item may name */
 };
 
 static comm_status_t bad(struct parse_ctx *p, const char *what, const char *tok, const char *fix)

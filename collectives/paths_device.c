@@ -22,13 +22,11 @@
 
 /* One rank: nothing travels (cuda_single_rank); no ARCOMM_PATHS row reaches it. */
 #define LOCAL_ROW                                                                                  \
-    {.colls = COLL_KINDS_HOST,                                                                     \
-     .lo = 0,                                                                                      \
-     .hi = COLL_BOUND_NONE,                                                                        \
-     .nmin = 1,                                                                                    \
-     .nmax = 1,                                                                                    \
-     .path = COLL_PATH_LOCAL,                                                                      \
-     .why = "one rank: a device copy, or the op's end; nothing travels"}
+    {                                                                                              \
+        .colls = COLL_KINDS_HOST, .lo = 0, .hi = COLL_BOUND_NONE, .nmin = 1, .nmax = 1,            \
+        .path = COLL_PATH_LOCAL,                                                                   \
+        .why = "one rank: a device copy, or the op's end; nothing travels"                         \
+    }
 
 /*
  * The host-staged transport.  A default kernel row ends below the resolved
@@ -209,8 +207,8 @@ comm_status_t coll_device_paths_parse(enum coll_paths_set set, const char *text,
     return COMM_OK;
 }
 
-void coll_device_paths_config(enum coll_paths_set set, const struct rt_knobs *set_knobs,
-                              int nranks, bool threads, struct coll_device_paths_config *out)
+void coll_device_paths_config(enum coll_paths_set set, const struct rt_knobs *set_knobs, int nranks,
+                              bool threads, struct coll_device_paths_config *out)
 {
     memset(out, 0, sizeof(*out));
     out->set = set;
@@ -284,10 +282,10 @@ void coll_device_paths_resolve(const struct coll_device_paths_config *cfg,
 
 uint64_t coll_cuda_ll_bytes(enum coll_kind kind, uint64_t bytes, int nranks)
 {
-    uint64_t n = (uint64_t)nranks, f = kind == COLL_ALLTOALL ? n * n
-                                       : kind == COLL_ALLGATHER || kind == COLL_REDUCE_SCATTER
-                                           ? n
-                                           : 1,
+    uint64_t n = (uint64_t)nranks,
+             f = kind == COLL_ALLTOALL                                   ? n * n
+                 : kind == COLL_ALLGATHER || kind == COLL_REDUCE_SCATTER ? n
+                                                                         : 1,
              v;
     return __builtin_mul_overflow(f, bytes, &v) ? UINT64_MAX : v;
 }

@@ -40,8 +40,8 @@ struct coll_device_paths_config {
 /* The configuration of a communicator of set from its knobs as set (c->knobs: "auto"
  * resolved here as the backends' setup resolves it), one formula for the calls and for
  * comm_paths_query. */
-void coll_device_paths_config(enum coll_paths_set set, const struct rt_knobs *set_knobs,
-                              int nranks, bool threads, struct coll_device_paths_config *out);
+void coll_device_paths_config(enum coll_paths_set set, const struct rt_knobs *set_knobs, int nranks,
+                              bool threads, struct coll_device_paths_config *out);
 
 /* The rows one communicator tries: the one-rank row, then the overrides, then the
  * defaults; those that cannot apply left out (an override never reaches one rank). */

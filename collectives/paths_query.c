@@ -95,9 +95,10 @@ static enum coll_paths_set set_of_ranks(comm_paths_ranks_t r)
 /* A device table: comm's (its knobs as set, agreed at join, and the rank count: the
  * formula its setup resolved the calls' table with), or a configuration's from the
  * environment (set, q->nranks process ranks). */
-static comm_status_t device_query(comm_t *comm, enum coll_paths_set set, const comm_paths_query_t *q,
-                                  enum coll_kind kind, comm_paths_row_t *rows, size_t cap,
-                                  size_t *nrows, comm_paths_plan_t *plan)
+static comm_status_t device_query(comm_t *comm, enum coll_paths_set set,
+                                  const comm_paths_query_t *q, enum coll_kind kind,
+                                  comm_paths_row_t *rows, size_t cap, size_t *nrows,
+                                  comm_paths_plan_t *plan)
 {
     static _Thread_local struct coll_paths table;
     static _Thread_local struct coll_paths_overrides ov;

@@ -354,10 +354,10 @@ comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call,
         return st;
     st = plan->path == COLL_PATH_LOCAL ? cuda_single_rank(c, call)
          : plan->path == COLL_PATH_KERNEL
-             ? small_via_kernel(c, call,
-                                coll_cuda_ll_bytes(call->kind,
-                                                   (uint64_t)call->count * rt_dtype_size(call->dtype),
-                                                   c->nranks))
+             ? small_via_kernel(
+                   c, call,
+                   coll_cuda_ll_bytes(
+                       call->kind, (uint64_t)call->count * rt_dtype_size(call->dtype), c->nranks))
              : staged(c, call);
     return cuda_call_end(c, call, st, prev);
 }

@@ -55,8 +55,8 @@ comm_status_t cuda_paths_setup(struct comm *c, const struct coll_paths_overrides
             rt_log(c, RT_LOG_WARN,
                    "rank %d: ARCOMM_PATHS item %d cannot apply to this communicator (%d %s "
                    "ranks on %s): its calls take the next row that matches",
-                   c->rank, ov->row[i].item, c->nranks,
-                   c->shm->same_process ? "thread" : "process", c->ops->name);
+                   c->rank, ov->row[i].item, c->nranks, c->shm->same_process ? "thread" : "process",
+                   c->ops->name);
     }
     x->paths = t;
     return COMM_OK;

@@ -28,8 +28,7 @@ static struct coll_paths g_t;
 
 /* The table a communicator of set with n ranks resolves at setup, with these knobs
  * (NULL: the default) and ARCOMM_PATHS. */
-static void table_for(enum coll_paths_set set, int n, const char *copy_threshold,
-                      const char *paths)
+static void table_for(enum coll_paths_set set, int n, const char *copy_threshold, const char *paths)
 {
     char err[320];
     struct rt_knobs k;
@@ -68,7 +67,7 @@ static const enum coll_kind others[] = {COLL_BROADCAST, COLL_REDUCE, COLL_ALLGAT
 /* The bytes per rank whose LL allreduce is v (coll_cuda_ll_bytes's inverse). */
 static uint64_t per_rank(enum coll_kind kind, uint64_t v, int n)
 {
-    uint64_t f = kind == COLL_ALLTOALL                                         ? (uint64_t)n * n
+    uint64_t f = kind == COLL_ALLTOALL                                   ? (uint64_t)n * n
                  : kind == COLL_ALLGATHER || kind == COLL_REDUCE_SCATTER ? (uint64_t)n
                                                                          : 1;
     return v / f;
@@ -187,10 +186,12 @@ static void refusals(void **st)
         {COLL_PATHS_HOST, "allreduce:0-64K:kernel",
          "\"kernel\" is a path of the cuda backend, not of this host (shm) communicator: end "
          "the item with flag, one-pass, cma or staged"},
-        {COLL_PATHS_CUDA_P2P, "allreduce:0-:copy", "end the item with one-shot, two-shot or direct"},
+        {COLL_PATHS_CUDA_P2P, "allreduce:0-:copy",
+         "end the item with one-shot, two-shot or direct"},
         {COLL_PATHS_HEXAGON, "allreduce:0-:flag", "not of this hexagon communicator"},
-        {COLL_PATHS_CUDA, "allreduce:0-64K:kernal", "unknown path \"kernal\": end the item with "
-                                                     "kernel or copy"},
+        {COLL_PATHS_CUDA, "allreduce:0-64K:kernal",
+         "unknown path \"kernal\": end the item with "
+         "kernel or copy"},
         {COLL_PATHS_CUDA, "*:0-:local", "unknown path \"local\""},
         {COLL_PATHS_CUDA, "allreduce:64K-0:kernel", "bad sizes \"64K-0\""},
         {COLL_PATHS_CUDA, "allreduce:kernel", "too few fields"},
@@ -205,10 +206,10 @@ static void refusals(void **st)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[320] = "";
         struct coll_paths_overrides ov;
-        comm_status_t s = bad[i].set == COLL_PATHS_HOST
-                              ? coll_paths_parse(bad[i].text, &ov, err, sizeof(err))
-                              : coll_device_paths_parse(bad[i].set, bad[i].text, &ov, err,
-                                                        sizeof(err));
+        comm_status_t s =
+            bad[i].set == COLL_PATHS_HOST
+                ? coll_paths_parse(bad[i].text, &ov, err, sizeof(err))
+                : coll_device_paths_parse(bad[i].set, bad[i].text, &ov, err, sizeof(err));
         if (s != COMM_ERR_INVALID || strstr(err, bad[i].says) == NULL)
             fail_msg("%s on %s: status %d, \"%s\", expected \"%s\"", bad[i].text,
                      coll_paths_set_name(bad[i].set), (int)s, err, bad[i].says);
@@ -216,11 +217,11 @@ static void refusals(void **st)
     /* And what they accept. */
     struct coll_paths_overrides ov;
     char err[320];
-    assert_int_equal(coll_device_paths_parse(COLL_PATHS_HEXAGON, "allreduce:0-:session", &ov, err,
+    assert_int_equal(
+        coll_device_paths_parse(COLL_PATHS_HEXAGON, "allreduce:0-:session", &ov, err, sizeof(err)),
+        COMM_OK);
+    assert_int_equal(coll_device_paths_parse(COLL_PATHS_CUDA, "*:0-:n=2-4:processes:copy", &ov, err,
                                              sizeof(err)),
-                     COMM_OK);
-    assert_int_equal(coll_device_paths_parse(COLL_PATHS_CUDA, "*:0-:n=2-4:processes:copy", &ov,
-                                             err, sizeof(err)),
                      COMM_OK);
     assert_int_equal(ov.n, 1);
 }

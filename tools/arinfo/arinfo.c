@@ -196,12 +196,18 @@ static void print_header(struct arinfo *ai)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},           {"config", no_argument, NULL, 'c'},
-        {"sizes", required_argument, NULL, 's'},    {"ranks", required_argument, NULL, 'n'},
-        {"topology", required_argument, NULL, 't'}, {"only", required_argument, NULL, 'o'},
-        {"no-host", no_argument, NULL, 'H'},        {"help", no_argument, NULL, 'h'},
-        {"paths", no_argument, NULL, 'p'},          {"plan", required_argument, NULL, 'P'},
-        {"version", no_argument, NULL, 'V'},        {"device", required_argument, NULL, 'D'},
+        {"json", no_argument, NULL, 'j'},
+        {"config", no_argument, NULL, 'c'},
+        {"sizes", required_argument, NULL, 's'},
+        {"ranks", required_argument, NULL, 'n'},
+        {"topology", required_argument, NULL, 't'},
+        {"only", required_argument, NULL, 'o'},
+        {"no-host", no_argument, NULL, 'H'},
+        {"help", no_argument, NULL, 'h'},
+        {"paths", no_argument, NULL, 'p'},
+        {"plan", required_argument, NULL, 'P'},
+        {"version", no_argument, NULL, 'V'},
+        {"device", required_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
     };
     struct arinfo ai = {.nranks = 2, .out = stdout};

@@ -42,8 +42,8 @@ struct arinfo {
     const char *topology_file; /* --topology, else NULL */
     const char *plan_coll;     /* --plan COLL SIZE, else NULL */
     size_t plan_bytes;
-    const char *device;        /* --device: "cuda", "cuda-p2p" or "hexagon"; NULL: host */
-    int device_ranks;          /* its comm_paths_ranks_t (COMM_PATHS_CUDA, ...) */
+    const char *device; /* --device: "cuda", "cuda-p2p" or "hexagon"; NULL: host */
+    int device_ranks;   /* its comm_paths_ranks_t (COMM_PATHS_CUDA, ...) */
 
     /* What was loaded. */
     hwloc_topology_t topo;    /* with PCI and OS devices; apart from the runtime's */

@@ -224,8 +224,7 @@ static void device_table(struct arinfo *ai)
                  "Path table (%s, %d rank%s; a call takes the first row it matches; "
                  "ARCOMM_PATHS rows after the one-rank row)",
                  ai->device, ai->nranks, ai->nranks == 1 ? "" : "s");
-    fprintf(ai->out, "  %-3s %-9s %-5s %-16s %s\n", "ROW", "PATH", "RANKS", "SIZES",
-            "COLLECTIVES");
+    fprintf(ai->out, "  %-3s %-9s %-5s %-16s %s\n", "ROW", "PATH", "RANKS", "SIZES", "COLLECTIVES");
     for (size_t i = 0; i < n; i++) {
         const comm_paths_row_t *r = &rows[i];
         char range[48], ranks[24];

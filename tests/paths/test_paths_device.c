@@ -177,9 +177,11 @@ static void refusals(void **st)
         enum coll_paths_set set;
         const char *text, *says;
     } bad[] = {
+        /* docs/paths.md shows this one whole. */
         {COLL_PATHS_CUDA, "allreduce:0-64K:flag",
          "ARCOMM_PATHS item 1 \"allreduce:0-64K:flag\": \"flag\" is a path of the host (shm) "
-         "backend, not of this cuda communicator: end the item with kernel or copy"},
+         "backend, not of this cuda communicator: end the item with kernel or copy "
+         "(ARCOMM_PATHS applies to every communicator of the process)"},
         {COLL_PATHS_CUDA, "allreduce:0-64K:kernel;;broadcast:1M-:direct",
          "ARCOMM_PATHS item 3 \"broadcast:1M-:direct\": \"direct\" is a path of the cuda-p2p "
          "backend, not of this cuda communicator"},

@@ -2,11 +2,13 @@
 /*
  * A live Hexagon communicator (2 thread ranks on the emulated sessions) and the path
  * tables: comm_paths_query answers it with its table (one session row, ARCOMM_PATHS's
- * session rows first), and an ARCOMM_PATHS item naming a host or CUDA path fails
- * comm_init on every rank with COMM_ERR_INVALID naming the item.
+ * session rows first), an ARCOMM_PATHS item naming a host or CUDA path fails comm_init
+ * on every rank with COMM_ERR_INVALID naming the item, and process ranks whose
+ * ARCOMM_PATHS differ fail the join with COMM_ERR_MISMATCH naming it, as host ranks do.
  */
 #include "arcomm.h"
 #include "arcomm_paths.h"
+#include "harness.h"
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -117,12 +119,56 @@ static void refused(void **st)
     }
 }
 
+/* Each process rank sets its own ARCOMM_PATHS. */
+static const char *const *g_each;
+
+static void init_body(struct h_rank *r)
+{
+    setenv("ARCOMM_PATHS", g_each[r->rank], 1);
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    cfg.nranks = r->nranks;
+    cfg.rank = r->rank;
+    cfg.id = r->id;
+    cfg.device = COMM_DEVICE_HEXAGON;
+    cfg.timeout_ms = 20000;
+    r->status = comm_init(&r->comm, &cfg);
+    if (r->status == COMM_OK) {
+        comm_destroy(r->comm);
+        r->comm = NULL;
+    } else {
+        snprintf(r->first_error, sizeof(r->first_error), "%s", comm_last_error(NULL));
+    }
+}
+
+static void disagree(void **st)
+{
+    (void)st;
+    static const char *const each[] = {"allreduce:0-64K:session", "allreduce:0-32K:session"};
+    g_each = each;
+    struct h_job job = {
+        .nranks = 2, .procs = true, .no_init = true, .body = init_body, .kill_rank = -1};
+    struct h_rank *res = h_run(&job);
+    if (res[1].status != COMM_ERR_MISMATCH || strstr(res[1].first_error, "ARCOMM_PATHS") == NULL)
+        fail_msg("rank 1: %s, \"%s\": not a mismatch naming ARCOMM_PATHS",
+                 comm_status_string(res[1].status), res[1].first_error);
+    if (res[0].status == COMM_OK)
+        fail_msg("rank 0 joined a communicator whose ranks disagree on ARCOMM_PATHS");
+    static const char *const same[] = {"allreduce:0-64K:session", "allreduce:0-64K:session"};
+    g_each = same;
+    res = h_run(&job);
+    for (int i = 0; i < 2; i++)
+        if (res[i].status != COMM_OK)
+            fail_msg("rank %d: %s: %s", i, comm_status_string(res[i].status), res[i].first_error);
+}
+
 int main(void)
 {
     unsetenv("ARCOMM_PATHS");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(live_table),
         cmocka_unit_test(refused),
+        cmocka_unit_test(disagree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,6 +151,12 @@ static void overrides(void **st)
     edge(COLL_BROADCAST, 8 * M, "kernel", "copy");
     assert_int_equal(g_t.row[0].item, 1);
     assert_int_equal(g_t.row[1].item, 2);
+    /* A copy chunk above 4 MiB makes the ring's slots larger (transport.c's geometry). */
+    setenv("ARCOMM_COPY_CHUNK_BYTES", "8M", 1);
+    table_for(COLL_PATHS_CUDA, 2, NULL, "broadcast:0-1G:kernel");
+    unsetenv("ARCOMM_COPY_CHUNK_BYTES");
+    assert_int_equal(g_t.room, 16 * M);
+    edge(COLL_BROADCAST, 16 * M, "kernel", "copy");
     /* One rank keeps the local row: an override never reaches it. */
     table_for(COLL_PATHS_CUDA, 1, NULL, "allreduce:0-:n=1:copy;reduce:0-:copy");
     assert_string_equal(plan_of(COLL_ALLREDUCE, 4), "local");

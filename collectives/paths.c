@@ -11,8 +11,9 @@
  * COLLECTIVES "*" or names separated by ',' (allreduce, broadcast, reduce, allgather,
  * reduce_scatter, alltoall); SIZES bytes per rank, "LO-HI" inclusive with either side
  * left out ("1M-", "-64K"), or one size; QUALIFIER "n=LO-HI" or "n=N" (rank counts),
- * "threads" or "processes"; PATH flag, one-pass, cma or staged.  Its rows come before the
- * defaults: a call takes the first row it matches.
+ * "threads" or "processes"; PATH flag, one-pass, cma or staged (a device backend's paths
+ * on its communicators: paths_device.c).  Its rows come before the defaults: a call takes the
+ * first row it matches.
  */
 #include "paths.h"
 
@@ -159,14 +160,67 @@ _Static_assert(sizeof(coll_host_path_rows) / sizeof(coll_host_path_rows[0]) +
                "a resolved table holds every default row and every override");
 
 static const char *const path_names[] = {
-    [COLL_PATH_NONE] = "none", [COLL_PATH_FLAG] = "flag",     [COLL_PATH_ONEPASS] = "one-pass",
-    [COLL_PATH_CMA] = "cma",   [COLL_PATH_STAGED] = "staged",
+    [COLL_PATH_NONE] = "none",        [COLL_PATH_FLAG] = "flag",
+    [COLL_PATH_ONEPASS] = "one-pass", [COLL_PATH_CMA] = "cma",
+    [COLL_PATH_STAGED] = "staged",    [COLL_PATH_LOCAL] = "local",
+    [COLL_PATH_KERNEL] = "kernel",    [COLL_PATH_COPY] = "copy",
+    [COLL_PATH_ONESHOT] = "one-shot", [COLL_PATH_TWOSHOT] = "two-shot",
+    [COLL_PATH_DIRECT] = "direct",    [COLL_PATH_SESSION] = "session",
 };
 _Static_assert(sizeof(path_names) / sizeof(path_names[0]) == COLL_PATH_END, "a name per path");
+
+/* The set each path belongs to; "local" is in none: ARCOMM_PATHS never names it. */
+#define SET_BIT(s) (1u << (s))
+static const uint32_t path_sets[] = {
+    [COLL_PATH_NONE] = 0,
+    [COLL_PATH_FLAG] = SET_BIT(COLL_PATHS_HOST),
+    [COLL_PATH_ONEPASS] = SET_BIT(COLL_PATHS_HOST),
+    [COLL_PATH_CMA] = SET_BIT(COLL_PATHS_HOST),
+    [COLL_PATH_STAGED] = SET_BIT(COLL_PATHS_HOST),
+    [COLL_PATH_LOCAL] = 0,
+    [COLL_PATH_KERNEL] = SET_BIT(COLL_PATHS_CUDA),
+    [COLL_PATH_COPY] = SET_BIT(COLL_PATHS_CUDA),
+    [COLL_PATH_ONESHOT] = SET_BIT(COLL_PATHS_CUDA_P2P),
+    [COLL_PATH_TWOSHOT] = SET_BIT(COLL_PATHS_CUDA_P2P),
+    [COLL_PATH_DIRECT] = SET_BIT(COLL_PATHS_CUDA_P2P),
+    [COLL_PATH_SESSION] = SET_BIT(COLL_PATHS_HEXAGON),
+};
+_Static_assert(sizeof(path_sets) / sizeof(path_sets[0]) == COLL_PATH_END, "a set per path");
+
+static const char *const set_names[] = {
+    [COLL_PATHS_HOST] = "host (shm)",
+    [COLL_PATHS_CUDA] = "cuda",
+    [COLL_PATHS_CUDA_P2P] = "cuda-p2p",
+    [COLL_PATHS_HEXAGON] = "hexagon",
+};
+static const char *const set_paths[] = {
+    [COLL_PATHS_HOST] = "flag, one-pass, cma or staged",
+    [COLL_PATHS_CUDA] = "kernel or copy",
+    [COLL_PATHS_CUDA_P2P] = "one-shot, two-shot or direct",
+    [COLL_PATHS_HEXAGON] = "session",
+};
+_Static_assert(sizeof(set_names) / sizeof(set_names[0]) == COLL_PATHS_SET_END &&
+                   sizeof(set_paths) / sizeof(set_paths[0]) == COLL_PATHS_SET_END,
+               "a name and the paths of every set");
 
 const char *coll_path_name(enum coll_path p)
 {
     return p < COLL_PATH_END ? path_names[p] : "?";
+}
+
+bool coll_path_in_set(enum coll_path p, enum coll_paths_set set)
+{
+    return p < COLL_PATH_END && set < COLL_PATHS_SET_END && (path_sets[p] & SET_BIT(set)) != 0;
+}
+
+const char *coll_paths_set_name(enum coll_paths_set set)
+{
+    return set < COLL_PATHS_SET_END ? set_names[set] : "?";
+}
+
+const char *coll_paths_set_paths(enum coll_paths_set set)
+{
+    return set < COLL_PATHS_SET_END ? set_paths[set] : "?";
 }
 
 const char *coll_ranks_name(enum coll_ranks r)
@@ -185,7 +239,8 @@ struct parse_ctx {
     char *err;
     size_t errlen;
     int item;
-    const char *text; /* the item, for messages */
+    const char *text;        /* the item, for messages */
+    enum coll_paths_set set; /* the backend whose paths an item may name */
 };
 
 static comm_status_t bad(struct parse_ctx *p, const char *what, const char *tok, const char *fix)
@@ -327,8 +382,22 @@ static comm_status_t parse_item(struct parse_ctx *p, char *item, struct coll_pat
     for (int k = COLL_PATH_FLAG; k < COLL_PATH_END; k++)
         if (strcmp(path, path_names[k]) == 0)
             r->path = (enum coll_path)k;
-    if (r->path == COLL_PATH_NONE)
-        return bad(p, "unknown path", path, "end the item with flag, one-pass, cma or staged");
+    uint32_t sets = path_sets[r->path];
+    char fix[96];
+    snprintf(fix, sizeof(fix), "end the item with %s", set_paths[p->set]);
+    if (r->path == COLL_PATH_NONE || sets == 0)
+        return bad(p, "unknown path", path, fix);
+    if (!(sets & SET_BIT(p->set))) {
+        int other = COLL_PATHS_HOST;
+        while (!(sets & SET_BIT(other)))
+            other++;
+        snprintf(p->err, p->errlen,
+                 "ARCOMM_PATHS item %d \"%s\": \"%s\" is a path of the %s backend, not of this "
+                 "%s communicator: %s (ARCOMM_PATHS applies to every communicator of the "
+                 "process)",
+                 p->item, p->text, path, set_names[other], set_names[p->set], fix);
+        return COMM_ERR_INVALID;
+    }
     if (r->path == COLL_PATH_CMA) {
         r->needs = COLL_NEED_CMA;
         if (r->ranks == COLL_RANKS_THREADS)
@@ -341,6 +410,12 @@ static comm_status_t parse_item(struct parse_ctx *p, char *item, struct coll_pat
 comm_status_t coll_paths_parse(const char *text, struct coll_paths_overrides *out, char *err,
                                size_t errlen)
 {
+    return coll_paths_parse_for(COLL_PATHS_HOST, text, out, err, errlen);
+}
+
+comm_status_t coll_paths_parse_for(enum coll_paths_set set, const char *text,
+                                   struct coll_paths_overrides *out, char *err, size_t errlen)
+{
     out->n = 0;
     if (text == NULL || text[0] == '\0')
         return COMM_OK;
@@ -351,7 +426,7 @@ comm_status_t coll_paths_parse(const char *text, struct coll_paths_overrides *ou
         return COMM_ERR_INVALID;
     }
     snprintf(buf, sizeof(buf), "%s", text);
-    struct parse_ctx p = {.err = err, .errlen = errlen};
+    struct parse_ctx p = {.err = err, .errlen = errlen, .set = set};
     int item = 0;
     /* Items are numbered as written, empty ones too (strtok would skip them). */
     for (char *next = buf, *it; next != NULL;) {

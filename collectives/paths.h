@@ -23,7 +23,25 @@ enum coll_path {
     COLL_PATH_CMA,     /* bulk: one-pass where reachable, else the single copy
                         * (process_vm_readv/writev) where every rank offered it, else staged */
     COLL_PATH_STAGED,  /* bulk: through the staging slots, whatever the buffers */
+    /* The device backends' paths (paths_device.c): a table holds the paths of its set only. */
+    COLL_PATH_LOCAL,   /* CUDA, one rank: a device copy, or the op's end; nothing travels */
+    COLL_PATH_KERNEL,  /* cuda: the LL kernel (the collectives beyond allreduce: the
+                        * allreduce that serves them) */
+    COLL_PATH_COPY,    /* cuda: the copy engines through the pinned segment */
+    COLL_PATH_ONESHOT, /* cuda-p2p allreduce: LL rounds pushed into every peer's region */
+    COLL_PATH_TWOSHOT, /* cuda-p2p allreduce: reduce-scatter, then all-gather */
+    COLL_PATH_DIRECT,  /* cuda-p2p, beyond allreduce: one kernel through the peers' regions */
+    COLL_PATH_SESSION, /* Hexagon: the sessions reduce every rank's buffer */
     COLL_PATH_END,
+};
+
+/* Which backend a table (and the ARCOMM_PATHS rows it takes) is for. */
+enum coll_paths_set {
+    COLL_PATHS_HOST = 0, /* the host backend (shm): paths.c */
+    COLL_PATHS_CUDA,     /* the host-staged "cuda" transport: paths_device.c */
+    COLL_PATHS_CUDA_P2P, /* "cuda-p2p" */
+    COLL_PATHS_HEXAGON,  /* the Hexagon sessions */
+    COLL_PATHS_SET_END,
 };
 
 /* Which ranks a row applies to. */
@@ -110,6 +128,8 @@ struct coll_paths {
     int nrows;
     int nranks;
     uint64_t slot; /* the flag path stages a whole message in one slot: at most this */
+    uint64_t room; /* cuda: the kernel path of a collective beyond allreduce serves an
+                    * allreduce of at most this many bytes (half the copy ring) */
 };
 
 void coll_paths_resolve(const struct coll_paths_config *cfg, const struct coll_paths_overrides *ov,
@@ -141,8 +161,21 @@ struct coll_plan {
 void coll_paths_plan(struct comm *c, const struct coll_paths *t, const struct coll_plan_ask *ask,
                      struct coll_plan *plan);
 
-/* "flag", "one-pass", "cma", "staged". */
+/* "flag", "one-pass", "cma", "staged", and the device paths ("kernel", ...). */
 const char *coll_path_name(enum coll_path p);
+/* Is p a path of set's tables (one ARCOMM_PATHS may name)?  The names of a set's paths,
+ * joined by ", " ("flag, one-pass, cma or staged"), for messages. */
+bool coll_path_in_set(enum coll_path p, enum coll_paths_set set);
+const char *coll_paths_set_name(enum coll_paths_set set);
+const char *coll_paths_set_paths(enum coll_paths_set set);
+
+/*
+ * coll_paths_parse for the tables of set: an item naming a path of another backend is
+ * COMM_ERR_INVALID, naming the item, the path's backend and the paths set takes
+ * (coll_paths_parse is this for COLL_PATHS_HOST).
+ */
+comm_status_t coll_paths_parse_for(enum coll_paths_set set, const char *text,
+                                   struct coll_paths_overrides *out, char *err, size_t errlen);
 const char *coll_ranks_name(enum coll_ranks r);
 
 /* The bulk tuner's offer for a call of a tuned row (paths.c). */

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * comm_paths_query (arcomm_paths.h): the host path table of a communicator, or of a
- * configuration without one, and the plan of a call, through the same rows and the same
- * coll_paths_plan the calls use.
+ * comm_paths_query (arcomm_paths.h): the path table of a communicator (host, CUDA or
+ * Hexagon), or of a configuration without one, and the plan of a call, through the same
+ * rows and the same plan functions the calls use (coll_paths_plan, coll_device_paths_plan).
  */
 #include "arcomm_paths.h"
 #include "backend.h"
 #include "host.h"
+#include "paths_device.h"
 #include "shm/cma_calibrate.h"
 
 #include <limits.h>
@@ -71,6 +72,75 @@ static enum coll_path taken(enum coll_path p, bool threads, comm_paths_buffers_t
     }
 }
 
+/* The set a query's ranks name, COLL_PATHS_HOST for host ranks, COLL_PATHS_SET_END for
+ * no value of comm_paths_ranks_t. */
+static enum coll_paths_set set_of_ranks(comm_paths_ranks_t r)
+{
+    switch (r) {
+    case COMM_PATHS_RANKS_DEFAULT:
+    case COMM_PATHS_THREADS:
+    case COMM_PATHS_PROCESSES:
+        return COLL_PATHS_HOST;
+    case COMM_PATHS_CUDA:
+        return COLL_PATHS_CUDA;
+    case COMM_PATHS_CUDA_P2P:
+        return COLL_PATHS_CUDA_P2P;
+    case COMM_PATHS_HEXAGON:
+        return COLL_PATHS_HEXAGON;
+    default:
+        return COLL_PATHS_SET_END;
+    }
+}
+
+/* A device table: comm's (its knobs as set, agreed at join, and the rank count: the
+ * formula its setup resolved the calls' table with), or a configuration's from the
+ * environment (set, q->nranks process ranks). */
+static comm_status_t device_query(comm_t *comm, enum coll_paths_set set,
+                                  const comm_paths_query_t *q, enum coll_kind kind,
+                                  comm_paths_row_t *rows, size_t cap, size_t *nrows,
+                                  comm_paths_plan_t *plan)
+{
+    static _Thread_local struct coll_paths table;
+    static _Thread_local struct coll_paths_overrides ov;
+    struct rt_knobs k;
+    const struct rt_knobs *kp = &k;
+    int n = q->nranks;
+    bool threads = false;
+    char why[320];
+    if (comm != NULL) {
+        kp = &comm->knobs;
+        n = comm->nranks;
+        threads = comm->shm != NULL && comm->shm->same_process;
+    } else {
+        comm_status_t st = rt_knobs_load(&k, why, sizeof(why));
+        if (st != COMM_OK) {
+            rt_init_error(NULL, st, "comm_paths_query: %s", why);
+            return st;
+        }
+    }
+    comm_status_t st = coll_device_paths_parse(set, kp->paths, &ov, why, sizeof(why));
+    if (st != COMM_OK) {
+        rt_init_error(NULL, st, "comm_paths_query: %s", why);
+        return st;
+    }
+    struct coll_device_paths_config cfg;
+    coll_device_paths_config(set, kp, n, threads, &cfg);
+    coll_device_paths_resolve(&cfg, &ov, &table);
+    for (int i = 0; i < table.nrows && (size_t)i < cap; i++)
+        row_out(&table.row[i], &rows[i]);
+    *nrows = (size_t)table.nrows;
+    if (kind == COLL_KIND_END)
+        return COMM_OK;
+    struct coll_plan_ask ask = {.kind = kind, .bytes = q->bytes, .plain = true};
+    struct coll_plan p;
+    coll_device_paths_plan(&table, &ask, &p);
+    memset(plan, 0, sizeof(*plan));
+    plan->row = p.row;
+    snprintf(plan->row_path, sizeof(plan->row_path), "%s", coll_path_name(p.path));
+    snprintf(plan->path, sizeof(plan->path), "%s", coll_path_name(p.path));
+    return COMM_OK;
+}
+
 ARCOMM_API comm_status_t comm_paths_query(comm_t *comm, const comm_paths_query_t *q,
                                           comm_paths_row_t *rows, size_t cap, size_t *nrows,
                                           comm_paths_plan_t *plan)
@@ -91,6 +161,46 @@ ARCOMM_API comm_status_t comm_paths_query(comm_t *comm, const comm_paths_query_t
                       q->collective);
         return COMM_ERR_INVALID;
     }
+    enum coll_paths_set set = set_of_ranks(q->ranks);
+    if (set == COLL_PATHS_SET_END) {
+        rt_init_error(NULL, COMM_ERR_INVALID,
+                      "comm_paths_query: ranks %d is no comm_paths_ranks_t: use "
+                      "COMM_PATHS_RANKS_DEFAULT, COMM_PATHS_THREADS, COMM_PATHS_PROCESSES, "
+                      "COMM_PATHS_CUDA, COMM_PATHS_CUDA_P2P or COMM_PATHS_HEXAGON",
+                      (int)q->ranks);
+        return COMM_ERR_INVALID;
+    }
+    if (comm != NULL && comm->ops != &coll_host_backend) {
+        enum coll_paths_set has = coll_device_paths_set(comm->ops->name);
+        if (has == COLL_PATHS_SET_END) {
+            rt_init_error(NULL, COMM_ERR_UNSUPPORTED,
+                          "comm_paths_query: the communicator's backend (%s) has no path table: "
+                          "host (shm), cuda, cuda-p2p and hexagon communicators have one",
+                          comm->backend_name ? comm->backend_name : "?");
+            return COMM_ERR_UNSUPPORTED;
+        }
+        if ((q->nranks != 0 && q->nranks != comm->nranks) ||
+            (q->ranks != COMM_PATHS_RANKS_DEFAULT && set != has)) {
+            rt_init_error(NULL, COMM_ERR_INVALID,
+                          "comm_paths_query: the communicator has %d ranks on the %s backend, "
+                          "the query asks for %d ranks of the %s table: leave nranks 0 and "
+                          "ranks COMM_PATHS_RANKS_DEFAULT",
+                          comm->nranks, coll_paths_set_name(has), q->nranks,
+                          coll_paths_set_name(set));
+            return COMM_ERR_INVALID;
+        }
+        return device_query(comm, has, q, kind, rows, cap, nrows, plan);
+    }
+    if (comm == NULL && set != COLL_PATHS_HOST) {
+        if (q->nranks < 1 || q->nranks > RT_MAX_RANKS) {
+            rt_init_error(NULL, COMM_ERR_INVALID,
+                          "comm_paths_query: without a communicator nranks must be 1 to %d (it "
+                          "is %d)",
+                          RT_MAX_RANKS, q->nranks);
+            return COMM_ERR_INVALID;
+        }
+        return device_query(NULL, set, q, kind, rows, cap, nrows, plan);
+    }
     /* Large: a table and a configuration's knobs. */
     static _Thread_local struct coll_paths table;
     static _Thread_local struct coll_paths_overrides ov;
@@ -98,11 +208,9 @@ ARCOMM_API comm_status_t comm_paths_query(comm_t *comm, const comm_paths_query_t
     bool threads;
     struct rt_knobs k;
     if (comm != NULL) {
-        if (comm->ops != &coll_host_backend || comm->xport == NULL) {
+        if (comm->xport == NULL) {
             rt_init_error(NULL, COMM_ERR_UNSUPPORTED,
-                          "comm_paths_query: the communicator's backend (%s) has no path table: "
-                          "only host communicators (shm) have one",
-                          comm->backend_name ? comm->backend_name : "?");
+                          "comm_paths_query: the communicator has no host backend state");
             return COMM_ERR_UNSUPPORTED;
         }
         threads = comm->shm->same_process;

@@ -522,7 +522,8 @@ static const struct wire_carry copy_carry = {
     .ops = {
         [WIRE_BF16] = WIRE_OPS_SUM, [WIRE_INT8] = WIRE_OPS_SUM_AVG, [WIRE_FP8] = WIRE_OPS_SUM_AVG}};
 
-comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
+comm_status_t cuda_allreduce_planned(struct comm *c, const struct coll_call *call,
+                                     const struct coll_plan *plan,
                                      const struct cuda_allreduce_path *small,
                                      const struct cuda_allreduce_path *large)
 {
@@ -536,10 +537,13 @@ comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *cal
     if (st != COMM_OK)
         return st;
     size_t bytes = call->count * rt_dtype_size(call->dtype);
-    if (c->nranks == 1) {
+    if (plan->path == COLL_PATH_LOCAL) {
         st = cuda_single_rank(c, call); /* exact: nothing travels */
     } else {
-        const struct cuda_allreduce_path *p = bytes >= x->k.copy_threshold ? large : small;
+        /* The kernel path or one-shot; otherwise the transport's other path (the copy
+         * engines, two-shot), which the last default row names. */
+        const struct cuda_allreduce_path *p =
+            plan->path == COLL_PATH_KERNEL || plan->path == COLL_PATH_ONESHOT ? small : large;
         st = p->run(c, call,
                     wire_pick((int)x->k.wire, (size_t)x->k.wire_threshold, p->carry, call->dtype,
                               call->op, bytes));
@@ -547,9 +551,10 @@ comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *cal
     return cuda_call_end(c, call, st, prev);
 }
 
-comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call)
+comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call,
+                                  const struct coll_plan *plan)
 {
     static const struct cuda_allreduce_path small = {kernel_path, &cuda_carry_bf16_sums};
     static const struct cuda_allreduce_path large = {copy_path, &copy_carry};
-    return cuda_allreduce_by_size(c, call, &small, &large);
+    return cuda_allreduce_planned(c, call, plan, &small, &large);
 }

@@ -9,9 +9,9 @@
  * call plumbing is the host-staged path's (cuda_check_device, cuda_call_begin / cuda_call_end, the
  * device call counters), so CUDA graph capture and the failure records work as there.
  *
- * Two-shot from ARCOMM_COPY_THRESHOLD bytes: reduce-scatter then all-gather through the
- * peers' regions, a launch per round of nranks slices, ARCOMM_CUDA_BLOCKS blocks
- * pipelining the parts of every slice (kernels_p2p.cu).
+ * Two-shot from ARCOMM_COPY_THRESHOLD bytes (the path table's default, paths_device.c):
+ * reduce-scatter then all-gather through the peers' regions, a launch per round of nranks
+ * slices, ARCOMM_CUDA_BLOCKS blocks pipelining the parts of every slice (kernels_p2p.cu).
  *
  * Verified on one GPU (process ranks sharing an H200 under CUDA IPC, 2026-12-01 and -02:
  * tools/gpu-check.sh p2p); not yet on two GPUs.
@@ -86,11 +86,12 @@ static const struct wire_carry two_shot_carry = {
     .ops = {
         [WIRE_BF16] = WIRE_OPS_SUM, [WIRE_INT8] = WIRE_OPS_SUM_AVG, [WIRE_FP8] = WIRE_OPS_SUM_AVG}};
 
-comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call)
+comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call,
+                                      const struct coll_plan *plan)
 {
-    /* ARCOMM_COPY_THRESHOLD: where the host-staged transport takes the copy engines, this
-     * one takes two-shot. */
+    /* The table's one-shot rows end below ARCOMM_COPY_THRESHOLD: where the host-staged
+     * transport takes the copy engines, this one takes two-shot. */
     static const struct cuda_allreduce_path small = {one_shot, &cuda_carry_bf16_sums};
     static const struct cuda_allreduce_path large = {two_shot, &two_shot_carry};
-    return cuda_allreduce_by_size(c, call, &small, &large);
+    return cuda_allreduce_planned(c, call, plan, &small, &large);
 }

@@ -2,12 +2,14 @@
 /*
  * The CUDA backend: GPUs of one host on the CUDA transport (the shm segment, registered
  * with CUDA), with the kernel and copy-engine paths of allreduce_cuda.c and the staged
- * collectives of collectives_cuda.c, every dtype and op.
+ * collectives of collectives_cuda.c, every dtype and op; each call's path from its plan
+ * (plan_cuda.c, the path table of paths_device.c).
  */
 #include "backend.h"
 #include "coll_cuda.h"
 #include "p2p/p2p.h"
 #include "cuda/cuda_comm.h"
+#include "shm/shm.h"
 
 static uint64_t size_number(size_t v)
 {
@@ -32,12 +34,26 @@ static void resolve_knobs(const struct rt_knobs *set, struct cuda_knobs *out)
     out->blocks = (uint32_t)k.cuda.blocks;
 }
 
-/* The knobs first: the transport sizes its staging from them. */
+/* ARCOMM_PATHS and the knobs first (the transport sizes its staging from them), the path
+ * table once the ranks met. */
 static comm_status_t cuda_backend_setup(struct comm *c)
 {
+    struct coll_paths_overrides ov;
+    comm_status_t st = cuda_paths_parse(c, &ov);
+    if (st != COMM_OK)
+        return st;
     struct cuda_knobs k;
     resolve_knobs(&c->knobs, &k);
-    return cuda_setup(c, &k);
+    st = cuda_setup(c, &k);
+    if (st != COMM_OK)
+        return st;
+    st = cuda_paths_setup(c, &ov);
+    if (st != COMM_OK) {
+        /* The peers wait in setup too: tell them now rather than at their timeout. */
+        shm_setup_failed(c, st);
+        cuda_teardown(c);
+    }
+    return st;
 }
 
 static const char *kind_name(enum coll_kind kind)
@@ -104,7 +120,9 @@ comm_status_t cuda_validate(struct comm *c, const struct coll_call *call, const 
 
 static comm_status_t cuda_allreduce(struct comm *c, const struct coll_call *call)
 {
-    comm_status_t st = coll_cuda_allreduce(c, call);
+    struct coll_plan plan;
+    cuda_plan(c, call, &plan);
+    comm_status_t st = coll_cuda_allreduce(c, call, &plan);
     /* The call is enqueued, and comm_destroy drains it before it leaves: a rank that
      * completed it never fails a peer's. */
     if (st == COMM_OK)
@@ -115,7 +133,9 @@ static comm_status_t cuda_allreduce(struct comm *c, const struct coll_call *call
 /* Broadcast, reduce, allgather, reduce_scatter, alltoall: call->kind says which. */
 static comm_status_t cuda_staged(struct comm *c, const struct coll_call *call)
 {
-    comm_status_t st = coll_cuda_staged(c, call);
+    struct coll_plan plan;
+    cuda_plan(c, call, &plan);
+    comm_status_t st = coll_cuda_staged(c, call, &plan);
     if (st == COMM_OK)
         shm_complete(c);
     return st;
@@ -136,7 +156,7 @@ const struct backend_ops coll_cuda_backend = {
     .knobs = &coll_cuda_knobs,
     .probe = cuda_probe,
     .setup = cuda_backend_setup,
-    .teardown = cuda_teardown,
+    .teardown = cuda_paths_teardown,
     .resolve_knobs = NULL, /* resolved before setup, into struct cuda_comm (above) */
     .validate = cuda_validate,
     .allreduce = cuda_allreduce,

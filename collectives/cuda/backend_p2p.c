@@ -27,6 +27,10 @@ static uint64_t size_number(size_t v)
 
 static comm_status_t p2p_backend_setup(struct comm *c)
 {
+    struct coll_paths_overrides ov;
+    comm_status_t st = cuda_paths_parse(c, &ov);
+    if (st != COMM_OK)
+        return st;
     /* The host-staged knobs, as the "cuda" backend resolves them (same table). */
     struct rt_knobs k = c->knobs;
     coll_cuda_knobs.used(&k, NULL, 0, false);
@@ -39,10 +43,12 @@ static comm_status_t p2p_backend_setup(struct comm *c)
         .staging_bytes = k.cuda.staging_bytes,
         .blocks = (uint32_t)k.cuda.blocks,
     };
-    comm_status_t st = cuda_setup(c, &ck);
+    st = cuda_setup(c, &ck);
     if (st != COMM_OK)
         return st;
     st = cuda_p2p_setup(c);
+    if (st == COMM_OK)
+        st = cuda_paths_setup(c, &ov);
     if (st != COMM_OK) {
         /* The peers wait in setup too: tell them now rather than at their timeout. */
         shm_setup_failed(c, st);
@@ -53,34 +59,30 @@ static comm_status_t p2p_backend_setup(struct comm *c)
 
 static comm_status_t p2p_allreduce(struct comm *c, const struct coll_call *call)
 {
-    comm_status_t st = coll_cuda_p2p_allreduce(c, call);
+    struct coll_plan plan;
+    cuda_plan(c, call, &plan);
+    comm_status_t st = coll_cuda_p2p_allreduce(c, call, &plan);
     if (st == COMM_OK)
         shm_complete(c);
     return st;
 }
 
-/* Broadcast, allgather, alltoall: direct copies between ranks (one rank: a local copy,
- * the host-staged way). */
-static comm_status_t p2p_move(struct comm *c, const struct coll_call *call)
+/* Broadcast, allgather, alltoall: direct copies between ranks; reduce_scatter and reduce:
+ * direct through the peers' regions (collectives_p2p.c).  The local row (one rank): a
+ * local copy or reduction, the host-staged way. */
+static comm_status_t p2p_other(struct comm *c, const struct coll_call *call)
 {
-    comm_status_t st = c->nranks > 1 ? coll_cuda_p2p_move(c, call) : coll_cuda_staged(c, call);
-    if (st == COMM_OK)
-        shm_complete(c);
-    return st;
-}
-
-static comm_status_t p2p_reduce_scatter(struct comm *c, const struct coll_call *call)
-{
-    comm_status_t st =
-        c->nranks > 1 ? coll_cuda_p2p_reduce_scatter(c, call) : coll_cuda_staged(c, call);
-    if (st == COMM_OK)
-        shm_complete(c);
-    return st;
-}
-
-static comm_status_t p2p_reduce(struct comm *c, const struct coll_call *call)
-{
-    comm_status_t st = c->nranks > 1 ? coll_cuda_p2p_reduce(c, call) : coll_cuda_staged(c, call);
+    struct coll_plan plan;
+    cuda_plan(c, call, &plan);
+    comm_status_t st;
+    if (plan.path == COLL_PATH_LOCAL)
+        st = coll_cuda_staged(c, call, &plan);
+    else if (call->kind == COLL_REDUCE_SCATTER)
+        st = coll_cuda_p2p_reduce_scatter(c, call);
+    else if (call->kind == COLL_REDUCE)
+        st = coll_cuda_p2p_reduce(c, call);
+    else
+        st = coll_cuda_p2p_move(c, call);
     if (st == COMM_OK)
         shm_complete(c);
     return st;
@@ -100,17 +102,17 @@ const struct backend_ops coll_cuda_p2p_backend = {
     .knobs = &coll_cuda_knobs,
     .probe = cuda_p2p_probe,
     .setup = p2p_backend_setup,
-    .teardown = cuda_teardown,
+    .teardown = cuda_paths_teardown,
     .resolve_knobs = NULL,
     .validate = cuda_validate,
     .allreduce = p2p_allreduce,
     .allreduce_add = p2p_allreduce,
     .barrier = p2p_barrier,
-    .broadcast = p2p_move,
-    .reduce = p2p_reduce,
-    .allgather = p2p_move,
-    .reduce_scatter = p2p_reduce_scatter,
-    .alltoall = p2p_move,
+    .broadcast = p2p_other,
+    .reduce = p2p_other,
+    .allgather = p2p_other,
+    .reduce_scatter = p2p_other,
+    .alltoall = p2p_other,
     .p2p = coll_cuda_p2p,
     .p2p_poll = coll_cuda_p2p_poll,
     .p2p_end = coll_cuda_p2p_end,

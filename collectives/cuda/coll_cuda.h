@@ -1,24 +1,40 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CUDA collectives: allreduce (path selection: kernel path below
- * ARCOMM_COPY_THRESHOLD, copy engines from it; bf16 wire narrowing), the collectives
- * beyond allreduce (host-staged through the pinned segment, collectives_cuda.c), and
- * what the CUDA backend (backend.c) calls.
+ * The CUDA collectives: allreduce (its path from the call's plan, plan_cuda.c: by default
+ * the kernel path below ARCOMM_COPY_THRESHOLD, copy engines from it; bf16 wire narrowing),
+ * the collectives beyond allreduce (host-staged through the pinned segment,
+ * collectives_cuda.c), and what the CUDA backend (backend.c) calls.
  */
 #ifndef ARCOMM_COLL_CUDA_H
 #define ARCOMM_COLL_CUDA_H
 
 #include "coll.h"
 #include "cuda/cuda_comm.h"
+#include "paths.h"
 #include "wire.h"
 #include "kernels.h"
 
+/*
+ * The path table (plan_cuda.c).  cuda_paths_parse: ARCOMM_PATHS for c's backend, before
+ * the transport's setup (a malformed item, or one naming another backend's path, fails
+ * comm_init alike on every rank: the string is agreed).  cuda_paths_setup: the table,
+ * once the transport is set up (x->paths).  cuda_paths_teardown: the transport's
+ * teardown, then the table.  cuda_plan: the plan of a call, once per call.
+ */
+comm_status_t cuda_paths_parse(struct comm *c, struct coll_paths_overrides *ov);
+comm_status_t cuda_paths_setup(struct comm *c, const struct coll_paths_overrides *ov);
+void cuda_paths_teardown(struct comm *c);
+void cuda_plan(const struct comm *c, const struct coll_call *call, struct coll_plan *plan);
+
 /* What the CUDA backends (backend.c, backend_p2p.c) refuse of a well-formed call. */
 comm_status_t cuda_validate(struct comm *c, const struct coll_call *call, const char *fn);
-/* A validated call on a CUDA communicator: enqueued on call->stream, or an error. */
-comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call);
-/* cuda-p2p (allreduce_p2p.c): the one-shot path through the peers' device regions. */
-comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call);
+/* A validated call on a CUDA communicator, on its plan's path: enqueued on call->stream,
+ * or an error. */
+comm_status_t coll_cuda_allreduce(struct comm *c, const struct coll_call *call,
+                                  const struct coll_plan *plan);
+/* cuda-p2p (allreduce_p2p.c): one-shot and two-shot through the peers' device regions. */
+comm_status_t coll_cuda_p2p_allreduce(struct comm *c, const struct coll_call *call,
+                                      const struct coll_plan *plan);
 /* cuda-p2p (collectives_p2p.c): broadcast, allgather, alltoall as direct copies. */
 comm_status_t coll_cuda_p2p_move(struct comm *c, const struct coll_call *call);
 /* cuda-p2p (collectives_p2p.c): reduce_scatter (the two-shot reduce-scatter half), and
@@ -33,11 +49,13 @@ struct cuda_allreduce_path {
 };
 /* What the LL-round paths carry (the kernel path, cuda-p2p): bf16 for f32 sums. */
 extern const struct wire_carry cuda_carry_bf16_sums;
-/* Allreduce on a transport's two paths: small below ARCOMM_COPY_THRESHOLD, large from it;
- * one rank: cuda_single_rank.  The device's reports checked, the call ordered, the codec
- * chosen by wire_pick from ARCOMM_WIRE and ARCOMM_WIRE_THRESHOLD (agreed at join) and what
- * the path carries.  coll_cuda_allreduce is this over the kernel and copy-engine paths. */
-comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *call,
+/* Allreduce on a transport's two paths as the plan says: small (kernel, one-shot), large
+ * (copy, two-shot); local: cuda_single_rank.  The device's reports checked, the call
+ * ordered, the codec chosen by wire_pick from ARCOMM_WIRE and ARCOMM_WIRE_THRESHOLD (agreed
+ * at join) and what the path carries.  coll_cuda_allreduce is this over the kernel and
+ * copy-engine paths. */
+comm_status_t cuda_allreduce_planned(struct comm *c, const struct coll_call *call,
+                                     const struct coll_plan *plan,
                                      const struct cuda_allreduce_path *small,
                                      const struct cuda_allreduce_path *large);
 /* Allreduce's kernel path for call (an allreduce), the ranks comparing the call as
@@ -45,8 +63,10 @@ comm_status_t cuda_allreduce_by_size(struct comm *c, const struct coll_call *cal
  * cuda_call_begin. */
 comm_status_t cuda_kernel_path_as(struct comm *c, const struct coll_call *call,
                                   const struct coll_call *as, bool narrow);
-/* Broadcast, reduce, allgather, reduce_scatter and alltoall (call->kind says which). */
-comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call);
+/* Broadcast, reduce, allgather, reduce_scatter and alltoall (call->kind says which) on
+ * the host-staged transport's paths as the plan says: kernel, copy or local. */
+comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call,
+                               const struct coll_plan *plan);
 /* A call of a one-rank communicator, enqueued after cuda_call_begin: a device copy, or
  * (reductions, allreduce with its addend) the add kernel over the one input. */
 comm_status_t cuda_single_rank(struct comm *c, const struct coll_call *call);

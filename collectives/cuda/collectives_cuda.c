@@ -3,7 +3,8 @@
  * The CUDA collectives beyond allreduce: broadcast, reduce, allgather, reduce_scatter
  * and alltoall, host-staged through the pinned segment with the copy-engine path's
  * machinery (allreduce_cuda.c): the host never waits, everything is enqueued at once.
- * Small ones go through allreduce's LL kernel instead (small_via_kernel, below).
+ * Small ones go through allreduce's LL kernel instead (small_via_kernel, below), as the
+ * call's plan says (plan_cuda.c).
  *
  * A call is cut into steps (chunks of a block of count elements); step k of the call uses
  * staging slot k % cslots of every rank, and its counters count from the call's first
@@ -26,6 +27,7 @@
  * reduce_scatter hold one sub-slot per peer (the chunk for that peer).
  */
 #include "coll_cuda.h"
+#include "paths_device.h"
 
 #include <stddef.h>
 
@@ -119,23 +121,9 @@ comm_status_t cuda_single_rank(struct comm *c, const struct coll_call *call)
  * write recvbuf: the LL kernel, and the copy-out kernel, which writes nothing once this
  * rank recorded a failure (a mismatch leaves recvbuf untouched).  The buffers are the
  * copy path's ring (x->tmp), free here: calls on a communicator run one after another.
- * Up to CUDA_SMALL_LL_BYTES of the allreduce, and below ARCOMM_COPY_THRESHOLD (0 keeps
- * every call on the copy engines).
+ * The path table's kernel rows say when (paths_device.c: by default up to 64 KiB of the
+ * allreduce, and below ARCOMM_COPY_THRESHOLD; never past half the ring).
  */
-#define CUDA_SMALL_LL_BYTES (64u << 10)
-
-/* The allreduce's bytes serving call through the kernel path, or 0 when it does not. */
-static uint64_t small_ll_bytes(const struct comm *c, const struct coll_call *call)
-{
-    const struct cuda_comm *x = cuda_of(c);
-    uint64_t n = (uint64_t)c->nranks, m = (uint64_t)call->count * rt_dtype_size(call->dtype);
-    uint64_t total = call->kind == COLL_ALLTOALL                                         ? n * n * m
-                     : call->kind == COLL_ALLGATHER || call->kind == COLL_REDUCE_SCATTER ? n * m
-                                                                                         : m;
-    uint64_t ring = (n - 1) * (uint64_t)x->tslots * x->g.chunk_max;
-    bool fits = total <= CUDA_SMALL_LL_BYTES && total < x->k.copy_threshold && 2 * total <= ring;
-    return fits ? total : 0;
-}
 
 static comm_status_t small_via_kernel(struct comm *c, const struct coll_call *call, uint64_t total)
 {
@@ -354,7 +342,8 @@ static comm_status_t staged(struct comm *c, const struct coll_call *call)
     return cuda_copy_end(c, call);
 }
 
-comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call)
+comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call,
+                               const struct coll_plan *plan)
 {
     comm_status_t st = cuda_check_device(c);
     if (st != COMM_OK || call->count == 0)
@@ -363,9 +352,12 @@ comm_status_t coll_cuda_staged(struct comm *c, const struct coll_call *call)
     st = cuda_call_begin(c, call, &prev);
     if (st != COMM_OK)
         return st;
-    uint64_t small = c->nranks > 1 ? small_ll_bytes(c, call) : 0;
-    st = c->nranks == 1 ? cuda_single_rank(c, call)
-         : small > 0    ? small_via_kernel(c, call, small)
-                        : staged(c, call);
+    st = plan->path == COLL_PATH_LOCAL ? cuda_single_rank(c, call)
+         : plan->path == COLL_PATH_KERNEL
+             ? small_via_kernel(
+                   c, call,
+                   coll_cuda_ll_bytes(
+                       call->kind, (uint64_t)call->count * rt_dtype_size(call->dtype), c->nranks))
+             : staged(c, call);
     return cuda_call_end(c, call, st, prev);
 }

@@ -8,6 +8,7 @@
  */
 #include "hexagon_coll.h"
 #include "backend.h"
+#include "paths_device.h"
 #include "hex_params.h"
 #include "hex_wire.h"
 #include "hexagon/hexagon.h"
@@ -332,10 +333,21 @@ static comm_status_t hex_allreduce(struct comm *c, const struct coll_call *call)
     return st;
 }
 
-/* The knobs as coll_hexagon_knobs resolves them (arinfo's formula too), against this
- * communicator's timeout (the config's, when it set one), then the transport. */
+/* ARCOMM_PATHS first: the sessions have one path (paths_device.c's Hexagon table), and an
+ * item naming another backend's path fails here, before the segment (the string is
+ * agreed: every rank fails alike).  Then the knobs as coll_hexagon_knobs resolves them
+ * (arinfo's formula too), against this communicator's timeout (the config's, when it set
+ * one), then the transport. */
 static comm_status_t hex_backend_setup(struct comm *c)
 {
+    struct coll_paths_overrides ov;
+    char why[320];
+    comm_status_t st =
+        coll_device_paths_parse(COLL_PATHS_HEXAGON, c->knobs.paths, &ov, why, sizeof(why));
+    if (st != COMM_OK) {
+        rt_error(c, st, "rank %d: %s", c->rank, why);
+        return st;
+    }
     struct rt_knobs k = c->knobs;
     k.timeout_ms = c->timeout_ms;
     coll_hexagon_knobs.used(&k, c->topo, c->nranks, false);

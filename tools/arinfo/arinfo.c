@@ -6,13 +6,14 @@
  * message size, and every knob with its value and where the value came from.
  *
  *   arinfo [--json] [--config] [--paths] [--sizes LIST] [-n RANKS] [--topology FILE.xml]
- *          [--only SECTIONS] [--no-host]
+ *          [--only SECTIONS] [--no-host] [--plan COLL SIZE] [--device DEVICE]
  *
  * The text is wrapped to the terminal (COLUMNS, else the terminal's width, else 80).
  *
  * Exit status: 0, 1 when the topology cannot be loaded, 2 on a usage error or a
  * malformed ARCOMM_* variable (what comm_init would refuse too).
  */
+#include "arcomm_paths.h"
 #include "arinfo.h"
 #include "arcomm_build.h"
 #include "shm/cma_calibrate.h"
@@ -59,6 +60,8 @@ static void usage(FILE *f)
             "  --plan COLL SIZE   the path a call of COLL (allreduce, broadcast, ...) moving\n"
             "                     SIZE bytes per rank takes on thread and process ranks, and\n"
             "                     the row of the path table that chose it\n"
+            "  --device DEVICE    --paths and --plan for this backend's path table: host\n"
+            "                     (default), cuda, cuda-p2p or hexagon (no device needed)\n"
             "  --sizes LIST       message sizes to show the allreduce path of, in bytes with\n"
             "                     K/M/G suffixes (default %s)\n"
             "  -n, --ranks RANKS  local ranks of the communicator asked about (1 to %d,\n"
@@ -133,6 +136,28 @@ static void parse_sizes(struct arinfo *ai, const char *list)
         die_usage("--sizes \"%s\": names no size", list);
 }
 
+/* --device NAME: the table --paths and --plan show. */
+static void parse_device(struct arinfo *ai, const char *name)
+{
+    static const struct {
+        const char *name;
+        int ranks;
+    } devices[] = {
+        {"host", COMM_PATHS_RANKS_DEFAULT},
+        {"cuda", COMM_PATHS_CUDA},
+        {"cuda-p2p", COMM_PATHS_CUDA_P2P},
+        {"hexagon", COMM_PATHS_HEXAGON},
+    };
+    for (size_t i = 0; i < sizeof(devices) / sizeof(devices[0]); i++) {
+        if (strcmp(name, devices[i].name) == 0) {
+            ai->device = i == 0 ? NULL : devices[i].name;
+            ai->device_ranks = devices[i].ranks;
+            return;
+        }
+    }
+    die_usage("--device \"%s\": use host, cuda, cuda-p2p or hexagon", name);
+}
+
 static int parse_ranks(const char *text)
 {
     char *end;
@@ -171,12 +196,19 @@ static void print_header(struct arinfo *ai)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},           {"config", no_argument, NULL, 'c'},
-        {"sizes", required_argument, NULL, 's'},    {"ranks", required_argument, NULL, 'n'},
-        {"topology", required_argument, NULL, 't'}, {"only", required_argument, NULL, 'o'},
-        {"no-host", no_argument, NULL, 'H'},        {"help", no_argument, NULL, 'h'},
-        {"paths", no_argument, NULL, 'p'},          {"plan", required_argument, NULL, 'P'},
-        {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},
+        {"config", no_argument, NULL, 'c'},
+        {"sizes", required_argument, NULL, 's'},
+        {"ranks", required_argument, NULL, 'n'},
+        {"topology", required_argument, NULL, 't'},
+        {"only", required_argument, NULL, 'o'},
+        {"no-host", no_argument, NULL, 'H'},
+        {"help", no_argument, NULL, 'h'},
+        {"paths", no_argument, NULL, 'p'},
+        {"plan", required_argument, NULL, 'P'},
+        {"version", no_argument, NULL, 'V'},
+        {"device", required_argument, NULL, 'D'},
+        {NULL, 0, NULL, 0},
     };
     struct arinfo ai = {.nranks = 2, .out = stdout};
     bool config = false, no_host = false, paths = false;
@@ -211,6 +243,9 @@ int main(int argc, char **argv)
             break;
         case 'P':
             ai.plan_coll = optarg;
+            break;
+        case 'D':
+            parse_device(&ai, optarg);
             break;
         case 'h':
             usage(stdout);
@@ -306,12 +341,20 @@ int main(int argc, char **argv)
         print_hexagon(&ai);
     if (ai.sections & ARINFO_SEC_TRANSPORTS)
         print_transports(&ai);
-    if (ai.sections & ARINFO_SEC_PATHS)
-        print_paths(&ai);
+    if (ai.sections & ARINFO_SEC_PATHS) {
+        if (ai.device != NULL)
+            print_device_paths(&ai);
+        else
+            print_paths(&ai);
+    }
     if (ai.sections & ARINFO_SEC_CONFIG)
         print_config(&ai);
-    if (ai.sections & ARINFO_SEC_PLAN)
-        print_plan(&ai);
+    if (ai.sections & ARINFO_SEC_PLAN) {
+        if (ai.device != NULL)
+            print_device_plan(&ai);
+        else
+            print_plan(&ai);
+    }
     if (ai.json) {
         json_object_end(&ai.js);
         json_finish(&ai.js);

@@ -42,6 +42,8 @@ struct arinfo {
     const char *topology_file; /* --topology, else NULL */
     const char *plan_coll;     /* --plan COLL SIZE, else NULL */
     size_t plan_bytes;
+    const char *device; /* --device: "cuda", "cuda-p2p" or "hexagon"; NULL: host */
+    int device_ranks;   /* its comm_paths_ranks_t (COMM_PATHS_CUDA, ...) */
 
     /* What was loaded. */
     hwloc_topology_t topo;    /* with PCI and OS devices; apart from the runtime's */
@@ -123,6 +125,10 @@ bool arinfo_plan(const struct arinfo *ai, const char *coll, size_t bytes, bool t
                  struct comm_paths_plan *plan);
 void print_path_table(struct arinfo *ai);
 void print_plan(struct arinfo *ai);
+/* --device: the device backend's table for --paths (each collective's path per size,
+ * then the rows) and --plan. */
+void print_device_paths(struct arinfo *ai);
+void print_device_plan(struct arinfo *ai);
 
 /* cuda_section.c, hexagon_section.c: filled in by the transports' owners. */
 void print_cuda(struct arinfo *ai);

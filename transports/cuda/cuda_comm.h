@@ -82,6 +82,10 @@ struct cuda_comm {
     /* cuda-p2p only (p2p.h): the device regions mapped from every peer; NULL on the
      * host-staged transport. */
     struct cuda_p2p *p2p;
+
+    /* The path table (collectives/cuda/paths_cuda.c), resolved at setup; the backend
+     * frees it. */
+    struct coll_paths *paths;
 };
 
 /* The transport's lifecycle, for the CUDA backend (collectives/cuda/backend.c). */

@@ -67,11 +67,15 @@ extern struct pmpi_settings pmpi_settings;
  * for those who want one.  And no eager broadcast: its root returns before its peers
  * came, the one served call that can end on some ranks and not others, which the handling
  * of split calls cannot allow (waits.c); broadcasts that arcomm would make eager go to MPI
- * (settings.c), whose small broadcasts are as fast. */
-#define PMPI_KNOB_DEFAULTS "ARCOMM_BCAST_EAGER=off,ARCOMM_TIMEOUT_MS=-1"
+ * (settings.c), whose small broadcasts are as fast; the eager reduce likewise (its
+ * non-roots return before the root came). */
+#define PMPI_KNOB_DEFAULTS "ARCOMM_BCAST_EAGER=off,ARCOMM_REDUCE_EAGER=off,ARCOMM_TIMEOUT_MS=-1"
 /* Broadcasts under this many bytes go to MPI by default: arcomm's broadcast, which has
  * every rank agree first, is slower than Open MPI's there (docs/pmpi.md, "Sizes"). */
 #define PMPI_BCAST_MPI_BYTES 512
+/* Reduces under this many bytes go to MPI by default: Open MPI's eager small reduce was
+ * faster than arcomm's synchronising one (docs/pmpi.md, "Sizes"). */
+#define PMPI_REDUCE_MPI_BYTES 512
 
 /* Loads the settings on the first call of any thread (idempotent, thread-safe). */
 void pmpi_settings_load(void);

@@ -21,15 +21,15 @@
  * development VM, 2 processes (docs/pmpi.md, "Sizes"): its eager small-message reduce and
  * broadcast return before the others have the data, up to 256 bytes there.  Every other
  * call arcomm serves at every size (1.01x-2.5x ahead of Open MPI from 4 bytes,
- * 2026-12-03); bcast_threshold sets the broadcasts' size. */
+ * 2026-12-03); eager_threshold sets the broadcasts' and reduces' sizes. */
 struct pmpi_settings pmpi_settings = {
     .off = false,
     .log_level = PMPI_LOG_WARN,
     .min_bytes =
         {
             [PMPI_CALL_ALLREDUCE] = 0,
-            [PMPI_CALL_REDUCE] = 512,
-            [PMPI_CALL_BCAST] = PMPI_BCAST_MPI_BYTES, /* bcast_threshold sets it */
+            [PMPI_CALL_REDUCE] = PMPI_REDUCE_MPI_BYTES, /* eager_threshold sets it */
+            [PMPI_CALL_BCAST] = PMPI_BCAST_MPI_BYTES,   /* eager_threshold sets it */
             [PMPI_CALL_ALLGATHER] = 0,
             [PMPI_CALL_REDUCE_SCATTER_BLOCK] = 0,
             [PMPI_CALL_ALLTOALL] = 0,
@@ -52,16 +52,17 @@ static const char *const level_names[] = {
 };
 
 /*
- * Broadcasts of fewer bytes than this go to MPI: PMPI_BCAST_MPI_BYTES by default,
- * ARCOMM_PMPI_MIN_BYTES (min_set) when set.  And arcomm never makes one of the library's
- * broadcasts eager (PMPI_KNOB_DEFAULTS turns it off): where the user's ARCOMM_BCAST_EAGER
- * turns it on, the broadcasts up to its size go to MPI too, since an eager root returns
- * before its peers came and a call that ends on some ranks only could not be resolved if
- * it turned out to be split between arcomm and MPI (waits.c).
+ * Broadcasts (reduces) of fewer bytes than this go to MPI: dflt (PMPI_BCAST_MPI_BYTES,
+ * PMPI_REDUCE_MPI_BYTES) by default, ARCOMM_PMPI_MIN_BYTES (min_set) when set.  And arcomm
+ * never makes one of the library's broadcasts or reduces eager (PMPI_KNOB_DEFAULTS turns
+ * both off): where the user's ARCOMM_BCAST_EAGER (ARCOMM_REDUCE_EAGER) turns it on, the
+ * calls up to its size go to MPI too, since an eager root (an eager reduce's non-root)
+ * returns before its peers came and a call that ends on some ranks only could not be
+ * resolved if it turned out to be split between arcomm and MPI (waits.c).
  */
-static size_t bcast_threshold(const char *eager_env, bool min_set)
+static size_t eager_threshold(int call, size_t dflt, const char *eager_env, bool min_set)
 {
-    size_t t = min_set ? pmpi_settings.min_bytes[PMPI_CALL_BCAST] : PMPI_BCAST_MPI_BYTES;
+    size_t t = min_set ? pmpi_settings.min_bytes[call] : dflt;
     if (eager_env == NULL || *eager_env == '\0' || strcasecmp(eager_env, "off") == 0 ||
         strcasecmp(eager_env, "never") == 0)
         return t;
@@ -126,8 +127,10 @@ static void settings_read(void)
                     v);
         }
     }
-    pmpi_settings.min_bytes[PMPI_CALL_BCAST] =
-        bcast_threshold(getenv("ARCOMM_BCAST_EAGER"), min_set);
+    pmpi_settings.min_bytes[PMPI_CALL_BCAST] = eager_threshold(
+        PMPI_CALL_BCAST, PMPI_BCAST_MPI_BYTES, getenv("ARCOMM_BCAST_EAGER"), min_set);
+    pmpi_settings.min_bytes[PMPI_CALL_REDUCE] = eager_threshold(
+        PMPI_CALL_REDUCE, PMPI_REDUCE_MPI_BYTES, getenv("ARCOMM_REDUCE_EAGER"), min_set);
     v = getenv("ARCOMM_LOG_FILE");
     size_t o = 0;
     for (; v != NULL && *v != '\0' && o + 64 < sizeof(log_path); v++) {

@@ -22,10 +22,11 @@
 /* ARCOMM_PMPI_MIN_BYTES unset: the library's defaults hand reduces and broadcasts under
  * 512 bytes to MPI and serve every other call at every size; ARCOMM_BCAST_EAGER (n bytes)
  * hands the broadcasts up to n to MPI as well (the library never lets arcomm's eager
- * broadcast serve one). */
+ * broadcast serve one), and ARCOMM_REDUCE_EAGER the reduces likewise. */
 static bool defaults;
-static long bcast_mpi_below;
+static long bcast_mpi_below, reduce_mpi_below;
 #define SMALL_BCAST(call, bytes) ((long)(bytes) < bcast_mpi_below ? HANDED(call) : SERVED(call))
+#define SMALL_REDUCE(bytes)      ((long)(bytes) < reduce_mpi_below ? HANDED(T_REDUCE) : SERVED(T_REDUCE))
 
 static void user_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 {
@@ -176,6 +177,19 @@ static void use_comm(MPI_Comm comm, int k)
     rc = MPI_Bcast(&d, 1, MPI_DOUBLE, n - 1, comm);
     SMALL_BCAST(T_BCAST, sizeof(d));
     CHECK(rc == MPI_SUCCESS && d == (double)k, "comm %d bcast: %g", k, d);
+    /* Reduces of 512 bytes (served, unless ARCOMM_REDUCE_EAGER reaches them) and 1 KiB. */
+    for (int len = 128; len <= 256; len *= 2) {
+        int in[256], out[256];
+        for (int i = 0; i < len; i++) {
+            in[i] = (me + 1) * (i % 7);
+            out[i] = -1;
+        }
+        rc = MPI_Reduce(in, me == n - 1 ? out : NULL, len, MPI_INT, MPI_SUM, n - 1, comm);
+        SMALL_REDUCE(len * sizeof(int));
+        for (int i = 0; i < len && me == n - 1; i++)
+            CHECK(rc == MPI_SUCCESS && out[i] == ranks_sum(n, i % 7), "comm %d reduce of %d: %d", k,
+                  len, i);
+    }
     /* 16 KiB: served under the defaults too. */
     static int big[4096], bigsum[4096];
     for (int i = 0; i < 4096; i++)
@@ -284,6 +298,10 @@ int main(int argc, char **argv)
     const char *eager = getenv("ARCOMM_BCAST_EAGER");
     if (eager != NULL && atol(eager) >= bcast_mpi_below)
         bcast_mpi_below = atol(eager) + 1;
+    reduce_mpi_below = defaults ? 512 : 0;
+    eager = getenv("ARCOMM_REDUCE_EAGER");
+    if (eager != NULL && atol(eager) >= reduce_mpi_below)
+        reduce_mpi_below = atol(eager) + 1;
     test_served();
     test_more();
     test_handed();

@@ -38,6 +38,6 @@ static void cuda_knobs_used(struct rt_knobs *k, const struct rt_topo_summary *to
 const struct backend_knobs coll_cuda_knobs = {
     .name = "cuda",
     .reads = RT_KNOB_MASK_SEGMENT | RT_KNOB_BIT(BF16_THRESHOLD) | RT_KNOB_BIT(WIRE) |
-             RT_KNOB_BIT(WIRE_THRESHOLD) | RT_KNOB_MASK_CUDA,
+             RT_KNOB_BIT(WIRE_THRESHOLD) | RT_KNOB_BIT(PATHS) | RT_KNOB_MASK_CUDA,
     .used = cuda_knobs_used,
 };

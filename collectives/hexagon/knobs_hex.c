@@ -29,6 +29,6 @@ const struct backend_knobs coll_hexagon_knobs = {
     .name = "hexagon",
     /* Reads ARCOMM_WIRE, ARCOMM_WIRE_THRESHOLD and ARCOMM_BF16_THRESHOLD too (resolved
      * above, to shm's values); not listed, so arinfo --config keeps one column for them. */
-    .reads = RT_KNOB_MASK_SEGMENT | RT_KNOB_MASK_HEX,
+    .reads = RT_KNOB_MASK_SEGMENT | RT_KNOB_BIT(PATHS) | RT_KNOB_MASK_HEX,
     .used = hex_knobs_used,
 };

@@ -131,8 +131,8 @@ enum rt_knob_source {
       "host: bytes per rank of each round of the staged allreduce (auto: from the L2 and L3 "      \
       "sizes and the rank count)")                                                                 \
     X(PATHS, RT_KNOB_STRING, "", paths, 0, 0, RT_KNOB_AGREE,                                       \
-      "host: rows tried before the path table's, e.g. allreduce:0-64K:flag;broadcast:1M-:cma "     \
-      "(docs/paths.md)")
+      "rows tried before the backend's path table's, e.g. allreduce:0-64K:flag;broadcast:1M-:cma " \
+      "(host), allreduce:0-:copy (cuda) (docs/paths.md)")
 
 /* The CUDA backend's knobs, resolved by collectives/cuda/backend.c. */
 #define RT_KNOBS_CUDA(X)                                                                           \
@@ -202,7 +202,7 @@ struct rt_knobs {
     char small_alg[RT_KNOB_STR_MAX]; /* host: flat, gather or auto (flag-sized allreduce) */
     size_t small_gather_max;         /* host: largest message of the gather path */
     size_t staged_chunk_bytes;       /* host: staged allreduce round, bytes per rank */
-    char paths[RT_KNOB_STR_MAX];     /* host: ARCOMM_PATHS, rows before the path table's */
+    char paths[RT_KNOB_STR_MAX];     /* ARCOMM_PATHS: rows before the backend's path table's */
     long spin_ns;                    /* busy-poll this long before yielding */
     long yield_ns;                   /* then sched_yield this long before sleeping */
     bool numa;                       /* bind staging memory to the writer's node */

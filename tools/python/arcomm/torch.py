@@ -8,7 +8,17 @@
     dist.init_process_group("arcomm", init_method="arcomm://")   # under arrun, or
                                                # Open MPI's mpirun on one host
 
-Each process group is an :class:`ArcommProcessGroup` (a Python ``ProcessGroup``) over
+The native path (on unless ``ARCOMM_TORCH_NATIVE=0``): each process group's backend is
+a C++ ``c10d::Backend`` (``csrc/torch_backend.cpp``, compiled against the torch in use
+at first import and cached, see :func:`_native`) in front of an
+:class:`ArcommProcessGroup`: the calls on one contiguous CPU tensor go from torch's
+dispatcher straight to libarcomm (no Python, no GIL), everything else to the Python
+group, under the GIL.  That is cheaper than a Python group calling into C++ for its hot
+calls, which would still pay torch's trampoline into Python, the GIL and the Python
+method on every call.  Without it (off, or a failed build: one warning) the group is
+the Python :class:`ArcommProcessGroup` alone.
+
+Each :class:`ArcommProcessGroup` (a Python ``ProcessGroup``) works over
 one host communicator (:class:`arcomm.Comm`) and, from its first call on CUDA tensors,
 one CUDA communicator.  Its ranks agree on the communicator's id through the store
 torch gives the group: its rank 0 makes one (``arcomm.new_id``) and sets it, the others
@@ -627,11 +637,17 @@ def _create(opts: Any, backend_options: Any = None) -> Any:
     native path is on (see the module's docstring), else the ArcommProcessGroup."""
     pg = ArcommProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout)
     mod = _native()
-    lib = _lib.lib()
-    if mod is None or not all(hasattr(lib, n) for n in _NATIVE_NEEDS):
+    if mod is None:
         return pg
-    addresses = {n: ctypes.cast(getattr(lib, n), c_void_p).value
-                 for n in _NATIVE_NEEDS + _NATIVE_OPTIONAL if hasattr(lib, n)}
+    # The C functions' addresses, from the library ctypes loaded.  A library without the
+    # non-blocking calls, or whose functions a program replaced with Python ones (as a
+    # test does to stand in for them), is served by the Python path alone.
+    lib = _lib.lib()
+    fns = {n: getattr(lib, n, None) for n in _NATIVE_NEEDS + _NATIVE_OPTIONAL}
+    if not all(isinstance(fns[n], ctypes._CFuncPtr) for n in _NATIVE_NEEDS):
+        return pg
+    addresses = {n: ctypes.cast(f, c_void_p).value for n, f in fns.items()
+                 if isinstance(f, ctypes._CFuncPtr)}
     return mod.ArcommBackend(pg, pg._host._h, addresses, opts.group_rank, opts.group_size)
 
 

@@ -182,6 +182,12 @@ class ArcommBackend : public c10d::Backend {
 
     ~ArcommBackend() override
     {
+        // The last reference may go after the interpreter has finalized (a Work kept
+        // in a C++ structure until exit): the Python group is then left, not released.
+        if (!Py_IsInitialized()) {
+            fallback_.release();
+            return;
+        }
         py::gil_scoped_acquire gil;
         fallback_ = py::object();
     }

@@ -313,3 +313,24 @@ def test_init_refuses_outside_arrun():
                        env=env)
     assert p.returncode != 0
     assert "init_method='arcomm://' is for jobs started by arrun" in p.stderr, p.stderr
+
+
+def test_native_build_failure_warns(tmp_path):
+    """A native build that fails (here: no working compiler) warns once, naming why, and
+    the group runs on the Python path."""
+    code = ("import os, torch, torch.distributed as d, arcomm.torch as at\n"
+            "d.init_process_group('arcomm', init_method='file://' + os.environ['STORE'],\n"
+            "                     rank=0, world_size=1)\n"
+            "t = torch.ones(3)\n"
+            "d.all_reduce(t)\n"
+            "print('enabled', at.native_enabled(), at.native_backend(), t.tolist())\n"
+            "d.destroy_process_group()\n")
+    env = _env("python", CXX="/bin/false", ARCOMM_TORCH_NATIVE_CACHE=str(tmp_path / "cache"),
+               STORE=str(tmp_path / "store"))
+    env["ARCOMM_TORCH_NATIVE"] = "1"
+    p = subprocess.run([PYTHON, "-W", "always", "-c", code], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "enabled False None [1.0, 1.0, 1.0]" in p.stdout, p.stdout + p.stderr
+    assert p.stderr.count("arcomm.torch: the native path is off: building") == 1, p.stderr
+    assert "torch_backend.cpp failed" in p.stderr, p.stderr

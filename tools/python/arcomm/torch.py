@@ -732,6 +732,19 @@ def _native() -> Any:
         build = os.path.join(_cache_dir(), f"torch-{torch.__version__}-"
                              f"{sys.implementation.cache_tag}-{key}")
         os.makedirs(build, exist_ok=True)
+        name = f"arcomm_torch_native_{key}"
+        so = os.path.join(build, name + ".so")
+        done = os.path.join(build, "built")
+        if os.path.isfile(done) and os.path.isfile(so):
+            # Built before (the marker is written once the build succeeded): loaded
+            # straight away, without cpp_extension's import, lock and ninja run.
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location(name, so)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            _native_mod = mod
+            return _native_mod
         import logging
 
         # cpp_extension logs its guesses about CUDA as it is imported: this build is for
@@ -739,9 +752,15 @@ def _native() -> Any:
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
         from torch.utils import cpp_extension
 
+        # load() takes a lock in the build directory: ranks importing together wait
+        # for the one that builds, then load its result.
         _native_mod = cpp_extension.load(
-            name=f"arcomm_torch_native_{key}", sources=[src], build_directory=build,
-            extra_cflags=["-O2"], verbose=False)
+            name=name, sources=[src], build_directory=build, extra_cflags=["-O2"],
+            verbose=False)
+        tmp = f"{done}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(f"{torch.__version__}\n")
+        os.replace(tmp, done)
     except Exception as e:  # noqa: BLE001 - any failure leaves the Python path
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
         _native_why = f"{type(e).__name__}: " + (" / ".join(lines[-3:]) if lines else "")

@@ -333,6 +333,16 @@ def mode_native(rank: int, n: int) -> None:
         elif rank % 2 == 1:
             served(True, "recv", lambda: dist.recv(got, rank - 1))
             assert got.tolist() == [7.0] * 3, got
+        # a ring of isend/irecv through batch_isend_irecv (the Python group alone has no
+        # CPU backend for torch's coalescing manager)
+        s, g = torch.full((3,), float(rank)), torch.empty(3)
+        ops = [dist.P2POp(dist.isend, s, (rank + 1) % n),
+               dist.P2POp(dist.irecv, g, (rank - 1) % n)]
+        n0 = b.native_calls
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert b.native_calls - n0 == 2, b.native_calls - n0
+        assert g.tolist() == [float((rank - 1) % n)] * 3, g
     # what the native backend hands to the Python group
     t = torch.ones(4, 4).t()
     served(False, "all_reduce of a transposed tensor", lambda: dist.all_reduce(t))

@@ -139,7 +139,6 @@ class ArcommWork : public c10d::Work {
     ~ArcommWork() override;
 
     bool isCompleted() override;
-    bool isSuccess() const override { return true; }
     bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
     std::vector<at::Tensor> result() override { return outputs_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -150,6 +149,7 @@ class ArcommWork : public c10d::Work {
     c10::intrusive_ptr<ArcommBackend> pg_;
     const char *call_;
     req_p req_;
+    int status_ = 0; // the call's status once its request completed
     std::vector<at::Tensor> outputs_;
     at::Tensor keep_; // an input the pending call reads
 };
@@ -540,13 +540,23 @@ ArcommWork::~ArcommWork()
         pg_->api().wait(&req_);
 }
 
+// wait() and isCompleted() may come from several threads (a Work handed around): one
+// of them completes and frees the request, under the Work's mutex, and the status stays
+// for the others.  The failure is raised outside the mutex (raising takes the GIL, which
+// a thread waiting for the mutex may hold).  The wait hook takes the GIL too, so
+// isCompleted only tries the mutex: a Work another thread is completing is not done yet.
 void ArcommWork::complete_()
 {
-    if (!req_)
-        return;
-    int st = pg_->api().wait(&req_);
-    req_ = nullptr;
-    keep_ = at::Tensor();
+    int st;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (req_) {
+            status_ = pg_->api().wait(&req_);
+            req_ = nullptr;
+            keep_ = at::Tensor();
+        }
+        st = status_;
+    }
     if (st)
         pg_->fail(st, call_);
 }
@@ -559,18 +569,24 @@ bool ArcommWork::wait(std::chrono::milliseconds)
 
 bool ArcommWork::isCompleted()
 {
-    if (!req_)
-        return true;
-    int done = 0;
-    int st = pg_->api().test(&req_, &done);
-    if (st) {
-        req_ = nullptr;
-        pg_->fail(st, call_);
+    int st;
+    {
+        std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+        if (!lock.owns_lock())
+            return false;
+        if (req_) {
+            int done = 0;
+            int t = pg_->api().test(&req_, &done);
+            if (!t && !done)
+                return false;
+            status_ = t;
+            req_ = nullptr;
+            keep_ = at::Tensor();
+        }
+        st = status_;
     }
-    if (!done)
-        return false;
-    req_ = nullptr;
-    keep_ = at::Tensor();
+    if (st)
+        pg_->fail(st, call_);
     return true;
 }
 

@@ -325,7 +325,7 @@ def test_native_build_failure_warns(tmp_path):
             "d.all_reduce(t)\n"
             "print('enabled', at.native_enabled(), at.native_backend(), t.tolist())\n"
             "d.destroy_process_group()\n")
-    env = _env("python", CXX="/bin/false", ARCOMM_TORCH_NATIVE_CACHE=str(tmp_path / "cache"),
+    env = _env("python", CXX="/bin/false", TORCH_EXTENSIONS_DIR=str(tmp_path / "cache"),
                STORE=str(tmp_path / "store"))
     env["ARCOMM_TORCH_NATIVE"] = "1"
     p = subprocess.run([PYTHON, "-W", "always", "-c", code], capture_output=True, text=True,

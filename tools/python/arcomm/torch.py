@@ -695,11 +695,12 @@ def _native_off() -> bool:
 
 
 def _cache_dir() -> str:
-    """Where built extensions are kept: ARCOMM_TORCH_NATIVE_CACHE, else
-    $XDG_CACHE_HOME/arcomm/torch-native (~/.cache/...), else the temporary directory."""
-    env = os.environ.get("ARCOMM_TORCH_NATIVE_CACHE")
+    """Where built extensions are kept: $TORCH_EXTENSIONS_DIR/arcomm-torch-native (torch's
+    own variable for its extensions' builds), else $XDG_CACHE_HOME/arcomm/torch-native
+    (~/.cache/...), else the temporary directory."""
+    env = os.environ.get("TORCH_EXTENSIONS_DIR")
     if env:
-        return env
+        return os.path.join(env, "arcomm-torch-native")
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     d = os.path.join(base, "arcomm", "torch-native")
     try:

@@ -38,7 +38,9 @@ namespace py = pybind11;
 namespace {
 
 // The C API's values (include/arcomm.h), which this file does not include.
-enum : int { F32 = 0, F16 = 1, BF16 = 2, F64 = 3, I32 = 4, I64 = 5, I8 = 6, U8 = 7, U32 = 8, U64 = 9 };
+enum : int {
+    F32 = 0, F16 = 1, BF16 = 2, F64 = 3, I32 = 4, I64 = 5, I8 = 6, U8 = 7, U32 = 8, U64 = 9
+};
 enum : int { OP_SUM = 0, OP_MAX = 1, OP_MIN = 2, OP_PROD = 3, OP_AVG = 4 };
 
 using comm_p = void *;
@@ -318,7 +320,9 @@ class ArcommBackend : public c10d::Backend {
     {
         if (open_())
             return run_("barrier", c10d::OpType::BARRIER, opts.asyncOp, 1, {}, {},
-                        [&](req_p *r) { return r ? api_.ibarrier(comm_, r) : api_.barrier(comm_); });
+                        [&](req_p *r) {
+                            return r ? api_.ibarrier(comm_, r) : api_.barrier(comm_);
+                        });
         return fallback_work_("barrier", opts);
     }
 
@@ -595,7 +599,8 @@ c10::intrusive_ptr<c10::ivalue::Future> ArcommWork::getFuture()
     // The requests complete when waited for (or by the progress thread, unseen here), so
     // the future is given complete, as the Python path's is (DDP's hooks chain on it).
     complete_();
-    auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    auto fut = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()));
     fut->markCompleted(c10::IValue(outputs_));
     return fut;
 }

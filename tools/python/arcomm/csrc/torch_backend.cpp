@@ -27,7 +27,6 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/csrc/distributed/c10d/py/PyProcessGroup.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -96,6 +95,21 @@ int dtype_code(at::ScalarType t)
     }
 }
 
+// opts.asyncOp where the torch in use has it, else true (older torch: every call is
+// issued without blocking and its Work's wait completes it).
+template <typename O> auto async_of(const O &o, int) -> decltype(bool(o.asyncOp))
+{
+    return o.asyncOp;
+}
+template <typename O> bool async_of(const O &, long)
+{
+    return true;
+}
+template <typename O> bool is_async(const O &o)
+{
+    return async_of(o, 0);
+}
+
 bool is_float(int code)
 {
     return code == F32 || code == F16 || code == BF16 || code == F64;
@@ -126,6 +140,38 @@ int servable(const at::Tensor &t)
 }
 
 class ArcommBackend;
+
+// The Work of a call the Python group served: its Python Work object (kept alive, and
+// released under the GIL) and the C++ Work inside it, which torch's trampoline runs.
+class PythonWork : public c10d::Work {
+  public:
+    explicit PythonWork(py::object o)
+        : work_(o.cast<c10::intrusive_ptr<c10d::Work>>()), obj_(std::move(o))
+    {
+    }
+
+    ~PythonWork() override
+    {
+        if (!Py_IsInitialized()) {
+            obj_.release();
+            return;
+        }
+        py::gil_scoped_acquire gil;
+        obj_ = py::object();
+    }
+
+    bool isCompleted() override { return work_->isCompleted(); }
+    bool wait(std::chrono::milliseconds timeout = kNoTimeout) override
+    {
+        return work_->wait(timeout);
+    }
+    std::vector<at::Tensor> result() override { return work_->result(); }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return work_->getFuture(); }
+
+  private:
+    c10::intrusive_ptr<c10d::Work> work_;
+    py::object obj_;
+};
 
 // One call's Work: complete already (the blocking path), or a pending request that
 // wait() completes with comm_wait.  The tensors are held until then.
@@ -225,7 +271,7 @@ class ArcommBackend : public c10d::Backend {
             if (op >= 0) {
                 void *p = t.data_ptr();
                 size_t n = t.numel();
-                return run_("all_reduce", c10d::OpType::ALLREDUCE, opts.asyncOp, n, tensors, {},
+                return run_("all_reduce", c10d::OpType::ALLREDUCE, is_async(opts), n, tensors, {},
                             [&](req_p *r) {
                                 return r ? api_.iallreduce(comm_, p, p, n, dt, op, r)
                                          : api_.allreduce(comm_, p, p, n, dt, op, nullptr);
@@ -245,7 +291,7 @@ class ArcommBackend : public c10d::Backend {
             if (dt >= 0) {
                 void *p = t.data_ptr();
                 size_t n = t.numel();
-                return run_("broadcast", c10d::OpType::BROADCAST, opts.asyncOp, n, tensors, {},
+                return run_("broadcast", c10d::OpType::BROADCAST, is_async(opts), n, tensors, {},
                             [&](req_p *r) {
                                 return r ? api_.ibroadcast(comm_, p, p, n, dt, root, r)
                                          : api_.broadcast(comm_, p, p, n, dt, root, nullptr);
@@ -266,7 +312,7 @@ class ArcommBackend : public c10d::Backend {
             if (op >= 0) {
                 void *p = t.data_ptr();
                 size_t n = t.numel();
-                return run_("reduce", c10d::OpType::REDUCE, opts.asyncOp, n, tensors, {},
+                return run_("reduce", c10d::OpType::REDUCE, is_async(opts), n, tensors, {},
                             [&](req_p *r) {
                                 return r ? api_.ireduce(comm_, p, p, n, dt, op, root, r)
                                          : api_.reduce(comm_, p, p, n, dt, op, root, nullptr);
@@ -282,19 +328,7 @@ class ArcommBackend : public c10d::Backend {
         return gather_into_(out, in, opts);
     }
 
-    c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor &out, at::Tensor &in,
-                                                     const c10d::AllgatherOptions &opts) override
-    {
-        return gather_into_(out, in, opts);
-    }
-
     c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
-        at::Tensor &out, at::Tensor &in, const c10d::ReduceScatterOptions &opts) override
-    {
-        return scatter_from_(out, in, opts);
-    }
-
-    c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
         at::Tensor &out, at::Tensor &in, const c10d::ReduceScatterOptions &opts) override
     {
         return scatter_from_(out, in, opts);
@@ -308,18 +342,10 @@ class ArcommBackend : public c10d::Backend {
         return alltoall_(out, in, out_splits, in_splits, opts);
     }
 
-    c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor &out, at::Tensor &in,
-                                                     std::vector<int64_t> &out_splits,
-                                                     std::vector<int64_t> &in_splits,
-                                                     const c10d::AllToAllOptions &opts) override
-    {
-        return alltoall_(out, in, out_splits, in_splits, opts);
-    }
-
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override
     {
         if (open_())
-            return run_("barrier", c10d::OpType::BARRIER, opts.asyncOp, 1, {}, {},
+            return run_("barrier", c10d::OpType::BARRIER, is_async(opts), 1, {}, {},
                         [&](req_p *r) {
                             return r ? api_.ibarrier(comm_, r) : api_.barrier(comm_);
                         });
@@ -455,7 +481,7 @@ class ArcommBackend : public c10d::Backend {
         py::object o = fallback_.attr(method)(std::forward<Args>(args)...);
         if (o.is_none())
             return {};
-        return c10::make_intrusive<c10d::PyProcessGroup::PyWorkHolder>(std::move(o));
+        return c10::make_intrusive<PythonWork>(std::move(o));
     }
 
     c10::intrusive_ptr<c10d::Work> gather_into_(at::Tensor &out, at::Tensor &in,
@@ -466,7 +492,7 @@ class ArcommBackend : public c10d::Backend {
             const void *s = in.data_ptr();
             void *r = out.data_ptr();
             size_t n = in.numel();
-            return run_("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, opts.asyncOp, n,
+            return run_("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, is_async(opts), n,
                         {out}, in, [&](req_p *q) {
                             return q ? api_.iallgather(comm_, s, r, n, dt, q)
                                      : api_.allgather(comm_, s, r, n, dt, nullptr);
@@ -484,7 +510,7 @@ class ArcommBackend : public c10d::Backend {
             const void *s = in.data_ptr();
             void *r = out.data_ptr();
             size_t n = out.numel();
-            return run_("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, opts.asyncOp,
+            return run_("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, is_async(opts),
                         n, {out}, in, [&](req_p *q) {
                             return q ? api_.ireduce_scatter(comm_, s, r, n, dt, op, q)
                                      : api_.reduce_scatter(comm_, s, r, n, dt, op, nullptr);
@@ -519,7 +545,7 @@ class ArcommBackend : public c10d::Backend {
             const void *s = in.data_ptr();
             void *r = out.data_ptr();
             size_t n = in.numel() / size_;
-            return run_("all_to_all_single", c10d::OpType::ALLTOALL_BASE, opts.asyncOp, n, {out},
+            return run_("all_to_all_single", c10d::OpType::ALLTOALL_BASE, is_async(opts), n, {out},
                         in, [&](req_p *q) {
                             return q ? api_.ialltoall(comm_, s, r, n, dt, q)
                                      : api_.alltoall(comm_, s, r, n, dt, nullptr);

@@ -20,6 +20,10 @@ exits 1 (with the failure on stderr) when a check fails.  Modes:
   matmul with async_op=True while the next batch's first matmul runs; against the
   unsplit MLP in float64.
 * cuda: CUDA tensors on a side stream (rank r on cuda:r), against float64 references.
+* native: which path serves each call (the native backend's counters), or that there
+  is no native backend under ARCOMM_TORCH_NATIVE=0.
+* fail HOW SYNC|ASYNC: a mismatch or a timeout raises arcomm.Error on the ranks that
+  called, within the group's 3 s timeout.
 * pipe: a 2-stage pipeline (even ranks stage 0, odd ranks stage 1) with send/recv and
   isend/irecv, forward and backward; against the unsplit model in float64.
 """
@@ -28,7 +32,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "python"))
@@ -272,6 +278,103 @@ def mode_errors(rank: int, n: int) -> None:
     say(rank, "errors ok")
 
 
+def mode_native(rank: int, n: int) -> None:
+    """Which path serves each call: with the native path on, every hot call on a CPU
+    tensor is counted by the native backend (native_calls) and what it does not serve is
+    handed to the Python group (python_calls); with ARCOMM_TORCH_NATIVE=0 there is no
+    native backend."""
+    b = arcomm.torch.native_backend()  # the default group's backend, or None
+    if os.environ.get("ARCOMM_TORCH_NATIVE", "1") == "0":
+        assert b is None and not arcomm.torch.native_enabled(), b
+        assert isinstance(dist.group.WORLD, arcomm.torch.ArcommProcessGroup)
+        say(rank, "native off")
+        return
+    assert b is not None, "the native path is on but the group has no native backend"
+
+    def served(native: bool, what: str, fn) -> None:
+        n0, p0 = b.native_calls, b.python_calls
+        fn()
+        got = (b.native_calls - n0, b.python_calls - p0)
+        want = (1, 0) if native else (0, 1)
+        if got != want:
+            raise AssertionError(f"rank {rank}: {what}: (native, python) calls {got}, "
+                                 f"expected {want}")
+
+    t = torch.ones(5)
+    for op in OPS:
+        t.fill_(2.0)
+        served(True, f"all_reduce {op}", lambda: dist.all_reduce(t, op=OPS[op]))
+        want = {"SUM": 2.0 * n, "AVG": 2.0, "PRODUCT": 2.0**n, "MIN": 2.0, "MAX": 2.0}[op]
+        assert t.tolist() == [want] * 5, (op, t)
+    t.fill_(1.0)
+    served(True, "all_reduce async", lambda: dist.all_reduce(t, async_op=True).wait())
+    assert t.tolist() == [float(n)] * 5, t
+    t = torch.full((5,), float(rank))
+    served(True, "broadcast", lambda: dist.broadcast(t, src=n - 1))
+    assert t.tolist() == [float(n - 1)] * 5, t
+    served(True, "reduce", lambda: dist.reduce(t, dst=0))
+    out = torch.empty(5 * n)
+    served(True, "all_gather_into_tensor",
+           lambda: dist.all_gather_into_tensor(out, torch.full((5,), float(rank))))
+    assert out.tolist() == [float(r) for r in range(n) for _ in range(5)], out
+    out = torch.empty(2)
+    served(True, "reduce_scatter_tensor",
+           lambda: dist.reduce_scatter_tensor(out, torch.arange(2.0 * n)))
+    assert out.tolist() == [2.0 * rank * n, (2.0 * rank + 1) * n], out
+    out = torch.empty(n)
+    served(True, "all_to_all_single",
+           lambda: dist.all_to_all_single(out, torch.full((n,), float(rank))))
+    assert out.tolist() == [float(r) for r in range(n)], out
+    served(True, "barrier", lambda: dist.barrier())
+    if arcomm._lib.has("comm_isend"):
+        got = torch.empty(3)
+        if rank % 2 == 0 and rank + 1 < n:
+            served(True, "send", lambda: dist.send(torch.full((3,), 7.0), rank + 1))
+        elif rank % 2 == 1:
+            served(True, "recv", lambda: dist.recv(got, rank - 1))
+            assert got.tolist() == [7.0] * 3, got
+        # a ring of isend/irecv through batch_isend_irecv (the Python group alone has no
+        # CPU backend for torch's coalescing manager)
+        s, g = torch.full((3,), float(rank)), torch.empty(3)
+        ops = [dist.P2POp(dist.isend, s, (rank + 1) % n),
+               dist.P2POp(dist.irecv, g, (rank - 1) % n)]
+        n0 = b.native_calls
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert b.native_calls - n0 == 2, b.native_calls - n0
+        assert g.tolist() == [float((rank - 1) % n)] * 3, g
+    # what the native backend hands to the Python group
+    t = torch.ones(4, 4).t()
+    served(False, "all_reduce of a transposed tensor", lambda: dist.all_reduce(t))
+    assert t.tolist() == [[float(n)] * 4] * 4, t
+    outs = [torch.empty(5) for _ in range(n)]
+    served(False, "all_gather (list form)", lambda: dist.all_gather(outs, torch.ones(5)))
+    served(False, "all_reduce BAND", lambda: expect(
+        NotImplementedError, lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND),
+        "ReduceOp.BAND is not served"))
+    say(rank, f"native ok {b.native_calls} {b.python_calls}")
+
+
+def mode_fail(rank: int, n: int, how: str, async_op: bool) -> None:
+    """A failure raises arcomm.Error on every rank, within the bound, instead of hanging:
+    how = mismatch (rank r all_reduces 4 + r elements) or timeout (rank 0 all_reduces,
+    the others never call; the group's timeout is 3 s)."""
+    t0 = time.monotonic()
+    if how == "timeout" and rank != 0:
+        time.sleep(8)
+        say(rank, "fail idle")
+        return
+    t = torch.ones(4 + (rank if how == "mismatch" else 0))
+    try:
+        w = dist.all_reduce(t, async_op=async_op)
+        if async_op:
+            w.wait()
+    except arcomm.Error as e:
+        say(rank, f"fail {e.status} {time.monotonic() - t0:.1f}")
+        return
+    raise AssertionError(f"rank {rank}: all_reduce ({how}) raised nothing")
+
+
 def mlp(seed: int, d: int, h: int, dtype=torch.float32) -> torch.nn.Module:
     torch.manual_seed(seed)
     m = torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.Tanh(), torch.nn.Linear(h, 4))
@@ -483,10 +586,11 @@ def main() -> int:
     if mode.endswith("-fakeasync"):
         mode = mode[: -len("-fakeasync")]
         fake_nonblocking()
+    kw = {"timeout": timedelta(seconds=3)} if mode == "fail" else {}
     if backend == "arcomm-url":
-        dist.init_process_group("arcomm", init_method="arcomm://")
+        dist.init_process_group("arcomm", init_method="arcomm://", **kw)
     else:
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, **kw)
     rank, n = dist.get_rank(), dist.get_world_size()
     try:
         assert dist.get_backend() == backend.split("-")[0], dist.get_backend()
@@ -502,6 +606,11 @@ def main() -> int:
             mode_pipe(rank, n)
         elif mode == "cuda":
             mode_cuda(rank, n)
+        elif mode == "native":
+            mode_native(rank, n)
+        elif mode == "fail":
+            mode_fail(rank, n, sys.argv[3], sys.argv[4] == "async")
+            os._exit(0)  # the communicator is broken: nothing to destroy cleanly
         else:
             raise SystemExit(f"unknown mode {mode}")
     except BaseException:

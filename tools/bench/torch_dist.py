@@ -15,7 +15,10 @@ Run it as a plain script: it starts its own N ranks (processes; RANK, WORLD_SIZE
 MASTER_ADDR/PORT set; one torch thread; each rank on its own core unless --no-bind)
 and rank 0 prints one table per collective, in arbench's columns.  --backend arcomm
 imports arcomm.torch first (which registers the backend), so the same script measures
-arcomm under torch.distributed against Gloo on the same machine.
+arcomm under torch.distributed against Gloo on the same machine; the table's title says
+whether arcomm's native path served the calls (ARCOMM_TORCH_NATIVE=0 measures the Python
+path).  --async-op times each call as async_op=True followed by the Work's wait (as
+DDP and overlapping code issue them) instead of the blocking call.
 """
 
 import argparse
@@ -49,6 +52,8 @@ def parse_args():
     p.add_argument("--max-seconds", type=float, default=0.2, help="time per size (default 0.2)")
     p.add_argument("--json", metavar="FILE", help="every table as JSON")
     p.add_argument("--no-bind", action="store_true")
+    p.add_argument("--async-op", action="store_true",
+                   help="time async_op=True and the Work's wait, not the blocking call")
     return p.parse_args()
 
 
@@ -92,9 +97,20 @@ def rank_main(args):
     import torch
     import torch.distributed as dist
     if args.backend == "arcomm":
-        import arcomm.torch  # noqa: F401  (registers the backend)
+        import arcomm.torch  # registers the backend
     torch.set_num_threads(1)
     dist.init_process_group(args.backend, rank=rank, world_size=world)
+    path = ""
+    if args.backend == "arcomm":
+        native = arcomm.torch.native_backend() is not None
+        path = "native path, " if native else "Python path, "
+    kw = {"async_op": True} if args.async_op else {}
+    if args.async_op:
+        path += "async_op=True + wait, "
+
+    def done(w):
+        if w is not None and args.async_op:
+            w.wait()
     clock = time.perf_counter_ns
     colls = COLLS if args.coll == "all" else [args.coll]
     tables = {}
@@ -112,22 +128,22 @@ def rank_main(args):
             blk = count // unit
             if coll == "allgather":
                 inp, out = gen(rank, blk, 1), torch.empty(count)
-                call = lambda: dist.all_gather_into_tensor(out, inp)
+                call = lambda: done(dist.all_gather_into_tensor(out, inp, **kw))
             elif coll == "reduce_scatter":
                 inp, out = gen(rank, count, 1), torch.empty(blk)
-                call = lambda: dist.reduce_scatter_tensor(out, inp)
+                call = lambda: done(dist.reduce_scatter_tensor(out, inp, **kw))
             elif coll == "alltoall":
                 inp, out = gen(rank, count, 1), torch.empty(count)
-                call = lambda: dist.all_to_all_single(out, inp)
+                call = lambda: done(dist.all_to_all_single(out, inp, **kw))
             elif coll == "broadcast":
                 inp = gen(rank, count, 1)
-                call = lambda: dist.broadcast(inp, 0)
+                call = lambda: done(dist.broadcast(inp, 0, **kw))
             elif coll == "reduce":
                 inp = gen(rank, count, 1)
-                call = lambda: dist.reduce(inp, 0)
+                call = lambda: done(dist.reduce(inp, 0, **kw))
             else:
                 inp = gen(rank, count, 1)
-                call = lambda: dist.all_reduce(inp)
+                call = lambda: done(dist.all_reduce(inp, **kw))
             if args.iters > 0:
                 iters = args.iters
             else:
@@ -165,7 +181,7 @@ def rank_main(args):
         tables[coll] = rows
         if rank == 0:
             print(f"# torch.distributed {args.backend}: {coll}, {world} ranks, f32 sum, "
-                  f"median and p90 of the slowest rank per call")
+                  f"{path}median and p90 of the slowest rank per call")
             print(f"{'bytes':>12} {'time_us':>10} {'p90_us':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}")
             for r in rows:
                 print(f"{r['bytes']:>12} {r['time_us']:>10.2f} {r['p90_us']:>10.2f} "
@@ -173,7 +189,8 @@ def rank_main(args):
             sys.stdout.flush()
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
-            json.dump({"backend": args.backend, "nranks": world, "tables": tables}, f)
+            json.dump({"backend": args.backend, "nranks": world, "path": path.rstrip(", "),
+                       "tables": tables}, f)
     bad = sum(r["wrong"] for rows in tables.values() for r in rows)
     dist.destroy_process_group()
     return 1 if bad else 0

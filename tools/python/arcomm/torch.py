@@ -8,7 +8,17 @@
     dist.init_process_group("arcomm", init_method="arcomm://")   # under arrun, or
                                                # Open MPI's mpirun on one host
 
-Each process group is an :class:`ArcommProcessGroup` (a Python ``ProcessGroup``) over
+The native path (on unless ``ARCOMM_TORCH_NATIVE=0``): each process group's backend is
+a C++ ``c10d::Backend`` (``csrc/torch_backend.cpp``, compiled against the torch in use
+at first import and cached, see :func:`_native`) in front of an
+:class:`ArcommProcessGroup`: the calls on one contiguous CPU tensor go from torch's
+dispatcher straight to libarcomm (no Python, no GIL), everything else to the Python
+group, under the GIL.  That is cheaper than a Python group calling into C++ for its hot
+calls, which would still pay torch's trampoline into Python, the GIL and the Python
+method on every call.  Without it (off, or a failed build: one warning) the group is
+the Python :class:`ArcommProcessGroup` alone.
+
+Each :class:`ArcommProcessGroup` (a Python ``ProcessGroup``) works over
 one host communicator (:class:`arcomm.Comm`) and, from its first call on CUDA tensors,
 one CUDA communicator.  Its ranks agree on the communicator's id through the store
 torch gives the group: its rank 0 makes one (``arcomm.new_id``) and sets it, the others
@@ -32,8 +42,12 @@ copied back.
 """
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import os
+import sys
 import tempfile
+import warnings
 from ctypes import byref, c_int, c_void_p
 from datetime import timedelta
 from typing import Any, Callable
@@ -47,7 +61,7 @@ from . import _buffers, _lib
 from ._comm import Comm
 from ._errors import Error, last_error
 
-__all__ = ["ArcommProcessGroup", "BACKEND"]
+__all__ = ["ArcommProcessGroup", "BACKEND", "native_backend", "native_enabled"]
 
 #: The backend's name for ``init_process_group``.
 BACKEND = "arcomm"
@@ -237,6 +251,21 @@ class ArcommProcessGroup(dist.ProcessGroup):
         for c in (self._cuda, self._host):
             if c is not None:
                 c.abort()
+
+    def _native_failure(self, st: int, call: str) -> None:
+        """Raises what a call of the native backend that returned st raises: what a
+        signal handler raised while it waited (the wait hook keeps it), else arcomm.Error
+        with comm_last_error's message, as the Python path does."""
+        c = self._host
+        hs = c._hs
+        exc, why = hs.exc, hs.why
+        hs.exc, hs.why = None, ""
+        if exc is not None:
+            raise exc
+        h = c._h
+        if h is None:
+            raise Error(st, last_error(None), call)
+        raise c._failure(st, h, call, why)
 
     # ---- how one call runs ----
 
@@ -603,8 +632,145 @@ def _timeout_ms(timeout: Any) -> int:
     return max(0, min(ms, 2**31 - 1))
 
 
-def _create(opts: Any, backend_options: Any = None) -> ArcommProcessGroup:
-    return ArcommProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+def _create(opts: Any, backend_options: Any = None) -> Any:
+    """The group's backend: the native one in front of an ArcommProcessGroup where the
+    native path is on (see the module's docstring), else the ArcommProcessGroup."""
+    pg = ArcommProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    mod = _native()
+    if mod is None:
+        return pg
+    # The C functions' addresses, from the library ctypes loaded.  A library without the
+    # non-blocking calls, or whose functions a program replaced with Python ones (as a
+    # test does to stand in for them), is served by the Python path alone.
+    lib = _lib.lib()
+    fns = {n: getattr(lib, n, None) for n in _NATIVE_NEEDS + _NATIVE_OPTIONAL}
+    if not all(isinstance(fns[n], ctypes._CFuncPtr) for n in _NATIVE_NEEDS):
+        return pg
+    addresses = {n: ctypes.cast(f, c_void_p).value for n, f in fns.items()
+                 if isinstance(f, ctypes._CFuncPtr)}
+    return mod.ArcommBackend(pg, pg._host._h, addresses, opts.group_rank, opts.group_size)
+
+
+# ---- the native path: csrc/torch_backend.cpp, built at first import ----
+
+#: What the native backend calls (the blocking and the non-blocking host calls); a
+#: library without them gets the Python path alone.
+_NATIVE_NEEDS = [
+    "comm_allreduce", "comm_broadcast", "comm_reduce", "comm_allgather", "comm_reduce_scatter",
+    "comm_alltoall", "comm_barrier", "comm_iallreduce", "comm_ibroadcast", "comm_ireduce",
+    "comm_iallgather", "comm_ireduce_scatter", "comm_ialltoall", "comm_ibarrier", "comm_wait",
+    "comm_test",
+]
+#: Served natively where the library has them, by the Python path otherwise.
+_NATIVE_OPTIONAL = ["comm_isend", "comm_irecv"]
+
+_native_mod: Any = None
+_native_why = ""
+_native_tried = False
+
+
+def native_enabled() -> bool:
+    """Whether new process groups get the native backend: ARCOMM_TORCH_NATIVE is not 0
+    and csrc/torch_backend.cpp was built (or loaded from the cache) for this torch."""
+    return _native() is not None
+
+
+def native_backend(group: Any = None) -> Any:
+    """The native backend serving ``group``'s CPU tensors (default: the default group),
+    or None where that group runs on the Python path alone.  Its ``native_calls`` and
+    ``python_calls`` count the calls served by C++ and those handed to Python."""
+    pg = group if group is not None else dist.group.WORLD
+    if isinstance(pg, ArcommProcessGroup):
+        return None
+    try:
+        b = pg._get_backend(torch.device("cpu"))
+    except Exception:  # noqa: BLE001 - a group without a CPU backend
+        return None
+    return b if _native_mod is not None and isinstance(b, _native_mod.ArcommBackend) else None
+
+
+def _native_off() -> bool:
+    return os.environ.get("ARCOMM_TORCH_NATIVE", "1").strip().lower() in ("0", "off", "no",
+                                                                          "false")
+
+
+def _cache_dir() -> str:
+    """Where built extensions are kept: $TORCH_EXTENSIONS_DIR/arcomm-torch-native (torch's
+    own variable for its extensions' builds), else $XDG_CACHE_HOME/arcomm/torch-native
+    (~/.cache/...), else the temporary directory."""
+    env = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if env:
+        return os.path.join(env, "arcomm-torch-native")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    d = os.path.join(base, "arcomm", "torch-native")
+    try:
+        os.makedirs(d, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    return os.path.join(tempfile.gettempdir(), f"arcomm-torch-native-{os.getuid()}")
+
+
+def _native() -> Any:
+    """The compiled extension (built on first use, then loaded from the cache), or None
+    where ARCOMM_TORCH_NATIVE=0 or the build failed (one warning says why)."""
+    global _native_mod, _native_why, _native_tried
+    if _native_off():
+        return None
+    if _native_tried:
+        return _native_mod
+    _native_tried = True
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "torch_backend.cpp")
+    try:
+        with open(src, "rb") as f:
+            text = f.read()
+        # One build per source, torch and interpreter: a new torch gets a fresh build,
+        # never one compiled against another torch's headers and C++ ABI.
+        key = hashlib.sha256(b"\0".join([
+            text, torch.__version__.encode(), sys.version.encode(),
+            str(torch._C._GLIBCXX_USE_CXX11_ABI).encode()])).hexdigest()[:16]
+        build = os.path.join(_cache_dir(), f"torch-{torch.__version__}-"
+                             f"{sys.implementation.cache_tag}-{key}")
+        os.makedirs(build, exist_ok=True)
+        name = f"arcomm_torch_native_{key}"
+        so = os.path.join(build, name + ".so")
+        done = os.path.join(build, "built")
+        if os.path.isfile(done) and os.path.isfile(so):
+            # Built before (the marker is written once the build succeeded): loaded
+            # straight away, without cpp_extension's import, lock and ninja run.
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location(name, so)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            _native_mod = mod
+            return _native_mod
+        import logging
+
+        # cpp_extension logs its guesses about CUDA as it is imported: this build is for
+        # the host and needs none of it.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+        from torch.utils import cpp_extension
+
+        # load() takes a lock in the build directory: ranks importing together wait
+        # for the one that builds, then load its result.
+        _native_mod = cpp_extension.load(
+            name=name, sources=[src], build_directory=build, extra_cflags=["-O2"],
+            verbose=False)
+        tmp = f"{done}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(f"{torch.__version__}\n")
+        os.replace(tmp, done)
+    except Exception as e:  # noqa: BLE001 - any failure leaves the Python path
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        _native_why = f"{type(e).__name__}: " + (" / ".join(lines[-3:]) if lines else "")
+        warnings.warn(
+            f"arcomm.torch: the native path is off: building {src} failed ({_native_why}); "
+            "every call takes the Python path (slower per call).  Set ARCOMM_TORCH_NATIVE=0 "
+            "to skip the build.", RuntimeWarning, stacklevel=3)
+        _native_mod = None
+    return _native_mod
 
 
 # ---- init_method="arcomm://": a store for jobs that arrun or mpirun started ----
@@ -660,3 +826,4 @@ def _register() -> None:
 
 
 _register()
+_native()

@@ -156,6 +156,8 @@ static void known_variables_quiet(void **s)
                                       "/nowhere/libarcomm.so",
                                       "ARCOMM_MPI_LIBRARY",
                                       "/nowhere/libarcomm_mpi.so",
+                                      "ARCOMM_TORCH_NATIVE",
+                                      "0",
                                       "ARCOMM_TEST_QUICK",
                                       "1",
                                       NULL};

@@ -40,6 +40,9 @@ const struct rt_env_var rt_env_other_vars[] = {
      "the libarcomm.so the Python package loads"},
     {"ARCOMM_MPI_LIBRARY", "python", "beside the libarcomm loaded, then an installed one",
      "the libarcomm_mpi.so the Python package loads for Comm.from_mpi"},
+    {"ARCOMM_TORCH_NATIVE", "python", "1",
+     "0: arcomm.torch serves every call from its Python process group, without building or "
+     "loading its C++ backend"},
 };
 const size_t rt_env_other_count = sizeof(rt_env_other_vars) / sizeof(rt_env_other_vars[0]);
 

@@ -270,7 +270,7 @@ def main():
     other = {v['name']: v for v in d['other_variables']}
     assert set(other) == {'ARCOMM_PMPI', 'ARCOMM_PMPI_MIN_BYTES', 'ARCOMM_PMPI_PROGRESS_US',
                           'ARCOMM_HEAP_BYTES', 'ARCOMM_HEAP_MIN', 'ARCOMM_LIBRARY',
-                          'ARCOMM_MPI_LIBRARY'}, other
+                          'ARCOMM_MPI_LIBRARY', 'ARCOMM_TORCH_NATIVE'}, other
     for v in other.values():
         assert set(v) == {'name', 'component', 'value', 'default', 'doc'} and v['doc'], v
     assert other['ARCOMM_PMPI']['value'] == 'off' and other['ARCOMM_PMPI']['component'] == \

@@ -58,7 +58,7 @@ ninja -C build-tsan >/dev/null || status=1
 phase_end "TSan build"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ARCOMM_TEST_QUICK=1 \
 run_suite build-tsan "TSan build" --suite unit --suite multi --suite async --suite hexagon \
-    --no-suite source
+    --no-suite source --no-suite streaming
 
 if [ ! -f build-nohex/build.ninja ]; then
     meson setup build-nohex -Dhexagon=disabled -Dcuda=disabled --werror >/dev/null || status=1

@@ -18,7 +18,9 @@ imports arcomm.torch first (which registers the backend), so the same script mea
 arcomm under torch.distributed against Gloo on the same machine; the table's title says
 whether arcomm's native path served the calls (ARCOMM_TORCH_NATIVE=0 measures the Python
 path).  --async-op times each call as async_op=True followed by the Work's wait (as
-DDP and overlapping code issue them) instead of the blocking call.
+DDP and overlapping code issue them) instead of the blocking call.  --backend fake times
+torch's own cost of a blocking all_reduce on its do-nothing backend, in one process: the
+floor under any backend's time.
 """
 
 import argparse
@@ -231,8 +233,42 @@ def check(coll, rank, world, count, blk, gen, dist, torch):
     return int(b.item())
 
 
+def fake_floor(args):
+    """--backend fake: torch's own cost of a call, on its do-nothing backend ("fake",
+    torch.testing's FakeProcessGroup) in this process alone (world size 1): what any
+    backend's call costs at least.  The blocking all_reduce of args.begin bytes; median
+    and p90 over the calls."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if not args.no_bind:
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    torch.set_num_threads(1)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
+    t = torch.zeros(max(1, args.begin // 4))
+    iters = args.iters if args.iters > 0 else 20000
+    for _ in range(max(5, iters // 10)):
+        dist.all_reduce(t)
+    clock = time.perf_counter_ns
+    times = [0] * iters
+    for i in range(iters):
+        t0 = clock()
+        dist.all_reduce(t)
+        times[i] = clock() - t0
+    times.sort()
+    print(f"# torch.distributed fake (does nothing): allreduce of {t.numel() * 4} bytes, "
+          f"1 rank, median and p90 of {iters} calls")
+    print(f"{'bytes':>12} {'time_us':>10} {'p90_us':>10}")
+    print(f"{t.numel() * 4:>12} {quantile_sorted(times, 0.5) / 1e3:>10.2f} "
+          f"{quantile_sorted(times, 0.9) / 1e3:>10.2f}")
+    dist.destroy_process_group()
+    return 0
+
+
 def main():
     args = parse_args()
+    if args.backend == "fake":
+        return fake_floor(args)
     if "RANK" in os.environ:
         return rank_main(args)
     return launch(args)

@@ -383,10 +383,12 @@ static comm_status_t first_failure(const struct coll_p2p *ops, size_t n)
     return COMM_OK;
 }
 
-/* What the wait names in a timeout: the first unfinished call. */
-static void describe(struct comm *c, const struct coll_p2p *ops, size_t n, char *what, size_t len,
-                     char *missing, size_t mlen)
+/* What the wait names in a failure: the first unfinished call (shm_describe_fn). */
+static void describe(struct comm *c, void *arg, char *what, size_t len, char *missing, size_t mlen)
 {
+    const struct p2p_run *r = arg;
+    const struct coll_p2p *ops = r->ops;
+    size_t n = r->n;
     for (size_t i = 0; i < n; i++) {
         if (ops[i].state == P2P_DONE)
             continue;
@@ -414,14 +416,12 @@ static int find_stage_user(struct comm *c, const struct coll_p2p *ops, size_t n)
 
 comm_status_t coll_host_p2p(struct comm *c, struct coll_p2p *ops, size_t n)
 {
-    struct p2p_run r = {
-        .ops = ops, .n = n, .stage_user = -1, .next_liveness = rt_now_ns() + RT_LIVENESS_PERIOD_NS};
+    /* No clock read per call: the first liveness look comes after 1024 polls, then one
+     * each period. */
+    struct p2p_run r = {.ops = ops, .n = n, .stage_user = -1, .next_liveness = 0};
     int st = run_pass(c, &r);
-    if (st == 0) {
-        char what[160], missing[96];
-        describe(c, ops, n, what, sizeof(what), missing, sizeof(missing));
-        st = (int)shm_wait_watch(c, ready, watched, &r, what, missing);
-    }
+    if (st == 0)
+        st = (int)shm_wait_watch(c, ready, watched, &r, describe);
     if (st < 0)
         return (comm_status_t)st;
     return first_failure(ops, n);

@@ -300,9 +300,27 @@ static comm_status_t aborted(struct comm *c, const char *what)
 
 /* watch, when not NULL: the peers whose failure or death ends the wait (all others are
  * ignored, whatever call they are in); NULL: every peer still in call c->seq. */
+/* what and missing of a wait whose describe fn makes them (only once needed: a wait that
+ * ends well formats nothing). */
+struct wait_words {
+    shm_describe_fn describe;
+    const char *what, *missing;
+    char what_buf[160], missing_buf[96];
+};
+
+static void words_need(struct comm *c, void *arg, struct wait_words *w)
+{
+    if (w->describe == NULL)
+        return;
+    w->describe(c, arg, w->what_buf, sizeof(w->what_buf), w->missing_buf, sizeof(w->missing_buf));
+    w->what = w->what_buf;
+    w->missing = w->missing_buf;
+    w->describe = NULL;
+}
+
 static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind,
                               shm_behind_fn waited, shm_behind_fn watch, void *arg,
-                              const char *what, const char *missing)
+                              struct wait_words *w)
 {
     int r = ready(c, arg);
     if (r != 0)
@@ -339,31 +357,38 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
             cpu_relax();
             continue;
         }
-        if (rt_abort_requested(c))
-            return aborted(c, what);
+        if (rt_abort_requested(c)) {
+            words_need(c, arg, w);
+            return aborted(c, w->what);
+        }
         comm_status_t st = watch ? check_watched(c, watch, arg) : shm_check_peers(c);
         if (st != COMM_OK)
             return st;
         uint64_t now = rt_now_ns();
-        if (rt_wait_hook_run(c, now, &next_hook))
-            return aborted(c, what);
+        if (rt_wait_hook_run(c, now, &next_hook)) {
+            words_need(c, arg, w);
+            return aborted(c, w->what);
+        }
         if (rt_passed(deadline, now)) {
             /* One last look: the condition may have come true while this rank slept. */
             r = ready(c, arg);
             if (r != 0)
                 return r > 0 ? COMM_OK : (comm_status_t)r;
+            words_need(c, arg, w);
             char who[400];
-            describe_missing(c, behind, waited, arg, missing, who, sizeof(who));
+            describe_missing(c, behind, waited, arg, w->missing, who, sizeof(who));
             rt_error(c, COMM_ERR_TIMEOUT,
                      "rank %d: timed out after %ld ms in %s call %u: %s; check that every rank "
                      "makes the same calls in the same order (a rank that skipped one waits "
                      "in another), or raise ARCOMM_TIMEOUT_MS",
-                     c->rank, c->timeout_ms, what, c->seq, who);
+                     c->rank, c->timeout_ms, w->what, c->seq, who);
             return COMM_ERR_TIMEOUT;
         }
         if (now >= next_liveness) {
             next_liveness = now + RT_LIVENESS_PERIOD_NS;
-            st = c->shm->same_process ? COMM_OK : check_liveness_of(c, what, watch, arg);
+            if (!c->shm->same_process)
+                words_need(c, arg, w);
+            st = c->shm->same_process ? COMM_OK : check_liveness_of(c, w->what, watch, arg);
             if (st == COMM_OK)
                 st = shm_parent_check(c);
             if (st != COMM_OK)
@@ -405,13 +430,15 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
 comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind, void *arg,
                            const char *what, const char *missing)
 {
-    return wait_for(c, ready, behind, NULL, NULL, arg, what, missing);
+    struct wait_words w = {.what = what, .missing = missing};
+    return wait_for(c, ready, behind, NULL, NULL, arg, &w);
 }
 
 comm_status_t shm_wait_watch(struct comm *c, shm_ready_fn ready, shm_behind_fn watch, void *arg,
-                             const char *what, const char *missing)
+                             shm_describe_fn describe)
 {
-    return wait_for(c, ready, NULL, NULL, watch, arg, what, missing);
+    struct wait_words w = {.describe = describe, .what = "a wait", .missing = NULL};
+    return wait_for(c, ready, NULL, NULL, watch, arg, &w);
 }
 
 struct progress_arg {
@@ -468,6 +495,6 @@ comm_status_t shm_progress_wait_side(struct comm *c, int root, bool only_root, u
                                      const char *what)
 {
     struct progress_arg a = {.target = target, .root = root, .only_root = only_root, .side = true};
-    return wait_for(c, progress_ready, progress_behind, progress_waited, NULL, &a, what,
-                    "reach this step");
+    struct wait_words w = {.what = what, .missing = "reach this step"};
+    return wait_for(c, progress_ready, progress_behind, progress_waited, NULL, &a, &w);
 }

@@ -43,11 +43,8 @@ copied back.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import sys
 import tempfile
-import warnings
 from ctypes import byref, c_int, c_void_p
 from datetime import timedelta
 from typing import Any, Callable
@@ -57,7 +54,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 from torch.futures import Future
 
-from . import _buffers, _lib
+from . import _buffers, _lib, _torch_build
 from ._comm import Comm
 from ._errors import Error, last_error
 
@@ -666,7 +663,6 @@ _NATIVE_OPTIONAL = ["comm_isend", "comm_irecv"]
 
 _native_mod: Any = None
 _native_why = ""
-_native_tried = False
 
 
 def native_enabled() -> bool:
@@ -689,87 +685,13 @@ def native_backend(group: Any = None) -> Any:
     return b if _native_mod is not None and isinstance(b, _native_mod.ArcommBackend) else None
 
 
-def _native_off() -> bool:
-    return os.environ.get("ARCOMM_TORCH_NATIVE", "1").strip().lower() in ("0", "off", "no",
-                                                                          "false")
-
-
-def _cache_dir() -> str:
-    """Where built extensions are kept: $TORCH_EXTENSIONS_DIR/arcomm-torch-native (torch's
-    own variable for its extensions' builds), else $XDG_CACHE_HOME/arcomm/torch-native
-    (~/.cache/...), else the temporary directory."""
-    env = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if env:
-        return os.path.join(env, "arcomm-torch-native")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    d = os.path.join(base, "arcomm", "torch-native")
-    try:
-        os.makedirs(d, exist_ok=True)
-        if os.access(d, os.W_OK):
-            return d
-    except OSError:
-        pass
-    return os.path.join(tempfile.gettempdir(), f"arcomm-torch-native-{os.getuid()}")
-
-
 def _native() -> Any:
-    """The compiled extension (built on first use, then loaded from the cache), or None
-    where ARCOMM_TORCH_NATIVE=0 or the build failed (one warning says why)."""
-    global _native_mod, _native_why, _native_tried
-    if _native_off():
-        return None
-    if _native_tried:
-        return _native_mod
-    _native_tried = True
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "torch_backend.cpp")
-    try:
-        with open(src, "rb") as f:
-            text = f.read()
-        # One build per source, torch and interpreter: a new torch gets a fresh build,
-        # never one compiled against another torch's headers and C++ ABI.
-        key = hashlib.sha256(b"\0".join([
-            text, torch.__version__.encode(), sys.version.encode(),
-            str(torch._C._GLIBCXX_USE_CXX11_ABI).encode()])).hexdigest()[:16]
-        build = os.path.join(_cache_dir(), f"torch-{torch.__version__}-"
-                             f"{sys.implementation.cache_tag}-{key}")
-        os.makedirs(build, exist_ok=True)
-        name = f"arcomm_torch_native_{key}"
-        so = os.path.join(build, name + ".so")
-        done = os.path.join(build, "built")
-        if os.path.isfile(done) and os.path.isfile(so):
-            # Built before (the marker is written once the build succeeded): loaded
-            # straight away, without cpp_extension's import, lock and ninja run.
-            import importlib.util
-
-            spec = importlib.util.spec_from_file_location(name, so)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            _native_mod = mod
-            return _native_mod
-        import logging
-
-        # cpp_extension logs its guesses about CUDA as it is imported: this build is for
-        # the host and needs none of it.
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-        from torch.utils import cpp_extension
-
-        # load() takes a lock in the build directory: ranks importing together wait
-        # for the one that builds, then load its result.
-        _native_mod = cpp_extension.load(
-            name=name, sources=[src], build_directory=build, extra_cflags=["-O2"],
-            verbose=False)
-        tmp = f"{done}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(f"{torch.__version__}\n")
-        os.replace(tmp, done)
-    except Exception as e:  # noqa: BLE001 - any failure leaves the Python path
-        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        _native_why = f"{type(e).__name__}: " + (" / ".join(lines[-3:]) if lines else "")
-        warnings.warn(
-            f"arcomm.torch: the native path is off: building {src} failed ({_native_why}); "
-            "every call takes the Python path (slower per call).  Set ARCOMM_TORCH_NATIVE=0 "
-            "to skip the build.", RuntimeWarning, stacklevel=3)
-        _native_mod = None
+    """The compiled extension (_torch_build.load: built on first use, then loaded from
+    the cache), or None where ARCOMM_TORCH_NATIVE=0 or the build failed (one warning
+    says why, kept in _native_why)."""
+    global _native_mod, _native_why
+    _native_mod = _torch_build.load()
+    _native_why = _torch_build.why
     return _native_mod
 
 

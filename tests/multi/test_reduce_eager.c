@@ -35,24 +35,6 @@ static const comm_dtype_t dtypes[] = {COMM_F32, COMM_F16, COMM_BF16, COMM_F64, C
 static const comm_op_t ops[] = {COMM_SUM, COMM_MAX, COMM_MIN, COMM_PROD, COMM_AVG};
 #define N_OPS (sizeof(ops) / sizeof(ops[0]))
 
-static size_t dt_size(comm_dtype_t dt)
-{
-    switch (dt) {
-    case COMM_I8:
-    case COMM_U8:
-        return 1;
-    case COMM_F16:
-    case COMM_BF16:
-        return 2;
-    case COMM_F64:
-    case COMM_I64:
-    case COMM_U64:
-        return 8;
-    default:
-        return 4;
-    }
-}
-
 static void expect_clean(struct h_rank *res, int n)
 {
     for (int r = 0; r < n; r++)
@@ -89,7 +71,7 @@ static struct call_spec spec_of(int k, int n)
     s.op = ops[(size_t)k / N_DTYPES % N_OPS];
     if (s.op == COMM_AVG && h_dtype_is_int(s.dt))
         s.op = COMM_SUM;
-    s.count = 1 + (size_t)k * 37 % (EAGER_BYTES / dt_size(s.dt));
+    s.count = 1 + (size_t)k * 37 % (EAGER_BYTES / comm_dtype_size(s.dt));
     s.root = k / 3 % n;
     s.in_place = k % 4 == 1;
     return s;
@@ -116,7 +98,7 @@ static void data_body(struct h_rank *r)
             h_poison(out, s.count, s.dt);
             bool in_place = s.in_place && r->rank == s.root;
             if (in_place)
-                memcpy(out, in, s.count * dt_size(s.dt));
+                memcpy(out, in, s.count * comm_dtype_size(s.dt));
             if (arg->lag && r->rank == r->nranks - 1 && i % 7 == 3)
                 usleep(500);
             comm_status_t st =
@@ -152,7 +134,7 @@ static void data_body(struct h_rank *r)
             if (h_check(r, out, s.count, s.dt, s.op, 500 + (uint64_t)k, r->nranks, NULL, 0, false))
                 h_fail(r, "call %d: reduce of %zu %s %s to root %d: against float64", k, s.count,
                        h_dtype_name(s.dt), h_op_name(s.op), s.root);
-            else if (memcmp(out, ref, s.count * dt_size(s.dt)) != 0)
+            else if (memcmp(out, ref, s.count * comm_dtype_size(s.dt)) != 0)
                 h_fail(r, "call %d: reduce of %zu %s %s to root %d: not allreduce's bits", k,
                        s.count, h_dtype_name(s.dt), h_op_name(s.op), s.root);
         }

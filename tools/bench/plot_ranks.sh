@@ -49,27 +49,25 @@ for arg in "$@"; do
     labels+=("$label") peers+=("$peer")
     i=$((i + 1))
 done
+# One panel's plot command: arcomm's column and the peer's of every run.
+panel() { # arcomm-column peer-column
+    printf 'plot '
+    for ((j = 0; j < i; j++)); do
+        [ $j -gt 0 ] && printf ', '
+        printf "\$d$j using 1:$1 with linespoints lw 2 lc $((j + 1)) title 'arcomm %s'" "${labels[$j]}"
+        [ -n "${peers[$j]}" ] && printf ", \$d$j using 1:$2 with lines lw 1 dt 2 lc $((j + 1)) title '%s %s'" "${peers[$j]}" "${labels[$j]}"
+    done
+    echo
+}
 {
     echo "set terminal pngcairo size 1400,560 noenhanced"
     echo "set output '$out'"
     echo "set multiplot layout 1,2 title '$title'"
     echo "set logscale x 2; set format x '%.0b%BB'; set xlabel 'size'; set grid; set key top left"
     echo "set logscale y 10; set ylabel 'median time (us)'"
-    printf 'plot '
-    for ((j = 0; j < i; j++)); do
-        [ $j -gt 0 ] && printf ', '
-        printf "\$d$j using 1:2 with linespoints lw 2 lc $((j + 1)) title 'arcomm %s'" "${labels[$j]}"
-        [ -n "${peers[$j]}" ] && printf ", \$d$j using 1:4 with lines lw 1 dt 2 lc $((j + 1)) title '%s %s'" "${peers[$j]}" "${labels[$j]}"
-    done
-    echo
+    panel 2 4
     echo "unset logscale y; set ylabel 'busbw (GB/s)'"
-    printf 'plot '
-    for ((j = 0; j < i; j++)); do
-        [ $j -gt 0 ] && printf ', '
-        printf "\$d$j using 1:3 with linespoints lw 2 lc $((j + 1)) title 'arcomm %s'" "${labels[$j]}"
-        [ -n "${peers[$j]}" ] && printf ", \$d$j using 1:5 with lines lw 1 dt 2 lc $((j + 1)) title '%s %s'" "${peers[$j]}" "${labels[$j]}"
-    done
-    echo
+    panel 3 5
     echo "unset multiplot"
 } >>"$gp"
 gnuplot "$gp"

@@ -301,12 +301,21 @@ static comm_status_t aborted(struct comm *c, const char *what)
 /* watch, when not NULL: the peers whose failure or death ends the wait (all others are
  * ignored, whatever call they are in); NULL: every peer still in call c->seq. */
 /* what and missing of a wait whose describe fn makes them (only once needed: a wait that
- * ends well formats nothing). */
+ * ends well formats nothing).  Set with words_of, never by an initializer: that would
+ * clear the buffers on every wait. */
 struct wait_words {
     shm_describe_fn describe;
     const char *what, *missing;
     char what_buf[160], missing_buf[96];
 };
+
+static inline void words_of(struct wait_words *w, shm_describe_fn describe, const char *what,
+                            const char *missing)
+{
+    w->describe = describe;
+    w->what = what;
+    w->missing = missing;
+}
 
 static void words_need(struct comm *c, void *arg, struct wait_words *w)
 {
@@ -430,14 +439,16 @@ static comm_status_t wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn 
 comm_status_t shm_wait_for(struct comm *c, shm_ready_fn ready, shm_behind_fn behind, void *arg,
                            const char *what, const char *missing)
 {
-    struct wait_words w = {.what = what, .missing = missing};
+    struct wait_words w;
+    words_of(&w, NULL, what, missing);
     return wait_for(c, ready, behind, NULL, NULL, arg, &w);
 }
 
 comm_status_t shm_wait_watch(struct comm *c, shm_ready_fn ready, shm_behind_fn watch, void *arg,
                              shm_describe_fn describe)
 {
-    struct wait_words w = {.describe = describe, .what = "a wait", .missing = NULL};
+    struct wait_words w;
+    words_of(&w, describe, "a wait", NULL);
     return wait_for(c, ready, NULL, NULL, watch, arg, &w);
 }
 
@@ -495,6 +506,7 @@ comm_status_t shm_progress_wait_side(struct comm *c, int root, bool only_root, u
                                      const char *what)
 {
     struct progress_arg a = {.target = target, .root = root, .only_root = only_root, .side = true};
-    struct wait_words w = {.what = what, .missing = "reach this step"};
+    struct wait_words w;
+    words_of(&w, NULL, what, "reach this step");
     return wait_for(c, progress_ready, progress_behind, progress_waited, NULL, &a, &w);
 }
